@@ -1,0 +1,55 @@
+# pasture: the two commands a newcomer needs are `make demo` and `make test`.
+# Everything they need is installed by the targets themselves (apt packages, the venv,
+# the podman base image), so they work on a fresh machine.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help deps venv lint test test-python test-ansible test-e2e demo demo-down bench clean
+
+help:
+	@echo "make demo       local cluster (podman) provisioned by site.yml, runs a distributed training job"
+	@echo "make demo-down  remove the local cluster"
+	@echo "make test       everything: lint, unit, property, stacks, service, molecule, end-to-end"
+
+deps: .state/system-deps.stamp
+.state/system-deps.stamp: scripts/install-system-deps.sh scripts/containers.conf
+	@mkdir -p .state
+	bash scripts/install-system-deps.sh
+	@touch $@
+
+venv: $(VENV)/.synced
+$(VENV)/.synced: pyproject.toml
+	@command -v uv >/dev/null || { echo "==> pip install uv"; python3 -m pip install -q uv; }
+	@echo "==> python venv in $(VENV) (uv sync, all dependency groups)"
+	@[ -x $(PY) ] || uv venv -q $(VENV) --python "$$(command -v python3)"
+	UV_LINK_MODE=copy uv sync -q --all-groups --extra sim
+	@touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check scheduler stacks tests
+	$(VENV)/bin/ruff format --check scheduler stacks tests
+
+test: deps venv lint test-python test-ansible test-e2e
+	@echo "==> make test: all stages passed"
+
+test-python: deps venv
+	$(PY) -m pytest -q tests --ignore=tests/e2e
+
+test-ansible: deps venv
+	@if [ -x scripts/test-ansible.sh ]; then bash scripts/test-ansible.sh; else echo "no ansible tests yet"; fi
+
+test-e2e: deps venv
+	@if [ -d tests/e2e ]; then $(PY) -m pytest -q tests/e2e; else echo "no e2e tests yet"; fi
+
+demo: deps venv
+	bash scripts/demo.sh
+
+demo-down: venv
+	$(VENV)/bin/ansible-playbook playbooks/local-cluster.yml -e state=absent
+
+clean:
+	rm -rf .state $(VENV)

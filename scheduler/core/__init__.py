@@ -1,0 +1,47 @@
+"""pasture's scheduler core: pure placement, queueing, virtual-cluster and preemption policy.
+
+Entry point: ``schedule(snapshot, policy, now) -> Decision`` (see :mod:`scheduler.core.model`
+for the types and :mod:`scheduler.core.policy` for the policy). No Redis, HTTP or clock.
+"""
+
+from scheduler.core.model import (
+    ZERO,
+    Bind,
+    Decision,
+    Job,
+    Node,
+    NodeState,
+    PendingReason,
+    Preemption,
+    PriorityClass,
+    ReasonKind,
+    Resources,
+    RunningJob,
+    Snapshot,
+    TaskPlacement,
+    TaskRole,
+    VirtualCluster,
+)
+from scheduler.core.policy import Backfill, Policy, PreemptionMode
+
+__all__ = [
+    "ZERO",
+    "Backfill",
+    "Bind",
+    "Decision",
+    "Job",
+    "Node",
+    "NodeState",
+    "PendingReason",
+    "Policy",
+    "Preemption",
+    "PreemptionMode",
+    "PriorityClass",
+    "ReasonKind",
+    "Resources",
+    "RunningJob",
+    "Snapshot",
+    "TaskPlacement",
+    "TaskRole",
+    "VirtualCluster",
+]

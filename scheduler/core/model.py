@@ -1,0 +1,369 @@
+"""Domain types of the scheduler core: what goes in (a Snapshot) and what comes out (a Decision).
+
+Everything here is a frozen dataclass with no behaviour beyond arithmetic and validation, so
+that the same values can be built by the service (from Redis), the simulator (from a trace)
+and the tests (from factories), and compared for determinism.
+
+Units, everywhere in the core:
+    cpu     millicores (1 core = 1000)
+    memory  bytes
+    gpu     whole devices (a task's GPUs always sit on one node)
+    time    seconds, as a float; the current time is always an argument, never read
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from types import MappingProxyType
+
+EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Resources:
+    """A vector of schedulable resources.
+
+    Attributes:
+        cpu_m: CPU in millicores (1000 = one core).
+        memory: memory in bytes.
+        gpu: GPU devices.
+
+    Arithmetic is element-wise; ``a <= b`` is NOT element-wise (dataclass ordering), use
+    :meth:`fits_in` for "a fits in b".
+    """
+
+    cpu_m: int = 0
+    memory: int = 0
+    gpu: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_m", "memory", "gpu"):
+            if not isinstance(getattr(self, name), int):
+                raise TypeError(f"Resources.{name} must be int, got {getattr(self, name)!r}")
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.cpu_m + other.cpu_m, self.memory + other.memory, self.gpu + other.gpu)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu_m - other.cpu_m, self.memory - other.memory, self.gpu - other.gpu)
+
+    def __mul__(self, n: int) -> Resources:
+        return Resources(self.cpu_m * n, self.memory * n, self.gpu * n)
+
+    __rmul__ = __mul__
+
+    def fits_in(self, other: Resources) -> bool:
+        """True when every component of self is <= the same component of other."""
+        return self.cpu_m <= other.cpu_m and self.memory <= other.memory and self.gpu <= other.gpu
+
+    def is_nonnegative(self) -> bool:
+        return self.cpu_m >= 0 and self.memory >= 0 and self.gpu >= 0
+
+    def is_zero(self) -> bool:
+        return self.cpu_m == 0 and self.memory == 0 and self.gpu == 0
+
+    def clamp_min_zero(self) -> Resources:
+        return Resources(max(self.cpu_m, 0), max(self.memory, 0), max(self.gpu, 0))
+
+    def min(self, other: Resources) -> Resources:
+        return Resources(
+            min(self.cpu_m, other.cpu_m), min(self.memory, other.memory), min(self.gpu, other.gpu)
+        )
+
+    def exceeded_by(self, other: Resources) -> list[str]:
+        """Names of the components in which ``other`` exceeds ``self`` (for reasons)."""
+        return [n for n in ("gpu", "cpu_m", "memory") if getattr(other, n) > getattr(self, n)]
+
+
+ZERO = Resources()
+
+
+class PriorityClass(IntEnum):
+    """Named priorities (larger runs first). Jobs may also carry any int in between."""
+
+    OPPORTUNISTIC = 0
+    LOW = 25
+    NORMAL = 50
+    HIGH = 75
+    CRITICAL = 100
+
+
+class NodeState(StrEnum):
+    """Schedulable state of a node.
+
+    READY: takes new tasks. CORDONED: keeps running tasks, takes no new ones. DRAINING: like
+    cordoned, and its running tasks are being moved off. LOST: heartbeat timed out; takes
+    nothing, its tasks are failed by the service.
+    """
+
+    READY = "ready"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine that runs tasks.
+
+    Attributes:
+        name: unique node name.
+        capacity: total allocatable resources.
+        allocated: resources held by tasks bound to this node (from the ledger, not the agent).
+        labels: free-form key/value labels matched by node selectors.
+        gpu_model: model of this node's GPUs (e.g. "A100"), None when it has none / unknown.
+        state: see :class:`NodeState`.
+    """
+
+    name: str
+    capacity: Resources
+    allocated: Resources = ZERO
+    labels: Mapping[str, str] = EMPTY_LABELS
+    gpu_model: str | None = None
+    state: NodeState = NodeState.READY
+
+    @property
+    def free(self) -> Resources:
+        return (self.capacity - self.allocated).clamp_min_zero()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRole:
+    """One role of a job (ps, worker, actor, learner...).
+
+    Attributes:
+        name: role name, unique within the job.
+        replicas: number of tasks of this role (>= 1).
+        resources: per-task request.
+        command: command line run by the agent (opaque to the core).
+        image: container image, None for the job default / process executor.
+        min_available: how many of the replicas must be placed together for the gang to
+            start (Volcano ``minAvailable``); None means all replicas.
+        node_selector: labels a node must carry (all key/value pairs must match).
+        gpu_model: required GPU model, None for any.
+    """
+
+    name: str
+    replicas: int
+    resources: Resources
+    command: str = ""
+    image: str | None = None
+    min_available: int | None = None
+    node_selector: Mapping[str, str] = EMPTY_LABELS
+    gpu_model: str | None = None
+
+    @property
+    def gang_min(self) -> int:
+        return self.replicas if self.min_available is None else self.min_available
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A pending job as the core sees it.
+
+    Attributes:
+        name: unique job id.
+        vc: virtual cluster the job is charged to.
+        roles: task roles, in declaration order.
+        priority: int, larger first (see :class:`PriorityClass`).
+        submit_time: seconds, when the job (re-)entered the queue the first time; queue order
+            uses it, so a retried or preempted job keeps its place.
+        user: submitting user (for fairness and display only).
+        attempt: 1 for the first run, incremented on retry and on preemption.
+        estimated_duration_s: optional user/oracle runtime estimate (backfill, SRTF).
+        attained_service: GPU-seconds (cpu-core-seconds for CPU-only jobs) already received
+            in earlier attempts; used by least-attained-service ordering (Tiresias).
+        preemptible: False protects the job from priority preemption (VC reclaim still
+            applies to borrowed capacity).
+    """
+
+    name: str
+    vc: str
+    roles: tuple[TaskRole, ...]
+    priority: int = PriorityClass.NORMAL
+    submit_time: float = 0.0
+    user: str = ""
+    attempt: int = 1
+    estimated_duration_s: float | None = None
+    attained_service: float = 0.0
+    preemptible: bool = True
+
+    def total_request(self) -> Resources:
+        """Sum of every replica's request (the job's full size)."""
+        total = ZERO
+        for role in self.roles:
+            total = total + role.resources * role.replicas
+        return total
+
+    def gang_request(self) -> Resources:
+        """Sum of the minimum gang's request (min_available of each role)."""
+        total = ZERO
+        for role in self.roles:
+            total = total + role.resources * role.gang_min
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    """One task bound to one node.
+
+    Attributes:
+        role: task role name.
+        index: replica index within the role, 0-based.
+        node: node name.
+        resources: what the task holds on that node.
+    """
+
+    role: str
+    index: int
+    node: str
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding an allocation (scheduled or running).
+
+    Attributes:
+        job: the job as submitted.
+        start_time: seconds, when the allocation was made.
+        placements: its tasks' placements.
+        borrowed: resources of this allocation beyond its VC's guarantee, as recorded when
+            it was placed (reclaimable by preemption). The core recomputes borrowing from
+            the snapshot; this field is informational.
+    """
+
+    job: Job
+    start_time: float
+    placements: tuple[TaskPlacement, ...]
+
+    @property
+    def name(self) -> str:
+        return self.job.name
+
+    @property
+    def vc(self) -> str:
+        return self.job.vc
+
+    def allocated(self) -> Resources:
+        total = ZERO
+        for p in self.placements:
+            total = total + p.resources
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualCluster:
+    """A tenant queue (OpenPAI virtual cluster / YARN capacity queue).
+
+    Attributes:
+        name: VC name.
+        guarantee: resources the VC always gets back when it has pending work.
+        max: hard cap on what the VC may hold including borrowed capacity; None = no cap.
+        can_borrow: whether the VC may use idle capacity beyond its guarantee.
+    """
+
+    name: str
+    guarantee: Resources = ZERO
+    max: Resources | None = None
+    can_borrow: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the core may look at in one scheduling cycle.
+
+    Attributes:
+        nodes: all nodes, any state.
+        vcs: virtual clusters; a job whose VC is missing is left pending with a reason.
+        pending: jobs waiting for placement (any order; the policy orders them).
+        running: jobs holding allocations.
+        version: opaque store version the Decision will be committed against.
+    """
+
+    nodes: tuple[Node, ...]
+    vcs: tuple[VirtualCluster, ...] = ()
+    pending: tuple[Job, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    version: int = 0
+
+
+class ReasonKind(StrEnum):
+    """Machine-readable kind of a pending reason (used for metrics and filtering)."""
+
+    NO_FIT_EVER = "no-fit-ever"  # no node of the cluster could ever hold a task
+    INSUFFICIENT_RESOURCES = "insufficient-resources"  # would fit an empty cluster, not now
+    GANG_INCOMPLETE = "gang-incomplete"  # some tasks fit, not min_available of every role
+    VC_MAX = "vc-max"  # the VC's max cap would be exceeded
+    VC_QUOTA = "vc-quota"  # beyond guarantee and borrowing not possible / not allowed
+    UNKNOWN_VC = "unknown-vc"
+    RESERVATION = "reservation"  # would delay the reservation of a blocked higher job
+    QUEUE_ORDER = "queue-order"  # a higher job in the queue is blocked (strict FIFO)
+    PREEMPTING = "preempting"  # victims chosen, waiting for them to release
+    CYCLE_LIMIT = "cycle-limit"  # not looked at this cycle
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a job is still pending, for a person and for metrics.
+
+    Attributes:
+        kind: see :class:`ReasonKind`.
+        message: one sentence a user can read, e.g.
+            "needs 8 GPUs on one node; largest free block is 4 (node-7)".
+        details: structured extras (numbers, node names) for the API.
+    """
+
+    kind: ReasonKind
+    message: str
+    details: Mapping[str, object] = EMPTY_LABELS
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Placement of a whole gang.
+
+    Attributes:
+        job: job name.
+        placements: one per placed task (>= min_available of every role).
+        scores: per-stage scores of the chosen nodes, ``{node: {stage: score}}``, kept for
+            explanations.
+    """
+
+    job: str
+    placements: tuple[TaskPlacement, ...]
+    scores: Mapping[str, Mapping[str, float]] = EMPTY_LABELS
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job chosen as a victim.
+
+    Attributes:
+        job: the victim's name.
+        for_job: the pending job it makes room for.
+        reason: human-readable reason ("reclaiming vc research's guarantee").
+    """
+
+    job: str
+    for_job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Output of one scheduling cycle.
+
+    Attributes:
+        binds: gangs to commit, in the order they were decided.
+        preemptions: running jobs to stop and requeue.
+        pending: a reason for every pending job not bound this cycle.
+        version: the snapshot version the decision was computed from.
+    """
+
+    binds: tuple[Bind, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: Mapping[str, PendingReason] = field(default_factory=dict)
+    version: int = 0

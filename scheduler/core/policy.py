@@ -1,0 +1,82 @@
+"""A scheduling policy is data: which stages run, in which order, with which weights.
+
+The service, the simulator's baselines and the tests all build :class:`Policy` values; the
+named configurations people compare (fifo, capacity, drf, tiresias-las, pasture, ...) live in
+:mod:`scheduler.core.presets`. Plugin names refer to the explicit registries in the core
+(filters, scorers, queue orders); an unknown name raises ``ValueError`` at construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Backfill(StrEnum):
+    """Backfill mode.
+
+    NONE: a blocked job blocks nobody unless ``strict_order`` is False (then later jobs
+        simply go ahead, which can starve wide jobs; aging counters that).
+    EASY: EASY backfill (Lifka 1995; Mu'alem & Feitelson, IEEE TPDS 2001): the first blocked
+        job gets a reservation (earliest time its gang fits, from running jobs' estimated
+        ends); a later job may start only if it does not delay that reservation. Without a
+        duration estimate a job may only use capacity the reservation does not need.
+    """
+
+    NONE = "none"
+    EASY = "easy"
+
+
+class PreemptionMode(StrEnum):
+    """Reasons the core may choose victims.
+
+    VC_RECLAIM: a VC with pending work below its guarantee takes back capacity other VCs
+        borrowed (victims only among borrowers, never below their own guarantee).
+    PRIORITY: a pending job may preempt strictly lower-priority preemptible jobs in the
+        same VC.
+    QUEUE_ORDER: a pending job may preempt running jobs that the queue order ranks after it
+        (used by Tiresias-LAS and SRTF, whose order changes as jobs run).
+    """
+
+    VC_RECLAIM = "vc-reclaim"
+    PRIORITY = "priority"
+    QUEUE_ORDER = "queue-order"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A scheduling policy.
+
+    Attributes:
+        name: label for reports.
+        queue_order: key of the queue-order registry: "priority-fifo" (priority, then
+            submit time), "fifo" (submit time only), "drf" (VC dominant share, ascending;
+            Ghodsi et al., NSDI'11), "las" (Tiresias discretised 2D-LAS on attained
+            GPU-service; Gu et al., NSDI'19), "srtf" (shortest estimated remaining time).
+        filters: filter plugin names, applied in order (cheap, most selective first).
+        scorers: (scorer name, weight) pairs; a node's score is the weighted sum.
+        backfill: see :class:`Backfill`.
+        strict_order: when True, the first job that cannot be placed (and has no
+            reservation mechanism to protect it) stops the cycle (strict FIFO).
+        vc_quota: enforce VC guarantee / max / borrowing semantics.
+        preemption: which preemption modes are enabled (see :class:`PreemptionMode`).
+        aging_per_hour: priority points a pending job gains per hour of waiting, so that
+            nothing starves. 0 disables aging.
+        las_thresholds: attained-service thresholds (GPU-seconds) between LAS queues.
+        max_jobs_per_cycle: how many pending jobs one cycle examines (None = all).
+        preemption_min_runtime_s: a running job younger than this is not chosen as a
+            queue-order victim (avoids thrashing).
+    """
+
+    name: str = "default"
+    queue_order: str = "priority-fifo"
+    filters: tuple[str, ...] = ("schedulable", "gpu-model", "node-selector", "resource-fit")
+    scorers: tuple[tuple[str, float], ...] = (("best-fit", 1.0), ("gang-locality", 1.0))
+    backfill: Backfill = Backfill.EASY
+    strict_order: bool = False
+    vc_quota: bool = True
+    preemption: tuple[PreemptionMode, ...] = (PreemptionMode.VC_RECLAIM, PreemptionMode.PRIORITY)
+    aging_per_hour: float = 1.0
+    las_thresholds: tuple[float, ...] = (3600.0, 36000.0)
+    max_jobs_per_cycle: int | None = None
+    preemption_min_runtime_s: float = 0.0
