@@ -4,7 +4,9 @@
 set -euo pipefail
 IMAGE=${1:-localhost/pasture-base:bookworm}
 if podman image exists "$IMAGE"; then echo "base image $IMAGE present"; exit 0; fi
-MIRROR=$(grep -hoE 'https?://[^ ]*debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null | grep -v security | head -1)
+# The first non-security mirror apt uses (deb822 `URIs:` or one-line `deb URL` form).
+MIRROR=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null \
+  | awk '/^URIs:/ {print $2} /^deb / {print ($2 ~ /^\[/ ? $3 : $2)}' | grep -v security | sed -n 1p || true)
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 ROOTFS=$(mktemp -d /var/tmp/pasture-rootfs.XXXXXX)
 trap 'rm -rf "$ROOTFS"' EXIT
