@@ -1,0 +1,118 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from scheduler.api.auth import principal
+from scheduler.api.limits import BodySizeLimit
+from scheduler.api.metrics import Metrics, MetricsMiddleware
+from scheduler.api.routers import cluster, jobs
+from scheduler.services import backend
+from scheduler.services.errors import InvalidSpecError, ServiceError
+from scheduler.services.jobs import JobService, validation_errors
+from scheduler.services.logs import LogService
+from scheduler.services.nodes import NodeService
+from scheduler.services.status import StatusService
+from scheduler.services.vcs import VcService
+from scheduler.store.tokens import TokenInfo, TokenStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 1024 * 1024
+
+
+def create_app(
+    settings: Any,
+    store: Any | None = None,
+    tokens: TokenStore | None = None,
+) -> FastAPI:
+    """Build the API app.
+
+    Args:
+        settings: the master's settings (``scheduler.settings``); reads ``cluster_name``,
+            ``share_dir``, ``api.max_body_bytes`` and, when ``store``/``tokens`` are None,
+            ``redis``.
+        store: the backend store; None opens one from ``settings.redis``.
+        tokens: the token store; None uses the store's Redis client (``store.redis``) or a
+            new client from the settings.
+
+    Returns:
+        A FastAPI app; OpenAPI at ``/openapi.json``, docs at ``/docs``.
+    """
+    client = None
+    if store is None or tokens is None:
+        client = getattr(store, "redis", None) or backend.redis_client(settings)
+    if store is None:
+        store = backend.open_store(settings, client)
+    if tokens is None:
+        tokens = TokenStore(client)
+    api_settings = getattr(settings, "api", None)
+    max_body = int(getattr(api_settings, "max_body_bytes", None) or DEFAULT_MAX_BODY)
+    share_dir = Path(getattr(settings, "share_dir", ".") or ".")
+
+    app = FastAPI(
+        title="pasture scheduler API",
+        version="1",
+        description="Jobs, nodes, virtual clusters and status of a pasture cluster. "
+        "Every endpoint but /healthz needs 'Authorization: Bearer <token>'.",
+    )
+    status_service = StatusService(store, getattr(settings, "cluster_name", ""))
+    app.state.store = store
+    app.state.tokens = tokens
+    app.state.jobs = JobService(store)
+    app.state.nodes = NodeService(store)
+    app.state.vcs = VcService(store)
+    app.state.status = status_service
+    app.state.logs = LogService(share_dir)
+    app.state.metrics = Metrics(status_service.status)
+
+    app.include_router(jobs.router)
+    app.include_router(cluster.router)
+
+    @app.get("/healthz", tags=["cluster"])
+    def healthz() -> dict:
+        """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
+        answer."""
+        try:
+            ping = getattr(store, "ping", None) or getattr(tokens._r, "ping")  # noqa: B009
+            ping()
+        except Exception as exc:
+            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["cluster"], response_class=Response)
+    def metrics(who: TokenInfo = Depends(principal)) -> Response:
+        """Prometheus metrics (text exposition format); any valid token."""
+        return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        if isinstance(exc, InvalidSpecError):
+            return JSONResponse({"detail": exc.errors, "message": exc.message}, status_code=422)
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(ValidationError)
+    async def pydantic_error(request: Request, exc: ValidationError) -> JSONResponse:
+        errors = validation_errors(exc)
+        return JSONResponse({"detail": errors, "message": "invalid input"}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": errors, "message": "invalid request"}, status_code=422)
+
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(BodySizeLimit, max_body_bytes=max_body)
+    return app

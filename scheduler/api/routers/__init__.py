@@ -1,0 +1,1 @@
+"""Thin routers: parse the request, call one service method, return its dict."""

@@ -1,0 +1,245 @@
+"""Job service: parse and submit specs, list, show, stop, events (the API's job routes).
+
+Visibility rule (documented in docs/api.md): an admin sees every job; a user token sees
+only jobs of its VCs, and a job of another VC answers exactly like an unknown job (404),
+so that job names of other tenants do not leak. Submitting to another VC is 403.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from scheduler.services import backend
+from scheduler.services.errors import (
+    BadRequestError,
+    ConflictError,
+    InvalidSpecError,
+    NotFoundError,
+)
+from scheduler.services.principal import Principal, require_role, require_vc
+from scheduler.services.records import as_dict, field
+from scheduler.store.tokens import TokenRole
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+JOB_STATES = (
+    "submitted",
+    "queued",
+    "scheduled",
+    "running",
+    "succeeded",
+    "failed",
+    "stopped",
+    "preempted",
+)
+
+
+def parse_document(body: bytes, content_type: str | None = None) -> dict:
+    """Parse a request body holding a job spec as YAML or JSON.
+
+    Args:
+        body: raw bytes (UTF-8).
+        content_type: the request's Content-Type; ``application/json`` is parsed strictly
+            as JSON, anything else as YAML (a superset of JSON).
+
+    Returns:
+        The top-level mapping.
+
+    Raises:
+        BadRequestError: not UTF-8, or malformed YAML/JSON (the message gives the line).
+        InvalidSpecError: the document is not a mapping.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(f"job spec: expected UTF-8 text, got bytes ({exc})") from None
+    if not text.strip():
+        raise BadRequestError("job spec: expected a YAML or JSON document, got an empty body")
+    try:
+        if content_type and "json" in content_type.lower():
+            document = json.loads(text)
+        else:
+            document = yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(
+            f"job spec: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise BadRequestError(f"job spec: malformed YAML{where}: {problem}") from None
+    if not isinstance(document, dict):
+        raise InvalidSpecError(
+            "job spec: expected a mapping at the top level",
+            [
+                {
+                    "loc": [],
+                    "msg": f"expected a mapping, got {type(document).__name__}",
+                    "type": "type_error",
+                }
+            ],
+        )
+    return document
+
+
+def validation_errors(exc: ValidationError) -> list[dict]:
+    """Pydantic errors as ``[{"loc": [...], "msg": ..., "type": ...}]`` (JSON-safe)."""
+    out = []
+    for err in exc.errors(include_url=False):
+        item = {"loc": [str(p) for p in err.get("loc", ())], "msg": err["msg"], "type": err["type"]}
+        if "input" in err:
+            value = as_dict(err["input"])
+            text = json.dumps(value, default=str)
+            item["input"] = value if len(text) <= 200 else text[:200] + "..."
+        out.append(item)
+    return out
+
+
+def spec_error(error: dict) -> dict:
+    """One ``SpecError`` entry (dotted ``loc``) in the API's shape (``loc`` as a list)."""
+    loc = error.get("loc") or ""
+    parts = loc if isinstance(loc, list | tuple) else [p for p in str(loc).split(".") if p]
+    out = {"loc": [str(p) for p in parts], "msg": str(error.get("msg", "")), "type": "spec"}
+    if error.get("input") is not None:
+        out["input"] = as_dict(error["input"])
+    return out
+
+
+def _summary(errors: list[dict]) -> str:
+    parts = [f"{'.'.join(e['loc']) or '(top)'}: {e['msg']}" for e in errors[:5]]
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "invalid job spec: " + "; ".join(parts) + more
+
+
+class JobService:
+    """Use cases on jobs, with the caller's permissions applied.
+
+    Args:
+        store: the backend store (see :mod:`scheduler.services.backend`).
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    # -- submit -------------------------------------------------------------------------
+    def validate(self, document: dict) -> Any:
+        """Validate a parsed document into the backend's job spec.
+
+        Raises:
+            InvalidSpecError: with one entry per problem and its field path.
+        """
+        try:
+            return backend.parse_job_spec(document)
+        except ValueError as exc:
+            if isinstance(getattr(exc, "errors", None), list):  # scheduler.spec.SpecError
+                errors = [spec_error(e) for e in exc.errors]
+                raise InvalidSpecError(_summary(errors), errors) from None
+            raise InvalidSpecError(
+                f"invalid job spec: {exc}", [{"loc": [], "msg": str(exc), "type": "value_error"}]
+            ) from None
+        except ValidationError as exc:
+            errors = validation_errors(exc)
+            raise InvalidSpecError(_summary(errors), errors) from None
+
+    def submit(self, principal: Principal, document: dict) -> dict:
+        """Validate and store a new job; returns the stored job record.
+
+        Raises:
+            InvalidSpecError (422), ForbiddenError (403, VC not allowed),
+            ConflictError (409, a job of that name exists).
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        spec = self.validate(document)
+        require_vc(principal, field(spec, "vc", default="default"))
+        try:
+            job = self.store.create_job(spec, user=principal.name)
+        except ValidationError as exc:
+            errors = validation_errors(exc)
+            raise InvalidSpecError(_summary(errors), errors) from None
+        except Exception as exc:  # the store's duplicate / never-fits errors
+            kind = type(exc).__name__.lower()
+            if "exist" in kind or "duplicate" in kind or "conflict" in kind:
+                raise ConflictError(str(exc)) from None
+            if isinstance(getattr(exc, "errors", None), list):  # SpecError (never fits)
+                errors = [spec_error(e) for e in exc.errors]
+                raise InvalidSpecError(_summary(errors), errors) from None
+            if isinstance(exc, ValueError):
+                raise InvalidSpecError(
+                    str(exc), [{"loc": [], "msg": str(exc), "type": "value_error"}]
+                ) from None
+            raise
+        return as_dict(job)
+
+    # -- read ---------------------------------------------------------------------------
+    def _visible(self, principal: Principal, name: str) -> Any:
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        job = self.store.get_job(name)
+        if job is None or not principal.may_use_vc(field(job, "vc", default="")):
+            raise NotFoundError(f"job {name!r} not found")
+        return job
+
+    def get(self, principal: Principal, name: str) -> dict:
+        """The job record (state, attempt, pending reason, tasks...).
+
+        Raises:
+            NotFoundError: unknown job, or a job of a VC the caller may not use.
+        """
+        job = as_dict(self._visible(principal, name))
+        if "tasks" not in job:
+            job["tasks"] = as_dict(self.store.job_tasks(name))
+        return job
+
+    def list(
+        self,
+        principal: Principal,
+        *,
+        vc: str | None = None,
+        state: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> dict:
+        """Jobs visible to the caller, newest first.
+
+        Returns:
+            ``{"items": [job...], "limit": n, "offset": n}``.
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        if vc is not None:
+            vcs = [vc] if principal.may_use_vc(vc) else []
+        elif principal.role is TokenRole.ADMIN:
+            vcs = None
+        else:
+            vcs = list(principal.vcs)
+        if vcs == []:
+            return {"items": [], "limit": limit, "offset": offset}
+        items = self.store.list_jobs(vcs=vcs, state=state, limit=limit, offset=offset)
+        return {"items": as_dict(items), "limit": limit, "offset": offset}
+
+    def events(self, principal: Principal, name: str) -> dict:
+        """The job's event history and its current pending reason.
+
+        Returns:
+            ``{"job": name, "state": ..., "pending_reason": ... | None, "events": [...]}``.
+        """
+        job = as_dict(self._visible(principal, name))
+        return {
+            "job": name,
+            "state": job.get("state"),
+            "pending_reason": job.get("pending_reason"),
+            "events": as_dict(self.store.job_events(name)),
+        }
+
+    def stop(self, principal: Principal, name: str, reason: str | None = None) -> dict:
+        """Ask for the job to be stopped (the loop and agents carry it out).
+
+        Stopping a finished job is a no-op that returns its record.
+        """
+        job = self._visible(principal, name)
+        if field(job, "state") in TERMINAL_STATES:
+            return as_dict(job)
+        self.store.request_stop(name, reason=reason or f"stopped by {principal.name}")
+        return as_dict(self.store.get_job(name))

@@ -1,0 +1,40 @@
+"""Turn whatever the store returns (pydantic models, dataclasses, dicts) into JSON dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+
+def as_dict(obj: Any) -> Any:
+    """A JSON-ready copy of ``obj``: dicts, lists, str, int, float, bool, None.
+
+    Pydantic models go through ``model_dump(mode="json")``, dataclasses field by field,
+    enums to their value, tuples/sets to lists.
+    """
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(as_dict(k)): as_dict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [as_dict(v) for v in obj]
+    return str(obj)
+
+
+def field(record: Any, *names: str, default: Any = None) -> Any:
+    """The first of ``names`` present in ``record`` (dict or object), else ``default``."""
+    for name in names:
+        if isinstance(record, Mapping):
+            if name in record:
+                return record[name]
+        elif hasattr(record, name):
+            return getattr(record, name)
+    return default

@@ -1,0 +1,25 @@
+"""Cluster status service: one summary of nodes, jobs and resources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.services.principal import Principal, require_role
+from scheduler.services.records import as_dict
+from scheduler.store.tokens import TokenRole
+
+
+class StatusService:
+    """Cluster summary. Args: store: the backend store."""
+
+    def __init__(self, store: Any, cluster_name: str = "") -> None:
+        self.store = store
+        self.cluster_name = cluster_name
+
+    def status(self, principal: Principal | None = None) -> dict:
+        """``{cluster, nodes: {state: n}, jobs: {state: n}, capacity, allocated, ...}``."""
+        if principal is not None:
+            require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        out = as_dict(self.store.cluster_status())
+        out.setdefault("cluster", self.cluster_name)
+        return out

@@ -1,0 +1,24 @@
+"""Virtual cluster service: list VCs with guarantee, used and borrowed resources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.services.principal import Principal, require_role
+from scheduler.services.records import as_dict
+from scheduler.store.tokens import TokenRole
+
+
+class VcService:
+    """Use cases on virtual clusters. Args: store: the backend store."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def list(self, principal: Principal) -> list[dict]:
+        """Every VC: ``{name, guarantee, max, can_borrow, used, borrowed, ...}``.
+
+        Resources are ``{cpu_m (millicores), memory (bytes), gpu}`` as the store gives them.
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        return as_dict(self.store.list_vcs())
