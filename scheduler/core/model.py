@@ -21,6 +21,11 @@ from types import MappingProxyType
 EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
+def _empty() -> Mapping:
+    # dataclasses refuse an unhashable default (mappingproxy); share one read-only empty map.
+    return EMPTY_LABELS
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Resources:
     """A vector of schedulable resources.
@@ -120,7 +125,7 @@ class Node:
     name: str
     capacity: Resources
     allocated: Resources = ZERO
-    labels: Mapping[str, str] = EMPTY_LABELS
+    labels: Mapping[str, str] = field(default_factory=_empty)
     gpu_model: str | None = None
     state: NodeState = NodeState.READY
 
@@ -151,7 +156,7 @@ class TaskRole:
     command: str = ""
     image: str | None = None
     min_available: int | None = None
-    node_selector: Mapping[str, str] = EMPTY_LABELS
+    node_selector: Mapping[str, str] = field(default_factory=_empty)
     gpu_model: str | None = None
 
     @property
@@ -318,7 +323,7 @@ class PendingReason:
 
     kind: ReasonKind
     message: str
-    details: Mapping[str, object] = EMPTY_LABELS
+    details: Mapping[str, object] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +339,7 @@ class Bind:
 
     job: str
     placements: tuple[TaskPlacement, ...]
-    scores: Mapping[str, Mapping[str, float]] = EMPTY_LABELS
+    scores: Mapping[str, Mapping[str, float]] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
