@@ -1,0 +1,225 @@
+"""Settings files of the service (contract 2, see docs/internals/conventions.md).
+
+``/etc/pasture/scheduler.yaml`` (master: API + loop) -> :class:`SchedulerSettings`;
+``/etc/pasture/agent.yaml`` (each node) -> :class:`AgentSettings`. Load with
+:func:`load_scheduler_settings` / :func:`load_agent_settings`; env overrides
+``PASTURE_CONFIG`` (path), ``PASTURE_REDIS_URL``, ``PASTURE_REDIS_PASSWORD``.
+
+Quantities in settings use the job spec's notation (cpu ``2`` / ``500m``, memory ``16Gi``)
+and are converted to millicores / bytes on load. Unknown keys are errors (a typo in a
+playbook variable should fail loudly, naming the key).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from scheduler.spec.quantity import parse_cpu, parse_memory
+
+
+class SettingsError(ValueError):
+    """A settings file is missing, not YAML, or has a bad field (the message names it)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RedisSettings(_Model):
+    """How to reach Redis. ``password_file`` wins over ``password`` when both are set."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    username: str | None = None
+    password: str | None = None
+    password_file: Path | None = None
+
+    def resolved_password(self) -> str | None:
+        """The password: PASTURE_REDIS_PASSWORD, else password_file's content, else password.
+
+        Raises SettingsError when password_file is set but unreadable.
+        """
+        env = os.environ.get("PASTURE_REDIS_PASSWORD")
+        if env:
+            return env
+        if self.password_file is not None:
+            try:
+                return self.password_file.read_text().strip()
+            except OSError as exc:
+                raise SettingsError(
+                    f"redis.password_file: cannot read {self.password_file}: {exc.strerror}"
+                ) from exc
+        return self.password
+
+    def client(self, **kwargs: Any):
+        """A redis-py client for these settings (``decode_responses=True``)."""
+        import redis
+
+        return redis.Redis.from_url(
+            self.url,
+            username=self.username,
+            password=self.resolved_password(),
+            decode_responses=True,
+            **kwargs,
+        )
+
+
+class ResourceAmount(_Model):
+    """cpu (millicores), memory (bytes), gpu (devices), parsed from spec notation."""
+
+    cpu: int = 0
+    memory: int = 0
+    gpu: int = 0
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, v: object) -> int:
+        return 0 if v is None else parse_cpu(v)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _mem(cls, v: object) -> int:
+        return 0 if v is None else parse_memory(v)
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must not be negative")
+        return v
+
+
+class VirtualClusterSettings(_Model):
+    """One virtual cluster: guarantee, optional max, borrowing."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    guarantee: ResourceAmount = ResourceAmount()
+    max: ResourceAmount | None = None
+    can_borrow: bool = True
+
+
+class ApiSettings(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8443, ge=0, le=65535)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_body_bytes: int = Field(1048576, gt=0)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("api.tls_cert and api.tls_key must be set together")
+        return self
+
+
+class LoopSettings(_Model):
+    interval_s: float = Field(1.0, gt=0)
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    policy: str = "pasture"
+    stop_grace_s: float = Field(10.0, ge=0)
+
+
+class SchedulerSettings(_Model):
+    """``/etc/pasture/scheduler.yaml``."""
+
+    cluster_name: str = "local"
+    redis: RedisSettings = RedisSettings()
+    share_dir: Path = Path("/srv/pasture/share")
+    api: ApiSettings = ApiSettings()
+    loop: LoopSettings = LoopSettings()
+    virtual_clusters: list[VirtualClusterSettings] = Field(
+        default_factory=lambda: [VirtualClusterSettings(name="default")]
+    )
+
+
+class NodeResourceOverrides(_Model):
+    """Overrides of detected node resources; None keeps what the agent detects."""
+
+    cpu: int | None = None
+    memory: int | None = None
+    gpu: int | None = Field(None, ge=0)
+    gpu_model: str | None = None
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, v: object) -> int | None:
+        return None if v is None else parse_cpu(v)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _mem(cls, v: object) -> int | None:
+        return None if v is None else parse_memory(v)
+
+
+class AgentSettings(_Model):
+    """``/etc/pasture/agent.yaml``."""
+
+    node_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    address: str = "127.0.0.1"
+    redis: RedisSettings = RedisSettings()
+    share_dir: Path = Path("/mnt/pasture")
+    executor: Literal["container", "process", "kubernetes"] = "container"
+    container_cli: Literal["podman", "docker"] = "podman"
+    task_network: str = "host"
+    heartbeat_interval_s: float = Field(5.0, gt=0)
+    work_dir: Path = Path("/var/lib/pasture")
+    port_range: tuple[int, int] = (20000, 29999)
+    resources: NodeResourceOverrides = NodeResourceOverrides()
+    labels: dict[str, str] = Field(default_factory=dict)
+    stop_grace_s: float = Field(10.0, ge=0)
+
+    @field_validator("port_range")
+    @classmethod
+    def _ports(cls, v: tuple[int, int]) -> tuple[int, int]:
+        lo, hi = v
+        if not (1 <= lo <= hi <= 65535):
+            raise ValueError(f"expected [low, high] with 1 <= low <= high <= 65535, got {list(v)}")
+        return v
+
+
+def _read(path: str | os.PathLike | None, default: str) -> dict:
+    p = Path(path or os.environ.get("PASTURE_CONFIG") or default)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SettingsError(f"cannot read settings file {p}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{p}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SettingsError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    url = os.environ.get("PASTURE_REDIS_URL")
+    if url:
+        data.setdefault("redis", {})
+        data["redis"] = {**(data["redis"] or {}), "url": url}
+    return data
+
+
+def _validate(model: type[BaseModel], data: dict, source: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {err['msg']} (given: {err.get('input')!r})")
+        raise SettingsError(f"{source}: invalid settings:\n" + "\n".join(lines)) from exc
+
+
+def load_scheduler_settings(path: str | os.PathLike | None = None) -> SchedulerSettings:
+    """Read scheduler settings from ``path`` (else PASTURE_CONFIG, else
+    /etc/pasture/scheduler.yaml). Raises SettingsError naming the file and field."""
+    data = _read(path, "/etc/pasture/scheduler.yaml")
+    return _validate(SchedulerSettings, data, str(path or "scheduler settings"))
+
+
+def load_agent_settings(path: str | os.PathLike | None = None) -> AgentSettings:
+    """Read agent settings from ``path`` (else PASTURE_CONFIG, else /etc/pasture/agent.yaml).
+    Raises SettingsError naming the file and field."""
+    data = _read(path, "/etc/pasture/agent.yaml")
+    return _validate(AgentSettings, data, str(path or "agent settings"))

@@ -1,0 +1,68 @@
+"""Reject at submit a gang that no node of the cluster could ever hold.
+
+Only the static shape of the cluster counts (each node's capacity, labels, GPU model; not
+what is free now, and lost nodes are ignored): a task fits a node when its request fits in
+the node's capacity and the node matches its selector and GPU model. The gang's minimum
+(``min_available`` of every role) must also fit in the whole cluster's capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler.core.model import Node, NodeState, Resources
+from scheduler.spec.model import JobSpec
+from scheduler.spec.quantity import format_cpu, format_memory
+
+
+def _describe(r: Resources) -> str:
+    return f"cpu {format_cpu(r.cpu_m)}, memory {format_memory(r.memory)}, gpu {r.gpu}"
+
+
+def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
+    """None when the gang could fit the cluster when empty, else one sentence saying why not.
+
+    Args:
+        spec: the validated job.
+        nodes: the cluster's nodes (capacity in millicores / bytes / devices).
+    Returns:
+        e.g. "role worker: a task needs cpu 64, memory 1Gi, gpu 0; the largest node
+        (node-1) has cpu 8, memory 16Gi, gpu 0".
+    """
+    usable = [n for n in nodes if n.state != NodeState.LOST]
+    if not usable:
+        return "the cluster has no nodes (none registered or all lost)"
+    total = Resources()
+    for n in usable:
+        total = total + n.capacity
+    gang = Resources()
+    for name, role in spec.roles.items():
+        req = role.resources.to_core()
+        model = role.resources.gpu_model
+        candidates = [
+            n
+            for n in usable
+            if all(n.labels.get(k) == v for k, v in role.node_selector.items())
+            and (model is None or req.gpu == 0 or n.gpu_model == model)
+        ]
+        if not candidates:
+            what = []
+            if role.node_selector:
+                what.append(f"labels {dict(role.node_selector)}")
+            if model:
+                what.append(f"GPU model {model}")
+            return f"role {name}: no node has {' and '.join(what)}"
+        if not any(req.fits_in(n.capacity) for n in candidates):
+            biggest = max(
+                candidates, key=lambda n: (n.capacity.gpu, n.capacity.cpu_m, n.capacity.memory)
+            )
+            return (
+                f"role {name}: a task needs {_describe(req)}; the largest matching node "
+                f"({biggest.name}) has {_describe(biggest.capacity)}"
+            )
+        gang = gang + req * (role.min_available or role.replicas)
+    if not gang.fits_in(total):
+        return (
+            f"the gang needs {_describe(gang)} in total; the whole cluster has {_describe(total)}"
+        )
+    return None
