@@ -1,0 +1,124 @@
+"""Named policies: the configurations of the one core that people compare.
+
+Every name here is a :class:`~scheduler.core.policy.Policy` value; the service's loop picks
+one by name (``loop.policy`` in scheduler.yaml, default ``pasture``) and the simulator
+replays traces under each of them side by side. None of them is a fork of the core.
+
+    fifo           strict FIFO: submit order, the first job that does not fit blocks all
+                   (no backfill, no VCs, no preemption).
+    fifo-backfill  FIFO with EASY backfill (Lifka 1995; Mu'alem & Feitelson, TPDS 2001).
+                   No duration estimates are given, so later jobs only use capacity the
+                   head job's reservation does not need.
+    capacity       YARN capacity scheduler as Philly ran it (Jeon et al., ATC'19): per-VC
+                   FIFO within guaranteed shares, idle capacity lent out and reclaimed by
+                   preemption when its owner has pending work.
+    drf            Dominant Resource Fairness across VCs (Ghodsi et al., NSDI'11): the VC
+                   with the smallest dominant share goes first.
+    tiresias-las   Tiresias discretised 2D-LAS (Gu et al., NSDI'19): queues by attained
+                   GPU-service (thresholds in GPU-seconds), FIFO inside a queue,
+                   preemption of jobs in lower queues; no duration knowledge.
+    srtf-oracle    shortest remaining time first with the true durations (the simulator
+                   fills Job.estimated_duration_s): an optimistic reference, not for use.
+    pasture        the service default: priority classes, VC guarantees with borrowing and
+                   reclaim, gangs, 2D-LAS inside a priority class, EASY backfill, aging so
+                   that nothing starves. Uses no duration estimates.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from scheduler.core.policy import Backfill, Policy, PreemptionMode
+
+_NO_PREEMPTION: tuple[PreemptionMode, ...] = ()
+
+PRESETS = MappingProxyType(
+    {
+        "fifo": Policy(
+            name="fifo",
+            queue_order="fifo",
+            backfill=Backfill.NONE,
+            strict_order=True,
+            vc_quota=False,
+            preemption=_NO_PREEMPTION,
+            aging_per_hour=0.0,
+        ),
+        "fifo-backfill": Policy(
+            name="fifo-backfill",
+            queue_order="fifo",
+            backfill=Backfill.EASY,
+            strict_order=True,
+            vc_quota=False,
+            preemption=_NO_PREEMPTION,
+            aging_per_hour=0.0,
+        ),
+        "capacity": Policy(
+            name="capacity",
+            queue_order="fifo",
+            backfill=Backfill.NONE,
+            strict_order=False,
+            vc_quota=True,
+            preemption=(PreemptionMode.VC_RECLAIM,),
+            aging_per_hour=0.0,
+        ),
+        "drf": Policy(
+            name="drf",
+            queue_order="drf",
+            backfill=Backfill.NONE,
+            strict_order=False,
+            vc_quota=False,
+            preemption=_NO_PREEMPTION,
+            aging_per_hour=0.0,
+        ),
+        "tiresias-las": Policy(
+            name="tiresias-las",
+            queue_order="las",
+            backfill=Backfill.NONE,
+            strict_order=False,
+            vc_quota=False,
+            preemption=(PreemptionMode.QUEUE_ORDER,),
+            aging_per_hour=0.0,
+            las_thresholds=(3600.0, 36000.0),
+        ),
+        "srtf-oracle": Policy(
+            name="srtf-oracle",
+            queue_order="srtf",
+            backfill=Backfill.NONE,
+            strict_order=False,
+            vc_quota=False,
+            preemption=(PreemptionMode.QUEUE_ORDER,),
+            aging_per_hour=0.0,
+        ),
+        "pasture": Policy(
+            name="pasture",
+            queue_order="las",
+            backfill=Backfill.EASY,
+            strict_order=False,
+            vc_quota=True,
+            preemption=(
+                PreemptionMode.VC_RECLAIM,
+                PreemptionMode.PRIORITY,
+                PreemptionMode.QUEUE_ORDER,
+            ),
+            aging_per_hour=1.0,
+            las_thresholds=(3600.0, 36000.0),
+            preemption_min_runtime_s=300.0,
+        ),
+    }
+)
+
+# Policies whose replay gives the core each job's true duration as its estimate.
+ORACLE_ESTIMATES = frozenset({"srtf-oracle"})
+DEFAULT_POLICY = "pasture"
+
+
+def get_preset(name: str) -> Policy:
+    """The named policy.
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown policy {name!r}; expected one of {', '.join(PRESETS)}") from None

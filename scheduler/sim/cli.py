@@ -1,0 +1,232 @@
+"""``pasture sim`` / ``python -m scheduler.sim``: replay a trace under every policy, side by side.
+
+Example (the issue's benchmark)::
+
+    python -m scheduler.sim --trace-format philly --jobs 5000 --skip 10000 --load 0.8
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from scheduler.sim.metrics import PolicyMetrics
+from scheduler.sim.scenario import (
+    Scenario,
+    build_scenario,
+    lower_bounds,
+    parse_policies,
+    run_policy,
+    to_json,
+)
+from scheduler.sim.trace import TraceError
+
+app = typer.Typer(help=__doc__, no_args_is_help=False, add_completion=False)
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.2f}"
+
+
+def _table(scenario: Scenario, results: dict[str, PolicyMetrics], lower: dict[str, float]) -> Table:
+    t = Table(
+        title=(
+            f"{scenario.trace}: {len(scenario.jobs)} jobs, {scenario.gpus} GPUs on "
+            f"{len(scenario.shapes)} nodes, window load {scenario.load:.2f}"
+        ),
+        caption=(
+            "times in hours; x LB = mean JCT / lower bound; alloc = time-averaged GPU allocation"
+        ),
+    )
+    for col in (
+        "policy",
+        "mean JCT",
+        "x LB",
+        "p50 JCT",
+        "p99 JCT",
+        "mean queue",
+        "makespan",
+        "alloc",
+        "alloc@1st wait",
+        "preempt",
+        "GPU-h lost",
+        "decision ms",
+    ):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for name, m in results.items():
+        t.add_row(
+            name,
+            _hours(m.jct_mean_s),
+            f"{m.jct_mean_s / lower['jct_mean_s']:.2f}",
+            _hours(m.jct_p50_s),
+            _hours(m.jct_p99_s),
+            _hours(m.queue_mean_s),
+            _hours(m.makespan_s),
+            f"{m.gpu_alloc_frac:.3f}",
+            "-" if m.alloc_at_first_wait is None else f"{m.alloc_at_first_wait:.3f}",
+            str(m.preemptions),
+            f"{m.gpu_hours_lost:.1f}",
+            f"{m.decision_ms_mean:.2f} (p99 {m.decision_ms_p99:.1f})",
+        )
+    t.add_row(
+        "lower bound",
+        _hours(lower["jct_mean_s"]),
+        "1.00",
+        "",
+        "",
+        "",
+        _hours(lower["makespan_s"]),
+        "",
+        "",
+        "",
+        "",
+        "",
+        style="dim",
+    )
+    return t
+
+
+def _vc_table(results: dict[str, PolicyMetrics]) -> Table:
+    t = Table(title="mean queueing delay per VC (hours)")
+    t.add_column("vc")
+    for name in results:
+        t.add_column(name, justify="right")
+    vcs = sorted({vc for m in results.values() for vc in m.queue_by_vc_s})
+    for vc in vcs:
+        t.add_row(vc, *(_hours(m.queue_by_vc_s.get(vc, 0.0)) for m in results.values()))
+    return t
+
+
+def plot_cdfs(results: dict[str, PolicyMetrics], path: Path, title: str) -> None:
+    """JCT CDF per policy (log-scale hours) into a PNG (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, m in results.items():
+        x = np.sort(np.asarray(m.jcts)) / 3600.0
+        ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("JCT (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@app.callback(invoke_without_command=True)
+def sim(
+    trace_format: str = typer.Option(
+        "philly", help="philly | openb | csv (generic, needs --trace and --columns)"
+    ),
+    trace: Path | None = typer.Option(
+        None, help="trace file (default: the shared trace of the format)"
+    ),
+    columns: str | None = typer.Option(
+        None,
+        help=(
+            "csv: submit=COL,duration=COL,gpus=COL"
+            "[,vc=COL,cpu=COL,memory=COL,checkpoint=COL,name=COL]"
+        ),
+    ),
+    time_format: str = typer.Option("seconds", help="csv submit column: seconds | datetime"),
+    machines: Path | None = typer.Option(
+        None, help="machine list CSV (machineId, number of GPUs, ...)"
+    ),
+    node_list: Path | None = typer.Option(
+        None, help="openb-style node list CSV (sn,cpu_milli,memory_mib,gpu,model)"
+    ),
+    nodes: int | None = typer.Option(None, help="homogeneous cluster of N nodes"),
+    gpus_per_node: int = typer.Option(
+        8, help="GPUs per node for --nodes (or for --load on csv traces)"
+    ),
+    jobs: int | None = typer.Option(None, help="replay N consecutive jobs by submit time"),
+    skip: int = typer.Option(0, help="after skipping the first K jobs"),
+    load: float | None = typer.Option(None, help="size the cluster so that the window load is L"),
+    policies: str | None = typer.Option(None, help="comma-separated policy names (default: all)"),
+    restart_cost: float = typer.Option(60.0, help="seconds of a job's GPUs lost per preemption"),
+    checkpoint_interval: float | None = typer.Option(
+        None,
+        help="checkpoint interval (s) for jobs that declare none; work since one is lost",
+    ),
+    plot: Path | None = typer.Option(None, help="write JCT CDFs per policy to this PNG"),
+    json_out: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
+) -> None:
+    """Replay a GPU-cluster trace through the scheduler core under each policy."""
+    err = Console(stderr=True)
+    try:
+        names = parse_policies(policies)
+        scenario = build_scenario(
+            trace_format,
+            trace,
+            columns=columns,
+            time_format=time_format,
+            machines=machines,
+            node_list=node_list,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            jobs=jobs,
+            skip=skip,
+            load=load,
+        )
+    except (TraceError, OSError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if scenario.stats.skipped:
+        err.print(f"trace rows skipped: {scenario.stats.skipped}")
+    results: dict[str, PolicyMetrics] = {}
+    walls: dict[str, float] = {}
+    n = len(scenario.jobs)
+    with Progress(
+        TextColumn("{task.description:>14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=json_out,
+    ) as bar:
+        tasks = {name: bar.add_task(name, total=n) for name in names}
+        for name in names:
+            task = tasks[name]
+            t0 = time.perf_counter()
+            results[name] = run_policy(
+                scenario,
+                name,
+                restart_cost_s=restart_cost,
+                checkpoint_s=checkpoint_interval,
+                progress=lambda done, task=task: bar.update(task, completed=done),
+            )
+            walls[name] = time.perf_counter() - t0
+    lower = lower_bounds(scenario)
+    if json_out:
+        typer.echo(json.dumps(to_json(scenario, results, lower), indent=2))
+    else:
+        out = Console()
+        out.print(_table(scenario, results, lower))
+        out.print(_vc_table(results))
+        out.print(
+            "wall time per policy (s): " + ", ".join(f"{k} {v:.1f}" for k, v in walls.items())
+        )
+    if plot is not None:
+        plot_cdfs(
+            results,
+            plot,
+            f"{scenario.trace}: {n} jobs, {scenario.gpus} GPUs, load {scenario.load:.2f}",
+        )
+        err.print(f"wrote {plot}")
+
+
+def main() -> None:
+    app()

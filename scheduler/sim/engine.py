@@ -1,0 +1,365 @@
+"""Discrete-event replay of a trace through the scheduler core.
+
+The clock is simulated: it jumps from event to event (job arrival, job completion, and for
+least-attained-service orders the instant a running job crosses an LAS threshold). All
+events at one timestamp are applied first, then the core is called once
+(``schedule(snapshot, policy, now)``, the same function the service's loop calls) and its
+Decision applied: preemptions release their allocation at once and requeue the victim,
+binds allocate. When a Decision preempted something the core is called again at the same
+instant, so that the freed capacity is used (the service does the same on its next cycle).
+
+Preemption cost model (per preemption of a job holding g GPUs that ran for ``ran`` s in
+this attempt):
+    lost_ckpt = ran mod checkpoint_s  when the job declares a checkpoint interval, else 0
+    the job's remaining work grows back by restart_cost_s + lost_ckpt
+    GPU-seconds lost = g * (restart_cost_s + lost_ckpt)
+so that GPU-seconds served = sum(g * p) + GPU-seconds lost, exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from scheduler.core.model import (
+    Decision,
+    Job,
+    Node,
+    Resources,
+    RunningJob,
+    Snapshot,
+    TaskPlacement,
+    TaskRole,
+    VirtualCluster,
+)
+from scheduler.core.policy import Policy
+from scheduler.sim.cluster import gang_shape, synthesise_requests
+from scheduler.sim.trace import TraceJob
+
+Decide = Callable[[Snapshot, Policy, float], Decision]
+
+_DONE, _ARRIVE, _TICK = 0, 1, 2  # completions first at equal times (frees capacity)
+MAX_CYCLES_PER_INSTANT = 32
+
+
+class SimulationError(RuntimeError):
+    """The replay cannot continue (a Decision broke an invariant, or jobs can never run)."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job.
+
+    Attributes:
+        trace: the job as the trace gave it.
+        gpus: GPUs the job holds when running.
+        first_start: seconds, first allocation (None if it never ran).
+        end: seconds, completion (None if it never completed).
+        run_s: total seconds holding an allocation over all attempts.
+        preemptions: times it was preempted.
+        lost_gpu_s: GPU-seconds lost to preemptions (restart cost + work since checkpoint).
+        completions: times it completed (exactly 1 in a correct replay).
+    """
+
+    trace: TraceJob
+    gpus: int
+    first_start: float | None = None
+    end: float | None = None
+    run_s: float = 0.0
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    completions: int = 0
+
+    @property
+    def jct(self) -> float:
+        assert self.end is not None
+        return self.end - self.trace.submit_s
+
+    @property
+    def queue_s(self) -> float:
+        """Time spent pending (first wait and waits after preemptions)."""
+        return self.jct - self.run_s
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Outcome of one replay.
+
+    Attributes:
+        policy: the policy's name.
+        records: per job, in trace order.
+        gpus: cluster GPUs.
+        start, end: first submit and last completion, seconds.
+        gpu_busy_s: integral of allocated GPUs over time, GPU-seconds.
+        decision_s: wall time of each core call, seconds.
+        alloc_at_first_wait: allocated GPU fraction when a job first had to wait on arrival.
+        peak_alloc: largest allocated GPU fraction reached.
+    """
+
+    policy: str
+    records: list[JobRecord]
+    gpus: int
+    start: float
+    end: float
+    gpu_busy_s: float
+    decision_s: list[float] = field(default_factory=list)
+    alloc_at_first_wait: float | None = None
+    peak_alloc: float = 0.0
+
+
+@dataclass(slots=True)
+class _Live:
+    record: JobRecord
+    job: Job
+    remaining: float
+    epoch: int = 0
+    start: float = 0.0
+    running: RunningJob | None = None
+
+
+def _default_decide() -> Decide:
+    from scheduler.core import schedule  # the service's entry point
+
+    return schedule
+
+
+def build_job(tj: TraceJob, max_node_gpus: int, estimate: bool) -> tuple[Job, int]:
+    """The core Job for a trace job: one role "worker" of k whole-node-or-smaller tasks.
+
+    Returns (job, gpus). ``estimate`` fills ``estimated_duration_s`` with the true duration
+    (the SRTF oracle); otherwise it stays None.
+    """
+    tasks, per_task = gang_shape(tj.gpus, max_node_gpus)
+    cpu, mem = synthesise_requests(tj)
+    role = TaskRole(
+        "worker", tasks, Resources(max(cpu // tasks, 0), max(mem // tasks, 0), per_task)
+    )
+    job = Job(
+        name=tj.name,
+        vc=tj.vc,
+        roles=(role,),
+        submit_time=tj.submit_s,
+        estimated_duration_s=tj.duration_s if estimate else None,
+    )
+    return job, tasks * per_task
+
+
+class Simulator:
+    """Replays jobs on nodes under one policy.
+
+    Args:
+        nodes: the cluster (empty allocations).
+        vcs: virtual clusters (every job's VC must be among them).
+        jobs: trace jobs (names unique).
+        policy: the core policy.
+        oracle_estimates: give the core each job's true duration as its estimate.
+        restart_cost_s: seconds of a job's GPUs lost per preemption (default 60).
+        checkpoint_s: checkpoint interval for jobs whose trace declares none (None = none).
+        decide: the core entry point (default ``scheduler.core.schedule``).
+        progress: called with the number of completed jobs after each instant.
+
+    Raises:
+        SimulationError: from :meth:`run`, see there.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        vcs: Sequence[VirtualCluster],
+        jobs: Sequence[TraceJob],
+        policy: Policy,
+        *,
+        oracle_estimates: bool = False,
+        restart_cost_s: float = 60.0,
+        checkpoint_s: float | None = None,
+        decide: Decide | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        if restart_cost_s < 0:
+            raise ValueError(f"restart_cost_s must be >= 0, got {restart_cost_s}")
+        if checkpoint_s is not None and checkpoint_s <= 0:
+            raise ValueError(f"checkpoint_s must be > 0 or None, got {checkpoint_s}")
+        self.policy = policy
+        self.decide = decide or _default_decide()
+        self.restart_cost_s = restart_cost_s
+        self.checkpoint_s = checkpoint_s
+        self.progress = progress
+        self.vcs = tuple(vcs)
+        self._nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self._node_tuple: tuple[Node, ...] | None = None
+        self.gpus = sum(n.capacity.gpu for n in nodes)
+        max_node_gpus = max((n.capacity.gpu for n in nodes), default=0)
+        self._live: dict[str, _Live] = {}
+        for tj in jobs:
+            if tj.name in self._live:
+                raise ValueError(f"duplicate job name {tj.name!r} in the trace")
+            job, g = build_job(tj, max_node_gpus, oracle_estimates)
+            self._live[tj.name] = _Live(JobRecord(tj, g), job, tj.duration_s)
+        self._pending: dict[str, Job] = {}
+        self._running: dict[str, RunningJob] = {}
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self._alloc_gpus = 0
+        self._busy = 0.0
+        self._last_t = 0.0
+        self._done = 0
+        self._las = policy.queue_order == "las"
+
+    # -- events ---------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, name: str, epoch: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, name, epoch))
+
+    def _advance(self, t: float) -> None:
+        self._busy += self._alloc_gpus * (t - self._last_t)
+        self._last_t = t
+
+    def _snapshot(self) -> Snapshot:
+        if self._node_tuple is None:
+            self._node_tuple = tuple(self._nodes.values())
+        return Snapshot(
+            nodes=self._node_tuple,
+            vcs=self.vcs,
+            pending=tuple(self._pending.values()),
+            running=tuple(self._running.values()),
+        )
+
+    def _allocate(self, placements: Sequence[TaskPlacement], sign: int) -> None:
+        for p in placements:
+            node = self._nodes.get(p.node)
+            if node is None:
+                raise SimulationError(f"decision placed a task on unknown node {p.node!r}")
+            if sign > 0:
+                alloc = node.allocated + p.resources
+                if not alloc.fits_in(node.capacity):
+                    raise SimulationError(
+                        f"decision overcommits node {p.node}: {alloc} > {node.capacity}"
+                    )
+            else:
+                alloc = node.allocated - p.resources
+            self._nodes[p.node] = replace(node, allocated=alloc)
+            self._alloc_gpus += sign * p.resources.gpu
+        self._node_tuple = None
+
+    def _start(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
+        gpus = sum(p.resources.gpu for p in placements)
+        if gpus != live.record.gpus or len(placements) != live.job.roles[0].replicas:
+            raise SimulationError(
+                f"job {live.job.name}: bound {len(placements)} tasks / {gpus} GPUs, "
+                f"expected {live.job.roles[0].replicas} / {live.record.gpus}"
+            )
+        self._allocate(placements, +1)
+        del self._pending[live.job.name]
+        live.start = now
+        live.epoch += 1
+        live.running = RunningJob(live.job, now, placements)
+        self._running[live.job.name] = live.running
+        if live.record.first_start is None:
+            live.record.first_start = now
+        self._push(now + live.remaining, _DONE, live.job.name, live.epoch)
+        if self._las:
+            g = max(gpus, 1)
+            for threshold in self.policy.las_thresholds:
+                if threshold > live.job.attained_service:
+                    self._push(now + (threshold - live.job.attained_service) / g, _TICK, "", 0)
+
+    def _stop(self, live: _Live, now: float, finished: bool) -> None:
+        assert live.running is not None
+        self._allocate(live.running.placements, -1)
+        del self._running[live.job.name]
+        ran = now - live.start
+        live.record.run_s += ran
+        live.running = None
+        live.epoch += 1
+        if finished:
+            live.record.end = now
+            live.record.completions += 1
+            live.remaining = 0.0
+            self._done += 1
+            return
+        ckpt = live.record.trace.checkpoint_s or self.checkpoint_s
+        lost_ckpt = ran % ckpt if ckpt else 0.0
+        live.remaining = live.remaining - (ran - lost_ckpt) + self.restart_cost_s
+        live.record.lost_gpu_s += live.record.gpus * (self.restart_cost_s + lost_ckpt)
+        live.record.preemptions += 1
+        live.job = replace(
+            live.job,
+            attempt=live.job.attempt + 1,
+            attained_service=live.job.attained_service + live.record.gpus * ran,
+        )
+        self._pending[live.job.name] = live.job
+
+    # -- the core ---------------------------------------------------------------------------
+    def _cycle(self, now: float, result: SimResult) -> None:
+        for _ in range(MAX_CYCLES_PER_INSTANT):
+            snap = self._snapshot()
+            t0 = time.perf_counter()
+            decision = self.decide(snap, self.policy, now)
+            result.decision_s.append(time.perf_counter() - t0)
+            for pre in decision.preemptions:
+                live = self._live.get(pre.job)
+                if live is None or live.running is None:
+                    raise SimulationError(f"decision preempts {pre.job!r}, which is not running")
+                self._stop(live, now, finished=False)
+            for bind in decision.binds:
+                live = self._live.get(bind.job)
+                if live is None or bind.job not in self._pending:
+                    raise SimulationError(f"decision binds {bind.job!r}, which is not pending")
+                self._start(live, bind.placements, now)
+            if not decision.preemptions:
+                return
+
+    def run(self) -> SimResult:
+        """Replay every job to completion.
+
+        Raises:
+            SimulationError: a Decision bound a job that is not pending, overcommitted a
+                node, preempted a job that is not running, or jobs stay pending with
+                nothing left to happen (they can never fit).
+        """
+        for live in self._live.values():
+            self._push(live.record.trace.submit_s, _ARRIVE, live.job.name)
+        start = min((r.record.trace.submit_s for r in self._live.values()), default=0.0)
+        self._last_t = start
+        result = SimResult(
+            self.policy.name, [v.record for v in self._live.values()], self.gpus, start, start, 0.0
+        )
+        heap = self._heap
+        while heap:
+            now = heap[0][0]
+            self._advance(now)
+            arrived = False
+            changed = False
+            while heap and heap[0][0] == now:
+                _, kind, _, name, epoch = heapq.heappop(heap)
+                if kind == _ARRIVE:
+                    live = self._live[name]
+                    self._pending[name] = live.job
+                    arrived = changed = True
+                elif kind == _DONE:
+                    live = self._live[name]
+                    if live.running is not None and live.epoch == epoch:
+                        self._stop(live, now, finished=True)
+                        changed = True
+                else:
+                    changed = changed or bool(self._running) and bool(self._pending)
+            if not changed:
+                continue
+            self._cycle(now, result)
+            frac = self._alloc_gpus / self.gpus if self.gpus else 0.0
+            result.peak_alloc = max(result.peak_alloc, frac)
+            if arrived and self._pending and result.alloc_at_first_wait is None:
+                result.alloc_at_first_wait = frac
+            if self.progress is not None:
+                self.progress(self._done)
+        if self._pending or self._running:
+            stuck = sorted(self._pending)[:5]
+            raise SimulationError(
+                f"{len(self._pending)} jobs can never be placed (e.g. {stuck}); "
+                "check the cluster shape and the policy's quotas"
+            )
+        result.end = self._last_t
+        result.gpu_busy_s = self._busy
+        return result
