@@ -1,0 +1,110 @@
+"""``pasture node ...``, ``pasture vc list``, ``pasture status``."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from scheduler.cli.client import ApiClient
+from scheduler.cli.config import load
+from scheduler.cli.output import console, fmt_resources, fmt_time, handle_errors, print_json, styled
+
+node_app = typer.Typer(help="List nodes; cordon, uncordon and drain them.", no_args_is_help=True)
+vc_app = typer.Typer(help="Virtual clusters.", no_args_is_help=True)
+
+
+def _capacity(n: dict) -> dict:
+    if isinstance(n.get("capacity"), dict):
+        return n["capacity"]
+    return {"cpu_m": n.get("cpu_m", 0), "memory": n.get("memory", 0), "gpu": n.get("gpu", 0)}
+
+
+@node_app.command("list")
+@handle_errors
+def node_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Nodes with state, address, capacity, allocation and last heartbeat."""
+    nodes = ApiClient(load()).nodes()
+    if as_json:
+        print_json(nodes)
+        return
+    table = Table("name", "state", "address", "capacity", "allocated", "gpu model", "heartbeat")
+    for n in nodes:
+        table.add_row(
+            str(n.get("name")),
+            styled(n.get("state")),
+            str(n.get("address", "")),
+            fmt_resources(_capacity(n)),
+            fmt_resources(n.get("allocated")),
+            str(n.get("gpu_model") or ""),
+            fmt_time(n.get("heartbeat")),
+        )
+    console.print(table)
+
+
+def _action(action: str, name: str) -> None:
+    node = ApiClient(load()).node_action(name, action)
+    console.print(f"node {name}: {styled(node.get('state'))}")
+
+
+@node_app.command()
+@handle_errors
+def cordon(name: str) -> None:
+    """Take no new tasks on NAME (running tasks stay)."""
+    _action("cordon", name)
+
+
+@node_app.command()
+@handle_errors
+def uncordon(name: str) -> None:
+    """Make NAME schedulable again."""
+    _action("uncordon", name)
+
+
+@node_app.command()
+@handle_errors
+def drain(name: str) -> None:
+    """Cordon NAME and move its running jobs elsewhere (they are requeued)."""
+    _action("drain", name)
+
+
+@vc_app.command("list")
+@handle_errors
+def vc_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """VCs with guarantee, max, used and borrowed resources."""
+    vcs = ApiClient(load()).vcs()
+    if as_json:
+        print_json(vcs)
+        return
+    table = Table("name", "guarantee", "max", "used", "borrowed", "running", "queued")
+    for v in vcs:
+        table.add_row(
+            str(v.get("name")),
+            fmt_resources(v.get("guarantee")),
+            fmt_resources(v.get("max")) or "-",
+            fmt_resources(v.get("used")),
+            fmt_resources(v.get("borrowed")),
+            str(v.get("jobs_running", "")),
+            str(v.get("jobs_queued", "")),
+        )
+    console.print(table)
+
+
+@handle_errors
+def status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Cluster summary: nodes and jobs by state, capacity and allocation."""
+    s = ApiClient(load()).status()
+    if as_json:
+        print_json(s)
+        return
+    table = Table("", "", title=f"cluster {s.get('cluster', '')}", show_header=False)
+    for key, value in s.items():
+        if key == "cluster":
+            continue
+        if isinstance(value, dict) and {"cpu_m", "memory"} & set(value):
+            text = fmt_resources(value)
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+        else:
+            text = str(value)
+        table.add_row(key, text)
+    console.print(table)

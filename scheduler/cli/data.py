@@ -1,0 +1,277 @@
+"""``pasture data push|pull`` (SFTP into the share) and ``pasture image push``."""
+
+from __future__ import annotations
+
+import posixpath
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import typer
+import yaml
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from scheduler.cli import ssh
+from scheduler.cli.output import JOB_NOT_SUCCEEDED, console, err_console, handle_errors
+
+data_app = typer.Typer(help="Copy data into and out of the cluster share.", no_args_is_help=True)
+image_app = typer.Typer(help="Distribute container images to nodes.", no_args_is_help=True)
+
+HostOpt = typer.Option(
+    None, "--host", envvar="PASTURE_SSH_HOST", help="master host (default: the API endpoint's host)"
+)
+PortOpt = typer.Option(22, "--port", envvar="PASTURE_SSH_PORT", help="SSH port")
+UserOpt = typer.Option("root", "--user", envvar="PASTURE_SSH_USER", help="SSH user")
+KeyOpt = typer.Option(None, "--key", envvar="PASTURE_SSH_KEY", help="private key file")
+KnownOpt = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
+ShareOpt = typer.Option(
+    "/srv/pasture/share",
+    "--share-dir",
+    envvar="PASTURE_SHARE_DIR",
+    help="the share's path on the master",
+)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def _master(host: str | None, port: int, user: str, key: str | None, known: str | None):
+    if host is None:
+        from scheduler.cli.config import load
+
+        host = urlparse(load().endpoint).hostname
+    return ssh.SshTarget(host=host, port=port, user=user, key_file=key, known_hosts=known)
+
+
+def _local_files(local: Path) -> list[tuple[Path, str]]:
+    """(file, path relative to ``local``'s parent-or-self) pairs to upload."""
+    if local.is_file():
+        return [(local, "")]
+    return [(p, p.relative_to(local).as_posix()) for p in sorted(local.rglob("*")) if p.is_file()]
+
+
+@data_app.command()
+@handle_errors
+def push(
+    local: Path = typer.Argument(..., exists=True, help="local file or directory"),
+    remote: str = typer.Argument(..., help="destination inside the share (e.g. datasets/mnist)"),
+    host: str | None = HostOpt,
+    port: int = PortOpt,
+    user: str = UserOpt,
+    key: str | None = KeyOpt,
+    known_hosts: str | None = KnownOpt,
+    share_dir: str = ShareOpt,
+) -> None:
+    """Upload LOCAL (file or directory, recursively) to REMOTE in the cluster share."""
+    dest = ssh.remote_path(share_dir, remote)
+    files = _local_files(local)
+    total = sum(f.stat().st_size for f, _ in files)
+    with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
+        sftp = client.open_sftp()
+        with _progress() as progress:
+            bar = progress.add_task(f"push {local.name}", total=total)
+            done = 0
+            for path, rel in files:
+                target = dest if not rel else posixpath.join(dest, rel)
+                if local.is_file():
+                    try:
+                        if stat.S_ISDIR(sftp.stat(dest).st_mode):
+                            target = posixpath.join(dest, local.name)
+                    except FileNotFoundError:
+                        pass
+                ssh.makedirs(sftp, posixpath.dirname(target))
+                base = done
+                sftp.put(
+                    str(path),
+                    target,
+                    callback=lambda n, _t, b=base: progress.update(bar, completed=b + n),
+                )
+                done += path.stat().st_size
+            progress.update(bar, completed=total)
+    console.print(f"pushed {len(files)} file(s), {total} bytes to {dest}")
+
+
+def _remote_files(sftp, root: str) -> list[tuple[str, str, int]]:
+    st = sftp.stat(root)
+    if not stat.S_ISDIR(st.st_mode):
+        return [(root, "", st.st_size)]
+    out = []
+    stack = [(root, "")]
+    while stack:
+        path, rel = stack.pop()
+        for entry in sftp.listdir_attr(path):
+            p, r = posixpath.join(path, entry.filename), posixpath.join(rel, entry.filename)
+            if stat.S_ISDIR(entry.st_mode):
+                stack.append((p, r))
+            else:
+                out.append((p, r, entry.st_size))
+    return sorted(out)
+
+
+@data_app.command()
+@handle_errors
+def pull(
+    local: Path = typer.Argument(..., help="local destination file or directory"),
+    remote: str = typer.Argument(..., help="source inside the share"),
+    host: str | None = HostOpt,
+    port: int = PortOpt,
+    user: str = UserOpt,
+    key: str | None = KeyOpt,
+    known_hosts: str | None = KnownOpt,
+    share_dir: str = ShareOpt,
+) -> None:
+    """Download REMOTE (file or directory) from the cluster share to LOCAL."""
+    src = ssh.remote_path(share_dir, remote)
+    with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
+        sftp = client.open_sftp()
+        try:
+            files = _remote_files(sftp, src)
+        except FileNotFoundError:
+            err_console.print(f"[red]error:[/red] {src} does not exist on the master")
+            raise typer.Exit(5) from None
+        total = sum(size for _, _, size in files)
+        with _progress() as progress:
+            bar = progress.add_task(f"pull {posixpath.basename(src)}", total=total)
+            done = 0
+            for path, rel, size in files:
+                target = (
+                    local / rel
+                    if rel
+                    else (local / posixpath.basename(src) if local.is_dir() else local)
+                )
+                target.parent.mkdir(parents=True, exist_ok=True)
+                base = done
+                sftp.get(
+                    path,
+                    str(target),
+                    callback=lambda n, _t, b=base: progress.update(bar, completed=b + n),
+                )
+                done += size
+            progress.update(bar, completed=total)
+    console.print(f"pulled {len(files)} file(s), {total} bytes to {local}")
+
+
+def _inventory_nodes(path: Path) -> list[tuple[str, str, str | None]]:
+    """(name, ansible_host, ansible_user) of the ``nodes`` group of an inventory file."""
+    inv = yaml.safe_load(path.read_text()) or {}
+    hosts = (((inv.get("all") or {}).get("children") or {}).get("nodes") or {}).get("hosts") or {}
+    return [
+        (name, (h or {}).get("ansible_host") or name, (h or {}).get("ansible_user"))
+        for name, h in hosts.items()
+    ]
+
+
+def _container_cli(cli: str | None) -> str:
+    for candidate in [cli] if cli else ["podman", "docker"]:
+        if shutil.which(candidate):
+            return candidate
+    raise typer.BadParameter("no podman or docker on PATH", param_hint="--cli")
+
+
+@image_app.command("push")
+@handle_errors
+def image_push(
+    image: str = typer.Argument(..., help="local image, e.g. localhost/train:1"),
+    inventory: Path | None = typer.Option(
+        None, "--inventory", "-i", exists=True, help="Ansible inventory; default: pasture node list"
+    ),
+    cli: str | None = typer.Option(None, "--cli", help="podman or docker (default: found)"),
+    remote_cli: str = typer.Option("podman", "--remote-cli", help="runtime on the nodes"),
+    port: int = PortOpt,
+    user: str = UserOpt,
+    key: str | None = KeyOpt,
+    known_hosts: str | None = KnownOpt,
+) -> None:
+    """Save IMAGE locally, then load it on every node over SSH (``podman load``)."""
+    if inventory is not None:
+        nodes = [(n, h, u or user) for n, h, u in _inventory_nodes(inventory)]
+    else:
+        from scheduler.cli.client import ApiClient
+        from scheduler.cli.config import load
+
+        api_nodes = ApiClient(load()).nodes()
+        nodes = [(n["name"], n.get("address") or n["name"], user) for n in api_nodes]
+    if not nodes:
+        err_console.print("[red]error:[/red] no nodes to push to")
+        raise typer.Exit(JOB_NOT_SUCCEEDED)
+    exe = _container_cli(cli)
+    with tempfile.TemporaryDirectory(prefix="pasture-image-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        with console.status(f"{exe} save {image}"):
+            proc = subprocess.run(
+                [exe, "save", "-o", str(archive), image], capture_output=True, text=True
+            )
+        if proc.returncode != 0:
+            err_console.print(f"[red]error:[/red] {exe} save {image}: {proc.stderr.strip()}")
+            raise typer.Exit(JOB_NOT_SUCCEEDED)
+        size = archive.stat().st_size
+        results = []
+        with _progress() as progress:
+            for name, host, node_user in nodes:
+                bar = progress.add_task(f"{name}", total=size)
+                results.append(
+                    (
+                        name,
+                        *_load_on(
+                            archive,
+                            host,
+                            node_user,
+                            port,
+                            key,
+                            known_hosts,
+                            remote_cli,
+                            progress,
+                            bar,
+                        ),
+                    )
+                )
+    table = Table("node", "result")
+    for name, ok, message in results:
+        table.add_row(name, f"[green]{message}[/green]" if ok else f"[red]{message}[/red]")
+    console.print(table)
+    if not all(ok for _, ok, _ in results):
+        raise typer.Exit(JOB_NOT_SUCCEEDED)
+
+
+def _load_on(archive, host, user, port, key, known_hosts, remote_cli, progress, bar):
+    """Stream ``archive`` into ``<remote_cli> load`` on one node; (ok, message)."""
+    try:
+        target = ssh.SshTarget(
+            host=host, port=port, user=user, key_file=key, known_hosts=known_hosts
+        )
+        with ssh.connect(target) as client:
+            stdin, stdout, stderr = client.exec_command(f"{remote_cli} load")
+            sent = 0
+            with archive.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    stdin.write(chunk)
+                    sent += len(chunk)
+                    progress.update(bar, completed=sent)
+            stdin.channel.shutdown_write()
+            out = stdout.read().decode(errors="replace").strip()
+            err = stderr.read().decode(errors="replace").strip()
+            code = stdout.channel.recv_exit_status()
+        if code != 0:
+            return False, f"{remote_cli} load exited {code}: {err or out}"
+        return True, out.splitlines()[-1] if out else "loaded"
+    except (OSError, Exception) as exc:  # paramiko raises many kinds; report per node
+        return False, f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,56 @@
+"""``pasture dev up|down``: the process-mode dev cluster (backend: :mod:`scheduler.dev`)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from scheduler.cli.output import console, err_console
+
+dev_app = typer.Typer(
+    help="Local process-mode cluster for development and tests.", no_args_is_help=True
+)
+
+
+def _dev():
+    try:
+        from scheduler import dev
+    except ImportError as exc:
+        err_console.print(f"[red]error:[/red] scheduler.dev is not available: {exc}")
+        raise typer.Exit(1) from None
+    return dev
+
+
+@dev_app.command("up")
+def up(
+    nodes: int = typer.Option(2, min=1, help="number of agents (nodes)"),
+    gpus_per_node: int = typer.Option(0, min=0, help="fake GPUs per node"),
+    as_json: bool = typer.Option(False, "--json", help="print endpoint and token as JSON"),
+) -> None:
+    """Start redis-server, the API, the loop and N agents as local processes."""
+    dev = _dev()
+    with console.status(f"starting a dev cluster with {nodes} node(s)"):
+        state = dev.up(nodes=nodes, gpus_per_node=gpus_per_node)
+    info = _public(state)
+    if as_json:
+        typer.echo(json.dumps(info))
+        return
+    console.print(f"endpoint: {info['endpoint']}")
+    console.print(f"token:    {info['token']}")
+    console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")
+
+
+@dev_app.command("down")
+def down() -> None:
+    """Stop every process of the dev cluster and remove its state."""
+    dev = _dev()
+    with console.status("stopping the dev cluster"):
+        dev.down()
+    console.print("dev cluster stopped")
+
+
+def _public(state) -> dict:
+    if not isinstance(state, dict):
+        state = {k: getattr(state, k) for k in dir(state) if not k.startswith("_")}
+    return {k: v for k, v in state.items() if isinstance(v, str | int | float | bool | list | dict)}
