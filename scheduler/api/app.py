@@ -42,7 +42,7 @@ def create_app(
             ``share_dir``, ``api.max_body_bytes`` and, when ``store``/``tokens`` are None,
             ``redis``.
         store: the backend store; None opens one from ``settings.redis``.
-        tokens: the token store; None uses the store's Redis client (``store.redis``) or a
+        tokens: the token store; None uses the store's Redis client (``store.r``) or a
             new client from the settings.
 
     Returns:
@@ -50,7 +50,7 @@ def create_app(
     """
     client = None
     if store is None or tokens is None:
-        client = getattr(store, "redis", None) or backend.redis_client(settings)
+        client = getattr(store, "r", None) or backend.redis_client(settings)
     if store is None:
         store = backend.open_store(settings, client)
     if tokens is None:
@@ -83,8 +83,7 @@ def create_app(
         """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
         answer."""
         try:
-            ping = getattr(store, "ping", None) or getattr(tokens._r, "ping")  # noqa: B009
-            ping()
+            tokens.ping()
         except Exception as exc:
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return {"status": "ok"}

@@ -61,3 +61,42 @@ def apply_vcs(settings: Any, store: Any) -> list[str]:
     """(Re)write the VCs from ``settings.virtual_clusters``; returns their names."""
     store.apply_vcs(settings.virtual_clusters)
     return [vc.name for vc in settings.virtual_clusters]
+
+
+def unfittable_reason(spec: Any, store: Any) -> str | None:
+    """Why no node of the cluster could ever hold the job's gang, None when it could.
+
+    Only the cluster's static shape counts (capacity, labels, GPU model; lost nodes are
+    ignored). With no node registered yet the check is skipped (None): agents may still be
+    starting, and the loop then reports the pending reason.
+    """
+    from scheduler.core.model import Node, NodeState, Resources
+    from scheduler.spec import unfittable_reason as reason
+
+    nodes = [
+        Node(
+            name=n.name,
+            capacity=Resources(n.cpu_m, n.memory, n.gpu),
+            labels=dict(n.labels),
+            gpu_model=n.gpu_model,
+            state=NodeState(n.state),
+        )
+        for n in store.list_nodes()
+    ]
+    if not nodes:
+        return None
+    return reason(spec, nodes)
+
+
+def job_exists_error() -> type[Exception]:
+    """The store's "a job of that name exists" exception class."""
+    from scheduler.store import JobExistsError
+
+    return JobExistsError
+
+
+def not_found_errors() -> tuple[type[Exception], ...]:
+    """The store's "no such job / node" exception classes."""
+    from scheduler.store import JobNotFoundError, NodeNotFoundError
+
+    return (JobNotFoundError, NodeNotFoundError)

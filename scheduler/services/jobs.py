@@ -155,23 +155,16 @@ class JobService:
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         spec = self.validate(document)
         require_vc(principal, field(spec, "vc", default="default"))
+        reason = backend.unfittable_reason(spec, self.store)
+        if reason is not None:
+            raise InvalidSpecError(
+                f"job can never be placed: {reason}",
+                [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
+            )
         try:
             job = self.store.create_job(spec, user=principal.name)
-        except ValidationError as exc:
-            errors = validation_errors(exc)
-            raise InvalidSpecError(_summary(errors), errors) from None
-        except Exception as exc:  # the store's duplicate / never-fits errors
-            kind = type(exc).__name__.lower()
-            if "exist" in kind or "duplicate" in kind or "conflict" in kind:
-                raise ConflictError(str(exc)) from None
-            if isinstance(getattr(exc, "errors", None), list):  # SpecError (never fits)
-                errors = [spec_error(e) for e in exc.errors]
-                raise InvalidSpecError(_summary(errors), errors) from None
-            if isinstance(exc, ValueError):
-                raise InvalidSpecError(
-                    str(exc), [{"loc": [], "msg": str(exc), "type": "value_error"}]
-                ) from None
-            raise
+        except backend.job_exists_error() as exc:
+            raise ConflictError(str(exc)) from None
         return as_dict(job)
 
     # -- read ---------------------------------------------------------------------------
@@ -190,7 +183,7 @@ class JobService:
         """
         job = as_dict(self._visible(principal, name))
         if "tasks" not in job:
-            job["tasks"] = as_dict(self.store.job_tasks(name))
+            job["tasks"] = as_dict(self.store.tasks(name))
         return job
 
     def list(
@@ -205,7 +198,7 @@ class JobService:
         """Jobs visible to the caller, newest first.
 
         Returns:
-            ``{"items": [job...], "limit": n, "offset": n}``.
+            ``{"items": [job...], "total": n matching, "limit": n, "offset": n}``.
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         if vc is not None:
@@ -215,9 +208,20 @@ class JobService:
         else:
             vcs = list(principal.vcs)
         if vcs == []:
-            return {"items": [], "limit": limit, "offset": offset}
-        items = self.store.list_jobs(vcs=vcs, state=state, limit=limit, offset=offset)
-        return {"items": as_dict(items), "limit": limit, "offset": offset}
+            return {"items": [], "total": 0, "limit": limit, "offset": offset}
+        if vcs is None or len(vcs) == 1:
+            items, total = self.store.list_jobs(
+                vc=vcs[0] if vcs else None, state=state, limit=limit, offset=offset
+            )
+        else:  # several VCs: merge each VC's newest offset+limit jobs, newest first
+            items, total = [], 0
+            for one in vcs:
+                page, n = self.store.list_jobs(vc=one, state=state, limit=offset + limit)
+                items.extend(page)
+                total += n
+            items.sort(key=lambda j: field(j, "created", default=0.0), reverse=True)
+            items = items[offset : offset + limit]
+        return {"items": as_dict(items), "total": total, "limit": limit, "offset": offset}
 
     def events(self, principal: Principal, name: str) -> dict:
         """The job's event history and its current pending reason.
@@ -230,7 +234,7 @@ class JobService:
             "job": name,
             "state": job.get("state"),
             "pending_reason": job.get("pending_reason"),
-            "events": as_dict(self.store.job_events(name)),
+            "events": as_dict(self.store.events(name)),
         }
 
     def stop(self, principal: Principal, name: str, reason: str | None = None) -> dict:
@@ -241,5 +245,8 @@ class JobService:
         job = self._visible(principal, name)
         if field(job, "state") in TERMINAL_STATES:
             return as_dict(job)
-        self.store.request_stop(name, reason=reason or f"stopped by {principal.name}")
+        try:
+            self.store.request_stop(name, reason=reason or f"stopped by {principal.name}")
+        except backend.not_found_errors():
+            raise NotFoundError(f"job {name!r} not found") from None
         return as_dict(self.store.get_job(name))

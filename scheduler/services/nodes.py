@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.services import backend
 from scheduler.services.errors import NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import as_dict
@@ -44,7 +45,8 @@ class NodeService:
             ForbiddenError: a user token. NotFoundError: unknown node.
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
-        if self.store.get_node(name) is None:
-            raise NotFoundError(f"node {name!r} not found")
-        self.store.set_node_state(name, ACTIONS[action], reason=f"{action} by {principal.name}")
+        try:
+            self.store.set_node_state(name, ACTIONS[action], reason=f"{action} by {principal.name}")
+        except backend.not_found_errors():
+            raise NotFoundError(f"node {name!r} not found") from None
         return self.get(principal, name)

@@ -21,4 +21,4 @@ class VcService:
         Resources are ``{cpu_m (millicores), memory (bytes), gpu}`` as the store gives them.
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
-        return as_dict(self.store.list_vcs())
+        return as_dict(self.store.vc_usage())

@@ -135,6 +135,10 @@ class TokenStore:
         )
         return token
 
+    def ping(self) -> bool:
+        """True when Redis answers (raises redis.ConnectionError otherwise)."""
+        return bool(self._r.ping())
+
     def verify(self, token: str) -> TokenInfo | None:
         """The token's info, or None when the token is unknown or revoked."""
         if not token:
