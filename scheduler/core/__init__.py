@@ -22,9 +22,15 @@ from scheduler.core.model import (
     TaskRole,
     VirtualCluster,
 )
+from scheduler.core.plugins import FILTERS, SCORERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
+from scheduler.core.queue import QUEUE_ORDERS
+from scheduler.core.scheduler import schedule
 
 __all__ = [
+    "FILTERS",
+    "QUEUE_ORDERS",
+    "SCORERS",
     "ZERO",
     "Backfill",
     "Bind",
@@ -44,4 +50,5 @@ __all__ = [
     "TaskPlacement",
     "TaskRole",
     "VirtualCluster",
+    "schedule",
 ]

@@ -1,0 +1,203 @@
+"""Virtual-cluster accounting: guarantee, max cap, borrowing and what may be reclaimed.
+
+Semantics (OpenPAI virtual clusters / HiveD / YARN capacity scheduler):
+
+- **usage** of a VC is what its running jobs hold, plus what this cycle binds or claims.
+- **guarantee**: a VC always gets this much back when it has pending work. Only the
+  components a VC's guarantee sets (> 0) are governed by it; a guarantee of all zeros
+  governs every component (the VC owns nothing). E.g. ``{gpu: 8}`` says nothing about cpu.
+- **max**: hard cap including borrowed capacity. A zero component of ``max`` means "no cap
+  on that component" (``max: {gpu: 32}`` caps GPUs only); an all-zero ``max`` caps all.
+- **borrowing**: beyond its guarantee (in a governed component) a VC may use idle capacity
+  when ``can_borrow``, but not capacity that other VCs with pending work need to reach
+  their own guarantees (that would be preempted back at once).
+- **reclaim**: a job that keeps its VC within guarantee may preempt jobs of VCs that are
+  above their guarantee (borrowers); a victim may be taken only if its VC stays at or above
+  its guarantee in the components the reclaiming job asks for.
+
+When ``Policy.vc_quota`` is False none of this applies and VCs are names only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler.core.model import Job, Node, PendingReason, ReasonKind, RunningJob, VirtualCluster
+from scheduler.core.reasons import fmt_dim, reason
+
+Vec = list[int]
+
+
+def _governed(r: tuple[int, int, int]) -> tuple[int, ...]:
+    dims = tuple(d for d in range(3) if r[d] > 0)
+    return dims if dims else (0, 1, 2)
+
+
+def _triple(r) -> tuple[int, int, int]:
+    return (r.cpu_m, r.memory, r.gpu)
+
+
+class VcLedger:
+    """Per-VC usage and pending demand during one cycle.
+
+    Args:
+        vcs: the snapshot's virtual clusters.
+        running: running jobs (their allocations are the initial usage).
+        pending: pending jobs (their gang requests are the initial demand).
+        nodes: every node (capacity of ready nodes is the denominator of DRF shares).
+        enabled: ``Policy.vc_quota``.
+    """
+
+    def __init__(
+        self,
+        vcs: Iterable[VirtualCluster],
+        running: Iterable[RunningJob],
+        pending: Iterable[Job],
+        nodes: Iterable[Node],
+        enabled: bool,
+    ) -> None:
+        self.enabled = enabled
+        self.vcs: dict[str, VirtualCluster] = {v.name: v for v in vcs}
+        self.guarantee: dict[str, tuple[int, int, int]] = {
+            n: _triple(v.guarantee) for n, v in self.vcs.items()
+        }
+        self.governed = {n: _governed(g) for n, g in self.guarantee.items()}
+        self.usage: dict[str, Vec] = {}
+        for rj in running:
+            u = self.usage.setdefault(rj.job.vc, [0, 0, 0])
+            for p in rj.placements:
+                r = p.resources
+                u[0] += r.cpu_m
+                u[1] += r.memory
+                u[2] += r.gpu
+        self.demand: dict[str, Vec] = {}
+        for j in pending:
+            r = j.gang_request()
+            d = self.demand.setdefault(j.vc, [0, 0, 0])
+            d[0] += r.cpu_m
+            d[1] += r.memory
+            d[2] += r.gpu
+        total = [0, 0, 0]
+        for n in nodes:
+            if n.state == "ready":
+                total[0] += n.capacity.cpu_m
+                total[1] += n.capacity.memory
+                total[2] += n.capacity.gpu
+        self.total = total
+
+    # -- state changes --------------------------------------------------------------------
+    def charge(self, vc: str, req: tuple[int, int, int]) -> None:
+        """Add ``req`` to the VC's usage and remove it from its pending demand."""
+        u = self.usage.setdefault(vc, [0, 0, 0])
+        d = self.demand.setdefault(vc, [0, 0, 0])
+        for k in range(3):
+            u[k] += req[k]
+            d[k] = max(d[k] - req[k], 0)
+
+    def drop_demand(self, vc: str, req: tuple[int, int, int]) -> None:
+        """Forget pending demand that cannot be served (job unplaceable for good)."""
+        d = self.demand.setdefault(vc, [0, 0, 0])
+        for k in range(3):
+            d[k] = max(d[k] - req[k], 0)
+
+    # -- queries --------------------------------------------------------------------------
+    def known(self, vc: str) -> bool:
+        return not self.enabled or vc in self.vcs
+
+    def share(self, vc: str) -> float:
+        """Dominant share: max over resources of usage / ready capacity (Ghodsi et al.)."""
+        u = self.usage.get(vc)
+        if u is None:
+            return 0.0
+        return max((u[k] / self.total[k] if self.total[k] else 0.0) for k in range(3))
+
+    def borrowed(self, vc: str) -> Vec:
+        """Usage above guarantee, per component (a component with no guarantee counts whole)."""
+        u = self.usage.get(vc, [0, 0, 0])
+        g = self.guarantee.get(vc, (0, 0, 0))
+        return [max(u[k] - g[k], 0) for k in range(3)]
+
+    def within_guarantee(self, job: Job, req: tuple[int, int, int]) -> bool:
+        """True when ``req`` keeps the job's VC within its guarantee in every governed
+        component the job asks for (and there is at least one): reclaim may serve it."""
+        if not self.enabled or job.vc not in self.vcs:
+            return False
+        g = self.guarantee[job.vc]
+        if not any(g):
+            return False
+        u = self.usage.get(job.vc, [0, 0, 0])
+        dims = [d for d in self.governed[job.vc] if req[d] > 0]
+        return bool(dims) and all(u[d] + req[d] <= g[d] for d in dims)
+
+    def admit(self, job: Job, req: tuple[int, int, int], ready_free: Vec) -> PendingReason | None:
+        """None when the job's VC may take ``req`` now, else the reason it may not.
+
+        ``ready_free`` is the free capacity summed over ready nodes, per component.
+        """
+        if not self.enabled:
+            return None
+        v = self.vcs.get(job.vc)
+        if v is None:
+            return reason(
+                ReasonKind.UNKNOWN_VC,
+                f"vc {job.vc} does not exist",
+                vc=job.vc,
+                known=sorted(self.vcs),
+            )
+        u = self.usage.get(job.vc, [0, 0, 0])
+        if v.max is not None:
+            cap = _triple(v.max)
+            capped = (0, 1, 2) if not any(cap) else tuple(d for d in range(3) if cap[d] > 0)
+            for d in (2, 0, 1):
+                if d in capped and u[d] + req[d] > cap[d]:
+                    return reason(
+                        ReasonKind.VC_MAX,
+                        f"vc {job.vc} is at its max of {fmt_dim(d, cap[d])} "
+                        f"(holds {fmt_dim(d, u[d])}, the job needs {fmt_dim(d, req[d])})",
+                        vc=job.vc,
+                        resource=("cpu_m", "memory", "gpu")[d],
+                        max=cap[d],
+                        used=u[d],
+                        requested=req[d],
+                    )
+        g = self.guarantee[job.vc]
+        for d in (2, 0, 1):
+            if d not in self.governed[job.vc]:
+                continue
+            borrow = max(u[d] + req[d] - g[d], 0) - max(u[d] - g[d], 0)
+            if borrow <= 0:
+                continue
+            if not v.can_borrow:
+                return reason(
+                    ReasonKind.VC_QUOTA,
+                    f"vc {job.vc} is at its guarantee of {fmt_dim(d, g[d])} and may not borrow "
+                    f"(holds {fmt_dim(d, u[d])}, the job needs {fmt_dim(d, req[d])})",
+                    vc=job.vc,
+                    resource=("cpu_m", "memory", "gpu")[d],
+                    guarantee=g[d],
+                    used=u[d],
+                    requested=req[d],
+                )
+            held = 0
+            holders = []
+            for other, og in self.guarantee.items():
+                if other == job.vc:
+                    continue
+                dem = self.demand.get(other)
+                if not dem or dem[d] <= 0:
+                    continue
+                unmet = og[d] - self.usage.get(other, (0, 0, 0))[d]
+                if unmet > 0:
+                    held += min(unmet, dem[d])
+                    holders.append(other)
+            if holders and borrow > ready_free[d] - held:
+                return reason(
+                    ReasonKind.VC_QUOTA,
+                    f"vc {job.vc} would borrow {fmt_dim(d, borrow)} beyond its guarantee, but "
+                    f"the idle capacity is held for the guarantee of vc {', '.join(holders)}",
+                    vc=job.vc,
+                    resource=("cpu_m", "memory", "gpu")[d],
+                    borrow=borrow,
+                    held_for=holders,
+                )
+        return None

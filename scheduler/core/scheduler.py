@@ -1,0 +1,665 @@
+"""One scheduling cycle: ``schedule(snapshot, policy, now) -> Decision``.
+
+Pipeline (the order matters; see comments in :meth:`_Cycle.consider`):
+
+    Snapshot ──> NodeIndex (free capacity by node class / free GPUs / free cpu)
+             ──> VcLedger  (usage, guarantee, max, pending demand per VC)
+             ──> queue order (registry: priority-fifo, fifo, drf, las, srtf) + aging
+    for each pending job, in order (at most Policy.max_jobs_per_cycle):
+        strict order blocked?      -> QUEUE_ORDER
+        VC admission               -> UNKNOWN_VC / VC_MAX / VC_QUOTA
+        gang placement (filters -> scorers -> transactional gang), around the EASY
+          reservation's holds                                     -> Bind
+        else preemption what-if (vc-reclaim, priority, queue-order) -> Preemption + PREEMPTING
+        else reason (NO_FIT_EVER / INSUFFICIENT_RESOURCES / GANG_INCOMPLETE / RESERVATION),
+          and the first job blocked for resources gets the EASY reservation
+    ──> Decision(binds, preemptions, pending reasons, version)
+
+A job that preempts is reported pending with kind PREEMPTING and is bound in a later cycle,
+after its victims have released: binding it in the same cycle would put two allocations on
+the same GPUs in the ledger until the victims stop. Its claim on capacity that is free now
+is held for the rest of the cycle so that later jobs cannot take it.
+
+Pure: no I/O, no clock (``now`` is an argument), no randomness; node and job order in the
+snapshot only matter as tie-breakers, and identical inputs give identical Decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from scheduler.core.gang import GangFailure, GangPlacement, Placer, role_request
+from scheduler.core.index import NodeIndex
+from scheduler.core.model import (
+    Bind,
+    Decision,
+    Job,
+    PendingReason,
+    Preemption,
+    ReasonKind,
+    RunningJob,
+    Snapshot,
+)
+from scheduler.core.plugins import FILTERS
+from scheduler.core.policy import Backfill, Policy, PreemptionMode
+from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
+from scheduler.core.quota import VcLedger
+from scheduler.core.reasons import fmt_gpu, fmt_request, fmt_selector, reason
+
+INF = math.inf
+MAX_MINIMISE = 32
+"""Victim sets larger than this skip the minimisation pass (each step is a placement)."""
+
+
+def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
+    """Decide which pending gangs to bind and which running jobs to preempt.
+
+    Args:
+        snapshot: nodes, VCs, pending and running jobs (see :class:`Snapshot`).
+        policy: queue order, plugins, backfill, VC and preemption settings (data).
+        now: current time in seconds (same clock as submit/start times).
+
+    Returns:
+        A :class:`Decision`: binds (whole gangs), preemptions, and a reason for every
+        pending job not bound. Deterministic for equal inputs.
+
+    Raises:
+        ValueError: a policy naming unknown plugins, or a snapshot with duplicate node or
+            pending job names.
+    """
+    if not snapshot.pending:
+        return Decision(version=snapshot.version)
+    return _Cycle(snapshot, policy, now).run()
+
+
+@dataclass(slots=True)
+class _Reservation:
+    """EASY reservation of the first job blocked for resources.
+
+    Attributes:
+        job: its name.
+        time: shadow time (seconds) at which its gang fits, INF if only when jobs without
+            estimates end.
+        holds: {node id: [cpu_m, memory, gpu]} that later jobs may not take now, because the
+            reservation needs it and nothing releases it before ``time``.
+        applied: what is currently taken from the index for the holds.
+    """
+
+    job: str
+    time: float
+    holds: dict[int, list[int]]
+    applied: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        self.snapshot = snapshot
+        self.policy = policy
+        self.now = now
+        try:
+            self.order = QUEUE_ORDERS[policy.queue_order]
+        except KeyError:
+            raise ValueError(
+                f"Policy.queue_order: expected one of {sorted(QUEUE_ORDERS)}, "
+                f"got {policy.queue_order!r}"
+            ) from None
+        if "resource-fit" not in policy.filters:
+            raise ValueError(
+                f"Policy.filters must include 'resource-fit', got {list(policy.filters)}"
+            )
+        for name in policy.filters:
+            if name not in FILTERS:
+                raise ValueError(
+                    f"Policy.filters: unknown filter {name!r}; known: {sorted(FILTERS)}"
+                )
+        names = set()
+        for j in snapshot.pending:
+            if j.name in names:
+                raise ValueError(f"Snapshot.pending: job {j.name!r} appears more than once")
+            names.add(j.name)
+        sel_keys = sorted({k for j in snapshot.pending for r in j.roles for k in r.node_selector})
+
+        def class_key(n, _keys=sel_keys):
+            return (n.state, n.gpu_model, tuple(n.labels.get(k) for k in _keys))
+
+        self.index = NodeIndex(snapshot.nodes, class_key)
+        self.placer = Placer(self.index, policy)
+        self.ledger = VcLedger(
+            snapshot.vcs, snapshot.running, snapshot.pending, snapshot.nodes, policy.vc_quota
+        )
+        self.octx = OrderContext(now, policy, self.ledger.share)
+        self.binds: list[Bind] = []
+        self.preemptions: list[Preemption] = []
+        self.reasons: dict[str, PendingReason] = {}
+        self.victims: set[str] = set()
+        self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
+        self.reservation: _Reservation | None = None
+        self.strict_blocker: str | None = None
+
+    # -- driver ---------------------------------------------------------------------------
+    def run(self) -> Decision:
+        limit = self.policy.max_jobs_per_cycle
+        examined = 0
+        for job in self._ordered():
+            if limit is not None and examined >= limit:
+                self.reasons[job.name] = reason(
+                    ReasonKind.CYCLE_LIMIT,
+                    f"not examined this cycle (at most {limit} jobs per cycle)",
+                    limit=limit,
+                )
+                continue
+            examined += 1
+            self.consider(job)
+        return Decision(
+            binds=tuple(self.binds),
+            preemptions=tuple(self.preemptions),
+            pending=self.reasons,
+            version=self.snapshot.version,
+        )
+
+    def _ordered(self) -> Iterator[Job]:
+        order, ctx = self.order, self.octx
+        pending = self.snapshot.pending
+        if not order.dynamic:
+            yield from sorted(pending, key=lambda j: full_key(order, j, ctx))
+            return
+        # Dynamic (DRF): within a VC the order is fixed; across VCs re-pick after each job,
+        # because binds change the VCs' shares.
+        per_vc: dict[str, list[Job]] = {}
+        for j in pending:
+            per_vc.setdefault(j.vc, []).append(j)
+        queues = []
+        for vc in sorted(per_vc):
+            jobs = sorted(per_vc[vc], key=lambda j: full_key(order, j, ctx))
+            queues.append([0, jobs])
+        while True:
+            best = None
+            best_key = None
+            for q in queues:
+                pos, jobs = q
+                if pos < len(jobs):
+                    k = full_key(order, jobs[pos], ctx)
+                    if best_key is None or k < best_key:
+                        best, best_key = q, k
+            if best is None:
+                return
+            job = best[1][best[0]]
+            best[0] += 1
+            yield job
+
+    # -- one job --------------------------------------------------------------------------
+    def consider(self, job: Job) -> None:
+        name = job.name
+        req = _gang_triple(job)
+        if self.strict_blocker is not None:
+            self.reasons[name] = reason(
+                ReasonKind.QUEUE_ORDER,
+                f"waiting behind job {self.strict_blocker} (strict queue order)",
+                blocked_by=self.strict_blocker,
+            )
+            return
+        # VC admission first: a job its VC may not run now must neither take capacity nor
+        # get a reservation nor preempt anyone.
+        why = self.ledger.admit(job, req, self.index.ready_free)
+        if why is not None:
+            if why.kind is ReasonKind.UNKNOWN_VC:
+                self.ledger.drop_demand(job.vc, req)
+            self.reasons[name] = why
+            return
+        result, held_back = self._try_place(job)
+        if isinstance(result, GangPlacement):
+            self._bind(job, result)
+            return
+        # Blocked only by the reservation: wait for it rather than preempt around it.
+        if held_back:
+            res = self.reservation
+            assert res is not None
+            when = "" if res.time == INF else f" (due at t={res.time:.0f}s)"
+            self.reasons[name] = reason(
+                ReasonKind.RESERVATION,
+                f"waiting behind reservation for job {res.job}{when}",
+                blocked_by=res.job,
+                reservation_time=res.time,
+            )
+            return
+        if self.policy.preemption and self._try_preempt(job, req):
+            return
+        why = self._failure_reason(job, result)
+        if why.kind is ReasonKind.NO_FIT_EVER:
+            self.ledger.drop_demand(job.vc, req)
+            self.reasons[name] = why
+            return
+        if self.policy.backfill is Backfill.EASY:
+            if self.reservation is None:
+                self.reservation = self._reserve(job)
+                if self.reservation is not None:
+                    t = self.reservation.time
+                    extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
+                    why = reason(why.kind, why.message + extra, **why.details, reserved_at=t)
+        elif self.policy.strict_order:
+            self.strict_blocker = name
+        self.reasons[name] = why
+
+    def _bind(self, job: Job, gp: GangPlacement) -> None:
+        placements = gp.placements(job, self.index.names)
+        self.binds.append(Bind(job.name, placements, gp.scores))
+        self.ledger.charge(job.vc, tuple(gp.alloc))
+        est = job.estimated_duration_s
+        end = self.now + est if est is not None else INF
+        self.bound_ends.append((end, job.name, gp.per_node()))
+
+    def _try_place(self, job: Job) -> tuple[GangPlacement | GangFailure, bool]:
+        """Place with the reservation's holds in force. Returns (result, held_back) where
+        held_back says the gang would have fit without the holds."""
+        res = self.reservation
+        placer = self.placer
+        if res is None:
+            return self._place_charging(job), False
+        est = job.estimated_duration_s
+        if res.time != INF and est is not None and self.now + est <= res.time:
+            # EASY: a job that ends before the shadow time cannot delay the reservation.
+            self._lift_holds(res)
+            result = self._place_charging(job)
+            self._apply_holds(res)
+            return result, False
+        result = self._place_charging(job)
+        if isinstance(result, GangPlacement):
+            return result, False
+        self._lift_holds(res)
+        mark = self.index.mark()
+        probe = placer.place_gang(job)
+        self.index.rollback(mark)
+        self._apply_holds(res)
+        return result, isinstance(probe, GangPlacement)
+
+    def _place_charging(self, job: Job) -> GangPlacement | GangFailure:
+        """place_gang, admitting replicas beyond min_available against the VC ledger as if
+        the gang were already charged; usage is restored afterwards (_bind charges what was
+        actually placed)."""
+        if not any(r.replicas > r.gang_min for r in job.roles):
+            return self.placer.place_gang(job)
+        ledger = self.ledger
+        usage = ledger.usage.setdefault(job.vc, [0, 0, 0])
+        gang = _gang_triple(job)
+        added = list(gang)
+        for k in range(3):
+            usage[k] += gang[k]
+
+        def ok(req: tuple[int, int, int]) -> bool:
+            if ledger.admit(job, req, self.index.ready_free) is not None:
+                return False
+            for k in range(3):
+                usage[k] += req[k]
+                added[k] += req[k]
+            return True
+
+        try:
+            return self.placer.place_gang(job, ok)
+        finally:
+            for k in range(3):
+                usage[k] -= added[k]
+
+    # -- EASY reservation -----------------------------------------------------------------
+    def _reserve(self, job: Job) -> _Reservation | None:
+        """Earliest time the gang fits as running jobs end (by estimate), and the capacity
+        it needs that nothing releases before then (Lifka 1995; Mu'alem & Feitelson 2001).
+        """
+        index = self.index
+        events: list[tuple[float, float, str, dict[int, list[int]]]] = []
+        for rj in self.snapshot.running:
+            per = _per_node(rj, index.id_of)
+            if rj.job.name in self.victims:
+                end = self.now
+            elif rj.job.estimated_duration_s is not None:
+                end = max(rj.start_time + rj.job.estimated_duration_s, self.now)
+            else:
+                end = INF
+            events.append((end, -rj.start_time, rj.job.name, per))
+        for end, name, per in self.bound_ends:
+            events.append((end, -self.now, name, per))
+        events.sort(key=lambda e: (e[0], e[1], e[2]))
+        mark = index.mark()
+        need = _gang_triple(job)
+        released: dict[int, list[int]] = {}
+        found: GangPlacement | None = None
+        time = INF
+        for end, _s, _n, per in events:
+            for i, v in per.items():
+                index.release(i, v[0], v[1], v[2])
+                acc = released.setdefault(i, [0, 0, 0])
+                for k in range(3):
+                    acc[k] += v[k]
+            rf = index.ready_free
+            if rf[0] < need[0] or rf[1] < need[1] or rf[2] < need[2]:
+                continue
+            probe = self.placer.place_gang(job)
+            if isinstance(probe, GangPlacement):
+                found, time = probe, end
+                break
+        index.rollback(mark)
+        if found is None:
+            return None
+        holds: dict[int, list[int]] = {}
+        for i, v in found.per_node().items():
+            rel = released.get(i, (0, 0, 0))
+            h = [max(v[k] - rel[k], 0) for k in range(3)]
+            if any(h):
+                holds[i] = h
+        res = _Reservation(job.name, time, holds)
+        self._apply_holds(res)
+        return res
+
+    def _apply_holds(self, res: _Reservation) -> None:
+        index = self.index
+        applied = {}
+        for i, h in res.holds.items():
+            take = (
+                max(min(h[0], index.free_cpu[i]), 0),
+                max(min(h[1], index.free_mem[i]), 0),
+                max(min(h[2], index.free_gpu[i]), 0),
+            )
+            if any(take):
+                index.allocate(i, *take)
+                applied[i] = take
+        res.applied = applied
+
+    def _lift_holds(self, res: _Reservation) -> None:
+        for i, take in res.applied.items():
+            self.index.release(i, *take)
+        res.applied = {}
+
+    # -- preemption -----------------------------------------------------------------------
+    def _try_preempt(self, job: Job, req: tuple[int, int, int]) -> bool:
+        for mode in self.policy.preemption:
+            cands = self._victim_candidates(mode, job, req)
+            if cands and self._preempt_for(job, req, mode, cands):
+                return True
+        return False
+
+    def _victim_candidates(
+        self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
+    ) -> list[RunningJob]:
+        running = [rj for rj in self.snapshot.running if rj.job.name not in self.victims]
+        same_vc_only = self.policy.vc_quota
+        if mode is PreemptionMode.VC_RECLAIM:
+            ledger = self.ledger
+            if not ledger.within_guarantee(job, req):
+                return []
+            out = []
+            for rj in running:
+                if rj.job.vc == job.vc:
+                    continue
+                b = ledger.borrowed(rj.job.vc)
+                if any(b[k] > 0 and req[k] > 0 for k in range(3)):
+                    out.append(rj)
+            out.sort(key=lambda rj: (rj.job.priority, -rj.start_time, rj.job.name))
+            return out
+        if mode is PreemptionMode.PRIORITY:
+            out = [
+                rj
+                for rj in running
+                if rj.job.preemptible
+                and rj.job.priority < job.priority
+                and (not same_vc_only or rj.job.vc == job.vc)
+            ]
+            out.sort(key=lambda rj: (rj.job.priority, -rj.start_time, rj.job.name))
+            return out
+        if mode is PreemptionMode.QUEUE_ORDER:
+            order, ctx = self.order, self.octx
+            mine = full_key(order, job, ctx)
+            min_run = self.policy.preemption_min_runtime_s
+            keyed = []
+            for rj in running:
+                if not rj.job.preemptible or (same_vc_only and rj.job.vc != job.vc):
+                    continue
+                if self.now - rj.start_time < min_run:
+                    continue
+                k = full_key(order, rj.job, ctx, rj)
+                if k > mine:
+                    keyed.append((k, rj))
+            keyed.sort(key=lambda kr: (kr[0], kr[1].start_time), reverse=True)
+            return [rj for _, rj in keyed]
+        raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
+
+    def _preempt_for(
+        self, job: Job, req: tuple[int, int, int], mode: PreemptionMode, cands: list[RunningJob]
+    ) -> bool:
+        """Transactional what-if: release candidates (least valuable first) until the gang
+        fits, then give back those not needed. Nothing changes unless the gang fits."""
+        index = self.index
+        id_of = index.id_of
+        per = {rj.job.name: _per_node(rj, id_of) for rj in cands}
+        # Necessary condition, cheap: free capacity plus everything the candidates hold.
+        tot = list(index.ready_free)
+        for v in per.values():
+            for i, r in v.items():
+                if index.ready[i]:
+                    for k in range(3):
+                        tot[k] += r[k]
+        if tot[0] < req[0] or tot[1] < req[1] or tot[2] < req[2]:
+            return False
+        budget: dict[str, list[int]] = {}
+        mark = index.mark()
+        chosen: list[RunningJob] = []
+        found: GangPlacement | None = None
+        for rj in cands:
+            alloc = _alloc_triple(rj)
+            if mode is PreemptionMode.VC_RECLAIM:
+                b = budget.get(rj.job.vc)
+                if b is None:
+                    b = budget[rj.job.vc] = self.ledger.borrowed(rj.job.vc)
+                # never push the victim's VC below its guarantee in what this job needs
+                if any(req[k] > 0 and alloc[k] > b[k] for k in range(3)):
+                    continue
+                for k in range(3):
+                    b[k] -= alloc[k]
+            for i, r in per[rj.job.name].items():
+                index.release(i, r[0], r[1], r[2])
+            chosen.append(rj)
+            rf = index.ready_free
+            if rf[0] < req[0] or rf[1] < req[1] or rf[2] < req[2]:
+                continue
+            m2 = index.mark()
+            probe = self.placer.place_gang(job)
+            if isinstance(probe, GangPlacement):
+                found = probe
+                index.rollback(m2)
+                break
+        if found is None:
+            index.rollback(mark)
+            return False
+        # Minimise: try to spare victims, most valuable (chosen last) first.
+        if len(chosen) <= MAX_MINIMISE:
+            keep: list[RunningJob] = []
+            for rj in reversed(chosen[:-1]):
+                m3 = index.mark()
+                for i, r in per[rj.job.name].items():
+                    index.allocate(i, r[0], r[1], r[2])
+                m4 = index.mark()
+                probe = self.placer.place_gang(job)
+                if isinstance(probe, GangPlacement):
+                    found = probe
+                    index.rollback(m4)
+                    keep.append(rj)
+                else:
+                    index.rollback(m3)
+            if keep:
+                kept = {rj.job.name for rj in keep}
+                chosen = [rj for rj in chosen if rj.job.name not in kept]
+        released: dict[int, list[int]] = {}
+        for rj in chosen:
+            for i, r in per[rj.job.name].items():
+                acc = released.setdefault(i, [0, 0, 0])
+                for k in range(3):
+                    acc[k] += r[k]
+        claim = found.per_node()
+        index.rollback(mark)
+        # Hold the part of the claim that is free now, so later jobs this cycle leave it.
+        for i, v in claim.items():
+            rel = released.get(i, (0, 0, 0))
+            take = [
+                max(min(v[k] - rel[k], (index.free_cpu, index.free_mem, index.free_gpu)[k][i]), 0)
+                for k in range(3)
+            ]
+            if any(take):
+                index.allocate(i, *take)
+        self.ledger.charge(job.vc, req)
+        why = _mode_phrase(mode, job, chosen)
+        for rj in chosen:
+            self.victims.add(rj.job.name)
+            self.preemptions.append(Preemption(rj.job.name, job.name, why))
+        names = ", ".join(rj.job.name for rj in chosen)
+        self.reasons[job.name] = reason(
+            ReasonKind.PREEMPTING,
+            f"preempting {names} ({why}); binds once they release",
+            victims=[rj.job.name for rj in chosen],
+            mode=str(mode),
+        )
+        return True
+
+    # -- reasons --------------------------------------------------------------------------
+    def _failure_reason(self, job: Job, failure: GangFailure) -> PendingReason:
+        role = failure.role
+        c, m, g = role_request(role)
+        index = self.index
+        placer = self.placer
+        # Could this task fit some node of the cluster at all (ignoring node state)?
+        any_state = placer.classes_for(role, ignore_state=True)
+        biggest: tuple[int, int, int] | None = None
+        biggest_node = None
+        ever = False
+        for cid in any_state:
+            for cap, i in index.classes[cid].capacities.items():
+                if cap[2] >= g and cap[0] >= c and cap[1] >= m:
+                    ever = True
+                    break
+                if biggest is None or _gcm(cap) > _gcm(biggest):
+                    biggest, biggest_node = cap, index.names[i]
+            if ever:
+                break
+        what = fmt_request(c, m, g)
+        if not ever:
+            if not any_state:
+                parts = []
+                if role.gpu_model is not None:
+                    parts.append(f"GPU model {role.gpu_model}")
+                if role.node_selector:
+                    parts.append(f"selector {fmt_selector(role.node_selector)}")
+                return reason(
+                    ReasonKind.NO_FIT_EVER,
+                    f"role {role.name}: no node matches {' and '.join(parts) or 'its filters'}",
+                    role=role.name,
+                )
+            assert biggest is not None
+            return reason(
+                ReasonKind.NO_FIT_EVER,
+                f"role {role.name} needs {what} on one node; the largest node has "
+                f"{fmt_request(*biggest)} ({biggest_node})",
+                role=role.name,
+                largest_node=biggest_node,
+            )
+        ready = placer.classes_for(role)
+        if not any(
+            cap[2] >= g and cap[0] >= c and cap[1] >= m
+            for cid in ready
+            for cap in index.classes[cid].capacities
+        ):
+            return reason(
+                ReasonKind.INSUFFICIENT_RESOURCES,
+                f"role {role.name} needs {what} on one node; every node that could hold it "
+                "is cordoned, draining or lost",
+                role=role.name,
+            )
+        # A single task fits somewhere now, but not the whole gang.
+        if failure.fit > 0:
+            return reason(
+                ReasonKind.GANG_INCOMPLETE,
+                f"gang needs {failure.needed} tasks of role {role.name} ({what} each); "
+                f"only {failure.fit} fit now",
+                role=role.name,
+                needed=failure.needed,
+                fit=failure.fit,
+            )
+        if g > 0:
+            i = index.largest_free(ready)
+            if i is None:
+                block, where = 0, "no ready node"
+            else:
+                block, where = index.free_gpu[i], index.names[i]
+            if block < g:
+                return reason(
+                    ReasonKind.INSUFFICIENT_RESOURCES,
+                    f"needs {fmt_gpu(g)} on one node; largest free block is {max(block, 0)} "
+                    f"({where})",
+                    role=role.name,
+                    largest_free_gpu=max(block, 0),
+                    node=where,
+                )
+            return reason(
+                ReasonKind.INSUFFICIENT_RESOURCES,
+                f"role {role.name} needs {what} on one node; nodes with {fmt_gpu(g)} free lack "
+                f"the cpu or memory (e.g. {where}: {fmt_request(*_free(index, i))} free)",
+                role=role.name,
+                node=where,
+            )
+        i = index.largest_free(ready, by_cpu=True)
+        where = index.names[i] if i is not None else "no ready node"
+        free_c = max(index.free_cpu[i], 0) if i is not None else 0
+        free_m = max(index.free_mem[i], 0) if i is not None else 0
+        return reason(
+            ReasonKind.INSUFFICIENT_RESOURCES,
+            f"role {role.name} needs {what} on one node; the most free cpu is "
+            f"{fmt_request(free_c, free_m, 0)} ({where})",
+            role=role.name,
+            node=where,
+        )
+
+
+def _gcm(r: tuple[int, int, int]) -> tuple[int, int, int]:
+    return (r[2], r[0], r[1])
+
+
+def _free(index: NodeIndex, i: int) -> tuple[int, int, int]:
+    return (max(index.free_cpu[i], 0), max(index.free_mem[i], 0), 0)
+
+
+def _gang_triple(job: Job) -> tuple[int, int, int]:
+    c = m = g = 0
+    for r in job.roles:
+        n = r.gang_min
+        c += r.resources.cpu_m * n
+        m += r.resources.memory * n
+        g += r.resources.gpu * n
+    return (c, m, g)
+
+
+def _alloc_triple(rj: RunningJob) -> tuple[int, int, int]:
+    c = m = g = 0
+    for p in rj.placements:
+        c += p.resources.cpu_m
+        m += p.resources.memory
+        g += p.resources.gpu
+    return (c, m, g)
+
+
+def _per_node(rj: RunningJob, id_of: dict[str, int]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for p in rj.placements:
+        i = id_of.get(p.node)
+        if i is None:
+            continue
+        v = out.setdefault(i, [0, 0, 0])
+        v[0] += p.resources.cpu_m
+        v[1] += p.resources.memory
+        v[2] += p.resources.gpu
+    return out
+
+
+def _mode_phrase(mode: PreemptionMode, job: Job, victims: list[RunningJob]) -> str:
+    if mode is PreemptionMode.VC_RECLAIM:
+        return f"reclaiming vc {job.vc}'s guarantee from borrowers"
+    if mode is PreemptionMode.PRIORITY:
+        return f"priority {job.priority} job {job.name} preempts lower priority"
+    return f"queue order ranks {job.name} ahead"
