@@ -1,0 +1,112 @@
+"""Stack config: Pulumi.yaml declares every key with a description and the program's
+default; sample stack files validate; bad values name the key; the object is frozen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic.alias_generators import to_snake
+
+from stacks.config import CONFIG_KEYS, SECRET_KEYS, ConfigError, StackConfig, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+
+
+def test_project_file_runs_the_stacks_directory():
+    assert PROJECT["name"] == "pasture"
+    assert PROJECT["main"] == "stacks/"
+    assert PROJECT["runtime"]["name"] == "python"
+    assert (REPO / "stacks" / "__main__.py").is_file()
+
+
+def test_every_key_is_declared_with_description_and_the_programs_default():
+    declared = PROJECT["config"]
+    assert set(declared) == set(CONFIG_KEYS) | set(SECRET_KEYS)
+    defaults = StackConfig.model_construct().model_dump(mode="json", by_alias=False)
+    for key in CONFIG_KEYS:
+        spec = declared[key]
+        assert spec.get("description"), f"{key} has no description"
+        assert "default" in spec, f"{key} has no default"
+        expected = defaults[to_snake(key)]
+        if isinstance(expected, list) and not expected:
+            expected = []
+        got = spec["default"]
+        if key in ("nodePools", "gpuPools", "image", "systemPool"):
+            got = StackConfig.model_validate({"platform": "aks", key: got}).model_dump(mode="json")[
+                to_snake(key)
+            ]
+        assert got == expected, f"{key}: Pulumi.yaml default {got!r} != program {expected!r}"
+    for key in SECRET_KEYS:
+        assert declared[key]["secret"] is True and "default" not in declared[key]
+
+
+@pytest.mark.parametrize("stack", ["azure-dev", "aks-dev", "onprem-lab"])
+def test_sample_stack_files_validate(stack):
+    doc = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())
+    raw = {k.removeprefix("pasture:"): v for k, v in doc["config"].items()}
+    cfg = parse_config(raw)
+    assert cfg.platform == stack.split("-")[0].replace("azure", "azure")
+    assert "0.0.0.0/0" not in cfg.allowed_cidrs
+
+
+def test_config_is_frozen():
+    cfg = parse_config({"platform": "aks"})
+    with pytest.raises(ValueError):
+        cfg.api_port = 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"platform": "gcp"}, "pasture:platform"),
+        (
+            {
+                "platform": "aks",
+                "gpuPools": '[{"name": "gpu", "vm_size": "x", "min_count": 3, "max_count": 2}]',
+            },
+            "pasture:gpuPools[0]",
+        ),
+        (
+            {"platform": "aks", "gpuPools": '[{"name": "GPU_POOL", "vm_size": "x"}]'},
+            "pasture:gpuPools[0].name",
+        ),
+        (
+            {"platform": "aks", "gpuPools": '[{"name": "gpu", "vm_size": "x", "taints": ["bad"]}]'},
+            "pasture:gpuPools[0].taints",
+        ),
+        ({"platform": "aks", "vnetCidr": "10.0.0.0/33"}, "pasture:vnetCidr"),
+        ({"platform": "aks", "nodePools": "[{not json"}, "pasture:nodePools"),
+        ({"platform": "onprem"}, "pasture:master"),
+        (
+            {
+                "platform": "onprem",
+                "master": '{"name": "m", "address": "10.0.0.1"}',
+                "hosts": '[{"name": "m", "address": "10.0.0.2"}]',
+            },
+            "pasture:hosts",
+        ),
+        (
+            {
+                "platform": "onprem",
+                "master": '{"name": "m", "address": "10.0.0.1", "password": "x"}',
+            },
+            "pasture:master.password",
+        ),
+        ({"platform": "aks", "allowedCidrs": '["0.0.0.0/0", "nonsense"]'}, "pasture:allowedCidrs"),
+        ({"platform": "aks", "apiEndpoint": "10.0.0.1:8443"}, "pasture:apiEndpoint"),
+        ({"unknownKey": "1"}, "pasture:unknownKey"),
+    ],
+)
+def test_bad_values_name_the_key(raw, key):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert str(err.value).startswith(key) or f"; {key}" in str(err.value), str(err.value)
+
+
+def test_open_to_the_world_only_when_written():
+    assert parse_config({"platform": "aks"}).allowed_cidrs == ()
+    cfg = parse_config({"platform": "aks", "allowedCidrs": '["0.0.0.0/0"]'})
+    assert cfg.allowed_cidrs == ("0.0.0.0/0",)
