@@ -120,8 +120,11 @@ class _Live:
 
 
 def _default_decide() -> Decide:
-    from scheduler.core import schedule  # the service's entry point
+    import scheduler.core as core  # the service's entry point
 
+    schedule = getattr(core, "schedule", None)
+    if schedule is None:  # core package not yet re-exporting it
+        from scheduler.core.scheduler import schedule
     return schedule
 
 

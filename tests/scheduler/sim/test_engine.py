@@ -155,7 +155,9 @@ def test_srtf_oracle_hand_schedule() -> None:
 def test_only_srtf_oracle_gets_durations() -> None:
     seen: dict[str, set] = {}
 
-    from scheduler.core import schedule
+    from scheduler.sim.engine import _default_decide
+
+    schedule = _default_decide()
 
     def spy(name):
         def decide(snap, policy, now):
