@@ -24,10 +24,17 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from scheduler.core.model import Job, PriorityClass, Resources, TaskRole
-from scheduler.spec.quantity import parse_cpu, parse_memory
+from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
 
 # Limits beyond which a request is a typo rather than a machine (per task).
 MAX_CPU_M = 1024 * 1000  # 1024 cores
@@ -85,6 +92,11 @@ class ResourceSpec(_Model):
         if v < 0 or v > MAX_GPU:
             raise ValueError(f"expected 0..{MAX_GPU} GPUs per task, got {v}")
         return v
+
+    @field_serializer("cpu")
+    def _dump_cpu(self, v: int) -> str:
+        # '2' / '500m': dumping and validating again gives the same millicores.
+        return format_cpu(v)
 
     def to_core(self) -> Resources:
         return Resources(cpu_m=self.cpu, memory=self.memory, gpu=self.gpu)

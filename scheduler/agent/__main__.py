@@ -1,0 +1,3 @@
+from scheduler.agent import main
+
+main()

@@ -1,0 +1,280 @@
+"""The node agent: register, heartbeat, run the tasks bound to this node, report them.
+
+Pipeline of one pass (:meth:`Agent.reconcile`, run on every notification of the node's
+channel and at least twice a second)::
+
+    bindings (ledger set of this node) + task records
+        -> start tasks that are scheduled here and desired to run (discovery env, log
+           header "=== attempt N on NODE ===", executor.start, report running)
+        -> stop local tasks whose record says stop, moved on (other attempt), finished, or
+           vanished (SIGTERM, grace, SIGKILL in a thread)
+        -> poll local tasks; report exit codes (succeeded / failed / stopped)
+
+Local state (``<work_dir>/agent-state.json``: handle, attempt, stopping of every task this
+agent started) is written before each report, so an agent restarted while tasks run polls
+and reports them (adoption) instead of starting them again, and stops those the store no
+longer wants: no orphans, no double run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, make_executor, task_id
+from scheduler.agent.resources import detect_capacity, usage
+from scheduler.discovery import mpi_hostfile, task_env
+from scheduler.settings import AgentSettings
+from scheduler.spec.model import JobSpec
+from scheduler.store.records import NodeRecord, TaskRecord, TaskState
+from scheduler.store.store import Store
+
+log = logging.getLogger("pasture.agent")
+
+
+@dataclass
+class LocalTask:
+    """A task this agent started: identity, executor handle, whether a stop was sent."""
+
+    job: str
+    key: str
+    attempt: int
+    handle: str
+    stopping: bool = False
+    stop_reason: str = ""
+
+    @property
+    def lid(self) -> str:
+        return f"{self.job}/{self.key}#{self.attempt}"
+
+
+class Agent:
+    """One node's agent.
+
+    Args:
+        settings: agent settings (node name, address, share, executor, work_dir...).
+        store: the Redis store (default: from ``settings.redis``).
+        executor: the executor (default: ``settings.executor``).
+    """
+
+    def __init__(
+        self, settings: AgentSettings, store: Store | None = None, executor: Executor | None = None
+    ) -> None:
+        self.s = settings
+        self.node = settings.node_name
+        self.store = store or Store.from_settings(settings.redis)
+        self.executor = executor or make_executor(
+            settings.executor, cli=settings.container_cli, network=settings.task_network
+        )
+        self.state_file = Path(settings.work_dir) / "agent-state.json"
+        self.local: dict[str, LocalTask] = {}
+        self._lock = threading.Lock()
+        self._stoppers: dict[str, threading.Thread] = {}
+        self._last_heartbeat = 0.0
+        self._load_state()
+
+    # ---- local state ----------------------------------------------------------------
+    def _load_state(self) -> None:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return
+        for d in data.get("tasks", []):
+            t = LocalTask(**d)
+            self.local[t.lid] = t
+        if self.local:
+            log.info("adopting %d task(s) from %s", len(self.local), self.state_file)
+
+    def _save_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        with self._lock:
+            data = {"node": self.node, "tasks": [asdict(t) for t in self.local.values()]}
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.state_file)
+
+    # ---- registration / heartbeat ----------------------------------------------------
+    def register(self) -> NodeRecord:
+        """Register (or re-register) this node with detected / configured capacity."""
+        cap = detect_capacity(self.s.resources)
+        rec = NodeRecord(
+            name=self.node,
+            address=self.s.address,
+            cpu_m=cap.cpu_m,
+            memory=cap.memory,
+            gpu=cap.gpu,
+            gpu_model=cap.gpu_model,
+            labels=dict(self.s.labels),
+            port_range=tuple(self.s.port_range),
+            usage=usage(),
+            executor=self.executor.kind,
+        )
+        self._last_heartbeat = time.monotonic()
+        return self.store.register_node(rec)
+
+    def heartbeat(self) -> None:
+        """Send a heartbeat with usage; re-register when the store forgot this node."""
+        self._last_heartbeat = time.monotonic()
+        if self.store.heartbeat(self.node, usage()) == "":
+            log.warning("node %s unknown to the store; registering again", self.node)
+            self.register()
+
+    # ---- reconcile ------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """One pass: start, stop and report tasks (see the module docstring)."""
+        records: dict[tuple[str, str], TaskRecord] = {}
+        for job, key in self.store.node_bindings(self.node):
+            rec = self.store.task(job, key)
+            if rec is not None and rec.node == self.node:
+                records[(job, key)] = rec
+        # stop what the store no longer wants here
+        for t in list(self.local.values()):
+            rec = records.get((t.job, t.key))
+            if rec is None or rec.attempt != t.attempt:
+                self._stop(t, "no longer bound to this node")
+            elif rec.desired == "stop" or rec.done:
+                self._stop(t, "stop requested" if rec.desired == "stop" else f"task {rec.state}")
+        # report what finished
+        for t in list(self.local.values()):
+            if t.lid in self._stoppers and self._stoppers[t.lid].is_alive():
+                continue
+            code = self.executor.poll(t.handle)
+            if code is None:
+                continue
+            if t.stopping:
+                state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
+            elif code == 0:
+                state, msg = TaskState.SUCCEEDED, "exited with code 0"
+            else:
+                state, msg = TaskState.FAILED, f"exited with code {code}"
+            self.store.report_task(t.job, t.key, t.attempt, self.node, state, code, msg)
+            log.info("task %s %s (exit %s)", t.lid, state, code)
+            self.executor.cleanup(t.handle)
+            with self._lock:
+                self.local.pop(t.lid, None)
+            self._save_state()
+        # start what is bound here and not running yet
+        running = {(t.job, t.key, t.attempt) for t in self.local.values()}
+        for (job, key), rec in records.items():
+            if (job, key, rec.attempt) in running or rec.desired != "run":
+                continue
+            if rec.state == TaskState.SCHEDULED:
+                self._start(job, rec)
+            elif rec.state == TaskState.RUNNING:
+                # running by the store's account but unknown here: lost with our state file
+                self.store.report_task(
+                    job,
+                    key,
+                    rec.attempt,
+                    self.node,
+                    TaskState.FAILED,
+                    None,
+                    "agent restarted without a record of this task",
+                )
+
+    def _start(self, job: str, rec: TaskRecord) -> None:
+        job_rec = self.store.get_job(job)
+        if job_rec is None:
+            return
+        spec = JobSpec.model_validate(job_rec.spec)
+        tasks = self.store.tasks(job)
+        share = Path(self.s.share_dir)
+        job_dir = share / "jobs" / job
+        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        hostfile = None
+        if spec.mpi:
+            hostfile = str(job_dir / f"hostfile-{rec.attempt}")
+            tmp = Path(hostfile + f".{self.node}.tmp")
+            tmp.write_text(mpi_hostfile(spec, tasks))
+            os.replace(tmp, hostfile)
+        role = spec.roles[rec.role]
+        env = {**spec.env, **role.env, **task_env(job, spec, tasks, rec, str(share), hostfile)}
+        log_path = job_dir / "logs" / f"{rec.role}-{rec.index}.log"
+        with open(log_path, "a") as f:
+            f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
+        tid = task_id(job, rec.role, rec.index, rec.attempt)
+        launch = TaskLaunch(
+            task_id=tid,
+            job=job,
+            role=rec.role,
+            index=rec.index,
+            attempt=rec.attempt,
+            node=self.node,
+            command=role.command,
+            image=spec.role_image(rec.role),
+            env=env,
+            cpu_m=rec.cpu_m,
+            memory=rec.memory,
+            gpus=list(rec.gpus),
+            log_path=log_path,
+            share_dir=share,
+            state_dir=Path(self.s.work_dir) / "tasks" / tid,
+            mounts=[(str(share / m.source), m.target) for m in spec.mounts],
+        )
+        try:
+            handle = self.executor.start(launch)
+        except ExecutorError as exc:
+            log.warning("task %s/%s could not start: %s", job, rec.key, exc)
+            with open(log_path, "a") as f:
+                f.write(f"pasture: could not start the task: {exc}\n")
+            self.store.report_task(
+                job,
+                rec.key,
+                rec.attempt,
+                self.node,
+                TaskState.FAILED,
+                None,
+                f"could not start: {exc}",
+            )
+            return
+        t = LocalTask(job=job, key=rec.key, attempt=rec.attempt, handle=handle)
+        with self._lock:
+            self.local[t.lid] = t
+        self._save_state()
+        self.store.report_task(
+            job, rec.key, rec.attempt, self.node, TaskState.RUNNING, handle=handle
+        )
+        log.info("task %s started", t.lid)
+
+    def _stop(self, t: LocalTask, reason: str) -> None:
+        if t.stopping and t.lid in self._stoppers:
+            return
+        t.stopping, t.stop_reason = True, reason
+        self._save_state()
+        log.info("stopping task %s: %s", t.lid, reason)
+        th = threading.Thread(
+            target=self.executor.stop,
+            args=(t.handle, self.s.stop_grace_s),
+            name=f"stop-{t.lid}",
+            daemon=True,
+        )
+        self._stoppers[t.lid] = th
+        th.start()
+
+    # ---- forever --------------------------------------------------------------------
+    def run_forever(self, stop: threading.Event | None = None) -> None:
+        """Register, then heartbeat and reconcile until ``stop`` is set. Running tasks are
+        left running on exit (a restarted agent adopts them)."""
+        stop = stop or threading.Event()
+        self.register()
+        pubsub = self.store.subscribe(self.store.node_channel(self.node))
+        log.info("agent %s started (executor %s)", self.node, self.executor.kind)
+        try:
+            while not stop.is_set():
+                try:
+                    if time.monotonic() - self._last_heartbeat >= self.s.heartbeat_interval_s:
+                        self.heartbeat()
+                    self.reconcile()
+                except Exception:  # noqa: BLE001 - Redis hiccups must not kill the agent
+                    log.exception("agent pass failed")
+                    stop.wait(1.0)
+                msg = pubsub.get_message(timeout=0.5)
+                while msg is not None:
+                    msg = pubsub.get_message(timeout=0.01)
+        finally:
+            pubsub.close()

@@ -1,0 +1,112 @@
+"""The executor interface: how an agent runs one task on its node.
+
+An executor is small on purpose (start / poll / stop / cleanup over an opaque string
+handle) so that a new kind (``kubernetes.py`` binds pods) only implements these four
+methods. Handles are strings the agent persists in its local state file, so that an agent
+restarted while tasks run can ``poll`` and ``stop`` them again (adoption):
+
+    handle = executor.start(launch)      # returns quickly; the task runs detached
+    executor.poll(handle) -> None        # still running
+    executor.poll(handle) -> 0 / 1 / ... # finished with that exit code (-1: vanished,
+                                         # e.g. killed while nobody watched)
+    executor.stop(handle, grace_s)       # SIGTERM, wait up to grace_s, then SIGKILL; blocks
+    executor.cleanup(handle)             # forget leftovers (container, exit file)
+
+Implementations: ``process`` (:mod:`scheduler.agent.process`), ``container``
+(:mod:`scheduler.agent.container`), ``kubernetes`` (:mod:`scheduler.agent.kubernetes`).
+All raise :class:`ExecutorError` when a task cannot be started.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ExecutorError(RuntimeError):
+    """A task could not be started (the message says why; reported as the task's message)."""
+
+
+@dataclass(frozen=True)
+class TaskLaunch:
+    """Everything an executor needs to start one task.
+
+    Attributes:
+        task_id: unique per attempt, ``<job>-<role>-<index>-a<attempt>`` (safe for
+            container names: ``task-<task_id>``).
+        job, role, index, attempt, node: identity.
+        command: shell script, run by ``/bin/sh -c``.
+        image: container image (None for the process executor).
+        env: the complete task environment to add (job/role env + discovery env).
+        cpu_m: CPU limit in millicores. memory: memory limit in bytes.
+        gpus: GPU device indices on the node (CUDA ordinal / CDI index).
+        log_path: file to append the task's stdout and stderr to.
+        share_dir: the cluster share on this node (bind-mounted at the same path).
+        mounts: (host path, path inside the task) pairs, for containers.
+        state_dir: a directory private to this task on the node (exit code file, env file).
+    """
+
+    task_id: str
+    job: str
+    role: str
+    index: int
+    attempt: int
+    node: str
+    command: str
+    image: str | None
+    env: dict[str, str]
+    cpu_m: int
+    memory: int
+    gpus: list[int]
+    log_path: Path
+    share_dir: Path
+    state_dir: Path
+    mounts: list[tuple[str, str]] = field(default_factory=list)
+
+
+def task_id(job: str, role: str, index: int, attempt: int) -> str:
+    """``<job>-<role>-<index>-a<attempt>`` with unsafe characters replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{job}-{role}-{index}-a{attempt}")
+
+
+class Executor(abc.ABC):
+    """Runs tasks on this node (see the module docstring for the contract)."""
+
+    kind: str = ""
+
+    @abc.abstractmethod
+    def start(self, launch: TaskLaunch) -> str:
+        """Start the task detached; return its handle. Raises ExecutorError."""
+
+    @abc.abstractmethod
+    def poll(self, handle: str) -> int | None:
+        """None while running, else the exit code (-1 when it vanished without one)."""
+
+    @abc.abstractmethod
+    def stop(self, handle: str, grace_s: float) -> None:
+        """SIGTERM, wait up to ``grace_s`` seconds, then SIGKILL. Blocks until stopped."""
+
+    def cleanup(self, handle: str) -> None:  # noqa: B027 - optional hook
+        """Remove what the task left on the node (default: nothing)."""
+
+
+def make_executor(kind: str, **options: object) -> Executor:
+    """Executor by kind: ``process``, ``container`` (options: cli, network),
+    ``kubernetes``. Raises ValueError for an unknown kind."""
+    if kind == "process":
+        from scheduler.agent.process import ProcessExecutor
+
+        return ProcessExecutor()
+    if kind == "container":
+        from scheduler.agent.container import ContainerExecutor
+
+        return ContainerExecutor(
+            cli=str(options.get("cli", "podman")), network=str(options.get("network", "host"))
+        )
+    if kind == "kubernetes":
+        from scheduler.agent import kubernetes  # written against this interface
+
+        return kubernetes.KubernetesExecutor(**options)  # type: ignore[attr-defined]
+    raise ValueError(f"executor must be process, container or kubernetes, got {kind!r}")

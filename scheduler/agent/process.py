@@ -1,0 +1,184 @@
+"""The ``process`` executor: tasks as local process groups.
+
+Each task runs as ``/bin/sh -c '( <command> ); echo $? > <state_dir>/exit'`` in its own
+session (process group), stdout/stderr appended to its log file. The exit file lets an
+agent restarted while the task ran learn its exit code (adoption).
+
+Resource limits, by what the OS offers (detected once per executor):
+
+- ``systemd``: when systemd is PID 1 (``/run/systemd/system`` exists, sd_booted's test) and
+  ``systemd-run`` is on PATH, the task runs in a transient scope
+  ``systemd-run --scope -p CPUQuota=<cores*100>% -p MemoryMax=<bytes>`` (cgroup limits:
+  CPU throttled, memory OOM-killed). Enforced only when the node's cgroups are writable
+  (true on VMs; see TESTBED.md for nested containers).
+- ``rlimit``: otherwise (containers without systemd, this build machine) the address-space
+  limit RLIMIT_AS is set to the memory request before exec; allocations beyond it fail
+  inside the task. There is NO CPU limit in this mode.
+
+The agent's own interpreter directory is put first on PATH, so ``python3 -m
+scheduler.examples...`` runs the same Python (and package) as the agent in dev mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+
+
+def detect_limits() -> str:
+    """'systemd' when systemd is PID 1 and systemd-run exists, else 'rlimit'."""
+    if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run"):
+        return "systemd"
+    return "rlimit"
+
+
+def base_env() -> dict[str, str]:
+    """The agent's environment minus its own secrets, with its interpreter dir first on
+    PATH."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PASTURE_", "REDIS")) and k != "PYTHONPATH"
+    }
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+class ProcessExecutor(Executor):
+    """Local process groups with cgroup (systemd) or rlimit limits; see module docstring.
+
+    Args:
+        limits: 'auto' (detect), 'systemd', 'rlimit' or 'none'.
+    """
+
+    kind = "process"
+
+    def __init__(self, limits: str = "auto") -> None:
+        self.limits = detect_limits() if limits == "auto" else limits
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def start(self, launch: TaskLaunch) -> str:
+        launch.state_dir.mkdir(parents=True, exist_ok=True)
+        exit_file = launch.state_dir / "exit"
+        exit_file.unlink(missing_ok=True)
+        script = (
+            f"(\n{launch.command}\n)\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
+            f" && mv {shlex.quote(str(exit_file))}.tmp {shlex.quote(str(exit_file))}\n"
+            "exit $rc\n"
+        )
+        argv = ["/bin/sh", "-c", script]
+        preexec = None
+        if self.limits == "systemd":
+            argv = [
+                "systemd-run",
+                "--scope",
+                "--quiet",
+                "--collect",
+                f"--unit=pasture-{launch.task_id}",
+                "-p",
+                f"CPUQuota={max(1, launch.cpu_m // 10)}%",
+                "-p",
+                f"MemoryMax={launch.memory}",
+                "--",
+                *argv,
+            ]
+        elif self.limits == "rlimit":
+            mem = launch.memory
+
+            def preexec() -> None:
+                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
+        env = base_env()
+        env.update(launch.env)
+        if launch.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in launch.gpus)
+        cwd = env.get("PASTURE_JOB_DIR") or str(launch.share_dir)
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        try:
+            with open(launch.log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                )
+        except OSError as exc:
+            raise ExecutorError(f"cannot start {argv[0]}: {exc}") from exc
+        self._children[proc.pid] = proc
+        create_time = psutil.Process(proc.pid).create_time()
+        return json.dumps(
+            {"pid": proc.pid, "create_time": create_time, "exit_file": str(exit_file)}
+        )
+
+    def _alive(self, h: dict) -> bool:
+        child = self._children.get(h["pid"])
+        if child is not None:
+            return child.poll() is None
+        try:
+            p = psutil.Process(h["pid"])
+            return (
+                abs(p.create_time() - h["create_time"]) < 0.01
+                and p.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
+
+    def poll(self, handle: str) -> int | None:
+        h = json.loads(handle)
+        if self._alive(h):
+            return None
+        child = self._children.pop(h["pid"], None)
+        try:
+            return int(Path(h["exit_file"]).read_text().strip())
+        except (OSError, ValueError):
+            pass
+        if child is not None and child.returncode is not None:
+            rc = child.returncode
+            return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N like a shell
+        return -1
+
+    def stop(self, handle: str, grace_s: float) -> None:
+        h = json.loads(handle)
+        if not self._alive(h):
+            return
+        pgid = h["pid"]
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self._alive(h):
+                break
+            time.sleep(0.05)
+        # SIGKILL the group even when the leader is gone: children may linger.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        child = self._children.get(h["pid"])
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(5)
+
+    def cleanup(self, handle: str) -> None:
+        h = json.loads(handle)
+        self._children.pop(h["pid"], None)
+        with contextlib.suppress(OSError):
+            Path(h["exit_file"]).unlink(missing_ok=True)

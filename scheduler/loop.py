@@ -1,0 +1,336 @@
+"""The scheduling loop: lifecycle -> snapshot -> core -> commit, on events and on a timer.
+
+One cycle (:meth:`Loop.cycle`)::
+
+    heartbeats      nodes silent for loop.heartbeat_timeout_s -> lost (their tasks: lost)
+    lifecycle       submitted -> queued; stop requests; task outcomes -> retry / fail /
+                    succeed / completion; draining nodes; when every task of an ending job
+                    is done: release its ledger entries, then requeue (attempt + 1) or
+                    finish it
+    snapshot        store -> Snapshot (version read first)
+    core            scheduler.core.schedule(snapshot, policy, now) -> Decision
+    commit          binds + preemptions + pending reasons in one Lua script, refused when
+                    the version moved (so two loops, or a restarted one, never
+                    double-allocate)
+
+The loop wakes on pub/sub notifications (submit, stop, task, node) and at least every
+``loop.interval_s``. All lifecycle steps are idempotent, so a loop killed at any point
+resumes from the store.
+
+Retry semantics: a failed or lost task ends the attempt. With
+``policies.on_task_failure: restart_job`` the whole gang is stopped and requeued when the
+failure is retryable (``retry.retryable(exit_code)``; node loss always is) and fewer than
+``retry.max_attempts`` attempts have failed; otherwise (or with ``fail_job``) the job fails
+with the task's reason. Preemption and drains requeue without counting a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scheduler.core.model import Decision, Snapshot
+from scheduler.core.policy import Policy
+from scheduler.settings import SchedulerSettings, load_scheduler_settings
+from scheduler.spec.model import JobSpec
+from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
+from scheduler.store.snapshot import commit_payload, take_snapshot
+from scheduler.store.store import Store
+
+log = logging.getLogger("pasture.loop")
+
+ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
+
+
+def load_policy(name: str) -> Policy:
+    """The named policy from :mod:`scheduler.core.presets` (``Policy()`` when the presets
+    module is missing). Raises KeyError for an unknown name."""
+    try:
+        from scheduler.core.presets import get_preset
+    except ImportError:
+        return Policy(name=name)
+    return get_preset(name)
+
+
+def default_schedule() -> ScheduleFn:
+    """``scheduler.core.schedule``. Raises ImportError when the core has none yet."""
+    from scheduler.core import schedule  # type: ignore[attr-defined]
+
+    return schedule
+
+
+@dataclass
+class CycleResult:
+    """What one cycle did: jobs bound, preempted, finished; commit outcome."""
+
+    bound: int = 0
+    preempted: int = 0
+    transitions: int = 0
+    committed: bool = True
+    detail: str = ""
+
+
+class Loop:
+    """The scheduling loop over one store.
+
+    Args:
+        store: the Redis store.
+        settings: scheduler settings (uses ``loop.*``).
+        policy: the policy (default: ``settings.loop.policy`` from presets).
+        schedule: the core entry point (default ``scheduler.core.schedule``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: SchedulerSettings,
+        policy: Policy | None = None,
+        schedule: ScheduleFn | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.policy = policy or load_policy(settings.loop.policy)
+        self.schedule = schedule or default_schedule()
+
+    # ---- one cycle ------------------------------------------------------------------
+    def cycle(self) -> CycleResult:
+        """Run heartbeats, lifecycle, snapshot -> core -> commit once."""
+        result = CycleResult()
+        now = self.store.now()
+        nodes = {n.name: n for n in self.store.list_nodes()}
+        self._check_heartbeats(nodes, now)
+        for job in self.store.active_jobs():
+            if self._advance(job, nodes, now):
+                result.transitions += 1
+        snapshot, ctx = take_snapshot(self.store)
+        if not snapshot.pending:
+            return result
+        decision = self.schedule(snapshot, self.policy, now)
+        payload = commit_payload(decision, ctx)
+        ok, detail = self.store.commit(ctx.version, payload)
+        result.committed, result.detail = ok, detail
+        if ok:
+            result.bound = len(payload["binds"])
+            result.preempted = len(payload["preemptions"])
+            if payload["binds"] or payload["preemptions"]:
+                log.info(
+                    "committed %d binds, %d preemptions (version %s)",
+                    result.bound,
+                    result.preempted,
+                    detail,
+                )
+        else:
+            log.info("commit refused: %s", detail)
+        return result
+
+    # ---- heartbeats -----------------------------------------------------------------
+    def _check_heartbeats(self, nodes: dict[str, NodeRecord], now: float) -> None:
+        timeout = self.settings.loop.heartbeat_timeout_s
+        for node in nodes.values():
+            if node.state != "lost" and now - node.heartbeat > timeout:
+                reason = f"no heartbeat for {now - node.heartbeat:.0f} s (timeout {timeout:g} s)"
+                log.warning("node %s lost: %s", node.name, reason)
+                nodes[node.name] = self.store.set_node_state(node.name, "lost", reason)
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def _advance(self, job: JobRecord, nodes: dict[str, NodeRecord], now: float) -> bool:
+        """Move one job along its lifecycle; True when it changed state."""
+        st = JobState(job.state)
+        if st in (JobState.SUBMITTED, JobState.QUEUED) and job.stop_requested:
+            self.store.transition(job.name, JobState.STOPPED, job.stop_requested, end_time=now)
+            return True
+        if st == JobState.SUBMITTED:
+            self.store.transition(job.name, JobState.QUEUED, f"queued in virtual cluster {job.vc}")
+            return True
+        if st == JobState.QUEUED:
+            return False
+        spec = JobSpec.model_validate(job.spec)
+        tasks = self.store.tasks(job.name)
+        self._mark_lost(job, tasks, nodes)
+        ending = job.ending
+        if ending is None:
+            ending = self._outcome(job, spec, tasks, nodes)
+            if ending is not None:
+                self.store.set_job_fields(job.name, ending=ending)
+                log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
+        if ending is None:
+            if st == JobState.SCHEDULED and any(t.state != TaskState.SCHEDULED for t in tasks):
+                self.store.transition(job.name, JobState.RUNNING, "tasks started", start_time=now)
+                return True
+            return False
+        stop = [t for t in tasks if not t.done and t.desired != "stop"]
+        for t in stop:
+            t.desired = "stop"
+        self.store.update_tasks(job.name, stop)
+        if not all(t.done for t in tasks):
+            return False
+        return self._finish(job, spec, tasks, ending, now)
+
+    def _mark_lost(
+        self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
+    ) -> None:
+        lost = []
+        for t in tasks:
+            node = nodes.get(t.node)
+            if not t.done and (node is None or node.state == "lost"):
+                t.state = TaskState.LOST
+                t.exit_code = None
+                t.message = f"node {t.node} lost"
+                lost.append(t)
+        if lost:
+            self.store.update_tasks(job.name, lost, notify=False)
+            self.store.add_event(
+                job.name, "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost}))
+            )
+
+    def _outcome(
+        self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
+    ) -> dict | None:
+        """The state an attempt ends in (with reason), or None while it goes on."""
+        if job.stop_requested:
+            return {"state": JobState.STOPPED.value, "reason": job.stop_requested}
+        failed = [
+            t
+            for t in tasks
+            if t.state in (TaskState.FAILED, TaskState.LOST)
+            or (t.state == TaskState.STOPPED and t.desired != "stop")
+        ]
+        if failed:
+            t = failed[0]
+            if t.state == TaskState.LOST:
+                why, code = f"task {t.key} lost: {t.message}", None
+            else:
+                why, code = f"task {t.key} exited with code {t.exit_code} on {t.node}", t.exit_code
+            attempts = job.failures + 1
+            limit = spec.retry.max_attempts
+            if spec.policies.on_task_failure == "fail_job":
+                state, why = JobState.FAILED, f"{why}; on_task_failure is fail_job"
+            elif not spec.retry.retryable(code):
+                state, why = JobState.FAILED, f"{why}; exit code {code} is not retried"
+            elif attempts >= limit:
+                state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"
+            else:
+                state, why = (
+                    JobState.QUEUED,
+                    f"{why}; retrying ({attempts} of {limit} attempts failed)",
+                )
+            return {"state": state.value, "reason": why, "failure": True, "exit_code": code}
+        draining = sorted(
+            {
+                t.node
+                for t in tasks
+                if not t.done
+                and nodes.get(t.node) is not None
+                and nodes[t.node].state == "draining"
+            }
+        )
+        if draining:
+            return {
+                "state": JobState.QUEUED.value,
+                "preempted": True,
+                "reason": f"node(s) {', '.join(draining)} draining; requeued",
+            }
+        comp = spec.policies.completion
+        if comp is not None:
+            mine = [t for t in tasks if t.role == comp.role]
+            ok = [t for t in mine if t.state == TaskState.SUCCEEDED]
+            if mine and (
+                (comp.when == "any" and ok) or (comp.when == "all" and len(ok) == len(mine))
+            ):
+                return {
+                    "state": JobState.SUCCEEDED.value,
+                    "reason": f"{comp.when} task(s) of role {comp.role} succeeded",
+                }
+        if tasks and all(t.state == TaskState.SUCCEEDED for t in tasks):
+            return {"state": JobState.SUCCEEDED.value, "reason": "all tasks succeeded"}
+        return None
+
+    def _finish(
+        self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], ending: dict, now: float
+    ) -> bool:
+        """Release the ledger, then requeue or finish (release first: a crash in between
+        leaves an ending job without allocation, which the next cycle completes)."""
+        self.store.release(job.name)
+        self.store.notify_loop("released")
+        started = job.start_time or job.scheduled_time or now
+        weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
+        attained = job.attained_service + max(0.0, now - started) * weight
+        failures = job.failures + (1 if ending.get("failure") else 0)
+        state = JobState(ending["state"])
+        if state == JobState.QUEUED:
+            self.store.transition(
+                job.name,
+                JobState.QUEUED,
+                ending["reason"],
+                attempt=job.attempt + 1,
+                failures=failures,
+                ending=None,
+                scheduled_time=None,
+                start_time=None,
+                attained_service=attained,
+                exit_code=ending.get("exit_code"),
+            )
+        else:
+            self.store.transition(
+                job.name,
+                state,
+                ending["reason"],
+                failures=failures,
+                ending=None,
+                end_time=now,
+                attained_service=attained,
+                exit_code=ending.get("exit_code"),
+            )
+        return True
+
+    # ---- forever --------------------------------------------------------------------
+    def run_forever(self, stop: threading.Event | None = None) -> None:
+        """Cycle on every notification and at least every ``loop.interval_s`` until
+        ``stop`` is set. Errors of one cycle are logged, not fatal (Redis restarts)."""
+        stop = stop or threading.Event()
+        pubsub = self.store.subscribe(self.store.loop_channel)
+        interval = self.settings.loop.interval_s
+        log.info("loop started (policy %s, interval %gs)", self.policy.name, interval)
+        try:
+            while not stop.is_set():
+                try:
+                    self.cycle()
+                except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
+                    log.exception("scheduling cycle failed")
+                    stop.wait(interval)
+                # drain notifications that arrived during the cycle, then wait for one
+                msg = pubsub.get_message(timeout=interval)
+                while msg is not None and not stop.is_set():
+                    msg = pubsub.get_message(timeout=0.01)
+        finally:
+            pubsub.close()
+
+
+def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:
+    """Entry point of ``pasture serve loop``: apply the VCs of ``settings`` and loop until
+    SIGTERM / SIGINT (or ``stop``)."""
+    store = Store.from_settings(settings.redis)
+    store.apply_vcs(settings.virtual_clusters)
+    loop = Loop(store, settings)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    loop.run_forever(stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m scheduler.loop --config /etc/pasture/scheduler.yaml``."""
+    parser = argparse.ArgumentParser(prog="python -m scheduler.loop")
+    parser.add_argument("--config", default=None, help="scheduler settings file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_forever(load_scheduler_settings(args.config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Everything that touches Redis: jobs, tasks, nodes, VCs, the allocation ledger, events,
+the atomic Decision commit, and tokens (``tokens.py``). Key layout: README.md here."""
+
+from scheduler.store.records import (
+    Allocation,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    TaskRecord,
+    TaskState,
+    VCUsage,
+)
+from scheduler.store.store import (
+    JobExistsError,
+    JobNotFoundError,
+    NodeNotFoundError,
+    Store,
+)
+
+__all__ = [
+    "Allocation",
+    "JobExistsError",
+    "JobNotFoundError",
+    "JobRecord",
+    "JobState",
+    "NodeNotFoundError",
+    "NodeRecord",
+    "Store",
+    "TaskRecord",
+    "TaskState",
+    "VCUsage",
+]

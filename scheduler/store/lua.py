@@ -1,0 +1,142 @@
+"""Lua scripts run atomically inside Redis (one script = one transaction).
+
+Every script takes the key prefix as ARGV[1] and builds keys itself (pasture runs on one
+Redis, never Redis Cluster, so undeclared keys are fine). Time is Redis' ``TIME``, so that
+heartbeats, the loop and the API agree on one clock.
+"""
+
+# ARGV: prefix, expected version, payload JSON
+#   payload = {binds: [{job, attempt, tasks: [{key, node, alloc, task}]}],
+#              preemptions: [{job, reason}], pending: {job: reason_json}}
+# Returns {ok, version_or_error}. All-or-nothing: any failed check aborts before a write.
+COMMIT = r"""
+local p = ARGV[1]
+local now_t = redis.call('TIME')
+local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
+local version = tonumber(redis.call('GET', p .. 'version') or '0')
+if version ~= tonumber(ARGV[2]) then
+  return {0, 'version ' .. ARGV[2] .. ' is stale; store is at ' .. version}
+end
+local d = cjson.decode(ARGV[3])
+local nodes_ok = {}
+for _, b in ipairs(d.binds) do
+  local jk = p .. 'job:' .. b.job
+  local st = redis.call('HGET', jk, 'state')
+  if st ~= 'queued' then
+    return {0, 'job ' .. b.job .. ' is ' .. tostring(st) .. ', not queued'}
+  end
+  if tonumber(redis.call('HGET', jk, 'attempt')) ~= tonumber(b.attempt) then
+    return {0, 'job ' .. b.job .. ' attempt changed'}
+  end
+  if redis.call('EXISTS', jk .. ':alloc') == 1 then
+    return {0, 'job ' .. b.job .. ' already holds an allocation'}
+  end
+  for _, t in ipairs(b.tasks) do
+    if nodes_ok[t.node] == nil then
+      local ns = redis.call('HGET', p .. 'node:' .. t.node, 'state')
+      if ns ~= 'ready' then
+        return {0, 'node ' .. t.node .. ' is ' .. tostring(ns)}
+      end
+      nodes_ok[t.node] = true
+    end
+  end
+end
+local notify = {}
+for _, b in ipairs(d.binds) do
+  local jk = p .. 'job:' .. b.job
+  redis.call('DEL', jk .. ':tasks')
+  for _, t in ipairs(b.tasks) do
+    local lk = b.job .. '/' .. t.key
+    redis.call('HSET', p .. 'ledger', lk, cjson.encode(t.alloc))
+    redis.call('SADD', p .. 'node:' .. t.node .. ':tasks', lk)
+    redis.call('SADD', jk .. ':alloc', lk)
+    local task = t.task
+    task['scheduled'] = now
+    redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
+    notify[t.node] = true
+  end
+  redis.call('HSET', jk, 'state', 'scheduled', 'scheduled_time', now, 'updated', now,
+             'reason', 'placed on ' .. b.nodes, 'pending_reason', '')
+  redis.call('RPUSH', jk .. ':events', cjson.encode({time = now, state = 'scheduled',
+             attempt = tonumber(b.attempt), reason = 'placed on ' .. b.nodes}))
+end
+for _, v in ipairs(d.preemptions) do
+  local jk = p .. 'job:' .. v.job
+  local st = redis.call('HGET', jk, 'state')
+  if (st == 'scheduled' or st == 'running') and
+     (redis.call('HGET', jk, 'ending') or '') == '' then
+    redis.call('HSET', jk, 'state', 'preempted', 'updated', now, 'reason', v.reason,
+               'ending', cjson.encode({state = 'queued', reason = v.reason, preempted = true}))
+    redis.call('RPUSH', jk .. ':events', cjson.encode({time = now, state = 'preempted',
+               attempt = tonumber(redis.call('HGET', jk, 'attempt')), reason = v.reason}))
+    local tasks = redis.call('HGETALL', jk .. ':tasks')
+    for i = 1, #tasks, 2 do
+      local t = cjson.decode(tasks[i + 1])
+      t['desired'] = 'stop'
+      redis.call('HSET', jk .. ':tasks', tasks[i], cjson.encode(t))
+      notify[t.node] = true
+    end
+  end
+end
+for job, reason in pairs(d.pending) do
+  local jk = p .. 'job:' .. job
+  if redis.call('HGET', jk, 'state') == 'queued' then
+    redis.call('HSET', jk, 'pending_reason', reason)
+  end
+end
+local newv = version
+if #d.binds > 0 then
+  newv = redis.call('INCR', p .. 'version')
+end
+for node, _ in pairs(notify) do
+  redis.call('PUBLISH', p .. 'notify:node:' .. node, 'bindings')
+end
+return {1, tostring(newv)}
+"""
+
+# ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid
+# Applies an agent's report when it is about the task's current attempt on that node and
+# the task is not finished yet. Returns 1 when applied, 0 when stale.
+REPORT_TASK = r"""
+local p = ARGV[1]
+local jk = p .. 'job:' .. ARGV[2]
+local raw = redis.call('HGET', jk .. ':tasks', ARGV[3])
+if not raw then return 0 end
+local t = cjson.decode(raw)
+if tonumber(t.attempt) ~= tonumber(ARGV[4]) or t.node ~= ARGV[5] then return 0 end
+local done = {succeeded = true, failed = true, stopped = true, lost = true}
+if done[t.state] then return 0 end
+local now_t = redis.call('TIME')
+local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
+t.state = ARGV[6]
+if ARGV[7] ~= '' then t.exit_code = tonumber(ARGV[7]) end
+if ARGV[8] ~= '' then t.message = ARGV[8] end
+if ARGV[6] == 'running' then
+  t.started = now
+  if ARGV[9] ~= '' then t.handle = ARGV[9] end
+else
+  t.finished = now
+end
+redis.call('HSET', jk .. ':tasks', ARGV[3], cjson.encode(t))
+redis.call('PUBLISH', p .. 'notify:loop', 'task')
+return 1
+"""
+
+# ARGV: prefix, node, usage JSON. Returns the node's state after the heartbeat, or '' when
+# the node is not registered. A lost node that heartbeats again becomes ready.
+HEARTBEAT = r"""
+local p = ARGV[1]
+local nk = p .. 'node:' .. ARGV[2]
+local st = redis.call('HGET', nk, 'state')
+if not st then return '' end
+local now_t = redis.call('TIME')
+local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
+redis.call('HSET', nk, 'heartbeat', now, 'usage', ARGV[3])
+if st == 'lost' then
+  redis.call('HSET', nk, 'state', 'ready')
+  redis.call('INCR', p .. 'version')
+  redis.call('PUBLISH', p .. 'notify:loop', 'node')
+  return 'ready'
+end
+return st
+"""

@@ -1,0 +1,221 @@
+"""Plain records the store reads and writes (JSON inside Redis hashes).
+
+Units: cpu_m millicores, memory bytes, gpu devices, times seconds since the epoch (Redis
+``TIME``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    """Job lifecycle: submitted -> queued -> scheduled -> running -> succeeded | failed |
+    stopped; preempted and retries return to queued with the attempt counter kept."""
+
+    SUBMITTED = "submitted"
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
+
+
+TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
+
+
+class TaskState(StrEnum):
+    """Task (one attempt of one replica) states. ``lost``: its node stopped heartbeating."""
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def done(self) -> bool:
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST)
+
+
+@dataclass
+class TaskRecord:
+    """One task of one attempt.
+
+    Attributes:
+        role, index: identity within the job; ``key`` is ``<role>-<index>``.
+        attempt: the job attempt this task belongs to.
+        node, address: where it runs and the address tasks reach it at.
+        ports: ``{name: port}`` assigned at commit from the node's port range.
+        gpus: GPU device indices on the node.
+        cpu_m, memory, gpu: what it holds.
+        state: see :class:`TaskState`; desired: ``run`` or ``stop`` (set by the loop).
+        exit_code: the process' exit code when finished (None when unknown / lost).
+        message: human-readable detail of the last change.
+        scheduled, started, finished: times (s).
+        handle: executor handle reported by the agent (pid or container name).
+    """
+
+    role: str
+    index: int
+    attempt: int
+    node: str
+    address: str = ""
+    ports: dict[str, int] = field(default_factory=dict)
+    gpus: list[int] = field(default_factory=list)
+    cpu_m: int = 0
+    memory: int = 0
+    gpu: int = 0
+    state: str = TaskState.SCHEDULED
+    desired: str = "run"
+    exit_code: int | None = None
+    message: str = ""
+    scheduled: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    handle: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @property
+    def done(self) -> bool:
+        return TaskState(self.state).done
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TaskRecord:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        # cjson encodes empty tables as {} — normalise the list field.
+        if isinstance(known.get("gpus"), dict):
+            known["gpus"] = []
+        if isinstance(known.get("ports"), list):
+            known["ports"] = {}
+        return cls(**known)
+
+
+@dataclass
+class JobRecord:
+    """A job as stored: the spec (dict, validated at submit) and its lifecycle fields.
+
+    Attributes:
+        name, vc, user, priority: identity and accounting.
+        spec: the JobSpec as a dict (``JobSpec.model_validate`` restores it).
+        state: see :class:`JobState`; reason: why it entered that state.
+        attempt: run number (1 first; +1 on retry and on preemption).
+        failures: failed attempts so far (compared with retry.max_attempts).
+        created, updated, scheduled_time, start_time, end_time: times (s).
+        pending_reason: ``{"kind", "message"}`` from the last cycle that left it pending.
+        stop_requested: non-empty reason once a stop was requested.
+        ending: ``{"state", "reason"}`` while its tasks are being stopped on the way to that
+            state.
+        exit_code: the exit code that decided a failure, when any.
+    """
+
+    name: str
+    vc: str
+    user: str
+    priority: int
+    spec: dict[str, Any]
+    state: str
+    reason: str = ""
+    attempt: int = 1
+    failures: int = 0
+    created: float = 0.0
+    updated: float = 0.0
+    scheduled_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    pending_reason: dict[str, Any] | None = None
+    stop_requested: str = ""
+    ending: dict[str, Any] | None = None
+    exit_code: int | None = None
+    attained_service: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class NodeRecord:
+    """A node as registered by its agent.
+
+    Attributes:
+        name, address: identity and where its tasks are reachable.
+        cpu_m, memory, gpu, gpu_model: capacity.
+        labels: node labels. state: ready | cordoned | draining | lost.
+        port_range: (low, high) ports the loop may assign to tasks there.
+        heartbeat: last heartbeat time (s, Redis clock); usage: the agent's last report
+            ``{cpu_percent, memory_used, memory_total, gpus: [...] }``.
+        executor: executor kind of its agent.
+    """
+
+    name: str
+    address: str
+    cpu_m: int
+    memory: int
+    gpu: int = 0
+    gpu_model: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    state: str = "ready"
+    port_range: tuple[int, int] = (20000, 29999)
+    heartbeat: float = 0.0
+    registered: float = 0.0
+    usage: dict[str, Any] = field(default_factory=dict)
+    executor: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Allocation:
+    """One ledger entry: a task's hold on a node (the truth about what is allocated)."""
+
+    job: str
+    role: str
+    index: int
+    attempt: int
+    node: str
+    cpu_m: int
+    memory: int
+    gpu: int
+    gpus: list[int] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Allocation:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for k in ("gpus", "ports"):
+            if isinstance(known.get(k), dict):
+                known[k] = []
+        return cls(**known)
+
+
+@dataclass
+class VCUsage:
+    """A virtual cluster with what its jobs hold now. Resources as ``{cpu_m, memory, gpu}``.
+
+    borrowed = max(0, used - guarantee) per component.
+    """
+
+    name: str
+    guarantee: dict[str, int]
+    max: dict[str, int] | None
+    can_borrow: bool
+    used: dict[str, int]
+    borrowed: dict[str, int]
+    jobs_running: int = 0
+    jobs_queued: int = 0

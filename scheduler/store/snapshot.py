@@ -1,0 +1,228 @@
+"""Read a consistent-enough Snapshot for the core, and turn its Decision into a commit.
+
+Consistency: the ledger version is read FIRST; every write that changes what the core may
+rely on (allocations, node capacity/state, VCs) bumps it, and the commit script rejects a
+Decision whose version is stale. So a snapshot torn by a concurrent change is harmless: its
+Decision is refused and the next cycle retries.
+
+Ports and GPU devices are chosen here, at commit time: for each placed task, the lowest
+free ports of its node's ``port_range`` (one per named port, ``main`` by default) and the
+lowest free GPU indices, free meaning not held by any ledger entry on that node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.model import (
+    Decision,
+    Node,
+    NodeState,
+    Resources,
+    RunningJob,
+    Snapshot,
+    TaskPlacement,
+    VirtualCluster,
+)
+from scheduler.spec.model import JobSpec
+from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
+from scheduler.store.store import Store
+
+
+@dataclass
+class SnapshotContext:
+    """What the commit needs besides the Decision: nodes, specs, used ports / GPUs."""
+
+    version: int
+    nodes: dict[str, NodeRecord]
+    jobs: dict[str, JobRecord]
+    specs: dict[str, JobSpec]
+    used_ports: dict[str, set[int]] = field(default_factory=dict)
+    used_gpus: dict[str, set[int]] = field(default_factory=dict)
+
+
+def _res(d: dict[str, int] | None) -> Resources | None:
+    if d is None:
+        return None
+    return Resources(cpu_m=int(d["cpu_m"]), memory=int(d["memory"]), gpu=int(d["gpu"]))
+
+
+def take_snapshot(store: Store) -> tuple[Snapshot, SnapshotContext]:
+    """Snapshot of nodes, VCs, queued jobs and allocations (see module docstring)."""
+    version = store.version()
+    node_recs = {n.name: n for n in store.list_nodes()}
+    vcs = store.vcs()
+    ledger = store.ledger()
+    jobs = {j.name: j for j in store.active_jobs()}
+    specs: dict[str, JobSpec] = {}
+    for j in jobs.values():
+        specs[j.name] = JobSpec.model_validate(j.spec)
+
+    allocated: dict[str, Resources] = {}
+    by_job: dict[str, list[Allocation]] = {}
+    used_ports: dict[str, set[int]] = {}
+    used_gpus: dict[str, set[int]] = {}
+    for a in ledger.values():
+        r = Resources(a.cpu_m, a.memory, a.gpu)
+        allocated[a.node] = allocated.get(a.node, Resources()) + r
+        by_job.setdefault(a.job, []).append(a)
+        used_ports.setdefault(a.node, set()).update(a.ports)
+        used_gpus.setdefault(a.node, set()).update(a.gpus)
+
+    nodes = tuple(
+        Node(
+            name=n.name,
+            capacity=Resources(n.cpu_m, n.memory, n.gpu),
+            allocated=allocated.get(n.name, Resources()),
+            labels=dict(n.labels),
+            gpu_model=n.gpu_model,
+            state=NodeState(n.state),
+        )
+        for n in node_recs.values()
+    )
+    pending = []
+    running = []
+    for name, j in jobs.items():
+        core_job = specs[name].to_core(
+            submit_time=j.created,
+            user=j.user,
+            attempt=j.attempt,
+            attained_service=j.attained_service,
+        )
+        if name in by_job:
+            running.append(
+                RunningJob(
+                    job=core_job,
+                    start_time=j.scheduled_time or j.created,
+                    placements=tuple(
+                        TaskPlacement(
+                            role=a.role,
+                            index=a.index,
+                            node=a.node,
+                            resources=Resources(a.cpu_m, a.memory, a.gpu),
+                        )
+                        for a in sorted(by_job[name], key=lambda a: (a.role, a.index))
+                    ),
+                )
+            )
+        elif j.state == JobState.QUEUED and not j.stop_requested:
+            pending.append(core_job)
+    snapshot = Snapshot(
+        nodes=nodes,
+        vcs=tuple(
+            VirtualCluster(
+                name=v["name"],
+                guarantee=_res(v["guarantee"]) or Resources(),
+                max=_res(v["max"]),
+                can_borrow=bool(v["can_borrow"]),
+            )
+            for v in vcs.values()
+        ),
+        pending=tuple(pending),
+        running=tuple(running),
+        version=version,
+    )
+    return snapshot, SnapshotContext(version, node_recs, jobs, specs, used_ports, used_gpus)
+
+
+class PortsExhaustedError(RuntimeError):
+    """A node's port range has no free port left for a placed task."""
+
+
+def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
+    """The commit script's payload for ``decision``: binds with ledger entries and task
+    records (ports and GPU indices chosen), preemptions and pending reasons.
+
+    Binds whose ports cannot be assigned are left out (the job stays queued with a reason
+    in ``payload['pending']``).
+    """
+    used_ports = {k: set(v) for k, v in ctx.used_ports.items()}
+    used_gpus = {k: set(v) for k, v in ctx.used_gpus.items()}
+    binds = []
+    pending = {job: _reason_json(r.kind.value, r.message) for job, r in decision.pending.items()}
+    for bind in decision.binds:
+        job = ctx.jobs.get(bind.job)
+        spec = ctx.specs.get(bind.job)
+        if job is None or spec is None or not bind.placements:
+            continue
+        tasks = []
+        try:
+            for pl in bind.placements:
+                node = ctx.nodes[pl.node]
+                names = spec.roles[pl.role].ports or ["main"]
+                ports = _take_ports(node, used_ports.setdefault(pl.node, set()), len(names))
+                gpus = _take_gpus(node, used_gpus.setdefault(pl.node, set()), pl.resources.gpu)
+                alloc = {
+                    "job": bind.job,
+                    "role": pl.role,
+                    "index": pl.index,
+                    "attempt": job.attempt,
+                    "node": pl.node,
+                    "cpu_m": pl.resources.cpu_m,
+                    "memory": pl.resources.memory,
+                    "gpu": pl.resources.gpu,
+                    "gpus": gpus,
+                    "ports": ports,
+                }
+                task = {
+                    "role": pl.role,
+                    "index": pl.index,
+                    "attempt": job.attempt,
+                    "node": pl.node,
+                    "address": node.address,
+                    "ports": dict(zip(names, ports, strict=True)),
+                    "gpus": gpus,
+                    "cpu_m": pl.resources.cpu_m,
+                    "memory": pl.resources.memory,
+                    "gpu": pl.resources.gpu,
+                    "state": "scheduled",
+                    "desired": "run",
+                    "exit_code": None,
+                    "message": "",
+                    "handle": "",
+                }
+                tasks.append(
+                    {"key": f"{pl.role}-{pl.index}", "node": pl.node, "alloc": alloc, "task": task}
+                )
+        except PortsExhaustedError as exc:
+            pending[bind.job] = _reason_json("insufficient-resources", str(exc))
+            continue
+        nodes = sorted({pl.node for pl in bind.placements})
+        binds.append(
+            {"job": bind.job, "attempt": job.attempt, "tasks": tasks, "nodes": ", ".join(nodes)}
+        )
+    return {
+        "binds": binds,
+        "preemptions": [
+            {"job": p.job, "reason": f"preempted for {p.for_job}: {p.reason}"}
+            for p in decision.preemptions
+        ],
+        "pending": pending,
+    }
+
+
+def _reason_json(kind: str, message: str) -> str:
+    import json
+
+    return json.dumps({"kind": kind, "message": message})
+
+
+def _take_ports(node: NodeRecord, used: set[int], n: int) -> list[int]:
+    lo, hi = node.port_range
+    out = []
+    port = lo
+    while len(out) < n and port <= hi:
+        if port not in used:
+            out.append(port)
+            used.add(port)
+        port += 1
+    if len(out) < n:
+        raise PortsExhaustedError(f"node {node.name} has no free port in {lo}-{hi}")
+    return out
+
+
+def _take_gpus(node: NodeRecord, used: set[int], n: int) -> list[int]:
+    free = [i for i in range(node.gpu) if i not in used][:n]
+    used.update(free)
+    return free

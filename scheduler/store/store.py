@@ -1,0 +1,634 @@
+"""The Redis store: jobs, tasks, nodes, virtual clusters, the allocation ledger, events.
+
+Key layout: see ``scheduler/store/README.md``. All writes that must not interleave run as
+one Lua script (:mod:`scheduler.store.lua`) or one MULTI transaction. Times are Redis'
+clock (``TIME``), in seconds.
+
+Errors: :class:`JobExistsError`, :class:`JobNotFoundError`, :class:`NodeNotFoundError`
+(all ``LookupError``/``ValueError`` subclasses the API maps to 409 / 404).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from scheduler.store import lua
+from scheduler.store.records import (
+    Allocation,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    TaskRecord,
+    TaskState,
+    VCUsage,
+)
+
+DEFAULT_PREFIX = "pasture:"
+NODE_STATES = ("ready", "cordoned", "draining", "lost")
+
+
+class JobExistsError(ValueError):
+    """A job with this name exists already (job names are unique)."""
+
+
+class JobNotFoundError(LookupError):
+    """No job of that name."""
+
+
+class NodeNotFoundError(LookupError):
+    """No node of that name."""
+
+
+def _f(v: str | None) -> float | None:
+    return None if v in (None, "") else float(v)
+
+
+def _i(v: str | None) -> int | None:
+    return None if v in (None, "") else int(v)
+
+
+def _j(v: str | None) -> Any:
+    return None if v in (None, "") else json.loads(v)
+
+
+class Store:
+    """All reads and writes of pasture's state in Redis.
+
+    Args:
+        client: a redis-py client created with ``decode_responses=True``.
+        prefix: key prefix (default ``pasture:``), shared with ``store/tokens.py``.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str = DEFAULT_PREFIX) -> None:
+        self.r = client
+        self.p = prefix
+        self._commit = client.register_script(lua.COMMIT)
+        self._report = client.register_script(lua.REPORT_TASK)
+        self._heartbeat = client.register_script(lua.HEARTBEAT)
+
+    @classmethod
+    def from_settings(cls, redis_settings: Any, **kwargs: Any) -> Store:
+        """Store for a :class:`scheduler.settings.RedisSettings`."""
+        return cls(redis_settings.client(**kwargs))
+
+    # ---- keys -----------------------------------------------------------------------
+    def k(self, *parts: str) -> str:
+        return self.p + ":".join(parts)
+
+    @property
+    def loop_channel(self) -> str:
+        return self.p + "notify:loop"
+
+    def node_channel(self, node: str) -> str:
+        return self.p + "notify:node:" + node
+
+    # ---- clock / version ------------------------------------------------------------
+    def now(self) -> float:
+        """Redis server time in seconds."""
+        s, us = self.r.time()
+        return s + us / 1e6
+
+    def version(self) -> int:
+        """Ledger version: bumped by every allocation, release and node change."""
+        return int(self.r.get(self.k("version")) or 0)
+
+    # ---- notifications --------------------------------------------------------------
+    def notify_loop(self, kind: str) -> None:
+        """Wake the loop (kind: submit | stop | task | node)."""
+        self.r.publish(self.loop_channel, kind)
+
+    def notify_node(self, node: str, kind: str = "bindings") -> None:
+        """Wake a node's agent."""
+        self.r.publish(self.node_channel(node), kind)
+
+    def subscribe(self, *channels: str) -> redis.client.PubSub:
+        """A PubSub subscribed to ``channels`` (e.g. ``store.loop_channel``)."""
+        ps = self.r.pubsub(ignore_subscribe_messages=True)
+        ps.subscribe(*channels)
+        return ps
+
+    # ---- jobs -----------------------------------------------------------------------
+    def create_job(self, spec: Any, user: str = "") -> JobRecord:
+        """Store a validated :class:`scheduler.spec.JobSpec` in state ``submitted``.
+
+        Raises JobExistsError when the name is taken. Wakes the loop.
+        """
+        name = spec.name
+        jk = self.k("job", name)
+        if not self.r.hsetnx(jk, "name", name):
+            raise JobExistsError(f"a job named {name!r} exists already; job names are unique")
+        now = self.now()
+        rec = JobRecord(
+            name=name,
+            vc=spec.vc,
+            user=user,
+            priority=spec.priority,
+            spec=spec.model_dump(mode="json"),
+            state=JobState.SUBMITTED,
+            reason="submitted",
+            created=now,
+            updated=now,
+        )
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(jk, mapping=self._job_fields(rec))
+        pipe.zadd(self.k("jobs"), {name: now})
+        pipe.sadd(self.k("jobs", "active"), name)
+        pipe.rpush(
+            jk + ":events",
+            json.dumps(
+                {
+                    "time": now,
+                    "state": "submitted",
+                    "attempt": 1,
+                    "reason": f"submitted by {user or 'unknown'}",
+                }
+            ),
+        )
+        pipe.publish(self.loop_channel, "submit")
+        pipe.execute()
+        return rec
+
+    @staticmethod
+    def _job_fields(rec: JobRecord) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in rec.to_dict().items():
+            if value is None:
+                out[key] = ""
+            elif isinstance(value, dict | list):
+                out[key] = json.dumps(value)
+            else:
+                out[key] = str(value)
+        return out
+
+    @staticmethod
+    def _job_from_hash(h: dict[str, str]) -> JobRecord:
+        return JobRecord(
+            name=h["name"],
+            vc=h.get("vc", ""),
+            user=h.get("user", ""),
+            priority=int(h.get("priority") or 0),
+            spec=_j(h.get("spec")) or {},
+            state=h.get("state", ""),
+            reason=h.get("reason", ""),
+            attempt=int(h.get("attempt") or 1),
+            failures=int(h.get("failures") or 0),
+            created=float(h.get("created") or 0),
+            updated=float(h.get("updated") or 0),
+            scheduled_time=_f(h.get("scheduled_time")),
+            start_time=_f(h.get("start_time")),
+            end_time=_f(h.get("end_time")),
+            pending_reason=_j(h.get("pending_reason")),
+            stop_requested=h.get("stop_requested", ""),
+            ending=_j(h.get("ending")),
+            exit_code=_i(h.get("exit_code")),
+            attained_service=float(h.get("attained_service") or 0),
+        )
+
+    def get_job(self, name: str) -> JobRecord | None:
+        """The job, or None."""
+        h = self.r.hgetall(self.k("job", name))
+        return self._job_from_hash(h) if h.get("state") else None
+
+    def require_job(self, name: str) -> JobRecord:
+        """The job; raises JobNotFoundError."""
+        job = self.get_job(name)
+        if job is None:
+            raise JobNotFoundError(f"no job named {name!r}")
+        return job
+
+    def get_jobs(self, names: Iterable[str]) -> list[JobRecord]:
+        """Jobs by name, in order, skipping missing ones (one round trip)."""
+        names = list(names)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hgetall(self.k("job", n))
+        return [self._job_from_hash(h) for h in pipe.execute() if h.get("state")]
+
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        vc: str | None = None,
+        user: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[JobRecord], int]:
+        """Jobs newest first, filtered, paginated. Returns (page, total matching)."""
+        names = self.r.zrevrange(self.k("jobs"), 0, -1)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hmget(self.k("job", n), "state", "vc", "user")
+        matching = [
+            n
+            for n, (st, v, u) in zip(names, pipe.execute(), strict=True)
+            if (state is None or st == state)
+            and (vc is None or v == vc)
+            and (user is None or u == user)
+        ]
+        page = matching[offset : offset + limit] if limit > 0 else []
+        return self.get_jobs(page), len(matching)
+
+    def active_jobs(self) -> list[JobRecord]:
+        """Every job not in a terminal state."""
+        return self.get_jobs(sorted(self.r.smembers(self.k("jobs", "active"))))
+
+    def request_stop(self, name: str, reason: str = "stopped by user") -> JobRecord:
+        """Ask the loop to stop a job (idempotent; a finished job is returned unchanged).
+
+        Raises JobNotFoundError.
+        """
+        job = self.require_job(name)
+        if JobState(job.state).terminal or job.stop_requested:
+            return job
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self.k("job", name), "stop_requested", reason)
+        pipe.rpush(
+            self.k("job", name) + ":events",
+            json.dumps(
+                {
+                    "time": self.now(),
+                    "state": job.state,
+                    "attempt": job.attempt,
+                    "reason": f"stop requested: {reason}",
+                }
+            ),
+        )
+        pipe.publish(self.loop_channel, "stop")
+        pipe.execute()
+        job.stop_requested = reason
+        return job
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The job's event history, oldest first: ``{time, state, attempt, reason}``."""
+        return [json.loads(e) for e in self.r.lrange(self.k("job", name) + ":events", 0, -1)]
+
+    def transition(self, name: str, state: str, reason: str, **fields: Any) -> None:
+        """Move a job to ``state`` with an event (one transaction). ``fields`` are set too
+        (None clears a field; dicts are JSON)."""
+        now = self.now()
+        jk = self.k("job", name)
+        mapping = {"state": state, "reason": reason, "updated": str(now)}
+        for key, value in fields.items():
+            mapping[key] = (
+                ""
+                if value is None
+                else json.dumps(value)
+                if isinstance(value, dict | list)
+                else str(value)
+            )
+        attempt = fields.get("attempt") or self.r.hget(jk, "attempt") or 1
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(jk, mapping=mapping)
+        pipe.rpush(
+            jk + ":events",
+            json.dumps({"time": now, "state": state, "attempt": int(attempt), "reason": reason}),
+        )
+        if JobState(state).terminal:
+            pipe.srem(self.k("jobs", "active"), name)
+        pipe.execute()
+
+    def set_job_fields(self, name: str, **fields: Any) -> None:
+        """Set job fields without a state change (None clears, dicts are JSON)."""
+        mapping = {
+            key: ""
+            if value is None
+            else json.dumps(value)
+            if isinstance(value, dict | list)
+            else str(value)
+            for key, value in fields.items()
+        }
+        self.r.hset(self.k("job", name), mapping=mapping)
+
+    def add_event(self, name: str, reason: str) -> None:
+        """Append an event that is not a state change (e.g. a task finished)."""
+        h = self.r.hmget(self.k("job", name), "state", "attempt")
+        self.r.rpush(
+            self.k("job", name) + ":events",
+            json.dumps(
+                {"time": self.now(), "state": h[0], "attempt": int(h[1] or 1), "reason": reason}
+            ),
+        )
+
+    # ---- tasks ----------------------------------------------------------------------
+    def tasks(self, job: str) -> list[TaskRecord]:
+        """Tasks of the job's current (or last) attempt, in role declaration order."""
+        raw = self.r.hgetall(self.k("job", job) + ":tasks")
+        tasks = [TaskRecord.from_dict(json.loads(v)) for v in raw.values()]
+        spec = _j(self.r.hget(self.k("job", job), "spec")) or {}
+        order = {r: i for i, r in enumerate(spec.get("roles", {}))}
+        return sorted(tasks, key=lambda t: (order.get(t.role, 99), t.index))
+
+    def task(self, job: str, key: str) -> TaskRecord | None:
+        raw = self.r.hget(self.k("job", job) + ":tasks", key)
+        return TaskRecord.from_dict(json.loads(raw)) if raw else None
+
+    def update_tasks(self, job: str, tasks: Iterable[TaskRecord], notify: bool = True) -> None:
+        """Overwrite task records (the loop: desired=stop, state=lost) and wake their nodes."""
+        tasks = list(tasks)
+        if not tasks:
+            return
+        pipe = self.r.pipeline(transaction=True)
+        for t in tasks:
+            pipe.hset(self.k("job", job) + ":tasks", t.key, json.dumps(t.to_dict()))
+        if notify:
+            for node in {t.node for t in tasks}:
+                pipe.publish(self.node_channel(node), "bindings")
+        pipe.execute()
+
+    def report_task(
+        self,
+        job: str,
+        key: str,
+        attempt: int,
+        node: str,
+        state: TaskState | str,
+        exit_code: int | None = None,
+        message: str = "",
+        handle: str = "",
+    ) -> bool:
+        """An agent's report on a task. Ignored (returns False) when it is about another
+        attempt or node, or the task already finished. Wakes the loop."""
+        return bool(
+            self._report(
+                args=[
+                    self.p,
+                    job,
+                    key,
+                    attempt,
+                    node,
+                    str(state),
+                    "" if exit_code is None else str(exit_code),
+                    message,
+                    handle,
+                ]
+            )
+        )
+
+    # ---- ledger ---------------------------------------------------------------------
+    def ledger(self) -> dict[str, Allocation]:
+        """Every allocation: ``{"<job>/<role>-<index>": Allocation}`` (the truth)."""
+        return {
+            k: Allocation.from_dict(json.loads(v))
+            for k, v in self.r.hgetall(self.k("ledger")).items()
+        }
+
+    def node_bindings(self, node: str) -> list[tuple[str, str]]:
+        """(job, task key) pairs allocated on ``node``."""
+        out = []
+        for lk in self.r.smembers(self.k("node", node) + ":tasks"):
+            job, _, key = lk.rpartition("/")
+            out.append((job, key))
+        return sorted(out)
+
+    def release(self, job: str) -> int:
+        """Drop every ledger entry of ``job`` (atomically) and bump the version.
+
+        Returns the number of entries released.
+        """
+        jk = self.k("job", job)
+
+        def tx(pipe: redis.client.Pipeline) -> int:
+            entries = pipe.smembers(jk + ":alloc")
+            allocs = pipe.hmget(self.k("ledger"), *entries) if entries else []
+            pipe.multi()
+            for lk, raw in zip(entries, allocs, strict=True):
+                if raw:
+                    node = json.loads(raw)["node"]
+                    pipe.srem(self.k("node", node) + ":tasks", lk)
+                pipe.hdel(self.k("ledger"), lk)
+            pipe.delete(jk + ":alloc")
+            if entries:
+                pipe.incr(self.k("version"))
+            return len(entries)
+
+        return self.r.transaction(tx, jk + ":alloc", value_from_callable=True)
+
+    def commit(self, version: int, payload: dict[str, Any]) -> tuple[bool, str]:
+        """Run the commit script (see :mod:`scheduler.store.commit` for the payload).
+
+        Returns (True, new version) or (False, why it was rejected).
+        """
+        ok, detail = self._commit(args=[self.p, version, json.dumps(payload)])
+        return bool(ok), str(detail)
+
+    # ---- nodes ----------------------------------------------------------------------
+    def register_node(self, node: NodeRecord) -> NodeRecord:
+        """Create or update a node from its agent. Keeps a cordoned / draining state; a lost
+        node becomes ready. Bumps the version when capacity, labels or state change."""
+        nk = self.k("node", node.name)
+        now = self.now()
+        old = self.r.hgetall(nk)
+        state = old.get("state", "ready")
+        if state == "lost" or state not in NODE_STATES:
+            state = "ready"
+        node.state = state
+        node.heartbeat = now
+        node.registered = now
+        fields = {
+            "name": node.name,
+            "address": node.address,
+            "cpu_m": str(node.cpu_m),
+            "memory": str(node.memory),
+            "gpu": str(node.gpu),
+            "gpu_model": node.gpu_model or "",
+            "labels": json.dumps(node.labels),
+            "state": state,
+            "port_range": json.dumps(list(node.port_range)),
+            "heartbeat": str(now),
+            "registered": str(now),
+            "usage": json.dumps(node.usage),
+            "executor": node.executor,
+        }
+        changed = any(
+            old.get(k) != fields[k]
+            for k in (
+                "address",
+                "cpu_m",
+                "memory",
+                "gpu",
+                "gpu_model",
+                "labels",
+                "state",
+                "port_range",
+            )
+        )
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping=fields)
+        pipe.sadd(self.k("nodes"), node.name)
+        if changed:
+            pipe.incr(self.k("version"))
+            pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+        return node
+
+    def heartbeat(self, node: str, usage: dict[str, Any]) -> str:
+        """Record a heartbeat; returns the node's state ('' when not registered)."""
+        return str(self._heartbeat(args=[self.p, node, json.dumps(usage)]))
+
+    @staticmethod
+    def _node_from_hash(h: dict[str, str]) -> NodeRecord:
+        pr = _j(h.get("port_range")) or [20000, 29999]
+        return NodeRecord(
+            name=h["name"],
+            address=h.get("address", ""),
+            cpu_m=int(h.get("cpu_m") or 0),
+            memory=int(h.get("memory") or 0),
+            gpu=int(h.get("gpu") or 0),
+            gpu_model=h.get("gpu_model") or None,
+            labels=_j(h.get("labels")) or {},
+            state=h.get("state", "ready"),
+            port_range=(int(pr[0]), int(pr[1])),
+            heartbeat=float(h.get("heartbeat") or 0),
+            registered=float(h.get("registered") or 0),
+            usage=_j(h.get("usage")) or {},
+            executor=h.get("executor", ""),
+        )
+
+    def list_nodes(self) -> list[NodeRecord]:
+        """All registered nodes, by name."""
+        names = sorted(self.r.smembers(self.k("nodes")))
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hgetall(self.k("node", n))
+        return [self._node_from_hash(h) for h in pipe.execute() if h.get("name")]
+
+    def get_node(self, name: str) -> NodeRecord | None:
+        h = self.r.hgetall(self.k("node", name))
+        return self._node_from_hash(h) if h.get("name") else None
+
+    def set_node_state(self, name: str, state: str, reason: str = "") -> NodeRecord:
+        """Cordon (``cordoned``), drain (``draining``), uncordon (``ready``) or mark ``lost``.
+
+        Raises NodeNotFoundError, ValueError for an unknown state. Bumps the version and
+        wakes the loop.
+        """
+        if state not in NODE_STATES:
+            raise ValueError(f"node state must be one of {NODE_STATES}, got {state!r}")
+        nk = self.k("node", name)
+        if not self.r.exists(nk):
+            raise NodeNotFoundError(f"no node named {name!r}")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping={"state": state, "state_reason": reason})
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "node")
+        pipe.publish(self.node_channel(name), "node")
+        pipe.execute()
+        node = self.get_node(name)
+        assert node is not None
+        return node
+
+    # ---- virtual clusters ------------------------------------------------------------
+    def apply_vcs(self, vcs: Iterable[Any]) -> None:
+        """Replace the VCs with ``vcs`` (:class:`scheduler.settings.VirtualClusterSettings`).
+        Bumps the version."""
+        mapping = {}
+        for vc in vcs:
+            mapping[vc.name] = json.dumps(
+                {
+                    "name": vc.name,
+                    "guarantee": {
+                        "cpu_m": vc.guarantee.cpu,
+                        "memory": vc.guarantee.memory,
+                        "gpu": vc.guarantee.gpu,
+                    },
+                    "max": None
+                    if vc.max is None
+                    else {"cpu_m": vc.max.cpu, "memory": vc.max.memory, "gpu": vc.max.gpu},
+                    "can_borrow": vc.can_borrow,
+                }
+            )
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(self.k("vcs"))
+        if mapping:
+            pipe.hset(self.k("vcs"), mapping=mapping)
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "vc")
+        pipe.execute()
+
+    def vcs(self) -> dict[str, dict[str, Any]]:
+        """``{name: {name, guarantee, max, can_borrow}}`` (resources as cpu_m/memory/gpu)."""
+        return {k: json.loads(v) for k, v in self.r.hgetall(self.k("vcs")).items()}
+
+    def vc_usage(self) -> list[VCUsage]:
+        """Every VC with used and borrowed resources (from the ledger) and job counts."""
+        vcs = self.vcs()
+        ledger = self.ledger()
+        job_vc: dict[str, str] = {}
+        active = self.active_jobs()
+        for j in active:
+            job_vc[j.name] = j.vc
+        used: dict[str, dict[str, int]] = {n: {"cpu_m": 0, "memory": 0, "gpu": 0} for n in vcs}
+        for a in ledger.values():
+            vc = job_vc.get(a.job)
+            if vc is None:
+                continue
+            u = used.setdefault(vc, {"cpu_m": 0, "memory": 0, "gpu": 0})
+            u["cpu_m"] += a.cpu_m
+            u["memory"] += a.memory
+            u["gpu"] += a.gpu
+        out = []
+        zero = {"cpu_m": 0, "memory": 0, "gpu": 0}
+        for name in sorted(set(vcs) | set(used)):
+            vc = vcs.get(name, {"guarantee": zero, "max": None, "can_borrow": False})
+            u = used[name]
+            g = vc["guarantee"]
+            out.append(
+                VCUsage(
+                    name=name,
+                    guarantee=g,
+                    max=vc["max"],
+                    can_borrow=vc["can_borrow"],
+                    used=u,
+                    borrowed={k: max(0, u[k] - g[k]) for k in u},
+                    jobs_running=sum(
+                        1
+                        for j in active
+                        if j.vc == name and j.state in ("scheduled", "running", "preempted")
+                    ),
+                    jobs_queued=sum(
+                        1 for j in active if j.vc == name and j.state in ("submitted", "queued")
+                    ),
+                )
+            )
+        return out
+
+    # ---- summary --------------------------------------------------------------------
+    def cluster_status(self) -> dict[str, Any]:
+        """Counts and totals: ``{nodes: {state: n}, jobs: {state: n}, capacity, allocated,
+        version}`` (resources as cpu_m / memory / gpu)."""
+        nodes = self.list_nodes()
+        node_states: dict[str, int] = {}
+        cap = {"cpu_m": 0, "memory": 0, "gpu": 0}
+        for n in nodes:
+            node_states[n.state] = node_states.get(n.state, 0) + 1
+            if n.state != "lost":
+                cap["cpu_m"] += n.cpu_m
+                cap["memory"] += n.memory
+                cap["gpu"] += n.gpu
+        alloc = {"cpu_m": 0, "memory": 0, "gpu": 0}
+        for a in self.ledger().values():
+            alloc["cpu_m"] += a.cpu_m
+            alloc["memory"] += a.memory
+            alloc["gpu"] += a.gpu
+        names = self.r.zrange(self.k("jobs"), 0, -1)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hget(self.k("job", n), "state")
+        job_states: dict[str, int] = {}
+        for st in pipe.execute():
+            if st:
+                job_states[st] = job_states.get(st, 0) + 1
+        return {
+            "nodes": node_states,
+            "jobs": job_states,
+            "capacity": cap,
+            "allocated": alloc,
+            "version": self.version(),
+        }
+
+
+__all__ = ["JobExistsError", "JobNotFoundError", "NodeNotFoundError", "Store", "TaskState"]
