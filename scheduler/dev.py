@@ -1,0 +1,505 @@
+"""Process mode (MARO's process mode): a whole cluster as local processes.
+
+``up(nodes=2, gpus_per_node=0)`` starts, each as its own process (own session, logs in
+``<base>/logs/``)::
+
+    redis-server (from PATH, port free at start, data in <base>/redis)
+    python -m scheduler.api  --config <base>/scheduler.yaml   (endpoint http://127.0.0.1:<port>)
+    python -m scheduler.loop --config <base>/scheduler.yaml
+    python -m scheduler.agent --config <base>/agent-<i>.yaml   x nodes (executor: process,
+                                                                address 127.0.0.1, share
+                                                                <base>/share)
+
+creates an admin token, and writes the state file ``<state dir>/state.json`` (endpoint,
+token, pids, paths) that ``down()`` and the CLI read. The state dir is ``PASTURE_DEV_DIR``
+or ``~/.local/state/pasture/dev``; the cluster's data lives in a temp dir removed by
+``down()``. Fake GPUs (``gpus_per_node``) are only numbers for the scheduler;
+CUDA_VISIBLE_DEVICES is still set for the tasks.
+
+All nodes share this machine's CPUs and memory; each node announces what ``cpu_per_node``
+/ ``memory_per_node`` say (default: the whole machine), so the dev cluster overcommits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+STATE_NAME = "state.json"
+
+
+class DevError(RuntimeError):
+    """The dev cluster could not start / a component did not come up (message says which,
+    with the tail of its log)."""
+
+
+def state_dir() -> Path:
+    """Where the state file lives (``PASTURE_DEV_DIR`` or ``~/.local/state/pasture/dev``)."""
+    env = os.environ.get("PASTURE_DEV_DIR")
+    return Path(env) if env else Path.home() / ".local" / "state" / "pasture" / "dev"
+
+
+@dataclass
+class Proc:
+    """A started process: name, pid, create time (to never signal a recycled pid), argv,
+    log file."""
+
+    name: str
+    pid: int
+    create_time: float
+    argv: list[str]
+    log: str
+
+    def process(self) -> psutil.Process | None:
+        """The live process, None when it exited (or the pid was reused)."""
+        try:
+            p = psutil.Process(self.pid)
+            if abs(p.create_time() - self.create_time) > 0.01 or p.status() == "zombie":
+                return None
+            return p
+        except psutil.Error:
+            return None
+
+    def alive(self) -> bool:
+        return self.process() is not None
+
+    def signal(self, sig: int) -> None:
+        p = self.process()
+        if p is not None:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, wait up to ``timeout`` s, then SIGKILL."""
+        p = self.process()
+        if p is None:
+            return
+        try:
+            p.terminate()
+            p.wait(timeout)
+        except psutil.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+        except psutil.Error:
+            pass
+
+
+@dataclass
+class DevCluster:
+    """A running dev cluster (what ``state.json`` holds).
+
+    Attributes:
+        endpoint: API base URL ("" when started without the API).
+        token: admin token for the API.
+        redis_url: Redis of the cluster. base_dir: its data. share_dir: the share.
+        scheduler_config: scheduler.yaml path. agent_configs: one agent.yaml per node.
+        procs: started processes by name (redis, api, loop, agent-0...).
+        nodes: node names.
+    """
+
+    endpoint: str
+    token: str
+    redis_url: str
+    base_dir: str
+    share_dir: str
+    scheduler_config: str
+    agent_configs: list[str]
+    nodes: list[str]
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DevCluster:
+        procs = {k: Proc(**v) for k, v in d.get("procs", {}).items()}
+        return cls(**{**d, "procs": procs})
+
+    def save(self, directory: Path | None = None) -> None:
+        directory = directory or state_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / STATE_NAME
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        os.chmod(tmp, 0o600)  # holds the admin token
+        os.replace(tmp, path)
+
+    def store(self):  # noqa: ANN201 - scheduler.store.Store, imported lazily
+        """A Store on this cluster's Redis."""
+        import redis
+
+        from scheduler.store import Store
+
+        return Store(redis.Redis.from_url(self.redis_url, decode_responses=True))
+
+    # ---- components (used by tests: kill the loop, kill an agent, restart) -----------
+    def start_loop(self) -> Proc:
+        """(Re)start the scheduling loop."""
+        proc = _spawn(
+            "loop",
+            [sys.executable, "-m", "scheduler.loop", "--config", self.scheduler_config],
+            Path(self.base_dir),
+        )
+        self.procs["loop"] = proc
+        return proc
+
+    def start_agent(self, i: int) -> Proc:
+        """(Re)start agent ``i``."""
+        proc = _spawn(
+            f"agent-{i}",
+            [sys.executable, "-m", "scheduler.agent", "--config", self.agent_configs[i]],
+            Path(self.base_dir),
+        )
+        self.procs[f"agent-{i}"] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one component (e.g. ``loop``, ``agent-1``) as a crash would."""
+        proc = self.procs[name]
+        p = proc.process()
+        if p is not None:
+            p.kill()
+            p.wait(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(name: str, argv: list[str], base: Path) -> Proc:
+    logs = base / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    env = dict(os.environ)
+    env.pop("PASTURE_CONFIG", None)
+    with open(log, "ab") as f:
+        p = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=str(base),
+        )
+    return Proc(
+        name=name,
+        pid=p.pid,
+        create_time=psutil.Process(p.pid).create_time(),
+        argv=argv,
+        log=str(log),
+    )
+
+
+def _tail(path: str, n: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _wait(what: str, check, proc: Proc | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001, S110 - not up yet
+            pass
+        if proc is not None and not proc.alive():
+            raise DevError(f"{what} exited while starting; log {proc.log}:\n{_tail(proc.log)}")
+        time.sleep(0.1)
+    log = f"; log {proc.log}:\n{_tail(proc.log)}" if proc else ""
+    raise DevError(f"{what} not up after {timeout:g} s{log}")
+
+
+def read_state(directory: Path | None = None) -> dict[str, Any] | None:
+    """The running dev cluster's state (``{endpoint, token, ...}``), None when none."""
+    path = (directory or state_dir()) / STATE_NAME
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def up(
+    nodes: int = 2,
+    gpus_per_node: int = 0,
+    *,
+    cpu_per_node: str | int | None = None,
+    memory_per_node: str | int | None = None,
+    api: bool = True,
+    heartbeat_interval_s: float = 1.0,
+    heartbeat_timeout_s: float = 10.0,
+    loop_interval_s: float = 0.5,
+    stop_grace_s: float = 3.0,
+    virtual_clusters: list[dict[str, Any]] | None = None,
+    directory: Path | None = None,
+    timeout_s: float = 30.0,
+) -> DevCluster:
+    """Start a dev cluster (see the module docstring) and return it.
+
+    Args:
+        nodes: number of agents (>= 1). gpus_per_node: fake GPUs each node announces.
+        cpu_per_node / memory_per_node: node capacity in spec notation (default: detected).
+        api: start the API (False for backend-only tests).
+        heartbeat_*, loop_interval_s, stop_grace_s: seconds.
+        virtual_clusters: VC settings dicts (default: one ``default`` VC guaranteed the
+            whole cluster).
+        directory: state dir (default :func:`state_dir`).
+    Raises:
+        DevError: a cluster is already running there, redis-server is not on PATH, or a
+            component did not come up (with its log tail). What started is stopped again.
+    """
+    if nodes < 1:
+        raise DevError(f"nodes must be at least 1, got {nodes}")
+    directory = directory or state_dir()
+    old = read_state(directory)
+    if old and any(Proc(**p).alive() for p in old.get("procs", {}).values()):
+        raise DevError(
+            f"a dev cluster is running (state {directory / STATE_NAME}); run "
+            "'pasture dev down' first"
+        )
+    redis_exe = shutil.which("redis-server")
+    if redis_exe is None:
+        raise DevError("redis-server not found on PATH (apt-get install redis-server)")
+    base = Path(tempfile.mkdtemp(prefix="pasture-dev-"))
+    share = base / "share"
+    share.mkdir()
+    (base / "redis").mkdir()
+    cluster = DevCluster(
+        endpoint="",
+        token="",
+        redis_url="",
+        base_dir=str(base),
+        share_dir=str(share),
+        scheduler_config=str(base / "scheduler.yaml"),
+        agent_configs=[],
+        nodes=[],
+    )
+    try:
+        _up(
+            cluster,
+            redis_exe,
+            nodes,
+            gpus_per_node,
+            cpu_per_node,
+            memory_per_node,
+            api,
+            heartbeat_interval_s,
+            heartbeat_timeout_s,
+            loop_interval_s,
+            stop_grace_s,
+            virtual_clusters,
+            timeout_s,
+            directory,
+        )
+    except BaseException:
+        _stop_all(cluster)
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return cluster
+
+
+def _up(
+    cluster: DevCluster,
+    redis_exe: str,
+    nodes: int,
+    gpus: int,
+    cpu: Any,
+    memory: Any,
+    api: bool,
+    hb_interval: float,
+    hb_timeout: float,
+    loop_interval: float,
+    grace: float,
+    vcs: list[dict[str, Any]] | None,
+    timeout: float,
+    directory: Path,
+) -> None:
+    import redis
+
+    base = Path(cluster.base_dir)
+    port = _free_port()
+    cluster.procs["redis"] = _spawn(
+        "redis",
+        [
+            redis_exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(base / "redis"),
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--protected-mode",
+            "no",
+        ],
+        base,
+    )
+    cluster.redis_url = f"redis://127.0.0.1:{port}/0"
+    cluster.save(directory)
+    client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+    _wait("redis-server", client.ping, cluster.procs["redis"], timeout)
+
+    api_port = _free_port()
+    settings = {
+        "cluster_name": "dev",
+        "redis": {"url": cluster.redis_url},
+        "share_dir": cluster.share_dir,
+        "api": {"host": "127.0.0.1", "port": api_port},
+        "loop": {
+            "interval_s": loop_interval,
+            "heartbeat_timeout_s": hb_timeout,
+            "stop_grace_s": grace,
+        },
+        "virtual_clusters": vcs
+        or [
+            {
+                "name": "default",
+                "guarantee": {
+                    "cpu": f"{nodes * (_cpu(cpu) or (psutil.cpu_count() or 1) * 1000)}m",
+                    "memory": nodes * (_mem(memory) or psutil.virtual_memory().total),
+                    "gpu": nodes * gpus,
+                },
+            }
+        ],
+    }
+    Path(cluster.scheduler_config).write_text(yaml.safe_dump(settings))
+
+    if api:
+        from scheduler.store.tokens import TokenStore
+
+        cluster.token = TokenStore(client).create("dev-admin", "admin") or ""
+    cluster.start_loop()
+    cluster.save(directory)
+    if api:
+        import httpx
+
+        cluster.procs["api"] = _spawn(
+            "api",
+            [sys.executable, "-m", "scheduler.api", "--config", cluster.scheduler_config],
+            base,
+        )
+        cluster.endpoint = f"http://127.0.0.1:{api_port}"
+        cluster.save(directory)
+        _wait(
+            "the API",
+            lambda: httpx.get(cluster.endpoint + "/healthz", timeout=1).status_code == 200,
+            cluster.procs["api"],
+            timeout,
+        )
+
+    # disjoint port ranges: all nodes share 127.0.0.1
+    first = random.randrange(20000, 60000 - 200 * nodes, 100)
+    for i in range(nodes):
+        name = f"dev-node-{i}"
+        agent = {
+            "node_name": name,
+            "address": "127.0.0.1",
+            "redis": {"url": cluster.redis_url},
+            "share_dir": cluster.share_dir,
+            "executor": "process",
+            "heartbeat_interval_s": hb_interval,
+            "work_dir": str(base / "agents" / name),
+            "port_range": [first + 200 * i, first + 200 * i + 199],
+            "resources": {
+                "cpu": cpu,
+                "memory": memory,
+                "gpu": gpus,
+                "gpu_model": "dev-fake" if gpus else None,
+            },
+            "labels": {"dev": "true"},
+            "stop_grace_s": grace,
+        }
+        path = base / f"agent-{i}.yaml"
+        path.write_text(yaml.safe_dump(agent))
+        cluster.agent_configs.append(str(path))
+        cluster.nodes.append(name)
+        cluster.start_agent(i)
+    cluster.save(directory)
+    store = cluster.store()
+    _wait(
+        f"{nodes} agent(s)",
+        lambda: {n.name for n in store.list_nodes() if n.state == "ready"} >= set(cluster.nodes),
+        None,
+        timeout,
+    )
+
+
+def _cpu(cpu: Any) -> int | None:
+    if cpu is None:
+        return None
+    from scheduler.spec.quantity import parse_cpu
+
+    return parse_cpu(cpu)
+
+
+def _mem(memory: Any) -> int | None:
+    if memory is None:
+        return None
+    from scheduler.spec.quantity import parse_memory
+
+    return parse_memory(memory)
+
+
+def _stop_tasks(cluster: DevCluster) -> None:
+    """Stop task process groups the agents left (agents leave tasks for adoption)."""
+    from scheduler.agent.process import ProcessExecutor
+
+    ex = ProcessExecutor(limits="none")
+    for cfg in cluster.agent_configs:
+        try:
+            work = Path(yaml.safe_load(Path(cfg).read_text())["work_dir"])
+            tasks = json.loads((work / "agent-state.json").read_text()).get("tasks", [])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for t in tasks:
+            ex.stop(t["handle"], grace_s=2.0)
+
+
+def _stop_all(cluster: DevCluster) -> None:
+    for name in sorted(cluster.procs):
+        if name.startswith("agent-"):
+            cluster.procs[name].stop()
+    _stop_tasks(cluster)
+    for name in ("loop", "api", "redis"):
+        if name in cluster.procs:
+            cluster.procs[name].stop()
+
+
+def down(directory: Path | None = None, keep_data: bool = False) -> bool:
+    """Stop every process of the dev cluster (agents, their tasks, loop, API, Redis) and
+    remove its state file and data (unless ``keep_data``). False when none was running."""
+    directory = directory or state_dir()
+    state = read_state(directory)
+    if state is None:
+        return False
+    cluster = DevCluster.from_dict(state)
+    _stop_all(cluster)
+    (directory / STATE_NAME).unlink(missing_ok=True)
+    if not keep_data:
+        shutil.rmtree(cluster.base_dir, ignore_errors=True)
+    return True
+
+
+__all__ = ["DevCluster", "DevError", "down", "read_state", "state_dir", "up"]
