@@ -1,0 +1,218 @@
+"""pasture CLI commands (Typer CliRunner) against a real API and redis-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import yaml
+from live import job_yaml
+
+from scheduler.cli.output import AUTH, NOT_CONFIGURED, NOT_FOUND, REJECTED
+
+pytestmark = pytest.mark.integration
+
+
+def test_no_endpoint_exits_3(cli):
+    r = cli("job", "list")
+    assert r.exit_code == NOT_CONFIGURED
+    assert "pasture login" in r.output
+
+
+def test_login_writes_0600_config_and_later_commands_use_it(api, cli, isolated_config):
+    url, env = api
+    r = cli("login", url, "--token", env.alice)
+    assert r.exit_code == 0, r.output
+    assert "role user" in r.output
+    path = isolated_config / "pasture-config" / "config.yaml"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert yaml.safe_load(path.read_text()) == {"endpoint": url, "token": env.alice}
+    r = cli("vc", "list")
+    assert r.exit_code == 0
+    assert "research" in r.output
+
+
+def test_login_with_a_bad_token_exits_4_and_saves_nothing(api, cli, isolated_config):
+    url, _ = api
+    r = cli("login", url, "--token", "wrong")
+    assert r.exit_code == AUTH
+    assert not (isolated_config / "pasture-config" / "config.yaml").exists()
+
+
+def test_xdg_config_home_is_honoured(api, cli, isolated_config, monkeypatch):
+    url, env = api
+    monkeypatch.delenv("PASTURE_CONFIG_HOME")
+    assert cli("login", url, "--token", env.admin, "--no-check").exit_code == 0
+    assert (isolated_config / "xdg_config_home" / "pasture" / "config.yaml").is_file()
+
+
+def test_job_submit_list_show_logs_stop(logged_in, cli, tmp_path):
+    _, env = logged_in
+    spec = tmp_path / "job.yaml"
+    spec.write_text(job_yaml("hello"))
+    r = cli("job", "submit", str(spec))
+    assert r.exit_code == 0, r.output
+    assert "submitted job hello" in r.output
+    r = cli("job", "list")
+    assert r.exit_code == 0
+    assert "hello" in r.output and "submitted" in r.output
+    r = cli("job", "list", "--json")
+    assert [j["name"] for j in json.loads(r.output)["items"]] == ["hello"]
+    r = cli("job", "show", "hello")
+    assert r.exit_code == 0
+    assert "events" in r.output and "submitted by root" in r.output
+    log = env.share / "jobs" / "hello" / "logs" / "worker-1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("hello from worker 1\n")
+    r = cli("job", "logs", "hello", "--role", "worker", "--index", "1")
+    assert r.exit_code == 0
+    assert r.output == "hello from worker 1\n"
+    r = cli("job", "stop", "hello")
+    assert r.exit_code == 0
+    assert env.store.get_job("hello").stop_requested == "stopped by root"
+
+
+def test_job_errors_have_exit_codes(logged_in, cli, tmp_path, monkeypatch):
+    _, env = logged_in
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(job_yaml("bad").replace("memory: 512Mi", "memory: lots"))
+    r = cli("job", "submit", str(bad))
+    assert r.exit_code == REJECTED
+    assert "roles.worker.resources.memory" in r.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [x\n")
+    r = cli("job", "submit", str(broken))
+    assert r.exit_code == REJECTED
+    assert "malformed YAML" in r.output
+    assert cli("job", "show", "ghost").exit_code == NOT_FOUND
+    monkeypatch.setenv("PASTURE_TOKEN", env.alice)
+    other = tmp_path / "other.yaml"
+    other.write_text(job_yaml("other", vc="research"))
+    r = cli("job", "submit", str(other))
+    assert r.exit_code == AUTH
+    assert "research" in r.output
+
+
+def test_submit_json_file(logged_in, cli, tmp_path):
+    _, env = logged_in
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps(yaml.safe_load(job_yaml("fromjson"))))
+    assert cli("job", "submit", str(spec)).exit_code == 0
+    assert env.store.get_job("fromjson") is not None
+
+
+def test_nodes_vcs_status(logged_in, cli):
+    _, env = logged_in
+    r = cli("node", "list")
+    assert r.exit_code == 0
+    assert "node-1" in r.output and "node-2" in r.output and "8 cpu" in r.output
+    assert cli("node", "cordon", "node-2").exit_code == 0
+    assert env.store.get_node("node-2").state == "cordoned"
+    assert cli("node", "drain", "node-1").exit_code == 0
+    assert env.store.get_node("node-1").state == "draining"
+    assert cli("node", "uncordon", "node-1").exit_code == 0
+    assert env.store.get_node("node-1").state == "ready"
+    assert cli("node", "cordon", "ghost").exit_code == NOT_FOUND
+    r = cli("vc", "list", "--json")
+    assert {v["name"] for v in json.loads(r.output)} == {"default", "research"}
+    r = cli("status", "--json")
+    assert json.loads(r.output)["nodes"] == {"ready": 1, "cordoned": 1}
+    r = cli("status")
+    assert "cluster test" in r.output
+
+
+def test_template_job_is_a_valid_spec(cli, tmp_path):
+    from scheduler.spec import load_job_spec
+
+    r = cli("template", "job")
+    assert r.exit_code == 0
+    spec = load_job_spec(r.output)
+    assert list(spec.roles) == ["ps", "worker"]
+    out = tmp_path / "t.yaml"
+    assert cli("template", "job", "-o", str(out)).exit_code == 0
+    assert load_job_spec(out.read_text()).name == spec.name
+
+
+def test_admin_token_create_if_missing_and_output(env, cli, tmp_path):
+    cfg = tmp_path / "scheduler.yaml"
+    cfg.write_text(yaml.safe_dump({"redis": {"url": env.settings.redis.url}}))
+    out = tmp_path / "tokens" / "ci.token"
+    r = cli(
+        "admin",
+        "token",
+        "create",
+        "--config",
+        str(cfg),
+        "--name",
+        "ci",
+        "--role",
+        "user",
+        "--vc",
+        "default",
+        "--output",
+        str(out),
+    )
+    assert r.exit_code == 0, r.output
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    token = out.read_text().strip()
+    assert env.tokens.verify(token).vcs == ("default",)
+    r = cli(
+        "admin",
+        "token",
+        "create",
+        "--config",
+        str(cfg),
+        "--name",
+        "ci",
+        "--role",
+        "user",
+        "--vc",
+        "default",
+        "--if-missing",
+    )
+    assert r.exit_code == 0
+    assert r.output == ""
+    assert env.tokens.verify(token) is not None  # unchanged
+    r = cli("admin", "token", "create", "--config", str(cfg), "--name", "ci", "--role", "admin")
+    assert r.exit_code == REJECTED
+    r = cli("admin", "token", "create", "--config", str(cfg), "--name", "x", "--role", "root")
+    assert r.exit_code == REJECTED and "admin, user, agent" in r.output
+    r = cli(
+        "admin", "token", "create", "--config", str(cfg), "--name", "printed", "--role", "admin"
+    )
+    assert env.tokens.verify(r.output.strip()).name == "printed"
+    r = cli("admin", "token", "list", "--config", str(cfg))
+    assert "printed" in r.output and r.output.count("\n") > 3
+    assert cli("admin", "token", "revoke", "ci", "--config", str(cfg)).exit_code == 0
+    assert env.tokens.verify(token) is None
+
+
+def test_admin_vc_apply(env, cli, tmp_path):
+    cfg = tmp_path / "scheduler.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "redis": {"url": env.settings.redis.url},
+                "virtual_clusters": [{"name": "prod", "guarantee": {"cpu": 2, "memory": "1Gi"}}],
+            }
+        )
+    )
+    r = cli("admin", "vc", "apply", "--config", str(cfg))
+    assert r.exit_code == 0, r.output
+    assert set(env.store.vcs()) == {"prod"}
+
+
+def test_bad_settings_file_is_reported(cli, tmp_path):
+    cfg = tmp_path / "scheduler.yaml"
+    cfg.write_text("api: {port: -1}\n")
+    r = cli("admin", "vc", "apply", "--config", str(cfg))
+    assert r.exit_code == NOT_CONFIGURED
+    assert "api.port" in r.output
+
+
+def test_image_push_checks_the_inventory_exists(cli):
+    r = cli("image", "push", "img", "--inventory", "/nonexistent")
+    assert r.exit_code == 2  # Typer's usage error, before anything is saved
+    assert "/nonexistent" in r.output
