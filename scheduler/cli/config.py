@@ -2,9 +2,10 @@
 
 Order (first wins):
 1. ``PASTURE_ENDPOINT`` / ``PASTURE_TOKEN`` / ``PASTURE_CA_CERT`` environment variables;
-2. the login file ``config.yaml`` written by ``pasture login`` (mode 0600) in
-   ``$PASTURE_CONFIG_HOME``, else ``$XDG_CONFIG_HOME/pasture``, else ``~/.config/pasture``;
-3. the state file of a running ``pasture dev up`` cluster (no login needed).
+2. the state file of a running ``pasture dev up`` cluster (no login needed; ``pasture dev
+   down`` removes it, and the login file applies again);
+3. the login file ``config.yaml`` written by ``pasture login`` (mode 0600) in
+   ``$PASTURE_CONFIG_HOME``, else ``$XDG_CONFIG_HOME/pasture``, else ``~/.config/pasture``.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def load() -> ClientConfig:
     data: dict = {}
     source = ""
     path = config_path()
-    if path.is_file():
-        data, source = _from_file(path), str(path)
-    elif dev := _from_dev_state():
+    if dev := _from_dev_state():
         data, source = dev, "pasture dev up"
+    elif path.is_file():
+        data, source = _from_file(path), str(path)
     env = {
         "endpoint": os.environ.get("PASTURE_ENDPOINT"),
         "token": os.environ.get("PASTURE_TOKEN"),

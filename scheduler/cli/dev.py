@@ -30,14 +30,21 @@ def up(
 ) -> None:
     """Start redis-server, the API, the loop and N agents as local processes."""
     dev = _dev()
-    with console.status(f"starting a dev cluster with {nodes} node(s)"):
-        state = dev.up(nodes=nodes, gpus_per_node=gpus_per_node)
-    info = _public(state)
+    try:
+        with console.status(f"starting a dev cluster with {nodes} node(s)"):
+            cluster = dev.up(nodes=nodes, gpus_per_node=gpus_per_node)
+    except dev.DevError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    state = cluster.to_dict()
+    info = {k: state[k] for k in ("endpoint", "token", "redis_url", "share_dir", "nodes")}
     if as_json:
         typer.echo(json.dumps(info))
         return
     console.print(f"endpoint: {info['endpoint']}")
     console.print(f"token:    {info['token']}")
+    console.print(f"nodes:    {', '.join(info['nodes'])}")
+    console.print(f"share:    {info['share_dir']}")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")
 
 
@@ -46,11 +53,5 @@ def down() -> None:
     """Stop every process of the dev cluster and remove its state."""
     dev = _dev()
     with console.status("stopping the dev cluster"):
-        dev.down()
-    console.print("dev cluster stopped")
-
-
-def _public(state) -> dict:
-    if not isinstance(state, dict):
-        state = {k: getattr(state, k) for k in dir(state) if not k.startswith("_")}
-    return {k: v for k, v in state.items() if isinstance(v, str | int | float | bool | list | dict)}
+        stopped = dev.down()
+    console.print("dev cluster stopped" if stopped else "no dev cluster was running")

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from scheduler.cli.client import ApiClient, ApiError
+from scheduler.cli.client import ApiClient
 from scheduler.cli.config import load
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
@@ -70,16 +70,19 @@ def _stream(client: ApiClient, name: str, role: str | None, index: int | None) -
         out.flush()
 
 
+def _log_matches(f: dict, role: str | None, index: int | None) -> bool:
+    """Whether log file ``f`` is the one the API serves for (role, index)."""
+    if role is None:
+        return index is None or f["index"] == index
+    return f["role"] == role and f["index"] == (index or 0)
+
+
 def _wait_for_log(client: ApiClient, name: str, role: str | None, index: int | None) -> bool:
     """Wait (spinner) until the task's log exists; False when the job ended without one."""
     with console.status(f"job {name}: waiting for the first log line", spinner="dots"):
         while True:
-            try:
-                client.logs(name, role, index, offset=1 << 62)
+            if any(_log_matches(f, role, index) for f in client.log_files(name)):
                 return True
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
             if client.job(name).get("state") in TERMINAL:
                 return False
             time.sleep(0.5)

@@ -68,9 +68,10 @@ class LogService:
         return p
 
     def read(self, job: str, role: str | None, index: int | None, offset: int = 0) -> bytes:
-        """The log's bytes from ``offset`` (bytes) to its current end."""
-        with self.path(job, role, index).open("rb") as f:
-            f.seek(max(offset, 0))
+        """The log's bytes from ``offset`` (bytes; past the end gives b"") to its end."""
+        path = self.path(job, role, index)
+        with path.open("rb") as f:
+            f.seek(min(max(offset, 0), path.stat().st_size))
             return f.read()
 
     async def follow(
@@ -89,7 +90,7 @@ class LogService:
         """
         path = self.path(job, role, index)
         with path.open("rb") as f:
-            f.seek(max(offset, 0))
+            f.seek(min(max(offset, 0), path.stat().st_size))
             while True:
                 chunk = f.read(CHUNK)
                 if chunk:

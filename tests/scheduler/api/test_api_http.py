@@ -295,6 +295,8 @@ def test_logs_read_and_files(api, http):
         c.get("/api/v1/jobs/lg/logs", params={"role": "worker", "index": 1, "offset": 7}).text
         == "one\n"
     )
+    past_end = c.get("/api/v1/jobs/lg/logs", params={"role": "ps", "offset": 2**62})
+    assert (past_end.status_code, past_end.text) == (200, "")
     files = c.get("/api/v1/jobs/lg/logs/files").json()
     assert files == [
         {"role": "ps", "index": 0, "size": len("=== attempt 1 on node-1 ===\nps says hi\n")},
