@@ -312,7 +312,18 @@ def run(args: argparse.Namespace) -> dict:
     return figures
 
 
+def _wait_for_loop(loop, timeout_s: float = 60.0) -> None:
+    """Wait until the loop process logged its start (imports done, subscribed)."""
+    deadline = time.monotonic() + timeout_s
+    while "loop started" not in loop.log_path.read_text(errors="replace"):
+        if loop.poll() is not None or time.monotonic() > deadline:
+            tail = loop.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"loop did not start: {tail}")
+        time.sleep(0.1)
+
+
 def _drive(args, rng, store, jobs, admin, agents, loop) -> dict:
+    _wait_for_loop(loop)
     names = []
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
     start = time.monotonic()
