@@ -62,9 +62,25 @@ class RecordingMocks(pulumi.runtime.Mocks):
             }
         elif args.typ == "azure-native:containerregistry:Registry":
             out["loginServer"] = f"{args.name}.azurecr.io"
+        elif args.typ == "pulumi-python:dynamic:Resource" and "ssh_user" in args.inputs:
+            # What stacks.onprem_host.HostProvider.create records (create never runs here).
+            out["facts"] = self.host_facts(args.inputs)
         elif args.typ == "kubernetes:core/v1:Service":
             out["status"] = {"loadBalancer": {"ingress": [{"ip": "10.224.0.200"}]}}
         return [f"/mock/{args.typ}/{args.name}", out]
+
+    @staticmethod
+    def host_facts(inputs: dict[str, Any]) -> dict[str, Any]:
+        """Facts of a simulated host: hosts whose name starts with ``gpu`` have 4 A100s."""
+        gpus = 4 if str(inputs.get("name", "")).startswith("gpu") else 0
+        return {
+            "cpu": 32 if gpus else 8,
+            "memory_mib": 257024 if gpus else 32768,
+            "gpu_count": gpus,
+            "gpu_model": "A100" if gpus else None,
+            "gpu_names": ["NVIDIA A100-SXM4-80GB"] * gpus,
+            "os": "Debian GNU/Linux 12 (bookworm)",
+        }
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append(args)

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Header, HTTPException
 
 from stacks import hostops
 from stacks.hostops import HostOpError, SshTarget
+from stacks.onprem_host import HostProvider, delete_host, diff_host
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 GPU_NAMES = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
@@ -249,3 +250,76 @@ def test_drain_with_a_refused_token_says_so(api):
 def test_drain_with_the_api_down_says_so():
     with pytest.raises(HostOpError, match="cannot reach"):
         hostops.drain_node(f"http://127.0.0.1:{free_port()}", TOKEN, "node-1", timeout_s=2)
+
+
+# --- the onprem dynamic provider, called directly (Pulumi's mocks never call it) -------
+
+
+def host_props(sshd, api_endpoint: str = "http://127.0.0.1:9", **kw) -> dict:
+    port, d = sshd
+    props = {
+        "name": "node-1",
+        "role": "node",
+        "address": "10.0.0.11",
+        "ssh_host": "127.0.0.1",
+        "ssh_user": "root",
+        "ssh_port": port,
+        "private_key": (d / "gpuuser").read_text(),
+        "known_hosts": str(d / "known_hosts"),
+        "api_endpoint": api_endpoint,
+        "api_token": TOKEN,
+        "api_ca_file": "",
+        "drain_on_delete": True,
+        "drain_timeout_s": 10,
+    }
+    props.update(kw)
+    return props
+
+
+def test_provider_create_and_update_record_facts_over_ssh(sshd):
+    provider = HostProvider()
+    props = host_props(sshd)
+    created = provider.create(props)
+    assert created.id == "node-1"
+    assert created.outs["facts"]["gpu_count"] == 2
+    assert created.outs["facts"]["cpu"] == int(subprocess.check_output(["nproc"], text=True))
+    assert created.outs["address"] == "10.0.0.11"  # the cluster address, not the SSH one
+    updated = provider.update(
+        "node-1", created.outs, host_props(sshd, private_key=(sshd[1] / "user").read_text())
+    )
+    assert updated.outs["facts"]["gpu_count"] == 0  # the plain key's session has no nvidia-smi
+
+
+def test_provider_create_fails_for_an_unreachable_host(sshd):
+    with pytest.raises(HostOpError, match="node-1: SSH"):
+        HostProvider().create(host_props(sshd, ssh_port=free_port()))
+
+
+def test_provider_diff_replaces_on_a_new_address_only(sshd):
+    old = host_props(sshd)
+    assert not diff_host(old, dict(old)).changes
+    moved = diff_host(old, {**old, "address": "10.0.0.99"})
+    assert moved.changes and moved.replaces == ["address"] and moved.delete_before_replace
+    port = diff_host(old, {**old, "ssh_port": 2200})
+    assert port.changes and not port.replaces
+    facts_only = diff_host({**old, "facts": {"cpu": 1}}, old)
+    assert not facts_only.changes
+
+
+def test_provider_delete_drains_the_node_first(sshd, api):
+    endpoint, calls = api
+    before = len(calls)
+    HostProvider().delete("node-1", host_props(sshd, api_endpoint=endpoint))
+    assert calls[before:] == [("node-1", "drain")]
+
+
+def test_delete_without_token_keeps_the_host_and_says_what_to_set(sshd, api):
+    endpoint, calls = api
+    before = len(calls)
+    with pytest.raises(HostOpError, match="pasture:apiToken"):
+        delete_host(host_props(sshd, api_endpoint=endpoint, api_token=None))
+    assert len(calls) == before
+    # the master is not a node, and draining can be switched off
+    assert delete_host(host_props(sshd, api_endpoint=endpoint, role="master")) is None
+    assert delete_host(host_props(sshd, api_endpoint=endpoint, drain_on_delete=False)) is None
+    assert len(calls) == before
