@@ -151,23 +151,24 @@ class Loop:
         spec = JobSpec.model_validate(job.spec)
         tasks = self.store.tasks(job.name)
         self._mark_lost(job, tasks, nodes)
+        changed = False
+        if st == JobState.SCHEDULED and any(t.state != TaskState.SCHEDULED for t in tasks):
+            self.store.transition(job.name, JobState.RUNNING, "tasks started", start_time=now)
+            job.start_time = now
+            changed = True
         ending = job.ending
         if ending is None:
             ending = self._outcome(job, spec, tasks, nodes)
-            if ending is not None:
-                self.store.set_job_fields(job.name, ending=ending)
-                log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
-        if ending is None:
-            if st == JobState.SCHEDULED and any(t.state != TaskState.SCHEDULED for t in tasks):
-                self.store.transition(job.name, JobState.RUNNING, "tasks started", start_time=now)
-                return True
-            return False
+            if ending is None:
+                return changed
+            self.store.set_job_fields(job.name, ending=ending)
+            log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
             t.desired = "stop"
         self.store.update_tasks(job.name, stop)
         if not all(t.done for t in tasks):
-            return False
+            return changed
         return self._finish(job, spec, tasks, ending, now)
 
     def _mark_lost(

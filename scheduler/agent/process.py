@@ -58,6 +58,17 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is in process group ``pgid``."""
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return False
+
+
 class ProcessExecutor(Executor):
     """Local process groups with cgroup (systemd) or rlimit limits; see module docstring.
 
@@ -164,9 +175,14 @@ class ProcessExecutor(Executor):
             os.killpg(pgid, signal.SIGTERM)
         except ProcessLookupError:
             return
+        # wait for the whole group, not just the leader: a task's own processes may still
+        # be handling SIGTERM after the wrapper shell died
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if not self._alive(h):
+            child = self._children.get(h["pid"])
+            if child is not None:
+                child.poll()  # reap the leader so it does not count as alive
+            if not _group_alive(pgid):
                 break
             time.sleep(0.05)
         # SIGKILL the group even when the leader is gone: children may linger.

@@ -1,0 +1,188 @@
+"""The agent against a real redis-server, with the process executor and real processes.
+The loop is not running: the test commits placements itself (store + snapshot helpers)."""
+
+import json
+import time
+
+import pytest
+import redis
+
+from scheduler.agent.agent import Agent
+from scheduler.agent.resources import detect_capacity, detect_gpus, usage
+from scheduler.core.model import Bind, Decision, TaskPlacement
+from scheduler.settings import AgentSettings
+from scheduler.spec import parse_job_spec
+from scheduler.store import Store
+from scheduler.store.snapshot import commit_payload, take_snapshot
+
+
+@pytest.fixture()
+def store(redis_url):
+    return Store(redis.Redis.from_url(redis_url, decode_responses=True))
+
+
+def make_agent(store, tmp_path, redis_url, name="n1", **extra):
+    settings = AgentSettings.model_validate(
+        {
+            "node_name": name,
+            "address": "127.0.0.1",
+            "redis": {"url": redis_url},
+            "share_dir": str(tmp_path / "share"),
+            "executor": "process",
+            "work_dir": str(tmp_path / f"work-{name}"),
+            "port_range": [32000, 32099],
+            "resources": {"cpu": 4, "memory": "8Gi", "gpu": 2, "gpu_model": "fake"},
+            "labels": {"pool": "test"},
+            "stop_grace_s": 1,
+            **extra,
+        }
+    )
+    return Agent(settings, store=store)
+
+
+def place(store, name, command, node="n1", replicas=1, **extra):
+    store.create_job(
+        parse_job_spec(
+            {
+                "name": name,
+                "roles": {
+                    "w": {
+                        "replicas": replicas,
+                        "command": command,
+                        "resources": {"cpu": 1, "gpu": 1},
+                    }
+                },
+                **extra,
+            }
+        )
+    )
+    store.transition(name, "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    job = next(j for j in snap.pending if j.name == name)
+    role = job.roles[0]
+    bind = Bind(name, tuple(TaskPlacement("w", i, node, role.resources) for i in range(replicas)))
+    ok, why = store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))
+    assert ok, why
+
+
+def until(fn, timeout=15.0, step=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("condition not met in time")
+
+
+def test_register_reports_capacity_labels_and_usage(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    node = store.get_node("n1")
+    assert (node.cpu_m, node.memory, node.gpu, node.gpu_model) == (4000, 8 * 2**30, 2, "fake")
+    assert node.labels == {"pool": "test"} and node.port_range == (32000, 32099)
+    assert node.usage["memory_total"] > 0 and node.executor == "process"
+    agent.heartbeat()
+    assert store.get_node("n1").heartbeat >= node.heartbeat
+
+
+def test_no_gpu_on_this_machine_means_zero_gpus():
+    assert detect_gpus() == (0, None)
+    assert detect_capacity().gpu == 0
+    assert usage()["gpus"] == []
+
+
+def test_runs_a_bound_task_logs_it_and_reports_the_exit_code(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    place(
+        store,
+        "j",
+        'echo "rank=$RANK of $WORLD_SIZE at $PASTURE_TASK_HOST:$PASTURE_TASK_PORT '
+        'gpus=$CUDA_VISIBLE_DEVICES"; exit 4',
+        replicas=2,
+    )
+    agent.reconcile()
+    assert {t.state for t in store.tasks("j")} == {"running"}
+
+    def finished():
+        agent.reconcile()
+        return all(t.done for t in store.tasks("j"))
+
+    until(finished)
+    t0, t1 = store.tasks("j")
+    assert (t0.state, t0.exit_code) == ("failed", 4)
+    log = (tmp_path / "share/jobs/j/logs/w-1.log").read_text().splitlines()
+    assert log[0] == "=== attempt 1 on n1 ==="
+    assert log[1] == f"rank=1 of 2 at 127.0.0.1:{t1.ports['main']} gpus={t1.gpus[0]}"
+    assert t0.gpus != t1.gpus  # distinct devices
+    assert json.loads((tmp_path / "work-n1/agent-state.json").read_text())["tasks"] == []
+
+
+def test_stop_request_stops_the_process(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    place(store, "j", "sleep 60")
+    agent.reconcile()
+    pid = json.loads(store.task("j", "w-0").handle)["pid"]
+    t = store.task("j", "w-0")
+    t.desired = "stop"
+    store.update_tasks("j", [t])
+
+    def stopped():
+        agent.reconcile()
+        return store.task("j", "w-0").state == "stopped"
+
+    until(stopped)
+    import psutil
+
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_restarted_agent_adopts_instead_of_running_twice(store, tmp_path, redis_url):
+    marker = tmp_path / "runs"
+    first = make_agent(store, tmp_path, redis_url)
+    first.register()
+    place(store, "j", f"echo run >> {marker}; sleep 1.5; exit 5")
+    first.reconcile()
+    assert store.task("j", "w-0").state == "running"
+    # the agent process dies here; a new one starts from the same work_dir
+    second = make_agent(store, tmp_path, redis_url)
+    assert list(second.local) == ["j/w-0#1"]
+
+    def finished():
+        second.reconcile()
+        return store.task("j", "w-0").done
+
+    until(finished)
+    assert marker.read_text() == "run\n"  # ran once
+    assert store.task("j", "w-0").exit_code == 5
+
+
+def test_restarted_agent_kills_tasks_the_store_moved_on_from(store, tmp_path, redis_url):
+    first = make_agent(store, tmp_path, redis_url)
+    first.register()
+    place(store, "j", "sleep 60")
+    first.reconcile()
+    pid = json.loads(store.task("j", "w-0").handle)["pid"]
+    # while the agent was down the loop released the job (e.g. the node was lost)
+    store.release("j")
+    second = make_agent(store, tmp_path, redis_url)
+    import psutil
+
+    def gone():
+        second.reconcile()
+        return not second.local
+
+    until(gone)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_task_running_in_store_but_unknown_locally_is_reported_failed(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    place(store, "j", "sleep 60")
+    store.report_task("j", "w-0", 1, "n1", "running")  # someone else's claim
+    agent.reconcile()
+    t = store.task("j", "w-0")
+    assert t.state == "failed" and "without a record" in t.message

@@ -1,0 +1,116 @@
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.agent.executor import TaskLaunch
+from scheduler.agent.process import ProcessExecutor, _group_alive, detect_limits
+
+
+def launch(tmp_path: Path, command: str, memory: int = 2**30, name: str = "t") -> TaskLaunch:
+    return TaskLaunch(
+        task_id=name,
+        job="j",
+        role="w",
+        index=0,
+        attempt=1,
+        node="n",
+        command=command,
+        image=None,
+        env={"PASTURE_JOB_DIR": str(tmp_path / "job"), "GREETING": "hi"},
+        cpu_m=1000,
+        memory=memory,
+        gpus=[1, 3],
+        log_path=tmp_path / f"{name}.log",
+        share_dir=tmp_path,
+        state_dir=tmp_path / "state" / name,
+    )
+
+
+def wait_exit(ex, handle, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = ex.poll(handle)
+        if code is not None:
+            return code
+        time.sleep(0.05)
+    raise AssertionError("task did not finish")
+
+
+def test_exit_codes_env_log_and_path(tmp_path):
+    ex = ProcessExecutor()
+    h = ex.start(
+        launch(
+            tmp_path, 'echo "$GREETING $CUDA_VISIBLE_DEVICES $(pwd)"; command -v python3; exit 3'
+        )
+    )
+    assert wait_exit(ex, h) == 3
+    out = (tmp_path / "t.log").read_text().splitlines()
+    assert out[0] == f"hi 1,3 {tmp_path / 'job'}"
+    # the agent's interpreter directory comes first on PATH
+    assert out[1] == str(Path(sys.executable).parent / "python3")
+    ok = ex.start(launch(tmp_path, "true", name="ok"))
+    assert wait_exit(ex, ok) == 0
+
+
+def test_secrets_of_the_agent_are_not_passed_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("PASTURE_REDIS_PASSWORD", "secret")
+    ex = ProcessExecutor()
+    h = ex.start(launch(tmp_path, 'echo "pw=${PASTURE_REDIS_PASSWORD:-none}"'))
+    assert wait_exit(ex, h) == 0
+    assert (tmp_path / "t.log").read_text().strip() == "pw=none"
+
+
+def test_stop_sends_sigterm_then_sigkill_after_grace(tmp_path):
+    ex = ProcessExecutor()
+    polite = ex.start(
+        launch(
+            tmp_path,
+            "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done",
+            name="polite",
+        )
+    )
+    stubborn = ex.start(launch(tmp_path, "trap '' TERM; sleep 60", name="stubborn"))
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    ex.stop(polite, grace_s=5)
+    assert time.monotonic() - t0 < 4
+    assert "got TERM" in (tmp_path / "polite.log").read_text()
+    t0 = time.monotonic()
+    ex.stop(stubborn, grace_s=1)
+    took = time.monotonic() - t0
+    assert 0.9 <= took < 6
+    # the wrapper shell died of SIGTERM, the TERM-ignoring command needed SIGKILL
+    assert wait_exit(ex, stubborn) in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
+    assert not _group_alive(json.loads(stubborn)["pid"])
+
+
+def test_a_new_executor_adopts_running_and_finished_tasks(tmp_path):
+    """What an agent restart looks like: the handle survives, the Popen object does not."""
+    first = ProcessExecutor()
+    running = first.start(launch(tmp_path, "sleep 1; exit 7", name="r"))
+    # the first executor is gone (agent crashed); a new one polls the same handles
+    second = ProcessExecutor()
+    assert second.poll(running) is None
+    assert wait_exit(second, running) == 7  # from the exit file, not from wait()
+    first._children.clear()  # reaped by nobody in a real crash; keep the test tidy
+
+
+@pytest.mark.skipif(detect_limits() != "rlimit", reason="systemd scopes are used here")
+def test_memory_limit_by_rlimit(tmp_path):
+    ex = ProcessExecutor()
+    code = f"{sys.executable} -c 'x = bytearray(400 * 2**20)'"
+    h = ex.start(launch(tmp_path, code, memory=200 * 2**20))
+    assert wait_exit(ex, h) != 0
+    assert "MemoryError" in (tmp_path / "t.log").read_text()
+    h2 = ex.start(launch(tmp_path, code, memory=2 * 2**30, name="fits"))
+    assert wait_exit(ex, h2) == 0
+
+
+def test_limits_detection_matches_the_machine():
+    expected = "systemd" if os.path.isdir("/run/systemd/system") else "rlimit"
+    assert detect_limits() == expected

@@ -1,0 +1,226 @@
+"""The loop's lifecycle against a real redis-server and the real core; agents are played
+by the test through ``store.report_task`` (the agent itself is tested in agent/)."""
+
+import pytest
+import redis
+
+from scheduler.core.model import Decision
+from scheduler.loop import Loop
+from scheduler.settings import SchedulerSettings
+from scheduler.spec import parse_job_spec
+from scheduler.store import NodeRecord, Store, TaskState
+
+
+@pytest.fixture()
+def env(redis_url):
+    settings = SchedulerSettings.model_validate(
+        {
+            "redis": {"url": redis_url},
+            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5},
+            "virtual_clusters": [
+                {"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}},
+            ],
+        }
+    )
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
+    store.apply_vcs(settings.virtual_clusters)
+    for n in ("n1", "n2"):
+        store.register_node(
+            NodeRecord(
+                name=n,
+                address=f"addr-{n}",
+                cpu_m=4000,
+                memory=16 * 2**30,
+                port_range=(31000, 31099),
+            )
+        )
+    return store, Loop(store, settings)
+
+
+def submit(store, name, roles=None, **extra):
+    roles = roles or {
+        "ps": {"replicas": 1, "command": "ps"},
+        "worker": {"replicas": 2, "command": "w"},
+    }
+    store.create_job(parse_job_spec({"name": name, "roles": roles, **extra}), user="ann")
+
+
+def report_all(store, job, state, code=None, only=None):
+    for t in store.tasks(job):
+        if only is None or t.key in only:
+            store.report_task(job, t.key, t.attempt, t.node, state, code)
+
+
+def states(store, job):
+    return [e["state"] for e in store.events(job)]
+
+
+def test_job_runs_through_the_lifecycle(env):
+    store, loop = env
+    submit(store, "j")
+    loop.cycle()
+    job = store.get_job("j")
+    assert job.state == "scheduled"
+    tasks = store.tasks("j")
+    assert [t.key for t in tasks] == ["ps-0", "worker-0", "worker-1"]
+    assert all(t.ports["main"] >= 31000 for t in tasks)
+    report_all(store, "j", TaskState.RUNNING)
+    loop.cycle()
+    assert store.get_job("j").state == "running"
+    report_all(store, "j", TaskState.SUCCEEDED, 0)
+    loop.cycle()
+    job = store.get_job("j")
+    assert job.state == "succeeded" and job.end_time is not None
+    assert states(store, "j") == ["submitted", "queued", "scheduled", "running", "succeeded"]
+    assert store.ledger() == {}
+
+
+def test_failed_task_is_retried_until_max_attempts_then_fails(env):
+    store, loop = env
+    submit(store, "j", retry={"max_attempts": 2})
+    for attempt in (1, 2):
+        loop.cycle()
+        assert store.get_job("j").state == "scheduled"
+        assert {t.attempt for t in store.tasks("j")} == {attempt}
+        report_all(store, "j", TaskState.RUNNING)
+        report_all(store, "j", TaskState.FAILED, 1, only={"worker-1"})
+        loop.cycle()
+        # the rest of the gang is told to stop, the job waits for them
+        assert {t.key for t in store.tasks("j") if t.desired == "stop"} >= {"ps-0", "worker-0"}
+        report_all(store, "j", TaskState.STOPPED, 143, only={"ps-0", "worker-0"})
+        loop.cycle()
+    job = store.get_job("j")
+    assert job.state == "failed"
+    assert job.failures == 2 and job.attempt == 2 and job.exit_code == 1
+    assert "task worker-1 exited with code 1" in job.reason
+    assert "2 of 2 attempts failed" in job.reason
+    assert states(store, "j").count("queued") == 2  # first queue + one retry
+    assert store.ledger() == {}
+
+
+def test_fail_on_exit_code_and_fail_job_policy_do_not_retry(env):
+    store, loop = env
+    submit(
+        store,
+        "a",
+        roles={"w": {"command": "x"}},
+        retry={"max_attempts": 5, "fail_on_exit_codes": [2]},
+    )
+    submit(
+        store,
+        "b",
+        roles={"w": {"command": "x"}},
+        retry={"max_attempts": 5},
+        policies={"on_task_failure": "fail_job"},
+    )
+    loop.cycle()
+    report_all(store, "a", TaskState.FAILED, 2)
+    report_all(store, "b", TaskState.FAILED, 1)
+    loop.cycle()
+    a, b = store.get_job("a"), store.get_job("b")
+    assert a.state == "failed" and "exit code 2 is not retried" in a.reason
+    assert b.state == "failed" and "fail_job" in b.reason
+
+
+def test_completion_any_stops_the_rest_and_succeeds(env):
+    store, loop = env
+    submit(store, "j", policies={"completion": {"role": "worker", "when": "any"}})
+    loop.cycle()
+    report_all(store, "j", TaskState.RUNNING)
+    report_all(store, "j", TaskState.SUCCEEDED, 0, only={"worker-0"})
+    loop.cycle()
+    assert {t.key for t in store.tasks("j") if t.desired == "stop"} == {"ps-0", "worker-1"}
+    assert store.get_job("j").state == "running"
+    report_all(store, "j", TaskState.STOPPED, 143, only={"ps-0", "worker-1"})
+    loop.cycle()
+    job = store.get_job("j")
+    assert job.state == "succeeded" and "role worker" in job.reason
+
+
+def test_stop_of_queued_and_running_jobs(env):
+    store, loop = env
+    submit(store, "big", roles={"w": {"replicas": 3, "command": "x", "resources": {"cpu": 4}}})
+    submit(store, "run", roles={"w": {"command": "x"}})
+    loop.cycle()
+    assert store.get_job("big").state == "queued"  # 12 cores on 2 x 4
+    assert store.get_job("big").pending_reason["message"]
+    store.request_stop("big")
+    store.request_stop("run", "user pressed stop")
+    loop.cycle()
+    assert store.get_job("big").state == "stopped"
+    assert store.task("run", "w-0").desired == "stop"
+    report_all(store, "run", TaskState.STOPPED, 143)
+    loop.cycle()
+    job = store.get_job("run")
+    assert job.state == "stopped" and job.reason == "user pressed stop"
+
+
+def test_lost_node_fails_its_tasks_and_the_job_retries_elsewhere(env):
+    store, loop = env
+    submit(
+        store,
+        "j",
+        roles={"w": {"command": "x", "resources": {"cpu": 3}}},
+        retry={"max_attempts": 2},
+    )
+    loop.cycle()
+    (task,) = store.tasks("j")
+    report_all(store, "j", TaskState.RUNNING)
+    # only the other node keeps heartbeating; the loop runs later than the timeout
+    store.r.hset(store.k("node", task.node), "heartbeat", store.now() - 60)
+    loop.cycle()
+    assert store.get_node(task.node).state == "lost"
+    loop.cycle()
+    job = store.get_job("j")
+    assert job.state == "scheduled" and job.attempt == 2
+    (again,) = store.tasks("j")
+    assert again.node != task.node
+    assert any("lost" in e["reason"] for e in store.events("j"))
+
+
+def test_draining_node_requeues_without_counting_a_failure(env):
+    store, loop = env
+    submit(store, "j", roles={"w": {"command": "x", "resources": {"cpu": 3}}})
+    loop.cycle()
+    (task,) = store.tasks("j")
+    report_all(store, "j", TaskState.RUNNING)
+    store.set_node_state(task.node, "draining")
+    loop.cycle()
+    assert store.task("j", "w-0").desired == "stop"
+    report_all(store, "j", TaskState.STOPPED, 143)
+    loop.cycle()
+    job = store.get_job("j")
+    assert job.failures == 0 and job.attempt == 2
+    (again,) = store.tasks("j")
+    assert again.node != task.node and job.state == "scheduled"
+
+
+def test_a_second_loop_from_a_stale_snapshot_commits_nothing(env):
+    store, loop = env
+    submit(store, "j")
+    loop.cycle()  # queued + scheduled
+    calls = []
+
+    def stale_core(snapshot, policy, now):
+        calls.append(snapshot.version)
+        # pretend the snapshot was taken before the first loop committed
+        from scheduler.core import schedule
+
+        d = schedule(snapshot, policy, now)
+        return Decision(
+            binds=d.binds, preemptions=d.preemptions, pending=d.pending, version=snapshot.version
+        )
+
+    other = Loop(store, loop.settings, schedule=stale_core)
+    store.create_job(parse_job_spec({"name": "k", "roles": {"w": {"command": "x"}}}))
+    # take the snapshot, then let the first loop commit before the second commits
+    from scheduler.store.snapshot import commit_payload, take_snapshot
+
+    store.transition("k", "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    loop.cycle()
+    decision = stale_core(snap, other.policy, store.now())
+    ok, why = store.commit(ctx.version, commit_payload(decision, ctx))
+    assert not ok and "stale" in why
+    ledger = store.ledger()
+    assert len(ledger) == len({(a.job, a.role, a.index) for a in ledger.values()}) == 4
