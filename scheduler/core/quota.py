@@ -72,11 +72,12 @@ class VcLedger:
                 u[2] += r.gpu
         self.demand: dict[str, Vec] = {}
         for j in pending:
-            r = j.gang_request()
             d = self.demand.setdefault(j.vc, [0, 0, 0])
-            d[0] += r.cpu_m
-            d[1] += r.memory
-            d[2] += r.gpu
+            for role in j.roles:
+                r, n = role.resources, role.gang_min
+                d[0] += r.cpu_m * n
+                d[1] += r.memory * n
+                d[2] += r.gpu * n
         total = [0, 0, 0]
         for n in nodes:
             if n.state == "ready":

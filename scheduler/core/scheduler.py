@@ -39,18 +39,16 @@ from scheduler.core.model import (
     PendingReason,
     Preemption,
     ReasonKind,
-    RunningJob,
     Snapshot,
 )
 from scheduler.core.plugins import FILTERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
+from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import fmt_gpu, fmt_request, fmt_selector, reason
 
 INF = math.inf
-MAX_MINIMISE = 32
-"""Victim sets larger than this skip the minimisation pass (each step is a placement)."""
 
 
 def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
@@ -133,7 +131,16 @@ class _Cycle:
         self.binds: list[Bind] = []
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, PendingReason] = {}
-        self.victims: set[str] = set()
+        self.preemptor = Preemptor(
+            self.index,
+            self.placer,
+            self.ledger,
+            snapshot.running,
+            policy,
+            self.order,
+            self.octx,
+            now,
+        )
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: _Reservation | None = None
         self.strict_blocker: str | None = None
@@ -142,13 +149,16 @@ class _Cycle:
     def run(self) -> Decision:
         limit = self.policy.max_jobs_per_cycle
         examined = 0
+        skipped = None
         for job in self._ordered():
             if limit is not None and examined >= limit:
-                self.reasons[job.name] = reason(
-                    ReasonKind.CYCLE_LIMIT,
-                    f"not examined this cycle (at most {limit} jobs per cycle)",
-                    limit=limit,
-                )
+                if skipped is None:  # one shared (immutable) reason for all of them
+                    skipped = reason(
+                        ReasonKind.CYCLE_LIMIT,
+                        f"not examined this cycle (at most {limit} jobs per cycle)",
+                        limit=limit,
+                    )
+                self.reasons[job.name] = skipped
                 continue
             examined += 1
             self.consider(job)
@@ -305,39 +315,58 @@ class _Cycle:
     def _reserve(self, job: Job) -> _Reservation | None:
         """Earliest time the gang fits as running jobs end (by estimate), and the capacity
         it needs that nothing releases before then (Lifka 1995; Mu'alem & Feitelson 2001).
+
+        Running jobs are released in order of estimated end (victims chosen this cycle end
+        now; jobs without an estimate end at INF, oldest first). The gang is probed at each
+        distinct finite end time, and within the INF group after 1, 2, 4, ... releases, so
+        the cost stays near O(jobs released) rather than O(running jobs x probes).
         """
         index = self.index
-        events: list[tuple[float, float, str, dict[int, list[int]]]] = []
+        pre = self.preemptor
+        events: list[tuple[float, float, str, object]] = []
         for rj in self.snapshot.running:
-            per = _per_node(rj, index.id_of)
-            if rj.job.name in self.victims:
+            if rj.job.name in pre.victims:
                 end = self.now
             elif rj.job.estimated_duration_s is not None:
                 end = max(rj.start_time + rj.job.estimated_duration_s, self.now)
             else:
                 end = INF
-            events.append((end, -rj.start_time, rj.job.name, per))
+            events.append((end, rj.start_time, rj.job.name, rj))
         for end, name, per in self.bound_ends:
-            events.append((end, -self.now, name, per))
+            events.append((end, self.now, name, per))
         events.sort(key=lambda e: (e[0], e[1], e[2]))
         mark = index.mark()
         need = _gang_triple(job)
         released: dict[int, list[int]] = {}
         found: GangPlacement | None = None
         time = INF
-        for end, _s, _n, per in events:
+        in_inf = 0
+        next_probe = 1
+        for pos, (end, _s, _n, what) in enumerate(events):
+            per = what if isinstance(what, dict) else pre._nodes_of(what)
             for i, v in per.items():
                 index.release(i, v[0], v[1], v[2])
                 acc = released.setdefault(i, [0, 0, 0])
                 for k in range(3):
                     acc[k] += v[k]
+            last = pos + 1 == len(events)
+            if end == INF:
+                in_inf += 1
+                if in_inf < next_probe and not last:
+                    continue
+            elif not last and events[pos + 1][0] == end:
+                continue  # release everything ending at the same time before probing
             rf = index.ready_free
             if rf[0] < need[0] or rf[1] < need[1] or rf[2] < need[2]:
                 continue
+            m = index.mark()
             probe = self.placer.place_gang(job)
+            index.rollback(m)
             if isinstance(probe, GangPlacement):
                 found, time = probe, end
                 break
+            if end == INF:
+                next_probe = 2 * in_inf
         index.rollback(mark)
         if found is None:
             return None
@@ -372,152 +401,34 @@ class _Cycle:
 
     # -- preemption -----------------------------------------------------------------------
     def _try_preempt(self, job: Job, req: tuple[int, int, int]) -> bool:
+        """Try each enabled preemption mode; on success record the victims, hold the part
+        of the gang's what-if placement that is free now (so later jobs this cycle leave
+        it), charge the job to its VC and report it PREEMPTING."""
         for mode in self.policy.preemption:
-            cands = self._victim_candidates(mode, job, req)
-            if cands and self._preempt_for(job, req, mode, cands):
-                return True
-        return False
-
-    def _victim_candidates(
-        self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
-    ) -> list[RunningJob]:
-        running = [rj for rj in self.snapshot.running if rj.job.name not in self.victims]
-        same_vc_only = self.policy.vc_quota
-        if mode is PreemptionMode.VC_RECLAIM:
-            ledger = self.ledger
-            if not ledger.within_guarantee(job, req):
-                return []
-            out = []
-            for rj in running:
-                if rj.job.vc == job.vc:
-                    continue
-                b = ledger.borrowed(rj.job.vc)
-                if any(b[k] > 0 and req[k] > 0 for k in range(3)):
-                    out.append(rj)
-            out.sort(key=lambda rj: (rj.job.priority, -rj.start_time, rj.job.name))
-            return out
-        if mode is PreemptionMode.PRIORITY:
-            out = [
-                rj
-                for rj in running
-                if rj.job.preemptible
-                and rj.job.priority < job.priority
-                and (not same_vc_only or rj.job.vc == job.vc)
-            ]
-            out.sort(key=lambda rj: (rj.job.priority, -rj.start_time, rj.job.name))
-            return out
-        if mode is PreemptionMode.QUEUE_ORDER:
-            order, ctx = self.order, self.octx
-            mine = full_key(order, job, ctx)
-            min_run = self.policy.preemption_min_runtime_s
-            keyed = []
-            for rj in running:
-                if not rj.job.preemptible or (same_vc_only and rj.job.vc != job.vc):
-                    continue
-                if self.now - rj.start_time < min_run:
-                    continue
-                k = full_key(order, rj.job, ctx, rj)
-                if k > mine:
-                    keyed.append((k, rj))
-            keyed.sort(key=lambda kr: (kr[0], kr[1].start_time), reverse=True)
-            return [rj for _, rj in keyed]
-        raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
-
-    def _preempt_for(
-        self, job: Job, req: tuple[int, int, int], mode: PreemptionMode, cands: list[RunningJob]
-    ) -> bool:
-        """Transactional what-if: release candidates (least valuable first) until the gang
-        fits, then give back those not needed. Nothing changes unless the gang fits."""
-        index = self.index
-        id_of = index.id_of
-        per = {rj.job.name: _per_node(rj, id_of) for rj in cands}
-        # Necessary condition, cheap: free capacity plus everything the candidates hold.
-        tot = list(index.ready_free)
-        for v in per.values():
-            for i, r in v.items():
-                if index.ready[i]:
-                    for k in range(3):
-                        tot[k] += r[k]
-        if tot[0] < req[0] or tot[1] < req[1] or tot[2] < req[2]:
-            return False
-        budget: dict[str, list[int]] = {}
-        mark = index.mark()
-        chosen: list[RunningJob] = []
-        found: GangPlacement | None = None
-        for rj in cands:
-            alloc = _alloc_triple(rj)
-            if mode is PreemptionMode.VC_RECLAIM:
-                b = budget.get(rj.job.vc)
-                if b is None:
-                    b = budget[rj.job.vc] = self.ledger.borrowed(rj.job.vc)
-                # never push the victim's VC below its guarantee in what this job needs
-                if any(req[k] > 0 and alloc[k] > b[k] for k in range(3)):
-                    continue
-                for k in range(3):
-                    b[k] -= alloc[k]
-            for i, r in per[rj.job.name].items():
-                index.release(i, r[0], r[1], r[2])
-            chosen.append(rj)
-            rf = index.ready_free
-            if rf[0] < req[0] or rf[1] < req[1] or rf[2] < req[2]:
+            found = self.preemptor.select(mode, job, req)
+            if found is None:
                 continue
-            m2 = index.mark()
-            probe = self.placer.place_gang(job)
-            if isinstance(probe, GangPlacement):
-                found = probe
-                index.rollback(m2)
-                break
-        if found is None:
-            index.rollback(mark)
-            return False
-        # Minimise: try to spare victims, most valuable (chosen last) first.
-        if len(chosen) <= MAX_MINIMISE:
-            keep: list[RunningJob] = []
-            for rj in reversed(chosen[:-1]):
-                m3 = index.mark()
-                for i, r in per[rj.job.name].items():
-                    index.allocate(i, r[0], r[1], r[2])
-                m4 = index.mark()
-                probe = self.placer.place_gang(job)
-                if isinstance(probe, GangPlacement):
-                    found = probe
-                    index.rollback(m4)
-                    keep.append(rj)
-                else:
-                    index.rollback(m3)
-            if keep:
-                kept = {rj.job.name for rj in keep}
-                chosen = [rj for rj in chosen if rj.job.name not in kept]
-        released: dict[int, list[int]] = {}
-        for rj in chosen:
-            for i, r in per[rj.job.name].items():
-                acc = released.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += r[k]
-        claim = found.per_node()
-        index.rollback(mark)
-        # Hold the part of the claim that is free now, so later jobs this cycle leave it.
-        for i, v in claim.items():
-            rel = released.get(i, (0, 0, 0))
-            take = [
-                max(min(v[k] - rel[k], (index.free_cpu, index.free_mem, index.free_gpu)[k][i]), 0)
-                for k in range(3)
-            ]
-            if any(take):
-                index.allocate(i, *take)
-        self.ledger.charge(job.vc, req)
-        why = _mode_phrase(mode, job, chosen)
-        for rj in chosen:
-            self.victims.add(rj.job.name)
-            self.preemptions.append(Preemption(rj.job.name, job.name, why))
-        names = ", ".join(rj.job.name for rj in chosen)
-        self.reasons[job.name] = reason(
-            ReasonKind.PREEMPTING,
-            f"preempting {names} ({why}); binds once they release",
-            victims=[rj.job.name for rj in chosen],
-            mode=str(mode),
-        )
-        return True
+            chosen, claim, released = found
+            index = self.index
+            frees = (index.free_cpu, index.free_mem, index.free_gpu)
+            for i, v in claim.items():
+                rel = released.get(i, (0, 0, 0))
+                take = [max(min(v[k] - rel[k], frees[k][i]), 0) for k in range(3)]
+                if any(take):
+                    index.allocate(i, *take)
+            self.ledger.charge(job.vc, req)
+            why = _mode_phrase(mode, job)
+            for rj in chosen:
+                self.preemptions.append(Preemption(rj.job.name, job.name, why))
+            names = ", ".join(rj.job.name for rj in chosen)
+            self.reasons[job.name] = reason(
+                ReasonKind.PREEMPTING,
+                f"preempting {names} ({why}); binds once they release",
+                victims=[rj.job.name for rj in chosen],
+                mode=str(mode),
+            )
+            return True
+        return False
 
     # -- reasons --------------------------------------------------------------------------
     def _failure_reason(self, job: Job, failure: GangFailure) -> PendingReason:
@@ -635,29 +546,7 @@ def _gang_triple(job: Job) -> tuple[int, int, int]:
     return (c, m, g)
 
 
-def _alloc_triple(rj: RunningJob) -> tuple[int, int, int]:
-    c = m = g = 0
-    for p in rj.placements:
-        c += p.resources.cpu_m
-        m += p.resources.memory
-        g += p.resources.gpu
-    return (c, m, g)
-
-
-def _per_node(rj: RunningJob, id_of: dict[str, int]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for p in rj.placements:
-        i = id_of.get(p.node)
-        if i is None:
-            continue
-        v = out.setdefault(i, [0, 0, 0])
-        v[0] += p.resources.cpu_m
-        v[1] += p.resources.memory
-        v[2] += p.resources.gpu
-    return out
-
-
-def _mode_phrase(mode: PreemptionMode, job: Job, victims: list[RunningJob]) -> str:
+def _mode_phrase(mode: PreemptionMode, job: Job) -> str:
     if mode is PreemptionMode.VC_RECLAIM:
         return f"reclaiming vc {job.vc}'s guarantee from borrowers"
     if mode is PreemptionMode.PRIORITY:

@@ -1,0 +1,322 @@
+"""Victim selection for preemption, as a transactional what-if on the node index.
+
+Modes (``Policy.preemption``, tried in the policy's order; the first that works wins):
+
+    vc-reclaim   the job keeps its VC within guarantee; victims are jobs of VCs above their
+                 guarantee (borrowers), never taking a victim VC below its own guarantee in
+                 the resources the job asks for; preemptible=False does not protect
+                 borrowed capacity. (OpenPAI / YARN capacity scheduler reclaim.)
+    priority     strictly lower base priority, preemptible, same VC when VCs are enforced.
+    queue-order  running jobs the queue order ranks after the job (Tiresias-LAS, SRTF),
+                 preemptible, running for at least Policy.preemption_min_runtime_s, same VC
+                 when VCs are enforced.
+
+Victims are tried least valuable first (lowest priority, then most recently started so the
+least work is lost; for queue-order, ranked last first). Candidates are released on the
+index in that order, probing whether the gang now fits at doubling intervals; the shortest
+fitting prefix is then found by bisection and, when small, each victim is given back if
+the gang still fits without it. If the gang never fits, everything is rolled back and
+nothing is preempted.
+
+Within one cycle, candidate sets only shrink (victims are taken, binds use capacity, and
+jobs come in queue order), so a failed attempt is remembered per (mode, scope, gang shape)
+and not repeated for an identical later job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.core.gang import GangPlacement, Placer
+from scheduler.core.index import NodeIndex
+from scheduler.core.model import Job, RunningJob
+from scheduler.core.policy import Policy, PreemptionMode
+from scheduler.core.queue import OrderContext, QueueOrder, full_key
+from scheduler.core.quota import VcLedger
+
+MAX_MINIMISE = 16
+"""Victim sets larger than this skip the give-back pass (each step is one placement)."""
+
+
+def per_node(rj: RunningJob, id_of: dict[str, int]) -> dict[int, list[int]]:
+    """{node id: [cpu_m, memory, gpu]} held by a running job (unknown nodes skipped)."""
+    out: dict[int, list[int]] = {}
+    for p in rj.placements:
+        i = id_of.get(p.node)
+        if i is None:
+            continue
+        v = out.setdefault(i, [0, 0, 0])
+        v[0] += p.resources.cpu_m
+        v[1] += p.resources.memory
+        v[2] += p.resources.gpu
+    return out
+
+
+def _least_valuable_first(rj: RunningJob) -> tuple:
+    return (rj.job.priority, -rj.start_time, rj.job.name)
+
+
+def gang_shape(job: Job) -> tuple:
+    return tuple(
+        (
+            r.resources.cpu_m,
+            r.resources.memory,
+            r.resources.gpu,
+            r.gang_min,
+            r.gpu_model,
+            tuple(sorted(r.node_selector.items())),
+        )
+        for r in job.roles
+    )
+
+
+class Preemptor:
+    """Chooses victims for pending jobs during one cycle.
+
+    Args:
+        index, placer, ledger: the cycle's node index, gang placer and VC ledger.
+        running: the snapshot's running jobs.
+        policy, order, octx: the policy, its queue order and the order context.
+        now: current time, seconds.
+    """
+
+    def __init__(
+        self,
+        index: NodeIndex,
+        placer: Placer,
+        ledger: VcLedger,
+        running: Sequence[RunningJob],
+        policy: Policy,
+        order: QueueOrder,
+        octx: OrderContext,
+        now: float,
+    ) -> None:
+        self.index = index
+        self.placer = placer
+        self.ledger = ledger
+        self.policy = policy
+        self.order = order
+        self.octx = octx
+        self.now = now
+        self.victims: set[str] = set()
+        self._failed: set[tuple] = set()
+        self._per_node: dict[str, dict[int, list[int]]] = {}
+        self._running = running
+        self._alloc_cache: dict[str, tuple[int, int, int]] | None = None
+        self._by_value_cache: list[RunningJob] | None = None
+        self._by_rank: list[tuple[tuple, RunningJob]] | None = None
+
+    # Built on first use: most cycles preempt nothing and should not pay for them.
+    @property
+    def _alloc(self) -> dict[str, tuple[int, int, int]]:
+        if self._alloc_cache is None:
+            alloc = {}
+            for rj in self._running:
+                c = m = g = 0
+                for p in rj.placements:
+                    r = p.resources
+                    c += r.cpu_m
+                    m += r.memory
+                    g += r.gpu
+                alloc[rj.job.name] = (c, m, g)
+            self._alloc_cache = alloc
+        return self._alloc_cache
+
+    @property
+    def _by_value(self) -> list[RunningJob]:
+        """Running jobs, least valuable first: lowest priority, then most recently started."""
+        if self._by_value_cache is None:
+            self._by_value_cache = sorted(self._running, key=_least_valuable_first)
+        return self._by_value_cache
+
+    def _nodes_of(self, rj: RunningJob) -> dict[int, list[int]]:
+        v = self._per_node.get(rj.job.name)
+        if v is None:
+            v = self._per_node[rj.job.name] = per_node(rj, self.index.id_of)
+        return v
+
+    # -- candidates -----------------------------------------------------------------------
+    def candidates(
+        self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
+    ) -> list[RunningJob]:
+        """Victim candidates for ``job`` under ``mode``, least valuable first."""
+        taken = self.victims
+        same_vc_only = self.policy.vc_quota
+        if mode is PreemptionMode.VC_RECLAIM:
+            ledger = self.ledger
+            if not ledger.within_guarantee(job, req):
+                return []
+            borrowing: dict[str, bool] = {}
+            out = []
+            for rj in self._by_value:
+                vc = rj.job.vc
+                if vc == job.vc or rj.job.name in taken:
+                    continue
+                b = borrowing.get(vc)
+                if b is None:
+                    bv = ledger.borrowed(vc)
+                    b = borrowing[vc] = any(bv[k] > 0 and req[k] > 0 for k in range(3))
+                if b:
+                    out.append(rj)
+            return out
+        if mode is PreemptionMode.PRIORITY:
+            out = []
+            for rj in self._by_value:
+                if rj.job.priority >= job.priority:
+                    break
+                if (
+                    rj.job.preemptible
+                    and rj.job.name not in taken
+                    and (not same_vc_only or rj.job.vc == job.vc)
+                ):
+                    out.append(rj)
+            return out
+        if mode is PreemptionMode.QUEUE_ORDER:
+            if self._by_rank is None:
+                keyed = [(full_key(self.order, rj.job, self.octx, rj), rj) for rj in self._by_value]
+                keyed.sort(key=lambda kr: (kr[0], kr[1].start_time), reverse=True)
+                self._by_rank = keyed
+            mine = full_key(self.order, job, self.octx)
+            min_run = self.policy.preemption_min_runtime_s
+            out = []
+            for k, rj in self._by_rank:
+                if not k > mine:
+                    break
+                if (
+                    rj.job.preemptible
+                    and rj.job.name not in taken
+                    and (not same_vc_only or rj.job.vc == job.vc)
+                    and self.now - rj.start_time >= min_run
+                ):
+                    out.append(rj)
+            return out
+        raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
+
+    # -- selection ------------------------------------------------------------------------
+    def select(
+        self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
+    ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
+        """Victims whose removal lets ``job``'s gang fit, or None (index unchanged).
+
+        Returns (victims, claim, released): the gang's what-if placement per node and what
+        the victims release per node, both ``{node id: [cpu_m, memory, gpu]}``.
+        """
+        scope = job.vc if self.policy.vc_quota else None
+        memo = None
+        if not self.order.dynamic:
+            memo = (
+                mode,
+                scope,
+                job.priority if mode is PreemptionMode.PRIORITY else 0,
+                gang_shape(job),
+            )
+            if memo in self._failed:
+                return None
+        cands = self.candidates(mode, job, req)
+        result = self._select(mode, job, req, cands) if cands else None
+        if result is None and memo is not None:
+            self._failed.add(memo)
+        return result
+
+    def _fits(self, job: Job) -> GangPlacement | None:
+        index = self.index
+        m = index.mark()
+        probe = self.placer.place_gang(job)
+        index.rollback(m)
+        return probe if isinstance(probe, GangPlacement) else None
+
+    def _select(
+        self,
+        mode: PreemptionMode,
+        job: Job,
+        req: tuple[int, int, int],
+        cands: list[RunningJob],
+    ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
+        index = self.index
+        # Necessary condition, cheap: free capacity plus everything the candidates hold.
+        tot = list(index.ready_free)
+        for rj in cands:
+            a = self._alloc[rj.job.name]
+            tot[0] += a[0]
+            tot[1] += a[1]
+            tot[2] += a[2]
+        if tot[0] < req[0] or tot[1] < req[1] or tot[2] < req[2]:
+            return None
+        budget: dict[str, list[int]] = {}
+        mark = index.mark()
+        chosen: list[RunningJob] = []
+        found: GangPlacement | None = None
+        next_probe = 1
+        last_fail = 0
+        for pos, rj in enumerate(cands):
+            alloc = self._alloc[rj.job.name]
+            if mode is PreemptionMode.VC_RECLAIM:
+                b = budget.get(rj.job.vc)
+                if b is None:
+                    b = budget[rj.job.vc] = self.ledger.borrowed(rj.job.vc)
+                # never push the victim's VC below its guarantee in what this job needs
+                if any(req[k] > 0 and alloc[k] > b[k] for k in range(3)):
+                    continue
+                for k in range(3):
+                    b[k] -= alloc[k]
+            for i, r in self._nodes_of(rj).items():
+                index.release(i, r[0], r[1], r[2])
+            chosen.append(rj)
+            rf = index.ready_free
+            if rf[0] < req[0] or rf[1] < req[1] or rf[2] < req[2]:
+                continue
+            if len(chosen) < next_probe and pos + 1 < len(cands):
+                continue
+            found = self._fits(job)
+            if found is not None:
+                break
+            last_fail = len(chosen)
+            next_probe = 2 * len(chosen)
+        if found is None:
+            index.rollback(mark)
+            return None
+        # Shortest fitting prefix, by bisection over (last_fail, len(chosen)].
+        lo, hi = last_fail, len(chosen)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            index.rollback(mark)
+            self._release(chosen[:mid])
+            probe = self._fits(job)
+            if probe is not None:
+                hi, found = mid, probe
+            else:
+                lo = mid
+        chosen = chosen[:hi]
+        index.rollback(mark)
+        self._release(chosen)
+        # Give back victims that turn out not to be needed, most valuable first.
+        if len(chosen) <= MAX_MINIMISE:
+            spared: set[str] = set()
+            for rj in reversed(chosen[:-1]):
+                m3 = index.mark()
+                for i, r in self._nodes_of(rj).items():
+                    index.allocate(i, r[0], r[1], r[2])
+                probe = self._fits(job)
+                if probe is not None:
+                    found = probe
+                    spared.add(rj.job.name)
+                else:
+                    index.rollback(m3)
+            if spared:
+                chosen = [rj for rj in chosen if rj.job.name not in spared]
+        index.rollback(mark)
+        released: dict[int, list[int]] = {}
+        for rj in chosen:
+            for i, r in self._nodes_of(rj).items():
+                acc = released.setdefault(i, [0, 0, 0])
+                for k in range(3):
+                    acc[k] += r[k]
+        for rj in chosen:
+            self.victims.add(rj.job.name)
+        return chosen, found.per_node(), released
+
+    def _release(self, jobs: Sequence[RunningJob]) -> None:
+        index = self.index
+        for rj in jobs:
+            for i, r in self._nodes_of(rj).items():
+                index.release(i, r[0], r[1], r[2])
