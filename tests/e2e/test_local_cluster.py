@@ -1,0 +1,151 @@
+"""End to end on a local podman cluster: site.yml converges idempotently, a ps/worker
+training job on the digits data set runs across two nodes through the container executor
+and the API over TLS, and losing a node mid-job gets the job retried on what remains.
+
+Needs root podman (make deps) and about 6-10 minutes on 2 cores; see docs/demo.md.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ACCURACY_RE = re.compile(r"^test accuracy: (\d\.\d+)\s*$", re.M)
+TERMINAL = {"succeeded", "failed", "stopped"}
+
+
+def write_spec(
+    tmp: Path,
+    name: str,
+    cpu: str | None = None,
+    memory: str | None = None,
+    worker_args: str = "",
+    ps_args: str = "",
+) -> Path:
+    """A copy of examples/jobs/digits-ps-worker.yaml with another name and options."""
+    spec = yaml.safe_load((REPO / "examples/jobs/digits-ps-worker.yaml").read_text())
+    spec["name"] = name
+    for role in spec["roles"].values():
+        if cpu:
+            role["resources"]["cpu"] = cpu
+        if memory:
+            role["resources"]["memory"] = memory
+    spec["roles"]["ps"]["command"] += f" {ps_args}"
+    spec["roles"]["worker"]["command"] += f" {worker_args}"
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def wait_until_terminal(cluster, name: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = cluster.cli.json("job", "show", name)["job"]
+        if job["state"] in TERMINAL or time.monotonic() > deadline:
+            return job
+        time.sleep(2)
+
+
+def ps_accuracy(cluster, name: str) -> float:
+    log = cluster.cli.run("job", "logs", name, "--role", "ps", "--index", "0").stdout
+    found = ACCURACY_RE.findall(log)
+    assert found, f"ps-0 reported no test accuracy:\n{log[-3000:]}"
+    return float(found[-1])
+
+
+def test_second_site_run_changes_nothing(cluster):
+    runner = cluster.converge()
+    changed = {host: n for host, n in runner.stats["changed"].items() if n}
+    assert changed == {}, f"site.yml is not idempotent: changed tasks per host {changed}"
+    assert set(runner.stats["ok"]) >= {"master", "node-1", "node-2"}
+
+
+def test_digits_job_trains_across_two_nodes(cluster):
+    spec = write_spec(cluster.tmp, "digits-e2e")
+    submitted = cluster.cli.run(
+        "job", "submit", str(spec), "--wait", "--timeout", "420", check=False, timeout=480
+    )
+    job = cluster.cli.json("job", "show", "digits-e2e")["job"]
+    assert job["state"] == "succeeded", (submitted.stdout, submitted.stderr, job)
+    assert submitted.returncode == 0
+    nodes = {t["node"] for t in job["tasks"]}
+    assert nodes == {"node-1", "node-2"}, f"tasks were placed on {nodes}"
+    assert ps_accuracy(cluster, "digits-e2e") >= 0.9
+    # The ps wrote its result into the job's directory on the cluster share (on the master).
+    share = subprocess.run(
+        [
+            "podman",
+            "exec",
+            cluster.container("master"),
+            "sh",
+            "-c",
+            "python3 -c \"import yaml; print(yaml.safe_load(open('/etc/pasture/scheduler.yaml'))"
+            "['share_dir'])\"",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    result = subprocess.run(
+        [
+            "podman",
+            "exec",
+            cluster.container("master"),
+            "cat",
+            f"{share}/jobs/digits-e2e/result.json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"workers": 2' in result.stdout
+
+
+def test_losing_a_node_mid_job_retries_on_the_remaining_node(cluster):
+    # Half a core per task: the whole gang fits on one node once the other is gone. Workers
+    # sleep 0.1 s per step, so an attempt trains for about 40 s.
+    name = "digits-e2e-node-loss"
+    spec = write_spec(
+        cluster.tmp,
+        name,
+        cpu="500m",
+        memory="384Mi",
+        worker_args="--step-delay 0.1",
+        ps_args="--steps 400",
+    )
+    cluster.cli.run("job", "submit", str(spec))
+    deadline = time.monotonic() + 300
+    while True:  # until training is under way (ps-0 logged a step)
+        job = cluster.cli.json("job", "show", name)["job"]
+        assert job["state"] not in TERMINAL, f"job ended before the node was stopped: {job}"
+        log = cluster.cli.run(
+            "job", "logs", name, "--role", "ps", "--index", "0", check=False
+        ).stdout
+        if job["state"] == "running" and re.search(r"^step +\d+/", log, re.M):
+            break
+        assert time.monotonic() < deadline, f"training did not start in 300 s: {job}"
+        time.sleep(2)
+    first = {f"{t['role']}-{t['index']}": t["node"] for t in job["tasks"]}
+    victim = first["ps-0"]
+    survivor = ({"node-1", "node-2"} - {victim}).pop()
+    subprocess.run(
+        ["podman", "stop", "--time", "2", cluster.container(victim)],
+        check=True,
+        capture_output=True,
+    )
+
+    job = wait_until_terminal(cluster, name, timeout_s=420)
+    assert job["state"] == "succeeded", job
+    assert job["attempt"] >= 2, f"the job was not retried: {job}"
+    assert {t["node"] for t in job["tasks"]} == {survivor}, job["tasks"]
+    events = cluster.cli.json("job", "show", name)["events"]
+    assert any(victim in str(e.get("reason", "")) for e in events), events
+    assert ps_accuracy(cluster, name) >= 0.9
+    nodes = {n["name"]: n for n in cluster.cli.json("node", "list")}
+    assert nodes[victim]["state"] != "ready", nodes[victim]
