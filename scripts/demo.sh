@@ -5,13 +5,17 @@
 # Idempotent: a second run reuses the cluster and the image and runs a new job.
 #   bash scripts/demo.sh            # cluster "local": network pasture-local, 10.77.1.0/24
 #   make demo-down                  # remove it
-# Environment: PASTURE_DEMO_JOB (spec, default examples/jobs/digits-ps-worker.yaml).
+# Environment: PASTURE_DEMO_JOB (spec, default examples/jobs/digits-ps-worker.yaml);
+# PASTURE_DEMO_CLUSTER and PASTURE_DEMO_SUBNET (default local, 10.77.1.0/24) run a second
+# demo cluster beside the first (remove it with local-cluster.yml -e state=absent and the
+# same local_cluster_name / local_cluster_subnet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 export PATH="$REPO/.venv/bin:$PATH" ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
 PY="$REPO/.venv/bin/python"
-CLUSTER=local
+CLUSTER=${PASTURE_DEMO_CLUSTER:-local}
+SUBNET=${PASTURE_DEMO_SUBNET:-10.77.1.0/24}
 INVENTORY_DIR="$REPO/inventories/$CLUSTER"
 JOB_SPEC=${PASTURE_DEMO_JOB:-examples/jobs/digits-ps-worker.yaml}
 T0=$(date +%s)
@@ -36,8 +40,9 @@ done
 step "base image for the hosts (localhost/pasture-base:bookworm, debootstrap; ~90 s once)"
 bash scripts/build-base-image.sh
 
-step "local cluster: 1 master + 2 node containers (playbooks/local-cluster.yml)"
-playbook local-cluster playbooks/local-cluster.yml
+step "local cluster '$CLUSTER': 1 master + 2 node containers on $SUBNET (playbooks/local-cluster.yml)"
+playbook local-cluster playbooks/local-cluster.yml \
+  -e "local_cluster_name=$CLUSTER" -e "local_cluster_subnet=$SUBNET"
 [ -s "$INVENTORY_DIR/hosts.yml" ] || fail "the playbook wrote no $INVENTORY_DIR/hosts.yml"
 
 step "converge the cluster with site.yml (the same playbooks as for cloud VMs)"
