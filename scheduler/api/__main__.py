@@ -14,7 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None, help="override api.host")
     parser.add_argument("--port", type=int, default=None, help="override api.port")
     args = parser.parse_args(argv)
-    serve(args.config, host=args.host, port=args.port)
+    try:
+        serve(args.config, host=args.host, port=args.port)
+    except (OSError, ValueError) as exc:  # unreadable or invalid settings, TLS files
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,7 +56,7 @@ class ApiClient:
         self._http = httpx.Client(
             base_url=config.endpoint,
             headers={"Authorization": f"Bearer {config.token}"},
-            verify=config.ca_cert or True,
+            verify=ssl.create_default_context(cafile=config.ca_cert) if config.ca_cert else True,
             timeout=timeout,
         )
 
