@@ -1,0 +1,295 @@
+"""The ``kubernetes`` executor: each task is a Pod bound to the node the core chose.
+
+On the aks platform an agent runs on every GPU node (a DaemonSet) with ``executor:
+kubernetes``. The scheduler core has already placed the task on that node, so the pod is
+created with ``spec.nodeName`` set (the Kubernetes scheduler is bypassed, as in Volcano's
+binder): requests = limits from the task's resources, ``nvidia.com/gpu`` limits for GPUs
+(the NVIDIA device plugin picks the devices and sets CUDA_VISIBLE_DEVICES), tolerations for
+the GPU pool taints, the cluster share (an Azure Files PVC) mounted at the agent's
+``share_dir``, and the discovery environment.
+
+    TaskLaunch --build_pod()--> V1Pod --create_namespaced_pod--> pod on launch.node
+    handle "<namespace>/<pod>" --poll()--> exit_code(V1Pod): None while running
+
+Settings come from the agent's environment, set by the aks stack's DaemonSet:
+``PASTURE_K8S_NAMESPACE`` (default: the pod's own namespace), ``PASTURE_K8S_SHARE_CLAIM``
+(PVC of the share), ``PASTURE_K8S_IMAGE`` (image of tasks that name none),
+``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate).
+
+Only :func:`build_pod`, :func:`pod_name` and :func:`exit_code` hold logic; they are pure
+and tested against the Kubernetes client's models. The executor class is a thin wrapper
+over ``CoreV1Api`` (no cluster exists on the test machine; see docs/platforms.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client as k8s
+
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
+SHARE_VOLUME = "pasture-share"
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """What every task pod of this agent shares.
+
+    Attributes:
+        namespace: namespace of task pods.
+        share_claim: PersistentVolumeClaim of the cluster share; None mounts nothing.
+        default_image: image of tasks whose role names none.
+        tolerations: taints to tolerate, ``key[=value]:Effect`` (the GPU pools' taints).
+        host_network: tasks use the node's network (the agent's ``task_network: host``),
+            so discovery addresses are node addresses.
+        service_account: service account of task pods (None: the namespace default).
+        labels: extra labels on every task pod.
+    """
+
+    namespace: str = "pasture"
+    share_claim: str | None = "pasture-share"
+    default_image: str = "pasture:0.1.0"
+    tolerations: tuple[str, ...] = DEFAULT_TOLERATIONS
+    host_network: bool = True
+    service_account: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, *, network: str = "host") -> PodSettings:
+        """Settings from ``PASTURE_K8S_*`` variables (see the module docstring).
+
+        Raises:
+            ValueError: ``PASTURE_K8S_TOLERATIONS`` is not a JSON list of strings.
+        """
+        env = dict(os.environ if env is None else env)
+        namespace = env.get("PASTURE_K8S_NAMESPACE")
+        if not namespace and _SA_NAMESPACE.exists():
+            namespace = _SA_NAMESPACE.read_text().strip()
+        tolerations = DEFAULT_TOLERATIONS
+        if env.get("PASTURE_K8S_TOLERATIONS"):
+            try:
+                parsed = json.loads(env["PASTURE_K8S_TOLERATIONS"])
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"PASTURE_K8S_TOLERATIONS: not JSON: {exc}") from None
+            if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
+                raise ValueError(
+                    "PASTURE_K8S_TOLERATIONS: expected a JSON list of 'key=value:Effect' "
+                    f"strings, got {parsed!r}"
+                )
+            tolerations = tuple(parsed)
+        return cls(
+            namespace=namespace or "pasture",
+            share_claim=env.get("PASTURE_K8S_SHARE_CLAIM", "pasture-share") or None,
+            default_image=env.get("PASTURE_K8S_IMAGE", "pasture:0.1.0"),
+            tolerations=tolerations,
+            host_network=network == "host",
+        )
+
+
+def _label_value(value: str) -> str:
+    """A Kubernetes label value (<= 63 chars of [A-Za-z0-9_.-], alphanumeric ends)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", value)[:63]
+    return cleaned.strip("_.-") or "x"
+
+
+def pod_name(task_id: str) -> str:
+    """Pod name of a task: ``task-<task id>`` as a DNS-1123 label (lower-case, <= 63
+    chars); names that had to be changed or cut get a hash suffix so they stay unique."""
+    base = "task-" + task_id.lower()
+    cleaned = re.sub(r"[^a-z0-9-]", "-", base)
+    cleaned = re.sub(r"-+", "-", cleaned).strip("-")
+    if cleaned == base and len(cleaned) <= 63:
+        return cleaned
+    digest = hashlib.sha256(task_id.encode()).hexdigest()[:8]
+    return f"{cleaned[:54].rstrip('-')}-{digest}"
+
+
+def _toleration(taint: str) -> k8s.V1Toleration:
+    """``key=value:Effect`` -> toleration (operator Equal), ``key:Effect`` -> Exists."""
+    try:
+        key_value, effect = taint.rsplit(":", 1)
+    except ValueError:
+        raise ValueError(f"taint must be 'key[=value]:Effect', got {taint!r}") from None
+    if "=" in key_value:
+        key, value = key_value.split("=", 1)
+        return k8s.V1Toleration(key=key, operator="Equal", value=value, effect=effect)
+    return k8s.V1Toleration(key=key_value, operator="Exists", effect=effect)
+
+
+def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
+    """The Pod that runs one task on the node the core chose.
+
+    Args:
+        launch: the task (identity, command, env, cpu_m millicores, memory bytes, gpus).
+        settings: namespace, share claim, default image, tolerations, network.
+
+    Returns:
+        A ``V1Pod`` with ``spec.nodeName = launch.node``, ``restartPolicy: Never``,
+        requests = limits (``<cpu_m>m``, memory in bytes, ``nvidia.com/gpu`` when the
+        task has GPUs), the share mounted at ``launch.share_dir``, stdout/stderr appended
+        to ``launch.log_path`` on the share, and ``launch.env`` as the environment.
+
+    Raises:
+        ValueError: a taint in ``settings.tolerations`` is malformed.
+    """
+    limits = {"cpu": f"{launch.cpu_m}m", "memory": str(launch.memory)}
+    if launch.gpus:
+        limits[GPU_RESOURCE] = str(len(launch.gpus))
+    script = f"exec >>{shlex.quote(str(launch.log_path))} 2>&1\n{launch.command}"
+    mounts, volumes = [], []
+    if settings.share_claim:
+        mounts.append(k8s.V1VolumeMount(name=SHARE_VOLUME, mount_path=str(launch.share_dir)))
+        volumes.append(
+            k8s.V1Volume(
+                name=SHARE_VOLUME,
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                    claim_name=settings.share_claim
+                ),
+            )
+        )
+    container = k8s.V1Container(
+        name="task",
+        image=launch.image or settings.default_image,
+        command=["/bin/sh", "-c", script],
+        env=[k8s.V1EnvVar(name=k, value=str(v)) for k, v in sorted(launch.env.items())],
+        resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=dict(limits)),
+        volume_mounts=mounts or None,
+        working_dir=str(launch.share_dir) if settings.share_claim else None,
+    )
+    labels = {
+        **settings.labels,
+        "app.kubernetes.io/managed-by": "pasture",
+        "pasture/job": _label_value(launch.job),
+        "pasture/role": _label_value(launch.role),
+        "pasture/index": str(launch.index),
+        "pasture/attempt": str(launch.attempt),
+    }
+    return k8s.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=k8s.V1ObjectMeta(
+            name=pod_name(launch.task_id),
+            namespace=settings.namespace,
+            labels=labels,
+            annotations={"pasture/task-id": launch.task_id, "pasture/job": launch.job},
+        ),
+        spec=k8s.V1PodSpec(
+            node_name=launch.node,
+            restart_policy="Never",
+            host_network=settings.host_network,
+            dns_policy="ClusterFirstWithHostNet" if settings.host_network else "ClusterFirst",
+            enable_service_links=False,
+            automount_service_account_token=False,
+            service_account_name=settings.service_account,
+            tolerations=[_toleration(t) for t in settings.tolerations] or None,
+            containers=[container],
+            volumes=volumes or None,
+        ),
+    )
+
+
+def exit_code(pod: k8s.V1Pod) -> int | None:
+    """Exit code of a task pod: None while pending/running, the container's exit code once
+    it terminated, 0/1 for a pod Succeeded/Failed without a container status (e.g.
+    evicted before start: 1)."""
+    status = pod.status
+    phase = status.phase if status else None
+    for cs in (status.container_statuses or []) if status else []:
+        if cs.name == "task" and cs.state and cs.state.terminated:
+            return int(cs.state.terminated.exit_code)
+    if phase == "Succeeded":
+        return 0
+    if phase == "Failed":
+        return 1
+    return None
+
+
+class KubernetesExecutor(Executor):
+    """Runs tasks as pods bound to this agent's node (see the module docstring).
+
+    Args:
+        network: the agent's ``task_network`` (``host`` = hostNetwork pods).
+        settings: pod settings; default from the environment (:meth:`PodSettings.from_env`).
+        api: a ``CoreV1Api``; default from the in-cluster service account (or kubeconfig).
+        cli: ignored (the agent passes the container CLI to every executor).
+    """
+
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        network: str = "host",
+        settings: PodSettings | None = None,
+        api: k8s.CoreV1Api | None = None,
+        **_ignored: object,
+    ) -> None:
+        self.settings = settings or PodSettings.from_env(network=network)
+        if api is None:
+            from kubernetes import config as k8s_config
+
+            try:
+                k8s_config.load_incluster_config()
+            except k8s_config.ConfigException:
+                k8s_config.load_kube_config()
+            api = k8s.CoreV1Api()
+        self.api = api
+
+    def start(self, launch: TaskLaunch) -> str:
+        pod = build_pod(launch, self.settings)
+        try:
+            self.api.create_namespaced_pod(self.settings.namespace, pod)
+        except k8s.ApiException as exc:
+            if exc.status != 409:  # 409: already created (agent restarted): adopt it
+                raise ExecutorError(
+                    f"cannot create pod {pod.metadata.name} on {launch.node}: "
+                    f"{exc.status} {exc.reason}"
+                ) from None
+        return f"{self.settings.namespace}/{pod.metadata.name}"
+
+    def poll(self, handle: str) -> int | None:
+        namespace, name = handle.split("/", 1)
+        try:
+            return exit_code(self.api.read_namespaced_pod(name, namespace))
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return -1
+            raise
+
+    def stop(self, handle: str, grace_s: float) -> None:
+        namespace, name = handle.split("/", 1)
+        try:
+            self.api.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=max(int(grace_s), 0)
+            )
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        deadline = time.monotonic() + grace_s + 30
+        while time.monotonic() < deadline:
+            try:
+                self.api.read_namespaced_pod(name, namespace)
+            except k8s.ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            time.sleep(1.0)
+
+    def cleanup(self, handle: str) -> None:
+        namespace, name = handle.split("/", 1)
+        try:
+            self.api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
