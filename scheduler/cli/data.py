@@ -23,7 +23,14 @@ from rich.progress import (
 from rich.table import Table
 
 from scheduler.cli import ssh
-from scheduler.cli.output import JOB_NOT_SUCCEEDED, console, err_console, handle_errors
+from scheduler.cli.output import (
+    JOB_NOT_SUCCEEDED,
+    UNAVAILABLE,
+    USAGE,
+    console,
+    err_console,
+    handle_errors,
+)
 
 data_app = typer.Typer(help="Copy data into and out of the cluster share.", no_args_is_help=True)
 image_app = typer.Typer(help="Distribute container images to nodes.", no_args_is_help=True)
@@ -41,6 +48,26 @@ ShareOpt = typer.Option(
     envvar="PASTURE_SHARE_DIR",
     help="the share's path on the master",
 )
+
+
+def ssh_errors(fn):
+    """Bad REMOTE paths -> usage error (2); SSH/SFTP failures -> message and exit 7."""
+    import functools
+
+    import paramiko
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:
+            err_console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(USAGE) from None
+        except (paramiko.SSHException, OSError) as exc:
+            err_console.print(f"[red]error (ssh):[/red] {type(exc).__name__}: {exc}")
+            raise typer.Exit(UNAVAILABLE) from None
+
+    return wrapper
 
 
 def _progress() -> Progress:
@@ -71,6 +98,7 @@ def _local_files(local: Path) -> list[tuple[Path, str]]:
 
 @data_app.command()
 @handle_errors
+@ssh_errors
 def push(
     local: Path = typer.Argument(..., exists=True, help="local file or directory"),
     remote: str = typer.Argument(..., help="destination inside the share (e.g. datasets/mnist)"),
@@ -129,6 +157,7 @@ def _remote_files(sftp, root: str) -> list[tuple[str, str, int]]:
 
 @data_app.command()
 @handle_errors
+@ssh_errors
 def pull(
     local: Path = typer.Argument(..., help="local destination file or directory"),
     remote: str = typer.Argument(..., help="source inside the share"),

@@ -59,11 +59,7 @@ def remote_path(share_dir: str, remote: str) -> str:
         ValueError: the path leaves the share (``..``) or is absolute elsewhere.
     """
     share = posixpath.normpath(share_dir)
-    joined = posixpath.normpath(
-        posixpath.join(share, remote.lstrip("/") if not remote.startswith(share + "/") else remote)
-    )
-    if remote.startswith("/") and not (remote == share or remote.startswith(share + "/")):
-        raise ValueError(f"REMOTE: expected a path inside the share {share}, got {remote!r}")
+    joined = posixpath.normpath(posixpath.join(share, remote))  # absolute remote wins
     if joined != share and not joined.startswith(share + "/"):
         raise ValueError(f"REMOTE: expected a path inside the share {share}, got {remote!r}")
     return joined

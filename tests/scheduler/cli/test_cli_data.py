@@ -1,0 +1,214 @@
+"""`pasture data push|pull` and `pasture image push` over a real sshd (paramiko SFTP)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30
+    )
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """A real sshd with SFTP on 127.0.0.1:<free port>; yields (port, dir with key ``user``)."""
+    if not os.path.exists(SSHD):
+        pytest.fail("sshd missing: apt-get install -y openssh-server")
+    d = tmp_path_factory.mktemp("sshd")
+    _keygen(d / "host_key")
+    _keygen(d / "user")
+    (d / "authorized_keys").write_text((d / "user.pub").read_text())
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"""ListenAddress 127.0.0.1
+Port {port}
+HostKey {d}/host_key
+PidFile {d}/sshd.pid
+AuthorizedKeysFile {d}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+Subsystem sftp internal-sftp
+"""
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    log = (d / "sshd.log").open("w")
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL, stderr=log
+    )
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail((d / "sshd.log").read_text())
+            time.sleep(0.05)
+    yield port, d
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+def _ssh_args(sshd, tmp_path) -> list[str]:
+    port, d = sshd
+    return [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--user",
+        "root",
+        "--key",
+        str(d / "user"),
+        "--known-hosts",
+        str(tmp_path / "known_hosts"),
+    ]
+
+
+def test_push_and_pull_a_directory_and_a_file(sshd, cli, tmp_path):
+    share = tmp_path / "share"
+    share.mkdir()
+    src = tmp_path / "dataset"
+    (src / "train").mkdir(parents=True)
+    (src / "train" / "a.bin").write_bytes(os.urandom(300_000))
+    (src / "labels.csv").write_text("x,y\n1,2\n")
+    args = _ssh_args(sshd, tmp_path) + ["--share-dir", str(share)]
+
+    r = cli("data", "push", str(src), "datasets/mnist", *args)
+    assert r.exit_code == 0, r.output
+    assert "pushed 2 file(s)" in r.output
+    assert (share / "datasets/mnist/train/a.bin").read_bytes() == (src / "train/a.bin").read_bytes()
+    assert (share / "datasets/mnist/labels.csv").read_text() == "x,y\n1,2\n"
+    # the host key was accepted on first use and remembered (accept-new)
+    assert "127.0.0.1" in (tmp_path / "known_hosts").read_text()
+
+    back = tmp_path / "back"
+    r = cli("data", "pull", str(back), "datasets/mnist", *args)
+    assert r.exit_code == 0, r.output
+    assert (back / "train/a.bin").read_bytes() == (src / "train/a.bin").read_bytes()
+
+    one = tmp_path / "one.csv"
+    r = cli("data", "pull", str(one), "datasets/mnist/labels.csv", *args)
+    assert r.exit_code == 0, r.output
+    assert one.read_text() == "x,y\n1,2\n"
+
+    r = cli("data", "pull", str(tmp_path / "x"), "datasets/none", *args)
+    assert r.exit_code == 5
+    r = cli("data", "push", str(one), "../../etc", *args)
+    assert r.exit_code == 2
+    assert "inside the share" in r.output
+    assert not (tmp_path / "etc").exists()
+
+
+def test_changed_host_key_is_refused(sshd, cli, tmp_path):
+    port, d = sshd
+    _keygen(tmp_path / "other")
+    other = (tmp_path / "other.pub").read_text().split()
+    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {other[0]} {other[1]}\n")
+    share = tmp_path / "share"
+    share.mkdir()
+    (tmp_path / "f").write_text("x")
+    r = cli(
+        "data",
+        "push",
+        str(tmp_path / "f"),
+        "f",
+        *_ssh_args(sshd, tmp_path),
+        "--share-dir",
+        str(share),
+    )
+    assert r.exit_code == 7
+    assert "BadHostKeyException" in r.output
+    assert not (share / "f").exists()
+
+
+@pytest.fixture()
+def tiny_image(tmp_path):
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed (make deps installs it)")
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    (rootfs / "hello.txt").write_text("hello\n")
+    name = f"localhost/pasture-push-test-{uuid.uuid4().hex[:8]}:1"
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-cf", "-", "."], stdout=subprocess.PIPE)
+    subprocess.run(
+        ["podman", "import", "-", name],
+        stdin=tar.stdout,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    tar.wait()
+    yield name
+    subprocess.run(["podman", "rmi", "-f", name], capture_output=True, timeout=120)
+
+
+def test_image_push_loads_on_every_inventory_node(sshd, cli, tmp_path, tiny_image):
+    port, d = sshd
+    inventory = {
+        "all": {
+            "children": {
+                "nodes": {
+                    "hosts": {
+                        "node-1": {"ansible_host": "127.0.0.1", "ansible_user": "root"},
+                        "node-2": {"ansible_host": "127.0.0.1"},
+                    }
+                }
+            }
+        }
+    }
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    r = cli(
+        "image",
+        "push",
+        tiny_image,
+        "--inventory",
+        str(inv),
+        "--cli",
+        "podman",
+        "--port",
+        str(port),
+        "--key",
+        str(d / "user"),
+        "--known-hosts",
+        str(tmp_path / "known_hosts"),
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.count("Loaded image") == 2
+
+
+def test_image_push_of_a_missing_image_fails(cli, tmp_path):
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed")
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"nodes": {"hosts": {"n": {}}}}}}))
+    r = cli("image", "push", "localhost/does-not-exist:0", "--inventory", str(inv))
+    assert r.exit_code == 1
+    assert "podman save" in r.output
