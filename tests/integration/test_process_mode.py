@@ -1,0 +1,278 @@
+"""Process mode end to end: a real redis-server, the loop and agents as real processes
+(``scheduler.dev``), tasks as real processes. Heartbeat timeouts are short (3 s)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from scheduler import dev
+from scheduler.spec import load_job_spec, parse_job_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def make_cluster(tmp_path):
+    started: list[Path] = []
+
+    def make(nodes: int = 2, **kwargs) -> dev.DevCluster:
+        directory = tmp_path / f"dev-{len(started)}"
+        started.append(directory)
+        kwargs.setdefault("api", False)
+        return dev.up(
+            nodes=nodes,
+            cpu_per_node=2,
+            memory_per_node="4Gi",
+            heartbeat_interval_s=0.5,
+            heartbeat_timeout_s=3,
+            loop_interval_s=0.3,
+            stop_grace_s=2,
+            directory=directory,
+            **kwargs,
+        )
+
+    yield make
+    for directory in started:
+        dev.down(directory)
+
+
+def wait_job(store, name, states=("succeeded", "failed", "stopped"), timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = store.get_job(name)
+        if job is not None and job.state in states:
+            return job
+        time.sleep(0.2)
+    job = store.get_job(name)
+    raise AssertionError(
+        f"job {name} is {job.state if job else None}, wanted {states}; events: {store.events(name)}"
+    )
+
+
+def submit(store, doc_or_text, user="test"):
+    spec = (
+        load_job_spec(doc_or_text) if isinstance(doc_or_text, str) else parse_job_spec(doc_or_text)
+    )
+    store.create_job(spec, user=user)
+    return spec.name
+
+
+def task_pids(store, job):
+    import json
+
+    return [json.loads(t.handle)["pid"] for t in store.tasks(job) if t.handle]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_hello_gang_ps_worker_job_succeeds_with_the_api(make_cluster):
+    cluster = make_cluster(nodes=2, api=True)
+    assert httpx.get(cluster.endpoint + "/healthz").status_code == 200
+    state = dev.read_state(Path(cluster.base_dir).parent / "x") or {}
+    assert state == {}  # read_state of another dir sees nothing
+    store = cluster.store()
+    name = submit(store, (REPO / "examples/jobs/hello-gang.yaml").read_text())
+    job = wait_job(store, name)
+    assert job.state == "succeeded", store.events(name)
+    tasks = store.tasks(name)
+    assert [t.key for t in tasks] == ["ps-0", "worker-0", "worker-1"]
+    assert all(t.exit_code == 0 for t in tasks)
+    logs = Path(cluster.share_dir) / "jobs" / name / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["ps-0.log", "worker-0.log", "worker-1.log"]
+    assert "hello from worker-1" in (logs / "ps-0.log").read_text()
+    assert [e["state"] for e in store.events(name)] == [
+        "submitted",
+        "queued",
+        "scheduled",
+        "running",
+        "succeeded",
+    ]
+    # the API sees the same job with the admin token of the state file
+    r = httpx.get(
+        f"{cluster.endpoint}/jobs/{name}", headers={"Authorization": f"Bearer {cluster.token}"}
+    )
+    if r.status_code == 404:  # routes may be versioned
+        r = httpx.get(
+            f"{cluster.endpoint}/api/v1/jobs/{name}",
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        )
+    assert r.status_code == 200 and "succeeded" in r.text
+
+
+def test_failing_task_is_retried_then_the_job_fails_with_its_reason(make_cluster):
+    cluster = make_cluster(nodes=1)
+    store = cluster.store()
+    name = submit(
+        store,
+        {
+            "name": "flaky",
+            "retry": {"max_attempts": 3},
+            "roles": {
+                "w": {
+                    "command": "echo try $PASTURE_ATTEMPT; exit 1",
+                    "resources": {"cpu": 1, "memory": "256Mi"},
+                }
+            },
+        },
+    )
+    job = wait_job(store, name)
+    assert job.state == "failed"
+    assert job.attempt == 3 and job.failures == 3
+    assert "exited with code 1" in job.reason and "3 of 3 attempts failed" in job.reason
+    log = (Path(cluster.share_dir) / "jobs/flaky/logs/w-0.log").read_text()
+    assert [line for line in log.splitlines() if line.startswith("try")] == [
+        "try 1",
+        "try 2",
+        "try 3",
+    ]
+    assert log.count("=== attempt") == 3
+
+
+def test_stopping_a_job_stops_its_processes(make_cluster):
+    cluster = make_cluster(nodes=2)
+    store = cluster.store()
+    name = submit(
+        store,
+        {
+            "name": "sleepy",
+            "roles": {
+                "w": {
+                    "replicas": 2,
+                    "command": "sleep 300",
+                    "resources": {"cpu": 1, "memory": "256Mi"},
+                }
+            },
+        },
+    )
+    wait_job(store, name, states=("running",))
+    deadline = time.monotonic() + 10
+    while len(task_pids(store, name)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = task_pids(store, name)
+    assert len(pids) == 2 and not any(gone(p) for p in pids)
+    store.request_stop(name, "test stop")
+    job = wait_job(store, name, timeout=30)
+    assert job.state == "stopped" and job.reason == "test stop"
+    assert all(gone(p) for p in pids)
+    assert store.ledger() == {}
+
+
+def test_killing_the_loop_loses_no_job_and_double_allocates_nothing(make_cluster, tmp_path):
+    cluster = make_cluster(nodes=2)
+    store = cluster.store()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    names = []
+    for i in range(6):
+        names.append(
+            submit(
+                store,
+                {
+                    "name": f"job-{i}",
+                    "roles": {
+                        "w": {
+                            "replicas": 2,
+                            "command": f"echo $PASTURE_TASK_INDEX >> {runs}/job-{i}; sleep 1",
+                            "resources": {"cpu": 1, "memory": "256Mi"},
+                        }
+                    },
+                },
+            )
+        )
+        if i == 2:
+            wait_job(store, "job-0", states=("scheduled", "running", "succeeded"))
+            cluster.kill("loop")  # SIGKILL mid-run
+    # jobs submitted while the loop is dead wait in the store
+    time.sleep(1)
+    assert {store.get_job(n).state for n in names[3:]} == {"submitted"}
+    cluster.start_loop()
+    for n in names:
+        assert wait_job(store, n, timeout=90).state == "succeeded", store.events(n)
+    for n in names:
+        # every task ran exactly once: no job was allocated twice
+        assert sorted((runs / n).read_text().split()) == ["0", "1"]
+        assert store.get_job(n).attempt == 1
+    assert store.ledger() == {}
+
+
+def test_killing_an_agent_marks_its_node_lost_and_the_job_moves(make_cluster):
+    cluster = make_cluster(nodes=2)
+    store = cluster.store()
+    name = submit(
+        store,
+        {
+            "name": "mover",
+            "retry": {"max_attempts": 2},
+            "roles": {
+                "w": {
+                    "command": 'if [ "$PASTURE_ATTEMPT" = 1 ]; then sleep 300; fi; echo done',
+                    "resources": {"cpu": 2, "memory": "256Mi"},
+                }
+            },
+        },
+    )
+    wait_job(store, name, states=("running",))
+    first = store.task(name, "w-0")
+    index = cluster.nodes.index(first.node)
+    cluster.kill(f"agent-{index}")
+    t0 = time.monotonic()
+    job = wait_job(store, name, timeout=60)
+    assert job.state == "succeeded", store.events(name)
+    assert store.get_node(first.node).state == "lost"
+    assert time.monotonic() - t0 >= 2  # not before the heartbeat timeout
+    again = store.task(name, "w-0")
+    assert again.attempt == 2 and again.node != first.node
+    assert any("lost" in e["reason"] for e in store.events(name))
+
+
+def test_vc_over_its_guarantee_is_preempted_when_the_owner_submits(make_cluster):
+    vcs = [
+        {"name": "owner", "guarantee": {"cpu": 2}},
+        {"name": "borrower", "guarantee": {"cpu": 2}},
+    ]
+    cluster = make_cluster(nodes=2, virtual_clusters=vcs)
+    store = cluster.store()
+    for i in range(2):  # the borrower fills both nodes (4 cores): 2 borrowed
+        submit(
+            store,
+            {
+                "name": f"borrow-{i}",
+                "vc": "borrower",
+                "roles": {
+                    "w": {"command": "sleep 300", "resources": {"cpu": 2, "memory": "256Mi"}}
+                },
+            },
+        )
+    for i in range(2):
+        wait_job(store, f"borrow-{i}", states=("running",))
+    (usage,) = [v for v in store.vc_usage() if v.name == "borrower"]
+    assert usage.borrowed["cpu_m"] == 2000
+    submit(
+        store,
+        {
+            "name": "mine",
+            "vc": "owner",
+            "roles": {"w": {"command": "echo mine", "resources": {"cpu": 2, "memory": "256Mi"}}},
+        },
+    )
+    assert wait_job(store, "mine", timeout=60).state == "succeeded"
+    victims = [
+        n
+        for n in ("borrow-0", "borrow-1")
+        if any(e["state"] == "preempted" for e in store.events(n))
+    ]
+    assert len(victims) == 1
+    victim = store.get_job(victims[0])
+    assert victim.attempt == 2 and victim.failures == 0
+    assert victim.state in ("queued", "scheduled", "running")
