@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Ansible checks of `make test`: yamllint, ansible-lint, `vagrant validate`, then
+# `molecule test` of every roles/*/molecule/default (podman driver, one /24 per scenario).
+# Builds the base image first when it is missing. Fails on the first failing stage after
+# running every scenario, and prints the time each role took.
+#   bash scripts/test-ansible.sh              # everything
+#   bash scripts/test-ansible.sh redis common # only these roles' scenarios (lint still runs)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+export ANSIBLE_CONFIG="$PWD/ansible.cfg"
+export ANSIBLE_ROLES_PATH="$PWD/roles"
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+
+failed=()
+step() { echo "==> $*"; }
+
+step "yamllint"
+yamllint --strict . || failed+=("yamllint")
+
+step "ansible-lint"
+ansible-lint --offline site.yml playbooks roles || failed+=("ansible-lint")
+
+step "vagrant validate --ignore-provider"
+if command -v vagrant >/dev/null; then
+  VAGRANT_CHECKPOINT_DISABLE=1 vagrant validate --ignore-provider || failed+=("vagrant validate")
+else
+  echo "vagrant is not installed (scripts/install-system-deps.sh installs it)"; failed+=("vagrant missing")
+fi
+
+step "base image"
+bash scripts/build-base-image.sh || failed+=("base image")
+
+roles=("$@")
+if ((${#roles[@]} == 0)); then
+  for d in roles/*/molecule/default; do [[ -d $d ]] && roles+=("$(basename "$(dirname "$(dirname "$d")")")"); done
+fi
+declare -A took status
+for role in "${roles[@]}"; do
+  [[ -d roles/$role/molecule/default ]] || { echo "no scenario roles/$role/molecule/default"; failed+=("$role (no scenario)"); continue; }
+  step "molecule test ($role)"
+  start=$SECONDS
+  if (cd "roles/$role" && molecule test --scenario-name default); then status[$role]=passed; else status[$role]=FAILED; failed+=("molecule $role"); fi
+  took[$role]=$((SECONDS - start))
+done
+
+echo
+echo "==> molecule timings"
+for role in "${roles[@]}"; do
+  [[ -n ${took[$role]:-} ]] && printf '  %-20s %4ss  %s\n' "$role" "${took[$role]}" "${status[$role]}"
+done
+if ((${#failed[@]})); then
+  echo "==> test-ansible: FAILED: ${failed[*]}"; exit 1
+fi
+echo "==> test-ansible: all passed"
