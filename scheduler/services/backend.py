@@ -63,17 +63,12 @@ def apply_vcs(settings: Any, store: Any) -> list[str]:
     return [vc.name for vc in settings.virtual_clusters]
 
 
-def unfittable_reason(spec: Any, store: Any) -> str | None:
-    """Why no node of the cluster could ever hold the job's gang, None when it could.
-
-    Only the cluster's static shape counts (capacity, labels, GPU model; lost nodes are
-    ignored). With no node registered yet the check is skipped (None): agents may still be
-    starting, and the loop then reports the pending reason.
-    """
+def core_nodes(store: Any) -> list[Any]:
+    """The registered nodes as core :class:`scheduler.core.model.Node` values (capacity in
+    millicores / bytes / devices, labels, GPU model, state; nothing allocated)."""
     from scheduler.core.model import Node, NodeState, Resources
-    from scheduler.spec import unfittable_reason as reason
 
-    nodes = [
+    return [
         Node(
             name=n.name,
             capacity=Resources(n.cpu_m, n.memory, n.gpu),
@@ -83,9 +78,18 @@ def unfittable_reason(spec: Any, store: Any) -> str | None:
         )
         for n in store.list_nodes()
     ]
-    if not nodes:
-        return None
-    return reason(spec, nodes)
+
+
+def unfittable_reason(spec: Any, nodes: list[Any]) -> str | None:
+    """Why no node of ``nodes`` could ever hold the job's gang, None when one could.
+
+    Only the cluster's static shape counts (capacity, labels, GPU model; lost nodes are
+    ignored). With no node registered yet the check is skipped (None): agents may still be
+    starting, and the loop then reports the pending reason.
+    """
+    from scheduler.spec import unfittable_reason as reason
+
+    return reason(spec, nodes) if nodes else None
 
 
 def job_exists_error() -> type[Exception]:
