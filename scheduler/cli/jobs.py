@@ -196,7 +196,7 @@ def logs(
     role: str | None = typer.Option(None, "--role", "-r", help="task role (default: first)"),
     index: int | None = typer.Option(None, "--index", "-i", help="task index (default: 0)"),
 ) -> None:
-    """Print a task's stdout/stderr (``<share>/jobs/<job>/logs/<role>-<index>.log``)."""
+    """Print a task's stdout/stderr (<share>/jobs/<job>/logs/<role>-<index>.log)."""
     client = _client()
     if follow:
         if _wait_for_log(client, name, role, index):
