@@ -27,6 +27,18 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def check_inventory(outputs: ClusterOutputs, tmp_path: Path) -> dict:
     """Render, list with ansible-inventory, run playbooks/preflight.yml; returns the listing."""
     path = write_inventory(outputs, tmp_path / "inventory.yml")
+    listed = check_inventory_listing(outputs, path)
+
+    # The preflight play belongs to the Ansible layer; it must exist (a missing play fails
+    # this check instead of skipping it).
+    assert PREFLIGHT.is_file(), f"{PREFLIGHT} is missing: the preflight play cannot be run"
+    proc = run_preflight(path, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return listed
+
+
+def check_inventory_listing(outputs: ClusterOutputs, path: Path) -> dict:
+    """`ansible-inventory --list` reads the file with the contract's groups and variables."""
     proc = _run([str(BIN / "ansible-inventory"), "-i", str(path), "--list"], REPO)
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(proc.stdout)
@@ -42,12 +54,7 @@ def check_inventory(outputs: ClusterOutputs, tmp_path: Path) -> dict:
         assert hv["pasture_node_gpu_model"] == node.gpu_model
         assert hv["pasture_node_labels"] == node.labels
     assert hostvars[outputs.master.name]["pasture_cluster_name"] == outputs.cluster_name
-
-    # The preflight play belongs to the Ansible layer; it must exist (a missing play fails
-    # this check instead of skipping it).
-    assert PREFLIGHT.is_file(), f"{PREFLIGHT} is missing: the preflight play cannot be run"
-    proc = run_preflight(path, tmp_path)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert hostvars[outputs.master.name]["pasture_address"] == outputs.master.address
     return listed
 
 
