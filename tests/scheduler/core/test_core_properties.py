@@ -1,0 +1,336 @@
+"""Property tests over random clusters, job mixes and policies (hypothesis).
+
+Asserted for every generated case:
+- no node is over-committed in any resource by the binds (on top of what it holds);
+- every gang is whole (>= min_available of every role, <= replicas, indexes 0..k-1,
+  feasible nodes) or absent; every pending job is bound or has exactly one reason;
+- a VC with pending work within its guarantee and reclaimable borrowed capacity gets it
+  in the same cycle (bound, or victims chosen for it);
+- a higher-priority job never waits behind lower-priority work of its VC.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from hypothesis import assume, event, given
+from hypothesis import strategies as st
+
+from scheduler.core import (
+    Backfill,
+    NodeState,
+    Policy,
+    PreemptionMode,
+    ReasonKind,
+    Resources,
+    RunningJob,
+    Snapshot,
+    TaskPlacement,
+    schedule,
+)
+from scheduler.core.queue import QUEUE_ORDERS
+from tests.factories import job, node, role, snapshot, vc
+
+GPUS = st.sampled_from([0, 1, 2, 4, 8])
+
+
+@st.composite
+def nodes_st(draw, min_size=1, max_size=8):
+    n = draw(st.integers(min_size, max_size))
+    out = []
+    for i in range(n):
+        out.append(
+            node(
+                f"n{i}",
+                gpu=draw(st.sampled_from([0, 4, 8])),
+                cpu=draw(st.sampled_from([8, 32])),
+                mem_gib=draw(st.sampled_from([32, 256])),
+                labels={"pool": draw(st.sampled_from(["a", "b"]))},
+                state=draw(
+                    st.sampled_from([NodeState.READY] * 5 + [NodeState.CORDONED, NodeState.LOST])
+                ),
+            )
+        )
+    return out
+
+
+@st.composite
+def job_st(draw, name, vcs=("x", "y", "z"), max_roles=2):
+    roles = []
+    for r in range(draw(st.integers(1, max_roles))):
+        replicas = draw(st.integers(1, 4))
+        roles.append(
+            role(
+                f"r{r}",
+                replicas=replicas,
+                gpu=draw(GPUS),
+                cpu=draw(st.sampled_from([1, 2, 8])),
+                mem_gib=draw(st.sampled_from([1, 8, 32])),
+                min_available=draw(st.one_of(st.none(), st.integers(1, replicas))),
+                selector=draw(st.sampled_from([None, None, {"pool": "a"}])),
+            )
+        )
+    return job(
+        name,
+        roles=roles,
+        vc=draw(st.sampled_from(vcs)),
+        priority=draw(st.sampled_from([25, 50, 75])),
+        submit=float(draw(st.integers(0, 1000))),
+        estimate=draw(st.one_of(st.none(), st.floats(10, 5000))),
+        preemptible=draw(st.booleans()),
+    )
+
+
+def place_running(nodes, jobs, start_times):
+    """Bind ``jobs`` greedily first-fit on ready nodes (a valid ledger); skip misfits."""
+    free = {n.name: [n.capacity.cpu_m, n.capacity.memory, n.capacity.gpu] for n in nodes}
+    out = []
+    for j, start in zip(jobs, start_times, strict=False):
+        trial = {k: list(v) for k, v in free.items()}
+        placements = []
+        ok = True
+        for r in j.roles:
+            rr = r.resources
+            for idx in range(r.replicas):
+                spot = next(
+                    (
+                        n.name
+                        for n in nodes
+                        if trial[n.name][0] >= rr.cpu_m
+                        and trial[n.name][1] >= rr.memory
+                        and trial[n.name][2] >= rr.gpu
+                    ),
+                    None,
+                )
+                if spot is None:
+                    ok = False
+                    break
+                t = trial[spot]
+                t[0] -= rr.cpu_m
+                t[1] -= rr.memory
+                t[2] -= rr.gpu
+                placements.append(TaskPlacement(r.name, idx, spot, rr))
+            if not ok:
+                break
+        if ok:
+            free = trial
+            out.append(RunningJob(job=j, start_time=start, placements=tuple(placements)))
+    return out
+
+
+@st.composite
+def policy_st(draw):
+    modes = draw(st.lists(st.sampled_from(list(PreemptionMode)), unique=True, max_size=3))
+    return Policy(
+        queue_order=draw(st.sampled_from(sorted(QUEUE_ORDERS))),
+        scorers=draw(
+            st.sampled_from(
+                [
+                    (("best-fit", 1.0), ("gang-locality", 1.0)),
+                    (("spread", 1.0),),
+                    (("best-fit", 1.0),),
+                ]
+            )
+        ),
+        backfill=draw(st.sampled_from(list(Backfill))),
+        strict_order=draw(st.booleans()),
+        vc_quota=draw(st.booleans()),
+        preemption=tuple(modes),
+        aging_per_hour=draw(st.sampled_from([0.0, 1.0])),
+        max_jobs_per_cycle=draw(st.sampled_from([None, None, 3])),
+        preemption_min_runtime_s=draw(st.sampled_from([0.0, 100.0])),
+    )
+
+
+@st.composite
+def case_st(draw):
+    nodes = draw(nodes_st())
+    n_run = draw(st.integers(0, 12))
+    run_jobs = [draw(job_st(f"run{i}", max_roles=1)) for i in range(n_run)]
+    starts = [float(draw(st.integers(0, 2000))) for _ in run_jobs]
+    running = place_running([n for n in nodes if n.state is NodeState.READY], run_jobs, starts)
+    pending = [draw(job_st(f"job{i}")) for i in range(draw(st.integers(1, 8)))]
+    vcs = [
+        vc(
+            name,
+            gpu=draw(st.sampled_from([0, 4, 8, 16])),
+            max_gpu=draw(st.sampled_from([None, 8, 24])),
+            can_borrow=draw(st.booleans()),
+        )
+        for name in ("x", "y", "z")
+    ]
+    return snapshot(nodes, pending, running, vcs), draw(policy_st())
+
+
+def check_invariants(s: Snapshot, d) -> None:
+    nodes = {n.name: n for n in s.nodes}
+    pending = {j.name: j for j in s.pending}
+    running = {rj.job.name for rj in s.running}
+    used = {n.name: [n.allocated.cpu_m, n.allocated.memory, n.allocated.gpu] for n in s.nodes}
+    bound = set()
+    for b in d.binds:
+        assert b.job in pending and b.job not in bound
+        bound.add(b.job)
+        j = pending[b.job]
+        by_role = defaultdict(list)
+        for p in b.placements:
+            by_role[p.role].append(p)
+            n = nodes[p.node]
+            assert n.state is NodeState.READY
+            u = used[p.node]
+            u[0] += p.resources.cpu_m
+            u[1] += p.resources.memory
+            u[2] += p.resources.gpu
+        for r in j.roles:
+            got = by_role.pop(r.name, [])
+            assert r.gang_min <= len(got) <= r.replicas, (b.job, r.name, len(got))
+            assert sorted(p.index for p in got) == list(range(len(got)))
+            for p in got:
+                assert p.resources == r.resources
+                assert all(nodes[p.node].labels.get(k) == v for k, v in r.node_selector.items())
+        assert not by_role  # no placements of unknown roles
+    for name, u in used.items():
+        cap = nodes[name].capacity
+        before = nodes[name].allocated
+        # binds only go where they fit on top of what the node holds
+        extra = Resources(u[0] - before.cpu_m, u[1] - before.memory, u[2] - before.gpu)
+        if not extra.is_zero():
+            assert Resources(*u).fits_in(cap), (name, u, cap)
+    assert set(d.pending) == set(pending) - bound
+    victims = [p.job for p in d.preemptions]
+    assert len(victims) == len(set(victims)) and set(victims) <= running
+    for p in d.preemptions:
+        assert d.pending[p.for_job].kind is ReasonKind.PREEMPTING
+
+
+@given(case_st())
+def test_invariants_hold_for_random_clusters_jobs_and_policies(case):
+    s, policy = case
+    d = schedule(s, policy, 3000.0)
+    event(f"binds: {min(len(d.binds), 3)}, preemptions: {min(len(d.preemptions), 1)}")
+    check_invariants(s, d)
+    assert schedule(s, policy, 3000.0) == d  # deterministic
+    # the same case with every preemption mode on, to exercise victim selection more often
+    every = replace(policy, preemption=tuple(PreemptionMode), preemption_min_runtime_s=0.0)
+    d = schedule(s, every, 3000.0)
+    event(f"all modes: preemptions: {min(len(d.preemptions), 1)}")
+    check_invariants(s, d)
+
+
+@given(case_st(), st.randoms(use_true_random=False))
+def test_decision_does_not_depend_on_pending_or_running_order(case, rnd):
+    s, policy = case
+    pending = list(s.pending)
+    running = list(s.running)
+    rnd.shuffle(pending)
+    rnd.shuffle(running)
+    shuffled = Snapshot(s.nodes, s.vcs, tuple(pending), tuple(running), s.version)
+    assert schedule(shuffled, policy, 3000.0) == schedule(s, policy, 3000.0)
+
+
+@st.composite
+def reclaim_case_st(draw):
+    """VC y (no guarantee) borrows the whole cluster with single-node jobs; VC x, with a
+    guarantee, submits work within it that fits the empty cluster."""
+    nodes = draw(nodes_st(min_size=2, max_size=6))
+    nodes = [n for n in nodes if n.state is NodeState.READY]
+    assume(len(nodes) >= 2)
+    fillers = []
+    for k, n in enumerate(nodes):
+        g = n.capacity.gpu
+        pieces = draw(st.sampled_from([1, 2])) if g >= 2 else 1
+        for p in range(pieces):
+            fillers.append(
+                job(
+                    f"y{k}-{p}",
+                    gpu=g // pieces,
+                    cpu=n.capacity.cpu_m / 1000 / pieces,
+                    mem_gib=8,
+                    vc="y",
+                    priority=draw(st.sampled_from([25, 50, 75])),
+                    preemptible=draw(st.booleans()),
+                )
+            )
+    starts = [float(draw(st.integers(0, 1000))) for _ in fillers]
+    running = place_running(nodes, fillers, starts)
+    want = draw(job_st("x-job", vcs=("x",), max_roles=1))
+    others = [draw(job_st(f"y-more{i}", vcs=("y",))) for i in range(draw(st.integers(0, 3)))]
+    g = want.gang_request()
+    vcs = [vc("x", gpu=g.gpu, cpu=g.cpu_m / 1000, mem_gib=g.memory / 1024**3 + 1), vc("y")]
+    return nodes, running, [want, *others], vcs
+
+
+@given(reclaim_case_st())
+def test_a_vc_below_guarantee_gets_its_borrowed_capacity_back_in_the_same_cycle(case):
+    nodes, running, pending, vcs = case
+    want = pending[0]
+    # reclaimable: the job fits the cluster once every borrower's job is gone
+    empty = schedule(snapshot(nodes, [want], vcs=vcs), Policy(), 0.0)
+    assume(empty.binds)
+    s = snapshot(nodes, pending, running, vcs)
+    policy = Policy(preemption=(PreemptionMode.VC_RECLAIM,), aging_per_hour=0)
+    d = schedule(s, policy, 5000.0)
+    check_invariants(s, d)
+    if want.name in {b.job for b in d.binds}:
+        event("reclaim: bound directly")
+        return
+    event("reclaim: victims chosen")
+    assert d.pending[want.name].kind is ReasonKind.PREEMPTING, d.pending[want.name]
+    assert any(p.for_job == want.name for p in d.preemptions)
+
+
+@st.composite
+def priority_case_st(draw):
+    nodes = [n for n in draw(nodes_st(min_size=1, max_size=5)) if n.state is NodeState.READY]
+    assume(nodes)
+    run_jobs = [draw(job_st(f"run{i}", vcs=("x", "y"), max_roles=1)) for i in range(12)]
+    starts = [float(draw(st.integers(0, 1000))) for _ in run_jobs]
+    running = place_running(nodes, run_jobs, starts)
+    high = draw(job_st("high", vcs=("x",), max_roles=1))
+    high = replace(high, priority=draw(st.sampled_from([50, 75, 100])))
+    return nodes, running, high
+
+
+def without(nodes, running, drop):
+    """The snapshot's nodes and running jobs with the jobs in ``drop`` removed."""
+    keep = [rj for rj in running if rj.job.name not in drop]
+    return snapshot(nodes, (), keep)
+
+
+@given(priority_case_st(), st.booleans())
+def test_higher_priority_never_waits_behind_lower_priority_in_its_vc(case, strict_fifo):
+    nodes, running, high = case
+    vcs = [vc("x"), vc("y")]
+    if strict_fifo:
+        # strict FIFO: a lower-priority job of the VC is never bound while a higher one
+        # waits for resources
+        low = job("low", gpu=0, cpu=1, vc="x", priority=high.priority - 1, submit=0)
+        s = snapshot(nodes, [high, low], running, vcs)
+        policy = Policy(backfill=Backfill.NONE, strict_order=True, preemption=())
+        d = schedule(s, policy, 2000.0)
+        check_invariants(s, d)
+        if "high" in d.pending and d.pending["high"].kind in (
+            ReasonKind.INSUFFICIENT_RESOURCES,
+            ReasonKind.GANG_INCOMPLETE,
+        ):
+            assert "low" not in {b.job for b in d.binds}
+        return
+    # priority preemption: if high stays pending for resources, it would not fit even
+    # with every lower-priority preemptible job of its VC gone
+    s = snapshot(nodes, [high], running, vcs)
+    policy = Policy(preemption=(PreemptionMode.PRIORITY,), aging_per_hour=0)
+    d = schedule(s, policy, 2000.0)
+    check_invariants(s, d)
+    if "high" not in d.pending or d.pending["high"].kind is ReasonKind.PREEMPTING:
+        event(f"priority: {'bound' if 'high' not in d.pending else 'preempting'}")
+        return
+    event("priority: left pending")
+    lower = {
+        rj.job.name
+        for rj in running
+        if rj.job.vc == "x" and rj.job.preemptible and rj.job.priority < high.priority
+    }
+    reduced = without(nodes, running, lower)
+    alone = Snapshot(reduced.nodes, tuple(vcs), (high,), reduced.running)
+    assert not schedule(alone, Policy(preemption=()), 2000.0).binds
