@@ -337,6 +337,7 @@ def _drive(args, rng, store, jobs, admin, agents, loop) -> dict:
     submit_s = time.monotonic() - start
     deadline = time.monotonic() + args.timeout_s
     started: dict[str, float] = {}
+    phases: dict[str, dict[str, float]] = {}
     while len(started) < len(names) and time.monotonic() < deadline:
         if loop.poll() is not None:
             tail = loop.log_path.read_text(errors="replace")[-2000:]
@@ -346,13 +347,20 @@ def _drive(args, rng, store, jobs, admin, agents, loop) -> dict:
         for name in names:
             if name in started:
                 continue
+            seen: dict[str, float] = {}
             for event in store.events(name):
-                if event.get("state") == "running":
-                    started[name] = float(event["time"])
-                    break
+                seen.setdefault(str(event.get("state")), float(event["time"]))
+            if "running" in seen:
+                started[name] = seen["running"]
+                phases[name] = seen
         time.sleep(0.5)
     created = {j.name: j.created for j in store.get_jobs(names)}
     latencies = np.array([started[n] - created[n] for n in started])
+
+    def phase_p50(a: str, b: str) -> float | None:
+        d = [p[b] - p[a] for p in phases.values() if a in p and b in p]
+        return round(float(np.percentile(d, 50)), 3) if d else None
+
     span = (max(started.values()) - first_submit) if started else float("nan")
     status = store.cluster_status()
     return {
@@ -369,6 +377,10 @@ def _drive(args, rng, store, jobs, admin, agents, loop) -> dict:
         else None,
         "submit_to_running_max_s": round(float(latencies.max()), 3) if len(latencies) else None,
         "jobs_placed_per_s": round(len(started) / span, 1) if started and span > 0 else None,
+        # where the time goes (p50 of each lifecycle step, seconds)
+        "p50_submitted_to_queued_s": phase_p50("submitted", "queued"),
+        "p50_queued_to_scheduled_s": phase_p50("queued", "scheduled"),
+        "p50_scheduled_to_running_s": phase_p50("scheduled", "running"),
         "target_p50_under_1s": bool(len(latencies) and np.percentile(latencies, 50) < 1.0),
         "jobs_by_state": status["jobs"],
     }
