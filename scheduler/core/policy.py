@@ -80,3 +80,56 @@ class Policy:
     las_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     max_jobs_per_cycle: int | None = None
     preemption_min_runtime_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Validate names against the core's registries and coerce enum-valued strings.
+
+        Raises:
+            ValueError: an unknown queue order, filter, scorer or preemption mode; a policy
+                without ``resource-fit``; a non-finite scorer weight; unsorted or negative
+                LAS thresholds; a negative aging rate or min runtime; max_jobs_per_cycle < 1.
+        """
+        import math
+
+        # Imported here: the registries import this module's enums.
+        from scheduler.core.plugins import FILTERS, SCORERS
+        from scheduler.core.queue import QUEUE_ORDERS
+
+        def fail(field: str, expected: str, got: object) -> None:
+            raise ValueError(f"Policy.{field}: expected {expected}, got {got!r}")
+
+        try:
+            object.__setattr__(self, "backfill", Backfill(self.backfill))
+        except ValueError:
+            fail("backfill", f"one of {[b.value for b in Backfill]}", self.backfill)
+        modes = []
+        for m in self.preemption:
+            try:
+                modes.append(PreemptionMode(m))
+            except ValueError:
+                fail("preemption", f"modes from {[p.value for p in PreemptionMode]}", m)
+        object.__setattr__(self, "preemption", tuple(modes))
+        object.__setattr__(self, "filters", tuple(self.filters))
+        object.__setattr__(self, "scorers", tuple((n, float(w)) for n, w in self.scorers))
+        object.__setattr__(self, "las_thresholds", tuple(float(t) for t in self.las_thresholds))
+        if self.queue_order not in QUEUE_ORDERS:
+            fail("queue_order", f"one of {sorted(QUEUE_ORDERS)}", self.queue_order)
+        for f in self.filters:
+            if f not in FILTERS:
+                fail("filters", f"names from {sorted(FILTERS)}", f)
+        if "resource-fit" not in self.filters:
+            fail("filters", "a list including 'resource-fit'", list(self.filters))
+        for n, w in self.scorers:
+            if n not in SCORERS:
+                fail("scorers", f"names from {sorted(SCORERS)}", n)
+            if not math.isfinite(w):
+                fail("scorers", "finite weights", (n, w))
+        th = self.las_thresholds
+        if any(t < 0 for t in th) or list(th) != sorted(th):
+            fail("las_thresholds", "ascending non-negative GPU-seconds", th)
+        if self.aging_per_hour < 0 or not math.isfinite(self.aging_per_hour):
+            fail("aging_per_hour", "a finite number >= 0", self.aging_per_hour)
+        if self.preemption_min_runtime_s < 0:
+            fail("preemption_min_runtime_s", "seconds >= 0", self.preemption_min_runtime_s)
+        if self.max_jobs_per_cycle is not None and self.max_jobs_per_cycle < 1:
+            fail("max_jobs_per_cycle", "None or an int >= 1", self.max_jobs_per_cycle)
