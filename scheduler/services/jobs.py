@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -26,16 +26,10 @@ from scheduler.services.records import as_dict, field
 from scheduler.store.tokens import TokenRole
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
-JOB_STATES = (
-    "submitted",
-    "queued",
-    "scheduled",
-    "running",
-    "succeeded",
-    "failed",
-    "stopped",
-    "preempted",
-)
+JobStateName = Literal[
+    "submitted", "queued", "scheduled", "running", "succeeded", "failed", "stopped", "preempted"
+]
+JOB_STATES: tuple[str, ...] = get_args(JobStateName)
 
 
 def parse_document(body: bytes, content_type: str | None = None) -> dict:

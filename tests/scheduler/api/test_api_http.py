@@ -403,3 +403,13 @@ def test_openapi_check_with_httpx_without_server_errors(api, http):
 
 def test_http_errors_use_httpx_types():
     assert issubclass(httpx.HTTPStatusError, httpx.HTTPError)
+
+
+def test_bad_query_parameters_are_422(api, http):
+    _, env = api
+    c = http(env.admin)
+    r = c.get("/api/v1/jobs", params={"state": "sleeping"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["query", "state"]
+    assert c.get("/api/v1/jobs", params={"limit": 0}).status_code == 422
+    assert c.get("/api/v1/jobs", params={"state": "queued"}).json()["items"] == []
