@@ -25,7 +25,7 @@ and not repeated for an identical later job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from scheduler.core.gang import GangPlacement, Placer
 from scheduler.core.index import NodeIndex
@@ -50,6 +50,19 @@ def per_node(rj: RunningJob, id_of: dict[str, int]) -> dict[int, list[int]]:
         v[1] += p.resources.memory
         v[2] += p.resources.gpu
     return out
+
+
+def _with_last(items: Iterable[RunningJob]) -> Iterator[tuple[RunningJob, bool]]:
+    """(item, is_last) pairs, looking one ahead."""
+    it = iter(items)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield prev, False
+        prev = item
+    yield prev, True
 
 
 def _least_valuable_first(rj: RunningJob) -> tuple:
@@ -104,7 +117,7 @@ class Preemptor:
         self._running = running
         self._alloc_cache: dict[str, tuple[int, int, int]] | None = None
         self._by_value_cache: list[RunningJob] | None = None
-        self._by_rank: list[tuple[tuple, RunningJob]] | None = None
+        self._scope_cache: dict[tuple, tuple[list, tuple[int, int, int]]] = {}
 
     # Built on first use: most cycles preempt nothing and should not pay for them.
     @property
@@ -136,61 +149,82 @@ class Preemptor:
         return v
 
     # -- candidates -----------------------------------------------------------------------
+    def _scoped(self, mode: PreemptionMode, scope: str | None) -> tuple[list, tuple[int, int, int]]:
+        """Running jobs that may ever be ``mode`` victims for jobs of ``scope`` (a VC, or
+        None for any), in victim order, with the sum of their allocations (built once per
+        cycle; the per-job threshold and the victims taken so far are applied lazily)."""
+        key = (mode, scope)
+        cached = self._scope_cache.get(key)
+        if cached is not None:
+            return cached
+        min_run = self.policy.preemption_min_runtime_s
+        if mode is PreemptionMode.VC_RECLAIM:
+            items = [(None, rj) for rj in self._by_value if rj.job.vc != scope]
+        elif mode is PreemptionMode.PRIORITY:
+            items = [
+                (rj.job.priority, rj)
+                for rj in self._by_value
+                if rj.job.preemptible and (scope is None or rj.job.vc == scope)
+            ]
+        elif mode is PreemptionMode.QUEUE_ORDER:
+            items = [
+                (full_key(self.order, rj.job, self.octx, rj), rj)
+                for rj in self._by_value
+                if rj.job.preemptible
+                and (scope is None or rj.job.vc == scope)
+                and self.now - rj.start_time >= min_run
+            ]
+            # ranked last first; among equals the most recently started first
+            items.sort(key=lambda kr: (kr[0], kr[1].start_time), reverse=True)
+        else:
+            raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
+        total = [0, 0, 0]
+        alloc = self._alloc
+        for _, rj in items:
+            a = alloc[rj.job.name]
+            total[0] += a[0]
+            total[1] += a[1]
+            total[2] += a[2]
+        cached = self._scope_cache[key] = (items, (total[0], total[1], total[2]))
+        return cached
+
     def candidates(
         self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
-    ) -> list[RunningJob]:
-        """Victim candidates for ``job`` under ``mode``, least valuable first."""
+    ) -> Iterator[RunningJob]:
+        """Victim candidates for ``job`` under ``mode``, least valuable first (lazy)."""
+        if mode is PreemptionMode.VC_RECLAIM:
+            if not self.ledger.within_guarantee(job, req):
+                return
+            items, _ = self._scoped(mode, job.vc)
+        else:
+            items, _ = self._scoped(mode, job.vc if self.policy.vc_quota else None)
         taken = self.victims
-        same_vc_only = self.policy.vc_quota
         if mode is PreemptionMode.VC_RECLAIM:
             ledger = self.ledger
-            if not ledger.within_guarantee(job, req):
-                return []
             borrowing: dict[str, bool] = {}
-            out = []
-            for rj in self._by_value:
-                vc = rj.job.vc
-                if vc == job.vc or rj.job.name in taken:
+            for _, rj in items:
+                if rj.job.name in taken:
                     continue
+                vc = rj.job.vc
                 b = borrowing.get(vc)
                 if b is None:
                     bv = ledger.borrowed(vc)
                     b = borrowing[vc] = any(bv[k] > 0 and req[k] > 0 for k in range(3))
                 if b:
-                    out.append(rj)
-            return out
-        if mode is PreemptionMode.PRIORITY:
-            out = []
-            for rj in self._by_value:
-                if rj.job.priority >= job.priority:
-                    break
-                if (
-                    rj.job.preemptible
-                    and rj.job.name not in taken
-                    and (not same_vc_only or rj.job.vc == job.vc)
-                ):
-                    out.append(rj)
-            return out
-        if mode is PreemptionMode.QUEUE_ORDER:
-            if self._by_rank is None:
-                keyed = [(full_key(self.order, rj.job, self.octx, rj), rj) for rj in self._by_value]
-                keyed.sort(key=lambda kr: (kr[0], kr[1].start_time), reverse=True)
-                self._by_rank = keyed
+                    yield rj
+        elif mode is PreemptionMode.PRIORITY:
+            for prio, rj in items:
+                if prio >= job.priority:
+                    return
+                if rj.job.name not in taken:
+                    yield rj
+        else:
             mine = full_key(self.order, job, self.octx)
-            min_run = self.policy.preemption_min_runtime_s
-            out = []
-            for k, rj in self._by_rank:
+            for k, rj in items:
                 if not k > mine:
-                    break
-                if (
-                    rj.job.preemptible
-                    and rj.job.name not in taken
-                    and (not same_vc_only or rj.job.vc == job.vc)
-                    and self.now - rj.start_time >= min_run
-                ):
-                    out.append(rj)
-            return out
-        raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
+                    return
+                if rj.job.name not in taken:
+                    yield rj
 
     # -- selection ------------------------------------------------------------------------
     def select(
@@ -201,19 +235,20 @@ class Preemptor:
         Returns (victims, claim, released): the gang's what-if placement per node and what
         the victims release per node, both ``{node id: [cpu_m, memory, gpu]}``.
         """
-        scope = job.vc if self.policy.vc_quota else None
+        scope = job.vc if self.policy.vc_quota or mode is PreemptionMode.VC_RECLAIM else None
         memo = None
         if not self.order.dynamic:
-            memo = (
-                mode,
-                scope,
-                job.priority if mode is PreemptionMode.PRIORITY else 0,
-                gang_shape(job),
-            )
+            prio = job.priority if mode is PreemptionMode.PRIORITY else 0
+            memo = (mode, scope, prio, gang_shape(job))
             if memo in self._failed:
                 return None
-        cands = self.candidates(mode, job, req)
-        result = self._select(mode, job, req, cands) if cands else None
+        # Necessary condition, cheap: free capacity plus all that the scope's jobs hold.
+        _, total = self._scoped(mode, scope)
+        rf = self.index.ready_free
+        if any(rf[k] + total[k] < req[k] for k in range(3)):
+            result = None
+        else:
+            result = self._select(mode, job, req, self.candidates(mode, job, req))
         if result is None and memo is not None:
             self._failed.add(memo)
         return result
@@ -230,25 +265,17 @@ class Preemptor:
         mode: PreemptionMode,
         job: Job,
         req: tuple[int, int, int],
-        cands: list[RunningJob],
+        cands: Iterator[RunningJob],
     ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
         index = self.index
-        # Necessary condition, cheap: free capacity plus everything the candidates hold.
-        tot = list(index.ready_free)
-        for rj in cands:
-            a = self._alloc[rj.job.name]
-            tot[0] += a[0]
-            tot[1] += a[1]
-            tot[2] += a[2]
-        if tot[0] < req[0] or tot[1] < req[1] or tot[2] < req[2]:
-            return None
         budget: dict[str, list[int]] = {}
         mark = index.mark()
         chosen: list[RunningJob] = []
         found: GangPlacement | None = None
         next_probe = 1
         last_fail = 0
-        for pos, rj in enumerate(cands):
+        cands = _with_last(cands)
+        for rj, is_last in cands:
             alloc = self._alloc[rj.job.name]
             if mode is PreemptionMode.VC_RECLAIM:
                 b = budget.get(rj.job.vc)
@@ -265,7 +292,7 @@ class Preemptor:
             rf = index.ready_free
             if rf[0] < req[0] or rf[1] < req[1] or rf[2] < req[2]:
                 continue
-            if len(chosen) < next_probe and pos + 1 < len(cands):
+            if len(chosen) < next_probe and not is_last:
                 continue
             found = self._fits(job)
             if found is not None:
