@@ -8,7 +8,7 @@ Example (the issue's benchmark)::
 from __future__ import annotations
 
 import json
-import time
+import os
 from pathlib import Path
 
 import typer
@@ -22,7 +22,7 @@ from scheduler.sim.scenario import (
     build_scenario,
     lower_bounds,
     parse_policies,
-    run_policy,
+    run_many,
     to_json,
 )
 from scheduler.sim.trace import TraceError
@@ -161,6 +161,9 @@ def sim(
     ),
     plot: Path | None = typer.Option(None, help="write JCT CDFs per policy to this PNG"),
     json_out: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
+    workers: int | None = typer.Option(
+        None, help="policies replayed in parallel processes (default: min(CPUs, 2))"
+    ),
 ) -> None:
     """Replay a GPU-cluster trace through the scheduler core under each policy."""
     err = Console(stderr=True)
@@ -184,8 +187,6 @@ def sim(
         raise typer.Exit(2) from None
     if scenario.stats.skipped:
         err.print(f"trace rows skipped: {scenario.stats.skipped}")
-    results: dict[str, PolicyMetrics] = {}
-    walls: dict[str, float] = {}
     n = len(scenario.jobs)
     with Progress(
         TextColumn("{task.description:>14}"),
@@ -196,17 +197,15 @@ def sim(
         transient=json_out,
     ) as bar:
         tasks = {name: bar.add_task(name, total=n) for name in names}
-        for name in names:
-            task = tasks[name]
-            t0 = time.perf_counter()
-            results[name] = run_policy(
-                scenario,
-                name,
-                restart_cost_s=restart_cost,
-                checkpoint_s=checkpoint_interval,
-                progress=lambda done, task=task: bar.update(task, completed=done),
-            )
-            walls[name] = time.perf_counter() - t0
+        runs = run_many(
+            scenario,
+            names,
+            workers=workers if workers is not None else min(os.cpu_count() or 1, 2),
+            on_progress=lambda name, done: bar.update(tasks[name], completed=done),
+            restart_cost_s=restart_cost,
+            checkpoint_s=checkpoint_interval,
+        )
+    results = {name: r[0] for name, r in runs.items()}
     lower = lower_bounds(scenario)
     if json_out:
         typer.echo(json.dumps(to_json(scenario, results, lower), indent=2))
@@ -217,7 +216,8 @@ def sim(
         out.print(_table(scenario, results, lower))
         out.print(_vc_table(results))
         out.print(
-            "wall time per policy (s): " + ", ".join(f"{k} {v:.1f}" for k, v in walls.items())
+            "seconds per policy (wall/cpu): "
+            + ", ".join(f"{k} {w:.1f}/{c:.1f}" for k, (_, w, c) in runs.items())
         )
     if plot is not None:
         plot_cdfs(
