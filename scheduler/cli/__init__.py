@@ -16,7 +16,6 @@ Exit codes: see :mod:`scheduler.cli.output`.
 from __future__ import annotations
 
 import importlib
-import sys
 
 import typer
 
@@ -41,8 +40,8 @@ app.add_typer(server.serve_app, name="serve")
 app.add_typer(server.agent_app, name="agent")
 app.add_typer(server.admin_app, name="admin")
 
-# Groups written by others, imported lazily so that a missing or broken one only breaks
-# its own command: (name, module, attribute, help).
+# Groups written by others, imported inside a guard so that a missing or broken one only
+# breaks its own command: (name, module, attribute, help).
 _MOUNTS = (
     ("sim", "scheduler.sim.cli", "app", "Trace-driven simulator of the scheduler core."),
     ("inventory", "scheduler.inventory", "app", "Ansible inventory from Pulumi stack outputs."),
@@ -50,32 +49,21 @@ _MOUNTS = (
 
 
 def _mount(name: str, module: str, attribute: str, help_text: str) -> None:
-    argv = sys.argv[1:2]
-    if argv and argv[0] != name:
-        # Only import a group when it is the one being run (keeps startup fast); show a
-        # stub in help otherwise.
-        app.command(
-            name,
-            help=help_text,
-            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-        )(_missing(name, module, None))
-        return
     try:
         sub = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as exc:
         app.command(
             name,
-            help=help_text,
+            help=f"{help_text} (unavailable: {module} did not import)",
             context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+            add_help_option=False,
         )(_missing(name, module, exc))
         return
     app.add_typer(sub, name=name, help=help_text)
 
 
-def _missing(name: str, module: str, exc: Exception | None):
+def _missing(name: str, module: str, exc: Exception):
     def command(ctx: typer.Context) -> None:
-        if exc is None:  # not the command being run; should not happen
-            raise typer.Exit(2)
         typer.echo(
             f"error: 'pasture {name}' needs {module}, which is not available: {exc}", err=True
         )

@@ -216,3 +216,36 @@ def test_image_push_checks_the_inventory_exists(cli):
     r = cli("image", "push", "img", "--inventory", "/nonexistent")
     assert r.exit_code == 2  # Typer's usage error, before anything is saved
     assert "/nonexistent" in r.output
+
+
+def test_mounted_groups_are_reachable(cli):
+    r = cli("inventory", "--help")
+    assert r.exit_code == 0
+    assert "--from-stack-output" in r.output
+    r = cli("sim", "--help")
+    assert r.exit_code == 0
+    assert "--trace" in r.output
+
+
+def test_a_missing_mounted_module_fails_clearly(monkeypatch):
+    import importlib
+
+    import typer
+    from typer.testing import CliRunner
+
+    import scheduler.cli as cli_module
+
+    real_import_module = importlib.import_module
+
+    def import_module(name, *args):
+        if name == "scheduler.inventory":
+            raise ImportError("simulated: not installed")
+        return real_import_module(name, *args)
+
+    monkeypatch.setattr(cli_module, "app", typer.Typer())
+    monkeypatch.setattr(cli_module.importlib, "import_module", import_module)
+    cli_module._mount("inventory", "scheduler.inventory", "app", "inventory")
+    cli_module.app.command("noop")(lambda: None)
+    r = CliRunner().invoke(cli_module.app, ["inventory", "--from-stack-output", "x.json"])
+    assert r.exit_code == 1
+    assert "scheduler.inventory" in r.output and "simulated: not installed" in r.output
