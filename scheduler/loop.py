@@ -30,11 +30,13 @@ import argparse
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from scheduler.core.model import Decision, Snapshot
+from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
+from scheduler.discovery import ordered_tasks
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
@@ -65,13 +67,15 @@ def default_schedule() -> ScheduleFn:
 
 @dataclass
 class CycleResult:
-    """What one cycle did: jobs bound, preempted, finished; commit outcome."""
+    """What one cycle did: jobs bound, preempted, changed; commit outcome; seconds spent
+    per phase (lifecycle, snapshot, core, commit)."""
 
     bound: int = 0
     preempted: int = 0
     transitions: int = 0
     committed: bool = True
     detail: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 class Loop:
@@ -95,23 +99,61 @@ class Loop:
         self.settings = settings
         self.policy = policy or load_policy(settings.loop.policy)
         self.schedule = schedule or default_schedule()
+        self._specs: dict[tuple[str, float], JobSpec] = {}
+        self._core_jobs: dict[tuple, Job] = {}
+        self._pipe = store.r.pipeline(transaction=True)
+
+    def _flush(self) -> None:
+        """Execute the transitions queued on this cycle's pipeline (one round trip)."""
+        if len(self._pipe):
+            self._pipe.execute()
+
+    def _spec(self, job: JobRecord) -> JobSpec:
+        return self._specs[(job.name, job.created)]
 
     # ---- one cycle ------------------------------------------------------------------
     def cycle(self) -> CycleResult:
         """Run heartbeats, lifecycle, snapshot -> core -> commit once."""
         result = CycleResult()
+        t0 = time.perf_counter()
         now = self.store.now()
-        nodes = {n.name: n for n in self.store.list_nodes()}
+        nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
         self._check_heartbeats(nodes, now)
-        for job in self.store.active_jobs():
-            if self._advance(job, nodes, now):
+        active = self.store.active_jobs(with_spec=False)
+        live = {(j.name, j.created) for j in active}
+        for key in [k for k in self._specs if k not in live]:
+            del self._specs[key]
+        created = {j.name: j.created for j in active}
+        missing = [j.name for j in active if (j.name, j.created) not in self._specs]
+        for name, raw in self.store.job_specs(missing).items():
+            self._specs[(name, created[name])] = JobSpec.model_validate(raw)
+        active = [j for j in active if (j.name, j.created) in self._specs]
+        placed = [j.name for j in active if j.state not in (JobState.SUBMITTED, JobState.QUEUED)]
+        tasks = self.store.tasks_of(placed)
+        changed = []
+        self._pipe = self.store.r.pipeline(transaction=True)
+        for job in active:
+            if self._advance(job, tasks.get(job.name, []), nodes, now):
                 result.transitions += 1
-        snapshot, ctx = take_snapshot(self.store)
+                changed.append(job.name)
+        self._flush()
+        if changed:  # read back what this cycle changed; the rest is as read above
+            fresh = {j.name: j for j in self.store.get_jobs(changed, with_spec=False)}
+            active = [fresh.get(j.name, j) for j in active]
+        live_names = {j.name for j in active}
+        for key in [k for k in self._core_jobs if k[0] not in live_names]:
+            del self._core_jobs[key]
+        t1 = time.perf_counter()
+        snapshot, ctx = take_snapshot(self.store, self._specs, active, self._core_jobs)
+        t2 = time.perf_counter()
+        result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if not snapshot.pending:
             return result
         decision = self.schedule(snapshot, self.policy, now)
+        t3 = time.perf_counter()
         payload = commit_payload(decision, ctx)
         ok, detail = self.store.commit(ctx.version, payload)
+        result.seconds.update(core=t3 - t2, commit=time.perf_counter() - t3)
         result.committed, result.detail = ok, detail
         if ok:
             result.bound = len(payload["binds"])
@@ -137,23 +179,48 @@ class Loop:
                 nodes[node.name] = self.store.set_node_state(node.name, "lost", reason)
 
     # ---- lifecycle ------------------------------------------------------------------
-    def _advance(self, job: JobRecord, nodes: dict[str, NodeRecord], now: float) -> bool:
+    def _advance(
+        self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord], now: float
+    ) -> bool:
         """Move one job along its lifecycle; True when it changed state."""
         st = JobState(job.state)
         if st in (JobState.SUBMITTED, JobState.QUEUED) and job.stop_requested:
-            self.store.transition(job.name, JobState.STOPPED, job.stop_requested, end_time=now)
+            self.store.transition(
+                job.name,
+                JobState.STOPPED,
+                job.stop_requested,
+                now=now,
+                attempt=job.attempt,
+                pipe=self._pipe,
+                end_time=now,
+            )
             return True
         if st == JobState.SUBMITTED:
-            self.store.transition(job.name, JobState.QUEUED, f"queued in virtual cluster {job.vc}")
+            self.store.transition(
+                job.name,
+                JobState.QUEUED,
+                f"queued in virtual cluster {job.vc}",
+                now=now,
+                attempt=job.attempt,
+                pipe=self._pipe,
+            )
             return True
         if st == JobState.QUEUED:
             return False
-        spec = JobSpec.model_validate(job.spec)
-        tasks = self.store.tasks(job.name)
+        spec = self._spec(job)
+        tasks = ordered_tasks(spec, tasks)
         self._mark_lost(job, tasks, nodes)
         changed = False
         if st == JobState.SCHEDULED and any(t.state != TaskState.SCHEDULED for t in tasks):
-            self.store.transition(job.name, JobState.RUNNING, "tasks started", start_time=now)
+            self.store.transition(
+                job.name,
+                JobState.RUNNING,
+                "tasks started",
+                now=now,
+                attempt=job.attempt,
+                pipe=self._pipe,
+                start_time=now,
+            )
             job.start_time = now
             changed = True
         ending = job.ending
@@ -161,8 +228,10 @@ class Loop:
             ending = self._outcome(job, spec, tasks, nodes)
             if ending is None:
                 return changed
+            self._flush()  # queued transitions of this job go first
             self.store.set_job_fields(job.name, ending=ending)
             log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
+        self._flush()
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
             t.desired = "stop"
@@ -255,8 +324,7 @@ class Loop:
     ) -> bool:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
-        self.store.release(job.name)
-        self.store.notify_loop("released")
+        self.store.release(job.name)  # this cycle's snapshot (taken next) sees the room
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight
@@ -267,6 +335,7 @@ class Loop:
                 job.name,
                 JobState.QUEUED,
                 ending["reason"],
+                now=now,
                 attempt=job.attempt + 1,
                 failures=failures,
                 ending=None,
@@ -280,6 +349,8 @@ class Loop:
                 job.name,
                 state,
                 ending["reason"],
+                now=now,
+                attempt=job.attempt,
                 failures=failures,
                 ending=None,
                 end_time=now,

@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.core.model import (
     Decision,
+    Job,
     Node,
     NodeState,
     Resources,
@@ -48,16 +49,42 @@ def _res(d: dict[str, int] | None) -> Resources | None:
     return Resources(cpu_m=int(d["cpu_m"]), memory=int(d["memory"]), gpu=int(d["gpu"]))
 
 
-def take_snapshot(store: Store) -> tuple[Snapshot, SnapshotContext]:
-    """Snapshot of nodes, VCs, queued jobs and allocations (see module docstring)."""
+def take_snapshot(
+    store: Store,
+    spec_cache: dict[tuple[str, float], JobSpec] | None = None,
+    jobs: list[JobRecord] | None = None,
+    core_cache: dict[tuple, Job] | None = None,
+) -> tuple[Snapshot, SnapshotContext]:
+    """Snapshot of nodes, VCs, queued jobs and allocations (see module docstring).
+
+    Args:
+        spec_cache: ``{(job, created): JobSpec}``; avoids fetching and validating unchanged
+            specs in every cycle; filled as a side effect.
+        jobs: the active jobs when the caller has just read them (the loop). Job records
+            need no version protection: the commit script re-checks state and attempt.
+        core_cache: the core's Job per (name, created, attempt, attained, user); the
+            caller prunes it.
+    """
+    core_cache = {} if core_cache is None else core_cache
+    jobs_list = store.active_jobs(with_spec=False) if jobs is None else jobs
     version = store.version()
-    node_recs = {n.name: n for n in store.list_nodes()}
+    node_recs = {n.name: n for n in store.list_nodes(with_usage=False)}
     vcs = store.vcs()
     ledger = store.ledger()
-    jobs = {j.name: j for j in store.active_jobs()}
+    by_name = {j.name: j for j in jobs_list if not JobState(j.state).terminal}
+    cache = {} if spec_cache is None else spec_cache
+    missing = [j.name for j in by_name.values() if (j.name, j.created) not in cache]
+    raw_specs = store.job_specs(missing) if missing else {}
     specs: dict[str, JobSpec] = {}
-    for j in jobs.values():
-        specs[j.name] = JobSpec.model_validate(j.spec)
+    for j in list(by_name.values()):
+        key = (j.name, j.created)
+        if key not in cache:
+            if j.name not in raw_specs:
+                del by_name[j.name]  # vanished meanwhile
+                continue
+            cache[key] = JobSpec.model_validate(raw_specs[j.name])
+        specs[j.name] = cache[key]
+    jobs = by_name
 
     allocated: dict[str, Resources] = {}
     by_job: dict[str, list[Allocation]] = {}
@@ -84,12 +111,15 @@ def take_snapshot(store: Store) -> tuple[Snapshot, SnapshotContext]:
     pending = []
     running = []
     for name, j in jobs.items():
-        core_job = specs[name].to_core(
-            submit_time=j.created,
-            user=j.user,
-            attempt=j.attempt,
-            attained_service=j.attained_service,
-        )
+        ckey = (name, j.created, j.attempt, j.attained_service, j.user)
+        core_job = core_cache.get(ckey)
+        if core_job is None:
+            core_job = core_cache[ckey] = specs[name].to_core(
+                submit_time=j.created,
+                user=j.user,
+                attempt=j.attempt,
+                attained_service=j.attained_service,
+            )
         if name in by_job:
             running.append(
                 RunningJob(

@@ -29,6 +29,40 @@ from scheduler.store.records import (
 
 DEFAULT_PREFIX = "pasture:"
 NODE_STATES = ("ready", "cordoned", "draining", "lost")
+_JOB_FIELDS_NO_SPEC = [
+    "name",
+    "vc",
+    "user",
+    "priority",
+    "state",
+    "reason",
+    "attempt",
+    "failures",
+    "created",
+    "updated",
+    "scheduled_time",
+    "start_time",
+    "end_time",
+    "pending_reason",
+    "stop_requested",
+    "ending",
+    "exit_code",
+    "attained_service",
+]
+_NODE_FIELDS_NO_USAGE = [
+    "name",
+    "address",
+    "cpu_m",
+    "memory",
+    "gpu",
+    "gpu_model",
+    "labels",
+    "state",
+    "port_range",
+    "heartbeat",
+    "registered",
+    "executor",
+]
 
 
 class JobExistsError(ValueError):
@@ -200,13 +234,34 @@ class Store:
             raise JobNotFoundError(f"no job named {name!r}")
         return job
 
-    def get_jobs(self, names: Iterable[str]) -> list[JobRecord]:
-        """Jobs by name, in order, skipping missing ones (one round trip)."""
+    def get_jobs(self, names: Iterable[str], *, with_spec: bool = True) -> list[JobRecord]:
+        """Jobs by name, in order, skipping missing ones (one round trip).
+
+        ``with_spec=False`` leaves ``spec`` empty (``{}``): less to transfer and decode for
+        callers that cache specs (the loop); fetch them with :meth:`job_specs`.
+        """
         names = list(names)
         pipe = self.r.pipeline(transaction=False)
         for n in names:
-            pipe.hgetall(self.k("job", n))
-        return [self._job_from_hash(h) for h in pipe.execute() if h.get("state")]
+            if with_spec:
+                pipe.hgetall(self.k("job", n))
+            else:
+                pipe.hmget(self.k("job", n), _JOB_FIELDS_NO_SPEC)
+        rows = pipe.execute()
+        if not with_spec:
+            rows = [
+                {k: v for k, v in zip(_JOB_FIELDS_NO_SPEC, row, strict=True) if v is not None}
+                for row in rows
+            ]
+        return [self._job_from_hash(h) for h in rows if h.get("state")]
+
+    def job_specs(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """``{job: spec dict}`` for existing jobs (one round trip)."""
+        names = list(names)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hget(self.k("job", n), "spec")
+        return {n: json.loads(raw) for n, raw in zip(names, pipe.execute(), strict=True) if raw}
 
     def list_jobs(
         self,
@@ -232,9 +287,9 @@ class Store:
         page = matching[offset : offset + limit] if limit > 0 else []
         return self.get_jobs(page), len(matching)
 
-    def active_jobs(self) -> list[JobRecord]:
-        """Every job not in a terminal state."""
-        return self.get_jobs(sorted(self.r.smembers(self.k("jobs", "active"))))
+    def active_jobs(self, *, with_spec: bool = True) -> list[JobRecord]:
+        """Every job not in a terminal state (``with_spec``: see :meth:`get_jobs`)."""
+        return self.get_jobs(sorted(self.r.smembers(self.k("jobs", "active"))), with_spec=with_spec)
 
     def request_stop(self, name: str, reason: str = "stopped by user") -> JobRecord:
         """Ask the loop to stop a job (idempotent; a finished job is returned unchanged).
@@ -266,11 +321,26 @@ class Store:
         """The job's event history, oldest first: ``{time, state, attempt, reason}``."""
         return [json.loads(e) for e in self.r.lrange(self.k("job", name) + ":events", 0, -1)]
 
-    def transition(self, name: str, state: str, reason: str, **fields: Any) -> None:
+    def transition(
+        self,
+        name: str,
+        state: str,
+        reason: str,
+        *,
+        now: float | None = None,
+        attempt: int | None = None,
+        pipe: redis.client.Pipeline | None = None,
+        **fields: Any,
+    ) -> None:
         """Move a job to ``state`` with an event (one transaction). ``fields`` are set too
-        (None clears a field; dicts are JSON)."""
-        now = self.now()
+        (None clears a field; dicts are JSON). ``now`` / ``attempt`` save round trips when
+        the caller knows them (the event records ``attempt``; it is also stored when
+        given). With ``pipe`` the commands are only queued on it (the caller executes; then
+        ``attempt`` must be given)."""
+        now = self.now() if now is None else now
         jk = self.k("job", name)
+        if attempt is not None:
+            fields["attempt"] = attempt
         mapping = {"state": state, "reason": reason, "updated": str(now)}
         for key, value in fields.items():
             mapping[key] = (
@@ -280,16 +350,21 @@ class Store:
                 if isinstance(value, dict | list)
                 else str(value)
             )
-        attempt = fields.get("attempt") or self.r.hget(jk, "attempt") or 1
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(jk, mapping=mapping)
-        pipe.rpush(
+        if attempt is None:
+            if pipe is not None:
+                raise ValueError("transition(pipe=...) needs attempt")
+            attempt = self.r.hget(jk, "attempt") or 1
+        own = pipe is None
+        p = self.r.pipeline(transaction=True) if own else pipe
+        p.hset(jk, mapping=mapping)
+        p.rpush(
             jk + ":events",
             json.dumps({"time": now, "state": state, "attempt": int(attempt), "reason": reason}),
         )
         if JobState(state).terminal:
-            pipe.srem(self.k("jobs", "active"), name)
-        pipe.execute()
+            p.srem(self.k("jobs", "active"), name)
+        if own:
+            p.execute()
 
     def set_job_fields(self, name: str, **fields: Any) -> None:
         """Set job fields without a state change (None clears, dicts are JSON)."""
@@ -321,6 +396,18 @@ class Store:
         spec = _j(self.r.hget(self.k("job", job), "spec")) or {}
         order = {r: i for i, r in enumerate(spec.get("roles", {}))}
         return sorted(tasks, key=lambda t: (order.get(t.role, 99), t.index))
+
+    def tasks_of(self, jobs: Iterable[str]) -> dict[str, list[TaskRecord]]:
+        """Task records of many jobs in one round trip: ``{job: [TaskRecord]}`` (unordered;
+        see :func:`scheduler.discovery.ordered_tasks`)."""
+        jobs = list(jobs)
+        pipe = self.r.pipeline(transaction=False)
+        for j in jobs:
+            pipe.hgetall(self.k("job", j) + ":tasks")
+        return {
+            j: [TaskRecord.from_dict(json.loads(v)) for v in raw.values()]
+            for j, raw in zip(jobs, pipe.execute(), strict=True)
+        }
 
     def task(self, job: str, key: str) -> TaskRecord | None:
         raw = self.r.hget(self.k("job", job) + ":tasks", key)
@@ -488,13 +575,22 @@ class Store:
             executor=h.get("executor", ""),
         )
 
-    def list_nodes(self) -> list[NodeRecord]:
-        """All registered nodes, by name."""
+    def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
+        """All registered nodes, by name (``with_usage=False`` skips the usage report)."""
         names = sorted(self.r.smembers(self.k("nodes")))
         pipe = self.r.pipeline(transaction=False)
         for n in names:
-            pipe.hgetall(self.k("node", n))
-        return [self._node_from_hash(h) for h in pipe.execute() if h.get("name")]
+            if with_usage:
+                pipe.hgetall(self.k("node", n))
+            else:
+                pipe.hmget(self.k("node", n), _NODE_FIELDS_NO_USAGE)
+        rows = pipe.execute()
+        if not with_usage:
+            rows = [
+                {k: v for k, v in zip(_NODE_FIELDS_NO_USAGE, row, strict=True) if v is not None}
+                for row in rows
+            ]
+        return [self._node_from_hash(h) for h in rows if h.get("name")]
 
     def get_node(self, name: str) -> NodeRecord | None:
         h = self.r.hgetall(self.k("node", name))
