@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> dict:
         "us_per_placement": round(1e6 * seconds / placed, 1) if placed else None,
         "cpu_seconds": round(cpu_s, 3),
         "placements_per_cpu_s": round(placed / cpu_s, 1) if cpu_s else 0.0,
+        "cpu_us_per_placement": round(1e6 * cpu_s / placed, 1) if placed else None,
         "cycle_ms_p50": pct(0.5),
         "cycle_ms_p99": pct(0.99),
         "backfill": str(Backfill(policy.backfill)),

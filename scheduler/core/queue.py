@@ -69,8 +69,16 @@ class QueueOrder:
 
 def job_width(job: Job, run: RunningJob | None = None) -> tuple[int, float]:
     """(GPUs, cores) the job holds when running, or requests (its gang) when pending."""
-    r = run.allocated() if run is not None else job.gang_request()
-    return r.gpu, r.cpu_m / 1000.0
+    gpu = cpu_m = 0
+    if run is not None:
+        for p in run.placements:
+            gpu += p.resources.gpu
+            cpu_m += p.resources.cpu_m
+    else:
+        for r in job.roles:
+            gpu += r.resources.gpu * r.gang_min
+            cpu_m += r.resources.cpu_m * r.gang_min
+    return gpu, cpu_m / 1000.0
 
 
 def attained_service(job: Job, now: float, run: RunningJob | None = None) -> float:
