@@ -107,7 +107,8 @@ class DevCluster:
         token: admin token for the API.
         redis_url: Redis of the cluster. base_dir: its data. share_dir: the share.
         scheduler_config: scheduler.yaml path. agent_configs: one agent.yaml per node.
-        procs: started processes by name (redis, api, loop, agent-0...).
+        _procs: started processes by name (redis, api, loop, agent-0...); private so that
+            printing the public fields as JSON works; ``pids`` shows them.
         nodes: node names.
     """
 
@@ -119,15 +120,20 @@ class DevCluster:
     scheduler_config: str
     agent_configs: list[str]
     nodes: list[str]
-    procs: dict[str, Proc] = field(default_factory=dict)
+    _procs: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """``{component: pid}``."""
+        return {k: p.pid for k, p in self._procs.items()}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DevCluster:
-        procs = {k: Proc(**v) for k, v in d.get("procs", {}).items()}
-        return cls(**{**d, "procs": procs})
+        procs = {k: Proc(**v) for k, v in d.get("_procs", {}).items()}
+        return cls(**{**d, "_procs": procs})
 
     def save(self, directory: Path | None = None) -> None:
         directory = directory or state_dir()
@@ -154,7 +160,7 @@ class DevCluster:
             [sys.executable, "-m", "scheduler.loop", "--config", self.scheduler_config],
             Path(self.base_dir),
         )
-        self.procs["loop"] = proc
+        self._procs["loop"] = proc
         return proc
 
     def start_agent(self, i: int) -> Proc:
@@ -164,12 +170,12 @@ class DevCluster:
             [sys.executable, "-m", "scheduler.agent", "--config", self.agent_configs[i]],
             Path(self.base_dir),
         )
-        self.procs[f"agent-{i}"] = proc
+        self._procs[f"agent-{i}"] = proc
         return proc
 
     def kill(self, name: str) -> None:
         """SIGKILL one component (e.g. ``loop``, ``agent-1``) as a crash would."""
-        proc = self.procs[name]
+        proc = self._procs[name]
         p = proc.process()
         if p is not None:
             p.kill()
@@ -271,7 +277,7 @@ def up(
         raise DevError(f"nodes must be at least 1, got {nodes}")
     directory = directory or state_dir()
     old = read_state(directory)
-    if old and any(Proc(**p).alive() for p in old.get("procs", {}).values()):
+    if old and any(Proc(**p).alive() for p in old.get("_procs", {}).values()):
         raise DevError(
             f"a dev cluster is running (state {directory / STATE_NAME}); run "
             "'pasture dev down' first"
@@ -337,7 +343,7 @@ def _up(
 
     base = Path(cluster.base_dir)
     port = _free_port()
-    cluster.procs["redis"] = _spawn(
+    cluster._procs["redis"] = _spawn(
         "redis",
         [
             redis_exe,
@@ -359,7 +365,7 @@ def _up(
     cluster.redis_url = f"redis://127.0.0.1:{port}/0"
     cluster.save(directory)
     client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
-    _wait("redis-server", client.ping, cluster.procs["redis"], timeout)
+    _wait("redis-server", client.ping, cluster._procs["redis"], timeout)
 
     api_port = _free_port()
     settings = {
@@ -395,7 +401,7 @@ def _up(
     if api:
         import httpx
 
-        cluster.procs["api"] = _spawn(
+        cluster._procs["api"] = _spawn(
             "api",
             [sys.executable, "-m", "scheduler.api", "--config", cluster.scheduler_config],
             base,
@@ -405,7 +411,7 @@ def _up(
         _wait(
             "the API",
             lambda: httpx.get(cluster.endpoint + "/healthz", timeout=1).status_code == 200,
-            cluster.procs["api"],
+            cluster._procs["api"],
             timeout,
         )
 
@@ -478,13 +484,13 @@ def _stop_tasks(cluster: DevCluster) -> None:
 
 
 def _stop_all(cluster: DevCluster) -> None:
-    for name in sorted(cluster.procs):
+    for name in sorted(cluster._procs):
         if name.startswith("agent-"):
-            cluster.procs[name].stop()
+            cluster._procs[name].stop()
     _stop_tasks(cluster)
     for name in ("loop", "api", "redis"):
-        if name in cluster.procs:
-            cluster.procs[name].stop()
+        if name in cluster._procs:
+            cluster._procs[name].stop()
 
 
 def down(directory: Path | None = None, keep_data: bool = False) -> bool:
