@@ -8,6 +8,7 @@ Modes (``Policy.preemption``, tried in the policy's order; the first that works 
                  borrowed capacity. (OpenPAI / YARN capacity scheduler reclaim.)
     priority     strictly lower base priority, preemptible, same VC when VCs are enforced.
     queue-order  running jobs the queue order ranks after the job (Tiresias-LAS, SRTF),
+                 compared with base priority (aging only reorders the pending queue),
                  preemptible, running for at least Policy.preemption_min_runtime_s, same VC
                  when VCs are enforced.
 
@@ -31,7 +32,7 @@ from scheduler.core.gang import GangPlacement, Placer
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, RunningJob
 from scheduler.core.policy import Policy, PreemptionMode
-from scheduler.core.queue import OrderContext, QueueOrder, full_key
+from scheduler.core.queue import OrderContext, QueueOrder, rank_key
 from scheduler.core.quota import VcLedger
 
 MAX_MINIMISE = 16
@@ -168,7 +169,7 @@ class Preemptor:
             ]
         elif mode is PreemptionMode.QUEUE_ORDER:
             items = [
-                (full_key(self.order, rj.job, self.octx, rj), rj)
+                (rank_key(self.order, rj.job, self.octx, rj), rj)
                 for rj in self._by_value
                 if rj.job.preemptible
                 and (scope is None or rj.job.vc == scope)
@@ -219,7 +220,7 @@ class Preemptor:
                 if rj.job.name not in taken:
                     yield rj
         else:
-            mine = full_key(self.order, job, self.octx)
+            mine = rank_key(self.order, job, self.octx)
             for k, rj in items:
                 if not k > mine:
                     return
@@ -238,8 +239,15 @@ class Preemptor:
         scope = job.vc if self.policy.vc_quota or mode is PreemptionMode.VC_RECLAIM else None
         memo = None
         if not self.order.dynamic:
-            prio = job.priority if mode is PreemptionMode.PRIORITY else 0
-            memo = (mode, scope, prio, gang_shape(job))
+            # Jobs arrive in queue order, so for equal memo keys a later job has no more
+            # candidates than an earlier one (see the module docstring).
+            if mode is PreemptionMode.QUEUE_ORDER:
+                rank = (job.priority, self.order.key(job, self.octx, None))
+            elif mode is PreemptionMode.PRIORITY:
+                rank = job.priority
+            else:
+                rank = None
+            memo = (mode, scope, rank, gang_shape(job))
             if memo in self._failed:
                 return None
         # Necessary condition, cheap: free capacity plus all that the scope's jobs hold.

@@ -138,3 +138,12 @@ def full_key(order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | N
     """The complete sort key: (-effective priority, own key..., submit time, name)."""
     own = order.key(job, ctx, run)
     return (-effective_priority(job, ctx, run), *own, job.submit_time, job.name)
+
+
+def rank_key(order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None):
+    """The key queue-order preemption compares: like :func:`full_key` but with the base
+    priority instead of the aged one. Aging reorders the pending queue; it never makes a job
+    preempt another merely because it waited longer (that would ping-pong two jobs of the
+    same priority every ``preemption_min_runtime_s``)."""
+    own = order.key(job, ctx, run)
+    return (-job.priority, *own, job.submit_time, job.name)

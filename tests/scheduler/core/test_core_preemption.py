@@ -104,3 +104,17 @@ def test_a_victim_is_chosen_once_per_cycle():
     d = schedule(snapshot([node("a")], pending, held), PRIO, 100.0)
     assert [(p.job, p.for_job) for p in d.preemptions] == [("low", "u1")]
     assert d.pending["u2"].kind is ReasonKind.INSUFFICIENT_RESOURCES
+
+
+def test_aging_alone_never_triggers_queue_order_preemption():
+    # Same priority, same LAS level; the pending job has waited 10 h (aged far ahead in
+    # the queue) but waiting is not a reason to evict a peer.
+    policy = Policy(
+        queue_order="las",
+        preemption=(PreemptionMode.QUEUE_ORDER,),
+        aging_per_hour=5.0,
+        las_thresholds=(1e9,),
+    )
+    held = [running(job("peer", gpu=8, submit=35_000), ["a"], start=35_000.0)]
+    s = snapshot([node("a")], [job("waited", gpu=8, submit=0)], held)
+    assert schedule(s, policy, 36_000.0).preemptions == ()
