@@ -376,7 +376,6 @@ def _up(
         "loop": {
             "interval_s": loop_interval,
             "heartbeat_timeout_s": hb_timeout,
-            "stop_grace_s": grace,
         },
         "virtual_clusters": vcs
         or [

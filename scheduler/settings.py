@@ -120,7 +120,6 @@ class LoopSettings(_Model):
     interval_s: float = Field(1.0, gt=0)
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     policy: str = "pasture"
-    stop_grace_s: float = Field(10.0, ge=0)
 
 
 class SchedulerSettings(_Model):
@@ -170,6 +169,7 @@ class AgentSettings(_Model):
     port_range: tuple[int, int] = (20000, 29999)
     resources: NodeResourceOverrides = NodeResourceOverrides()
     labels: dict[str, str] = Field(default_factory=dict)
+    # seconds between SIGTERM and SIGKILL when a task is stopped or preempted
     stop_grace_s: float = Field(10.0, ge=0)
 
     @field_validator("port_range")
