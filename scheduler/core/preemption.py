@@ -7,8 +7,9 @@ Modes (``Policy.preemption``, tried in the policy's order; the first that works 
                  the resources the job asks for; preemptible=False does not protect
                  borrowed capacity. (OpenPAI / YARN capacity scheduler reclaim.)
     priority     strictly lower base priority, preemptible, same VC when VCs are enforced.
-    queue-order  running jobs the queue order ranks after the job (Tiresias-LAS, SRTF),
-                 compared with base priority (aging only reorders the pending queue),
+    queue-order  running jobs the queue order ranks strictly after the job by base priority
+                 and the order's own key (LAS level, remaining time; Tiresias, SRTF) --
+                 not by aging or submit-time tie-breaks, so equal jobs never evict each other,
                  preemptible, running for at least Policy.preemption_min_runtime_s, same VC
                  when VCs are enforced.
 
@@ -176,7 +177,7 @@ class Preemptor:
                 and self.now - rj.start_time >= min_run
             ]
             # ranked last first; among equals the most recently started first
-            items.sort(key=lambda kr: (kr[0], kr[1].start_time), reverse=True)
+            items.sort(key=lambda kr: (kr[0], kr[1].start_time, kr[1].job.name), reverse=True)
         else:
             raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
         total = [0, 0, 0]

@@ -141,9 +141,8 @@ def full_key(order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | N
 
 
 def rank_key(order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None):
-    """The key queue-order preemption compares: like :func:`full_key` but with the base
-    priority instead of the aged one. Aging reorders the pending queue; it never makes a job
-    preempt another merely because it waited longer (that would ping-pong two jobs of the
-    same priority every ``preemption_min_runtime_s``)."""
-    own = order.key(job, ctx, run)
-    return (-job.priority, *own, job.submit_time, job.name)
+    """The key queue-order preemption compares: (-base priority, own key...). A pending
+    job may preempt only jobs whose rank is strictly greater; neither aging nor the
+    submit-time / name tie-breakers count, so waiting longer or being older never evicts a
+    peer (that would ping-pong equal jobs every ``preemption_min_runtime_s``)."""
+    return (-job.priority, *order.key(job, ctx, run))
