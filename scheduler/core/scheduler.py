@@ -210,6 +210,11 @@ class _Cycle:
                 blocked_by=self.strict_blocker,
             )
             return
+        bad = _invalid(job)
+        if bad is not None:
+            self.ledger.drop_demand(job.vc, req)
+            self.reasons[name] = reason(ReasonKind.NO_FIT_EVER, f"invalid job: {bad}")
+            return
         # VC admission first: a job its VC may not run now must neither take capacity nor
         # get a reservation nor preempt anyone.
         why = self.ledger.admit(job, req, self.index.ready_free)
@@ -526,6 +531,24 @@ class _Cycle:
             role=role.name,
             node=where,
         )
+
+
+def _invalid(job: Job) -> str | None:
+    """What makes a job unplaceable by construction (the spec layer should have refused
+    it; the core reports instead of raising so one bad job cannot stop a cycle)."""
+    if not job.roles:
+        return "it has no task roles"
+    for r in job.roles:
+        if r.replicas < 1:
+            return f"role {r.name} has {r.replicas} replicas (expected >= 1)"
+        if not 1 <= r.gang_min <= r.replicas:
+            return (
+                f"role {r.name} has min_available {r.gang_min} "
+                f"(expected 1..{r.replicas}, its replicas)"
+            )
+        if not r.resources.is_nonnegative():
+            return f"role {r.name} requests negative resources"
+    return None
 
 
 def _gcm(r: tuple[int, int, int]) -> tuple[int, int, int]:

@@ -82,3 +82,13 @@ def test_decisions_are_deterministic():
     b = schedule(s, Policy(), 1000.0)
     assert a == b
     assert a.binds  # the scenario does exercise placement
+
+
+def test_an_invalid_job_gets_a_reason_instead_of_stopping_the_cycle():
+    bad = job("bad", replicas=2, min_available=3)
+    d = schedule(snapshot([node("a")], [bad, job("good")]), Policy(), 0.0)
+    assert [b.job for b in d.binds] == ["good"]
+    assert d.pending["bad"].kind is ReasonKind.NO_FIT_EVER
+    assert d.pending["bad"].message == (
+        "invalid job: role worker has min_available 3 (expected 1..2, its replicas)"
+    )
