@@ -11,13 +11,16 @@ import asyncio
 import base64
 import ipaddress
 import json
+import runpy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 
 PROJECT = "pasture"
+STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"
 SSH_KEY = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTestsOnlyxxxxxxxxxxxxxxxxxxxxxx test@pasture"
 )
@@ -117,8 +120,13 @@ class Built:
         return res
 
 
-def build_stack(config: dict[str, Any], secrets: dict[str, str] | None = None) -> Built:
-    """Run the pasture program with ``config`` (camelCase keys; lists/dicts as JSON)."""
+def build_stack(
+    config: dict[str, Any], secrets: dict[str, str] | None = None, *, as_pulumi: bool = False
+) -> Built:
+    """Run the pasture program with ``config`` (camelCase keys; lists/dicts as JSON).
+
+    ``as_pulumi`` runs the ``stacks/`` directory the way Pulumi's Python host does
+    (``runpy.run_path``), instead of calling ``stacks.program.run()``."""
     from stacks import program
 
     mocks = RecordingMocks()
@@ -136,7 +144,10 @@ def build_stack(config: dict[str, Any], secrets: dict[str, str] | None = None) -
 
     @pulumi.runtime.test
     def run():
-        program.run()
+        if as_pulumi:
+            runpy.run_path(str(STACKS_DIR), run_name="__main__")
+        else:
+            program.run()
         names = list(exports)
 
         def record(values):

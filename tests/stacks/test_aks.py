@@ -17,6 +17,8 @@ from scheduler.inventory import parse_stack_output, write_inventory
 from scheduler.settings import AgentSettings, SchedulerSettings
 from stacks.aks import ACR_PULL_ROLE
 
+pytestmark = pytest.mark.stacks
+
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi's secret marker on the wire
 SECRETS = {"redisPassword": "redis-password-0123456789abcdef"}
 POOLS = [

@@ -11,6 +11,8 @@ from inventory_checks import check_inventory
 from scheduler.inventory import parse_stack_output
 from stacks.config import ConfigError
 
+pytestmark = pytest.mark.stacks
+
 VM = "azure-native:compute:VirtualMachine"
 NIC = "azure-native:network:NetworkInterface"
 NSG = "azure-native:network:NetworkSecurityGroup"

@@ -11,6 +11,8 @@ from pydantic.alias_generators import to_snake
 
 from stacks.config import CONFIG_KEYS, SECRET_KEYS, ConfigError, StackConfig, parse_config
 
+pytestmark = pytest.mark.stacks
+
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
 
@@ -48,7 +50,7 @@ def test_sample_stack_files_validate(stack):
     doc = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())
     raw = {k.removeprefix("pasture:"): v for k, v in doc["config"].items()}
     cfg = parse_config(raw)
-    assert cfg.platform == stack.split("-")[0].replace("azure", "azure")
+    assert cfg.platform == {"azure-dev": "azure", "aks-dev": "aks", "onprem-lab": "onprem"}[stack]
     assert "0.0.0.0/0" not in cfg.allowed_cidrs
 
 

@@ -22,6 +22,8 @@ from stacks.converge import (
     runner_kwargs,
 )
 
+pytestmark = pytest.mark.stacks
+
 
 def cluster(nodes: dict[str, str], master_address: str = "10.0.0.10", **kw) -> ClusterOutputs:
     doc = {

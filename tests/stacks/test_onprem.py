@@ -9,6 +9,8 @@ from inventory_checks import check_inventory
 
 from scheduler.inventory import parse_stack_output
 
+pytestmark = pytest.mark.stacks
+
 DYNAMIC = "pulumi-python:dynamic:Resource"
 PRIVATE_KEY = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -107,3 +109,10 @@ def test_rendered_inventory_passes_ansible_inventory_and_preflight(three, tmp_pa
 def test_private_key_is_required():
     with pytest.raises(Exception, match="sshPrivateKey"):
         build_stack(onprem_config(["gpu-1"]), {})
+
+
+def test_stacks_directory_runs_as_the_pulumi_program():
+    """`main: stacks/`: Pulumi executes the directory; its __main__ must find the
+    `stacks` and `scheduler` packages and export the contract."""
+    built = build_stack(onprem_config(["gpu-1"]), SECRETS, as_pulumi=True)
+    assert parse_stack_output(built.outputs).nodes[0].name == "gpu-1"
