@@ -4,6 +4,7 @@ Entry point: ``schedule(snapshot, policy, now) -> Decision`` (see :mod:`schedule
 for the types and :mod:`scheduler.core.policy` for the policy). No Redis, HTTP or clock.
 """
 
+from scheduler.core.explain import Explanation, NodeVerdict, explain
 from scheduler.core.model import (
     ZERO,
     Bind,
@@ -35,9 +36,11 @@ __all__ = [
     "Backfill",
     "Bind",
     "Decision",
+    "Explanation",
     "Job",
     "Node",
     "NodeState",
+    "NodeVerdict",
     "PendingReason",
     "Policy",
     "Preemption",
@@ -50,5 +53,6 @@ __all__ = [
     "TaskPlacement",
     "TaskRole",
     "VirtualCluster",
+    "explain",
     "schedule",
 ]

@@ -72,3 +72,18 @@ def test_duplicate_node_names_are_rejected():
 
     with pytest.raises(ValueError, match="node name 'a'"):
         _index([node("a"), node("a")])
+
+
+def test_node_classes_only_split_on_labels_that_pending_selectors_ask_about():
+    from scheduler.core import Policy
+    from scheduler.core.scheduler import _Cycle
+    from tests.factories import job, snapshot
+
+    nodes = [
+        node(f"n{i}", labels={"hostname": f"n{i}", "pool": "a" if i % 2 else "b"})
+        for i in range(100)
+    ]
+    plain = _Cycle(snapshot(nodes, [job("j")]), Policy(), 0.0)
+    assert len(plain.index.classes) == 1  # unique hostnames do not defeat the index
+    picky = _Cycle(snapshot(nodes, [job("j", selector={"pool": "a"})]), Policy(), 0.0)
+    assert len(picky.index.classes) == 2
