@@ -300,6 +300,7 @@ class AksCluster(pulumi.ComponentResource):
             },
             opts=opts,
         )
+        pv_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[share]))
         pv = k8s.core.v1.PersistentVolume(
             f"{name}-share-pv",
             metadata={"name": f"{ns}-share"},
@@ -316,7 +317,7 @@ class AksCluster(pulumi.ComponentResource):
                     "node_stage_secret_ref": {"name": "pasture-share", "namespace": ns},
                 },
             },
-            opts=opts,
+            opts=pv_opts,
         )
         k8s.core.v1.PersistentVolumeClaim(
             f"{name}-share-pvc",
