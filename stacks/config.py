@@ -250,6 +250,11 @@ class StackConfig(BaseModel):
     drain_on_delete: bool = True
     drain_timeout_s: float = Field(default=600.0, gt=0)
 
+    @field_validator("master", mode="before")
+    @classmethod
+    def _unset_master(cls, v: Any) -> Any:
+        return None if v == {} else v  # Pulumi.yaml's default: {} means "not set"
+
     @field_validator("cluster_name", "share_name", "namespace")
     @classmethod
     def _names(cls, v: str) -> str:
