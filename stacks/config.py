@@ -312,6 +312,10 @@ class StackConfig(BaseModel):
             names = [h.name for h in self.hosts]
             if self.master.name in names:
                 raise _KeyError("hosts", f"{self.master.name!r} is also the master")
+        if self.converge and self.platform == "aks":
+            raise _KeyError(
+                "converge", "site.yml does not converge an aks cluster (Pulumi deploys it)"
+            )
         if self.api_endpoint and not re.match(r"^https?://\S+$", self.api_endpoint):
             raise _KeyError("apiEndpoint", f"expected an http(s) URL, got {self.api_endpoint!r}")
         return self

@@ -106,6 +106,7 @@ def test_config_is_frozen():
         ({"platform": "aks", "allowedCidrs": '["0.0.0.0/0", "nonsense"]'}, "pasture:allowedCidrs"),
         ({"platform": "aks", "apiEndpoint": "10.0.0.1:8443"}, "pasture:apiEndpoint"),
         ({"unknownKey": "1"}, "pasture:unknownKey"),
+        ({"platform": "aks", "converge": "true"}, "pasture:converge"),
     ],
 )
 def test_bad_values_name_the_key(raw, key):
