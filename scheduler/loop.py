@@ -45,6 +45,9 @@ from scheduler.store.store import Store
 
 log = logging.getLogger("pasture.loop")
 
+# seconds between full lifecycle passes (every placed job's tasks re-read)
+FULL_PASS_S = 5.0
+
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
 
@@ -102,6 +105,8 @@ class Loop:
         self._specs: dict[tuple[str, float], JobSpec] = {}
         self._core_jobs: dict[tuple, Job] = {}
         self._pipe = store.r.pipeline(transaction=True)
+        self._last_full = 0.0
+        self._node_states: dict[str, str] = {}
 
     def _flush(self) -> None:
         """Execute the transitions queued on this cycle's pipeline (one round trip)."""
@@ -128,11 +133,30 @@ class Loop:
         for name, raw in self.store.job_specs(missing).items():
             self._specs[(name, created[name])] = JobSpec.model_validate(raw)
         active = [j for j in active if (j.name, j.created) in self._specs]
-        placed = [j.name for j in active if j.state not in (JobState.SUBMITTED, JobState.QUEUED)]
-        tasks = self.store.tasks_of(placed)
+        # A full pass reads every placed job's tasks; in between, only jobs something was
+        # reported on (the dirty set) or that are ending. Full passes run every
+        # FULL_PASS_S and whenever a node changed state, so nothing is missed for long
+        # even if a dirty mark is lost with a crashed loop.
+        dirty = self.store.take_dirty_jobs()
+        node_states = {n: r.state for n, r in nodes.items()}
+        full = (
+            now - self._last_full >= max(FULL_PASS_S, self.settings.loop.interval_s)
+            or node_states != self._node_states
+        )
+        if full:
+            self._last_full = now
+        self._node_states = node_states
+        placed = [
+            j
+            for j in active
+            if j.state not in (JobState.SUBMITTED, JobState.QUEUED)
+            and (full or j.name in dirty or j.ending or j.stop_requested)
+        ]
+        tasks = self.store.tasks_of([j.name for j in placed])
+        todo = [j for j in active if j.state in (JobState.SUBMITTED, JobState.QUEUED)] + placed
         changed = []
         self._pipe = self.store.r.pipeline(transaction=True)
-        for job in active:
+        for job in todo:
             if self._advance(job, tasks.get(job.name, []), nodes, now):
                 result.transitions += 1
                 changed.append(job.name)

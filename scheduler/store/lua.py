@@ -67,6 +67,7 @@ for _, v in ipairs(d.preemptions) do
      (redis.call('HGET', jk, 'ending') or '') == '' then
     redis.call('HSET', jk, 'state', 'preempted', 'updated', now, 'reason', v.reason,
                'ending', cjson.encode({state = 'queued', reason = v.reason, preempted = true}))
+    redis.call('SADD', p .. 'jobs:dirty', v.job)
     redis.call('RPUSH', jk .. ':events', cjson.encode({time = now, state = 'preempted',
                attempt = tonumber(redis.call('HGET', jk, 'attempt')), reason = v.reason}))
     local tasks = redis.call('HGETALL', jk .. ':tasks')
@@ -118,6 +119,7 @@ else
   t.finished = now
 end
 redis.call('HSET', jk .. ':tasks', ARGV[3], cjson.encode(t))
+redis.call('SADD', p .. 'jobs:dirty', ARGV[2])
 redis.call('PUBLISH', p .. 'notify:loop', 'task')
 return 1
 """

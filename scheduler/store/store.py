@@ -312,6 +312,7 @@ class Store:
                 }
             ),
         )
+        pipe.sadd(self.k("jobs", "dirty"), name)
         pipe.publish(self.loop_channel, "stop")
         pipe.execute()
         job.stop_requested = reason
@@ -320,6 +321,15 @@ class Store:
     def events(self, name: str) -> list[dict[str, Any]]:
         """The job's event history, oldest first: ``{time, state, attempt, reason}``."""
         return [json.loads(e) for e in self.r.lrange(self.k("job", name) + ":events", 0, -1)]
+
+    def take_dirty_jobs(self) -> set[str]:
+        """Names of jobs whose tasks were reported on, stopped or preempted since the last
+        call (atomically read and cleared). The loop re-reads only those between its full
+        passes."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.smembers(self.k("jobs", "dirty"))
+        pipe.delete(self.k("jobs", "dirty"))
+        return set(pipe.execute()[0])
 
     def transition(
         self,

@@ -1,6 +1,8 @@
 """The loop's lifecycle against a real redis-server and the real core; agents are played
 by the test through ``store.report_task`` (the agent itself is tested in agent/)."""
 
+import time
+
 import pytest
 import redis
 
@@ -224,3 +226,23 @@ def test_a_second_loop_from_a_stale_snapshot_commits_nothing(env):
     assert not ok and "stale" in why
     ledger = store.ledger()
     assert len(ledger) == len({(a.job, a.role, a.index) for a in ledger.values()}) == 4
+
+
+def test_between_full_passes_only_reported_jobs_are_read(env, monkeypatch):
+    import scheduler.loop as loop_module
+
+    store, loop = env
+    submit(store, "j", roles={"w": {"command": "x"}})
+    loop.cycle()  # first cycle is a full pass
+    report_all(store, "j", TaskState.RUNNING)
+    store.take_dirty_jobs()  # as if the mark were lost (loop crashed after taking it)
+    loop.cycle()
+    assert store.get_job("j").state == "scheduled"  # not looked at: nothing reported
+    monkeypatch.setattr(loop_module, "FULL_PASS_S", 0.0)
+    time.sleep(0.2)  # > loop.interval_s, the shortest full-pass period
+    loop.cycle()  # the periodic full pass catches up
+    assert store.get_job("j").state == "running"
+    monkeypatch.setattr(loop_module, "FULL_PASS_S", 3600.0)
+    report_all(store, "j", TaskState.SUCCEEDED, 0)  # marks the job dirty
+    loop.cycle()
+    assert store.get_job("j").state == "succeeded"
