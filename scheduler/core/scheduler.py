@@ -144,6 +144,12 @@ class _Cycle:
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: _Reservation | None = None
         self.strict_blocker: str | None = None
+        # Within a cycle free capacity only shrinks (binds, claims, holds), so a gang shape
+        # that failed once fails again: remember it, per capacity view ("held" = with the
+        # reservation's holds in force). Reasons are reused while nothing changed (epoch).
+        self._failed: dict[tuple, tuple[int, GangFailure]] = {}
+        self._reasons_by_shape: dict[tuple, tuple[int, PendingReason]] = {}
+        self.epoch = 0
 
     # -- driver ---------------------------------------------------------------------------
     def run(self) -> Decision:
@@ -241,7 +247,13 @@ class _Cycle:
             return
         if self.policy.preemption and self._try_preempt(job, req):
             return
-        why = self._failure_reason(job, result)
+        shape = _shape(job)
+        cached = self._reasons_by_shape.get(shape)
+        if cached is not None and cached[0] == self.epoch:
+            why = cached[1]
+        else:
+            why = self._failure_reason(job, result)
+            self._reasons_by_shape[shape] = (self.epoch, why)
         if why.kind is ReasonKind.NO_FIT_EVER:
             self.ledger.drop_demand(job.vc, req)
             self.reasons[name] = why
@@ -250,6 +262,7 @@ class _Cycle:
             if self.reservation is None:
                 self.reservation = self._reserve(job)
                 if self.reservation is not None:
+                    self.epoch += 1
                     t = self.reservation.time
                     extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
                     why = reason(why.kind, why.message + extra, **why.details, reserved_at=t)
@@ -258,6 +271,7 @@ class _Cycle:
         self.reasons[name] = why
 
     def _bind(self, job: Job, gp: GangPlacement) -> None:
+        self.epoch += 1
         placements = gp.placements(job, self.index.names)
         self.binds.append(Bind(job.name, placements, gp.scores))
         self.ledger.charge(job.vc, tuple(gp.alloc))
@@ -269,25 +283,43 @@ class _Cycle:
         """Place with the reservation's holds in force. Returns (result, held_back) where
         held_back says the gang would have fit without the holds."""
         res = self.reservation
-        placer = self.placer
+        shape = _shape(job)
         if res is None:
-            return self._place_charging(job), False
+            return self._place_memo(job, shape, False), False
         est = job.estimated_duration_s
         if res.time != INF and est is not None and self.now + est <= res.time:
             # EASY: a job that ends before the shadow time cannot delay the reservation.
             self._lift_holds(res)
-            result = self._place_charging(job)
+            result = self._place_memo(job, shape, False)
             self._apply_holds(res)
             return result, False
-        result = self._place_charging(job)
+        result = self._place_memo(job, shape, True)
         if isinstance(result, GangPlacement):
             return result, False
+        if (shape, False) in self._failed:
+            return result, False  # fails even without the holds
         self._lift_holds(res)
         mark = self.index.mark()
-        probe = placer.place_gang(job)
+        probe = self.placer.place_gang(job)
         self.index.rollback(mark)
         self._apply_holds(res)
+        if isinstance(probe, GangFailure):
+            self._failed[(shape, False)] = (self.epoch, probe)
         return result, isinstance(probe, GangPlacement)
+
+    def _place_memo(self, job: Job, shape: tuple, held: bool) -> GangPlacement | GangFailure:
+        """place, skipping gangs known to fail. A failure recorded in an earlier epoch still
+        proves the gang fails now, but its details (how many tasks fit) may be stale, so
+        the placement is re-run once per epoch for an exact reason."""
+        known = self._failed.get((shape, False))
+        if known is None and held:
+            known = self._failed.get((shape, True))
+        if known is not None and known[0] == self.epoch:
+            return known[1]
+        result = self._place_charging(job)
+        if isinstance(result, GangFailure):
+            self._failed[(shape, held)] = (self.epoch, result)
+        return result
 
     def _place_charging(self, job: Job) -> GangPlacement | GangFailure:
         """place_gang, admitting replicas beyond min_available against the VC ledger as if
@@ -414,6 +446,7 @@ class _Cycle:
             if found is None:
                 continue
             chosen, claim, released = found
+            self.epoch += 1
             index = self.index
             frees = (index.free_cpu, index.free_mem, index.free_gpu)
             for i, v in claim.items():
@@ -531,6 +564,23 @@ class _Cycle:
             role=role.name,
             node=where,
         )
+
+
+def _shape(job: Job) -> tuple:
+    """What placement and its reasons depend on: each role's name, per-task request,
+    gang minimum and static constraints (not the job's name, VC or priority)."""
+    return tuple(
+        (
+            r.name,
+            r.resources.cpu_m,
+            r.resources.memory,
+            r.resources.gpu,
+            r.gang_min,
+            r.gpu_model,
+            tuple(sorted(r.node_selector.items())) if r.node_selector else (),
+        )
+        for r in job.roles
+    )
 
 
 def _invalid(job: Job) -> str | None:

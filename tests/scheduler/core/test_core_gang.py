@@ -67,3 +67,23 @@ def test_node_over_commit_never_happens_within_one_cycle():
     d = schedule(s, Policy(), 0.0)
     assert sum(p.resources.gpu for b in d.binds for p in b.placements) <= 8
     assert len(d.binds) == 2
+
+
+def test_identical_gangs_after_a_failure_fail_alike_and_get_their_own_role_names():
+    # the cycle remembers that a gang shape did not fit; a different shape still binds
+    # in between, and a same-shaped job with another role name is explained with its name
+    pending = [
+        job("a", gpu=8, replicas=2, submit=0),
+        job("small", gpu=1, submit=1),
+        job("b", gpu=8, replicas=2, submit=2),
+        job("c", roles=[role("learner", replicas=2, gpu=8)], submit=3),
+    ]
+    d = schedule(snapshot([node("n1")], pending), Policy(backfill="none"), 0.0)
+    assert [b.job for b in d.binds] == ["small"]
+    # a was looked at before "small" took a GPU: one 8-GPU task still fit then
+    assert d.pending["a"].kind is ReasonKind.GANG_INCOMPLETE
+    assert d.pending["a"].details["fit"] == 1
+    # b and c come after: the reason reflects the node as it is now, not a stale count
+    for name in ("b", "c"):
+        assert d.pending[name].message == "needs 8 GPUs on one node; largest free block is 7 (n1)"
+    assert d.pending["c"].details["role"] == "learner"
