@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from scheduler.core.presets import PRESETS
+from scheduler.sim.fill import fill
 from scheduler.sim.metrics import PolicyMetrics
 from scheduler.sim.scenario import (
     Scenario,
@@ -161,6 +163,12 @@ def sim(
     ),
     plot: Path | None = typer.Option(None, help="write JCT CDFs per policy to this PNG"),
     json_out: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
+    fill_mode: bool = typer.Option(
+        False,
+        "--fill",
+        help="instead of the replay: the FGD fill experiment (allocation ratio as tasks "
+        "arrive and never leave) on the cluster as given",
+    ),
     workers: int | None = typer.Option(
         None, help="policies replayed in parallel processes (default: min(CPUs, 2))"
     ),
@@ -187,6 +195,9 @@ def sim(
         raise typer.Exit(2) from None
     if scenario.stats.skipped:
         err.print(f"trace rows skipped: {scenario.stats.skipped}")
+    if fill_mode:
+        _fill(scenario, names, json_out)
+        return
     n = len(scenario.jobs)
     with Progress(
         TextColumn("{task.description:>14}"),
@@ -226,6 +237,45 @@ def sim(
             f"{scenario.trace}: {n} jobs, {scenario.gpus} GPUs, load {scenario.load:.2f}",
         )
         err.print(f"wrote {plot}")
+
+
+def _fill(scenario: Scenario, names: list[str], json_out: bool) -> None:
+    nodes = [s.to_node() for s in scenario.shapes]
+    results = {}
+    err = Console(stderr=True)
+    for name in names:
+        with err.status(f"fill: {name}"):
+            results[name] = fill(nodes, scenario.jobs, PRESETS[name])
+    if json_out:
+        doc = {
+            "trace": scenario.trace,
+            "gpus": scenario.gpus,
+            "fill": {
+                n: {
+                    "curve": [list(p) for p in r.curve],
+                    "arrived": r.arrived,
+                    "failed": r.failed,
+                    "first_failure_alloc": r.first_failure_alloc,
+                }
+                for n, r in results.items()
+            },
+        }
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    t = Table(
+        title=f"fill on {scenario.gpus} GPUs, {len(scenario.shapes)} nodes: "
+        "GPU allocation ratio when arrived requests reach x of capacity"
+    )
+    t.add_column("policy")
+    points = [p for p, _ in next(iter(results.values())).curve]
+    for p in points:
+        t.add_column(f"{p:.0%}", justify="right")
+    t.add_column("failed tasks", justify="right")
+    t.add_column("alloc at 1st failure", justify="right")
+    for name, r in results.items():
+        first = "-" if r.first_failure_alloc is None else f"{r.first_failure_alloc:.3f}"
+        t.add_row(name, *(f"{a:.3f}" for _, a in r.curve), str(r.failed), first)
+    Console(width=160).print(t)
 
 
 def main() -> None:
