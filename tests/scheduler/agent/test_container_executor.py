@@ -107,3 +107,75 @@ def test_gpu_devices_are_cdi_and_renumbered(tmp_path):
     argv = ContainerExecutor("podman").argv(spec, "/tmp/env")
     assert argv.count("--device") == 2
     assert "nvidia.com/gpu=2" in argv and "nvidia.com/gpu=5" in argv
+
+
+def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
+    """The agent with the container executor: discovery env through the env file, logs in
+    the bind-mounted share, exit codes from the runtime, containers removed after."""
+    import redis
+
+    from scheduler.agent.agent import Agent
+    from scheduler.core.model import Bind, Decision, TaskPlacement
+    from scheduler.settings import AgentSettings
+    from scheduler.spec import parse_job_spec
+    from scheduler.store import Store
+    from scheduler.store.snapshot import commit_payload, take_snapshot
+
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
+    job = f"ctr-{uuid.uuid4().hex[:6]}"
+    agent = Agent(
+        AgentSettings.model_validate(
+            {
+                "node_name": "c1",
+                "address": "127.0.0.1",
+                "redis": {"url": redis_url},
+                "share_dir": str(tmp_path / "share"),
+                "executor": "container",
+                "work_dir": str(tmp_path / "work"),
+                "port_range": [33000, 33099],
+                "resources": {"cpu": 2, "memory": "2Gi"},
+                "stop_grace_s": 2,
+            }
+        ),
+        store=store,
+    )
+    agent.register()
+    store.create_job(
+        parse_job_spec(
+            {
+                "name": job,
+                "image": IMAGE,
+                "roles": {
+                    "w": {
+                        "replicas": 2,
+                        "resources": {"cpu": "500m", "memory": "128Mi"},
+                        "command": 'echo "rank $RANK/$WORLD_SIZE hosts $PASTURE_ROLE_W_HOSTS"; '
+                        "exit $PASTURE_TASK_INDEX",
+                    }
+                },
+            }
+        )
+    )
+    store.transition(job, "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    role = snap.pending[0].roles[0]
+    bind = Bind(job, tuple(TaskPlacement("w", i, "c1", role.resources) for i in range(2)))
+    assert store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))[0]
+    deadline = time.monotonic() + 90
+    while not all(t.done for t in store.tasks(job)):
+        assert time.monotonic() < deadline, store.tasks(job)
+        agent.reconcile()
+        time.sleep(0.3)
+    t0, t1 = store.tasks(job)
+    assert (t0.state, t0.exit_code) == ("succeeded", 0)
+    assert (t1.state, t1.exit_code) == ("failed", 1)
+    log = (tmp_path / "share" / "jobs" / job / "logs" / "w-1.log").read_text().splitlines()
+    assert log[0] == "=== attempt 1 on c1 ==="
+    assert log[1] == f"rank 1/2 hosts 127.0.0.1:{t0.ports['main']},127.0.0.1:{t1.ports['main']}"
+    left = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label=pasture.job={job}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert left == []
