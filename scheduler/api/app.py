@@ -16,6 +16,7 @@ from scheduler.api.auth import principal
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware
 from scheduler.api.routers import cluster, jobs
+from scheduler.api.schemas import Health
 from scheduler.services import backend
 from scheduler.services.errors import InvalidSpecError, ServiceError
 from scheduler.services.jobs import JobService, validation_errors
@@ -78,7 +79,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(cluster.router)
 
-    @app.get("/healthz", tags=["cluster"])
+    @app.get("/healthz", tags=["cluster"], response_model=Health)
     def healthz() -> dict:
         """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
         answer."""

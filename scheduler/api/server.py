@@ -9,6 +9,8 @@ import uvicorn
 from scheduler.api.app import create_app
 from scheduler.services import backend
 
+GRACEFUL_SHUTDOWN_S = 5
+
 
 def serve(config: str | Path | None, host: str | None = None, port: int | None = None) -> None:
     """Load the settings, build the app and serve until SIGINT/SIGTERM.
@@ -34,4 +36,7 @@ def serve(config: str | Path | None, host: str | None = None, port: int | None =
         ssl_keyfile=str(key) if key else None,
         log_level="info",
         proxy_headers=False,
+        # log streams (?follow=true) stay open until their job ends: do not let them hold
+        # a restart of the service
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )

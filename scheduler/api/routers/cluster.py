@@ -7,24 +7,25 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Request
 
 from scheduler.api.auth import principal
+from scheduler.api.schemas import NodeOut, StatusOut, VcOut, WhoAmI
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1")
 
 
-@router.get("/nodes", tags=["nodes"])
+@router.get("/nodes", tags=["nodes"], response_model=list[NodeOut])
 def list_nodes(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
     """Every node with its state, capacity, allocated resources and last heartbeat."""
     return request.app.state.nodes.list(who)
 
 
-@router.get("/nodes/{name}", tags=["nodes"])
+@router.get("/nodes/{name}", tags=["nodes"], response_model=NodeOut)
 def get_node(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """One node. 404 when unknown."""
     return request.app.state.nodes.get(who, name)
 
 
-@router.post("/nodes/{name}/{action}", tags=["nodes"])
+@router.post("/nodes/{name}/{action}", tags=["nodes"], response_model=NodeOut)
 def node_action(
     name: str,
     action: Literal["cordon", "uncordon", "drain"],
@@ -36,19 +37,19 @@ def node_action(
     return request.app.state.nodes.set_state(who, name, action)
 
 
-@router.get("/vcs", tags=["vcs"])
+@router.get("/vcs", tags=["vcs"], response_model=list[VcOut])
 def list_vcs(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
     """Virtual clusters with guarantee, max, used and borrowed resources."""
     return request.app.state.vcs.list(who)
 
 
-@router.get("/status", tags=["cluster"])
+@router.get("/status", tags=["cluster"], response_model=StatusOut)
 def cluster_status(request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Cluster summary: nodes and jobs by state, capacity and allocation."""
     return request.app.state.status.status(who)
 
 
-@router.get("/whoami", tags=["cluster"])
+@router.get("/whoami", tags=["cluster"], response_model=WhoAmI)
 def whoami(who: TokenInfo = Depends(principal)) -> dict:
     """The calling token's name, role and VCs (``pasture login`` checks a token with it)."""
     return {"name": who.name, "role": who.role.value, "vcs": list(who.vcs)}

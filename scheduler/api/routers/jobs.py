@@ -7,6 +7,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.api.auth import principal
+from scheduler.api.schemas import JobEventsOut, JobOut, JobPage, LogFileOut
 from scheduler.services.jobs import TERMINAL_STATES, JobStateName, parse_document
 from scheduler.services.records import field
 from scheduler.store.tokens import TokenInfo
@@ -26,7 +27,7 @@ _SPEC_BODY = {
 }
 
 
-@router.post("", status_code=201, openapi_extra=_SPEC_BODY)
+@router.post("", status_code=201, openapi_extra=_SPEC_BODY, response_model=JobOut)
 async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Submit a job. 201 with the stored job; 400 malformed YAML/JSON; 422 invalid spec
     (``detail`` lists each problem with its field path in ``loc``); 403 VC not allowed;
@@ -36,7 +37,7 @@ async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> d
     return await run_in_threadpool(request.app.state.jobs.submit, who, document)
 
 
-@router.get("")
+@router.get("", response_model=JobPage)
 def list_jobs(
     request: Request,
     vc: str | None = Query(None, description="only jobs of this VC"),
@@ -49,25 +50,25 @@ def list_jobs(
     return request.app.state.jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
 
 
-@router.get("/{name}")
+@router.get("/{name}", response_model=JobOut)
 def get_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """One job with its tasks, attempt and pending reason. 404 when unknown or not visible."""
     return request.app.state.jobs.get(who, name)
 
 
-@router.get("/{name}/events")
+@router.get("/{name}/events", response_model=JobEventsOut)
 def job_events(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """The job's state transitions (time, state, reason) and its current pending reason."""
     return request.app.state.jobs.events(who, name)
 
 
-@router.post("/{name}/stop")
+@router.post("/{name}/stop", response_model=JobOut)
 def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Ask for the job to stop; agents stop its tasks (SIGTERM, grace, SIGKILL)."""
     return request.app.state.jobs.stop(who, name)
 
 
-@router.get("/{name}/logs/files")
+@router.get("/{name}/logs/files", response_model=list[LogFileOut])
 def log_files(name: str, request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
     """The job's task log files: ``[{role, index, size}]`` (size in bytes)."""
     request.app.state.jobs.get(who, name)

@@ -81,7 +81,14 @@ def serve(env: Env) -> Iterator[str]:
     app = create_app(env.settings, store=env.store, tokens=env.tokens)
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

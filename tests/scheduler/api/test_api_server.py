@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 from cryptography import x509
@@ -121,8 +122,14 @@ def tls_api(redis_url, tmp_path, tls_files):
         yield url, token, tls_files["ca"]
     finally:
         proc.terminate()
-        proc.wait(15)
-        log.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail("the API did not stop within 30 s of SIGTERM")
+        finally:
+            log.close()
 
 
 def test_tls_is_served_and_verified_against_the_cluster_ca(tls_api, tmp_path, monkeypatch):
@@ -164,3 +171,30 @@ def test_only_one_tls_file_is_a_settings_error(tmp_path, redis_url):
     assert proc.returncode == 2
     assert "tls_cert and api.tls_key" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_open_log_stream_does_not_hold_a_restart(tls_api, tmp_path):
+    """SIGTERM while a client follows the log of a job that never ends: the API exits."""
+    url, token, ca = tls_api
+    headers = {"Authorization": f"Bearer {token}"}
+    verify = ssl.create_default_context(cafile=ca)
+    spec = "name: forever\nroles: {m: {replicas: 1, resources: {cpu: 1, memory: 1Gi}, command: x}}"
+    r = httpx.post(url + "/api/v1/jobs", content=spec, headers=headers, verify=verify)
+    assert r.status_code == 201, r.text
+    log = tmp_path / "jobs" / "forever" / "logs" / "m-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("started\n")
+    api = next(p for p in psutil.Process().children() if "scheduler.api" in " ".join(p.cmdline()))
+    with httpx.stream(
+        "GET",
+        url + "/api/v1/jobs/forever/logs",
+        params={"follow": "true"},
+        headers=headers,
+        verify=verify,
+        timeout=60,
+    ) as r:
+        assert next(r.iter_bytes()) == b"started\n"
+        start = time.monotonic()
+        api.terminate()
+        api.wait(30)
+        assert time.monotonic() - start < 15

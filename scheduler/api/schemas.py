@@ -1,0 +1,126 @@
+"""Response schemas of the API (what OpenAPI documents).
+
+They name the fields clients rely on and allow extra ones, so that a field the store adds
+later reaches clients without an API change. Units: ``cpu_m`` millicores, ``memory``
+bytes, ``gpu`` devices, times in seconds since the epoch (Redis' clock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ResourcesOut(_Open):
+    cpu_m: int = Field(description="millicores")
+    memory: int = Field(description="bytes")
+    gpu: int = Field(description="devices")
+
+
+class PendingReasonOut(_Open):
+    kind: str = Field(description="machine-readable kind, e.g. insufficient-resources")
+    message: str = Field(description="one sentence for people")
+
+
+class TaskOut(_Open):
+    role: str
+    index: int
+    attempt: int
+    node: str
+    address: str = ""
+    ports: dict[str, int] = {}
+    state: str = Field(description="scheduled | running | succeeded | failed | stopped | lost")
+    exit_code: int | None = None
+    message: str = ""
+
+
+class JobOut(_Open):
+    name: str
+    vc: str
+    user: str
+    priority: int
+    state: str = Field(
+        description="submitted | queued | scheduled | running | succeeded | "
+        "failed | stopped | preempted"
+    )
+    reason: str = Field("", description="why it entered its state")
+    attempt: int = 1
+    created: float = 0.0
+    pending_reason: PendingReasonOut | None = None
+    stop_requested: str = ""
+    exit_code: int | None = None
+    spec: dict[str, Any] = {}
+    tasks: list[TaskOut] | None = Field(None, description="GET /jobs/{name} only")
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    total: int = Field(description="jobs matching the filters")
+    limit: int
+    offset: int
+
+
+class EventOut(_Open):
+    time: float
+    state: str
+    attempt: int | None = None
+    reason: str = ""
+
+
+class JobEventsOut(BaseModel):
+    job: str
+    state: str | None
+    pending_reason: PendingReasonOut | None
+    events: list[EventOut]
+
+
+class LogFileOut(BaseModel):
+    role: str
+    index: int
+    size: int = Field(description="bytes")
+
+
+class NodeOut(_Open):
+    name: str
+    address: str
+    cpu_m: int
+    memory: int
+    gpu: int = 0
+    gpu_model: str | None = None
+    labels: dict[str, str] = {}
+    state: str = Field(description="ready | cordoned | draining | lost")
+    heartbeat: float = 0.0
+
+
+class VcOut(_Open):
+    name: str
+    guarantee: ResourcesOut
+    max: ResourcesOut | None = None
+    can_borrow: bool
+    used: ResourcesOut
+    borrowed: ResourcesOut = Field(description="max(0, used - guarantee) per resource")
+    jobs_running: int = 0
+    jobs_queued: int = 0
+
+
+class StatusOut(_Open):
+    cluster: str
+    nodes: dict[str, int] = Field(description="nodes by state")
+    jobs: dict[str, int] = Field(description="jobs by state")
+    capacity: ResourcesOut
+    allocated: ResourcesOut
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: str = Field(description="admin | user | agent")
+    vcs: list[str]
+
+
+class Health(BaseModel):
+    status: str
