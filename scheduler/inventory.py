@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -251,12 +252,8 @@ def inventory_command(
 ) -> None:
     """Write the Ansible inventory of a cluster from its Pulumi stack outputs."""
     try:
-        if str(from_stack_output) == "-":
-            import sys
-
-            text = sys.stdin.read()
-        else:
-            text = from_stack_output.read_text()
+        from_stdin = str(from_stack_output) == "-"
+        text = sys.stdin.read() if from_stdin else from_stack_output.read_text()
     except OSError as exc:
         typer.echo(f"error: --from-stack-output: cannot read {from_stack_output}: {exc}", err=True)
         raise typer.Exit(2) from None

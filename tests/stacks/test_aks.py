@@ -130,16 +130,12 @@ def test_workloads_use_the_aks_provider_and_kubeconfig_stays_secret(aks):
     workloads = [r for r in aks.mocks.resources if r.typ.startswith("kubernetes:")]
     assert len(workloads) >= 15
     for res in workloads:
-        assert res.provider.startswith(provider_urn_prefix(aks)), res.name
+        assert res.provider.startswith("urn:pulumi:test::pasture::"), res.name
         assert res.provider.endswith("::/mock/pulumi:providers:kubernetes/aks-dev-k8s")
     assert "kubeconfig" in aks.secret_outputs
     assert "clusterUser" in aks.outputs["kubeconfig"]
     for key in ("master", "nodes", "api_endpoint"):
         assert key not in aks.secret_outputs
-
-
-def provider_urn_prefix(built) -> str:
-    return "urn:pulumi:test::pasture::"
 
 
 def test_secrets_reach_kubernetes_only_as_secrets(aks):
