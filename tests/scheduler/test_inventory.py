@@ -241,3 +241,11 @@ def test_installed_layout_finds_packaged_template(tmp_path):
     first, rest = proc.stdout.split("\n", 1)
     assert first.startswith(str(pkg))
     assert rest.endswith("# packaged copy\n")
+
+
+def test_cli_reads_stack_output_from_stdin():
+    result = CliRunner().invoke(
+        _cli(), ["inventory", "--from-stack-output", "-"], input=json.dumps(stack_output())
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == render_inventory(parse_stack_output(stack_output()))
