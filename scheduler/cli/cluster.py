@@ -22,20 +22,20 @@ def _capacity(n: dict) -> dict:
 @node_app.command("list")
 @handle_errors
 def node_list(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Nodes with state, address, capacity, allocation and last heartbeat."""
+    """Nodes with state, address, capacity, labels and last heartbeat."""
     nodes = ApiClient(load()).nodes()
     if as_json:
         print_json(nodes)
         return
-    table = Table("name", "state", "address", "capacity", "allocated", "gpu model", "heartbeat")
+    table = Table("name", "state", "address", "capacity", "gpu model", "labels", "heartbeat")
     for n in nodes:
         table.add_row(
             str(n.get("name")),
             styled(n.get("state")),
             str(n.get("address", "")),
             fmt_resources(_capacity(n)),
-            fmt_resources(n.get("allocated")),
             str(n.get("gpu_model") or ""),
+            ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items())),
             fmt_time(n.get("heartbeat")),
         )
     console.print(table)

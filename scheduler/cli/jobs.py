@@ -147,6 +147,9 @@ def list_jobs(
             reason_text(j.get("pending_reason")),
         )
     console.print(table)
+    shown = len(page["items"])
+    if page.get("total", shown) > shown:
+        console.print(f"{shown} of {page['total']} jobs (--offset / --limit for more)")
 
 
 @app.command()

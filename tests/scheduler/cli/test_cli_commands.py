@@ -249,3 +249,15 @@ def test_a_missing_mounted_module_fails_clearly(monkeypatch):
     r = CliRunner().invoke(cli_module.app, ["inventory", "--from-stack-output", "x.json"])
     assert r.exit_code == 1
     assert "scheduler.inventory" in r.output and "simulated: not installed" in r.output
+
+
+def test_job_list_says_when_there_are_more(logged_in, cli, tmp_path):
+    for name in ("p1", "p2", "p3"):
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(job_yaml(name))
+        assert cli("job", "submit", str(spec)).exit_code == 0
+    r = cli("job", "list", "--limit", "2")
+    assert "p3" in r.output and "p2" in r.output and "p1" not in r.output
+    assert "2 of 3 jobs" in r.output
+    r = cli("job", "list", "--limit", "2", "--offset", "2")
+    assert "p1" in r.output and "p3" not in r.output
