@@ -212,3 +212,31 @@ def test_image_push_of_a_missing_image_fails(cli, tmp_path):
     r = cli("image", "push", "localhost/does-not-exist:0", "--inventory", str(inv))
     assert r.exit_code == 1
     assert "podman save" in r.output
+
+
+def test_image_push_to_the_nodes_the_api_lists(sshd, cli, tmp_path, tiny_image, logged_in):
+    from scheduler.store import NodeRecord
+
+    port, d = sshd
+    _, env = logged_in
+    # both nodes at 127.0.0.1, where the test's sshd listens
+    for name in ("node-1", "node-2"):
+        env.store.register_node(
+            NodeRecord(name=name, address="127.0.0.1", cpu_m=8000, memory=16 << 30)
+        )
+    r = cli(
+        "image",
+        "push",
+        tiny_image,
+        "--cli",
+        "podman",
+        "--port",
+        str(port),
+        "--key",
+        str(d / "user"),
+        "--known-hosts",
+        str(tmp_path / "known_hosts"),
+    )
+    assert r.exit_code == 0, r.output
+    assert "node-1" in r.output and "node-2" in r.output
+    assert r.output.count("Loaded image") == 2
