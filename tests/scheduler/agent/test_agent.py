@@ -186,3 +186,18 @@ def test_task_running_in_store_but_unknown_locally_is_reported_failed(store, tmp
     agent.reconcile()
     t = store.task("j", "w-0")
     assert t.state == "failed" and "without a record" in t.message
+
+
+def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    place(store, "mpi", 'cat "$PASTURE_MPI_HOSTFILE"', replicas=2, mpi=True)
+
+    def finished():
+        agent.reconcile()
+        return all(t.done for t in store.tasks("mpi"))
+
+    until(finished)
+    log = (tmp_path / "share/jobs/mpi/logs/w-0.log").read_text().splitlines()
+    assert log[1:] == ["127.0.0.1 slots=1", "127.0.0.1 slots=1"]
+    assert (tmp_path / "share/jobs/mpi/hostfile-1").exists()
