@@ -149,6 +149,9 @@ class JobService:
         """
         try:
             return backend.parse_job_spec(document)
+        except ValidationError as exc:  # before ValueError: it is one
+            errors = validation_errors(exc)
+            raise InvalidSpecError(_summary(errors), errors) from None
         except ValueError as exc:
             if isinstance(getattr(exc, "errors", None), list):  # scheduler.spec.SpecError
                 errors = [spec_error(e) for e in exc.errors]
@@ -156,9 +159,6 @@ class JobService:
             raise InvalidSpecError(
                 f"invalid job spec: {exc}", [{"loc": [], "msg": str(exc), "type": "value_error"}]
             ) from None
-        except ValidationError as exc:
-            errors = validation_errors(exc)
-            raise InvalidSpecError(_summary(errors), errors) from None
 
     def submit(self, principal: Principal, document: dict) -> dict:
         """Validate and store a new job; returns the stored job record.

@@ -120,3 +120,17 @@ def test_stop_of_a_finished_job_changes_nothing(store):
     store.transition("done", "succeeded", "all tasks succeeded")
     assert jobs.stop(ADMIN, "done")["state"] == "succeeded"
     assert store.get_job("done").stop_requested == ""
+
+
+def test_a_raw_pydantic_error_keeps_its_field_path(store, monkeypatch):
+    from pydantic import BaseModel
+
+    from scheduler.services import backend
+
+    class Strict(BaseModel):
+        replicas: int
+
+    monkeypatch.setattr(backend, "parse_job_spec", lambda d: Strict.model_validate(d))
+    with pytest.raises(InvalidSpecError) as info:
+        JobService(store).validate({"replicas": "many"})
+    assert info.value.errors[0]["loc"] == ["replicas"]
