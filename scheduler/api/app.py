@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import redis
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -99,6 +100,16 @@ def create_app(
         if isinstance(exc, InvalidSpecError):
             return JSONResponse({"detail": exc.errors, "message": exc.message}, status_code=422)
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(redis.ConnectionError)
+    @app.exception_handler(redis.TimeoutError)
+    async def store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("Redis unavailable: %s", exc)
+        return JSONResponse(
+            {"detail": f"the cluster store (Redis) is unavailable: {exc}"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
 
     @app.exception_handler(ValidationError)
     async def pydantic_error(request: Request, exc: ValidationError) -> JSONResponse:

@@ -413,3 +413,27 @@ def test_bad_query_parameters_are_422(api, http):
     assert r.json()["detail"][0]["loc"] == ["query", "state"]
     assert c.get("/api/v1/jobs", params={"limit": 0}).status_code == 422
     assert c.get("/api/v1/jobs", params={"state": "queued"}).json()["items"] == []
+
+
+def test_redis_down_is_503_not_500(env):
+    import dataclasses
+    import socket
+
+    import redis
+    from live import serve
+
+    from scheduler.store import Store
+    from scheduler.store.tokens import TokenStore
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = redis.Redis(port=port, socket_connect_timeout=0.5, decode_responses=True)
+    with serve(dataclasses.replace(env, store=Store(down), tokens=TokenStore(down))) as url:
+        assert httpx.get(url + "/healthz", timeout=30).status_code == 503
+        r = httpx.get(
+            url + "/api/v1/jobs", headers={"Authorization": f"Bearer {env.admin}"}, timeout=30
+        )
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "5"
+        assert "Redis" in r.json()["detail"]
