@@ -210,6 +210,7 @@ class NodeIndex:
 
     # -- queries --------------------------------------------------------------------------
     def fits(self, i: int, cpu_m: int, memory: int, gpu: int) -> bool:
+        """True when node i's free capacity holds (cpu_m, memory, gpu)."""
         return self.free_gpu[i] >= gpu and self.free_cpu[i] >= cpu_m and self.free_mem[i] >= memory
 
     def candidates(
