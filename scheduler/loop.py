@@ -39,6 +39,7 @@ from scheduler.core.policy import Policy
 from scheduler.discovery import ordered_tasks
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
+from scheduler.store.notify import Notifications
 from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
 from scheduler.store.snapshot import commit_payload, take_snapshot
 from scheduler.store.store import Store
@@ -388,7 +389,7 @@ class Loop:
         """Cycle on every notification and at least every ``loop.interval_s`` until
         ``stop`` is set. Errors of one cycle are logged, not fatal (Redis restarts)."""
         stop = stop or threading.Event()
-        pubsub = self.store.subscribe(self.store.loop_channel)
+        notes = Notifications(self.store, self.store.loop_channel)
         interval = self.settings.loop.interval_s
         log.info("loop started (policy %s, interval %gs)", self.policy.name, interval)
         try:
@@ -398,12 +399,9 @@ class Loop:
                 except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
                     log.exception("scheduling cycle failed")
                     stop.wait(interval)
-                # drain notifications that arrived during the cycle, then wait for one
-                msg = pubsub.get_message(timeout=interval)
-                while msg is not None and not stop.is_set():
-                    msg = pubsub.get_message(timeout=0.01)
+                notes.wait(interval)  # a notification, or the interval
         finally:
-            pubsub.close()
+            notes.close()
 
 
 def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:

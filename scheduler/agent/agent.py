@@ -31,6 +31,7 @@ from scheduler.agent.resources import detect_capacity, usage
 from scheduler.discovery import mpi_hostfile, task_env
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
+from scheduler.store.notify import Notifications
 from scheduler.store.records import NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import Store
 
@@ -262,7 +263,7 @@ class Agent:
         left running on exit (a restarted agent adopts them)."""
         stop = stop or threading.Event()
         self.register()
-        pubsub = self.store.subscribe(self.store.node_channel(self.node))
+        notes = Notifications(self.store, self.store.node_channel(self.node))
         log.info("agent %s started (executor %s)", self.node, self.executor.kind)
         try:
             while not stop.is_set():
@@ -273,8 +274,6 @@ class Agent:
                 except Exception:  # noqa: BLE001 - Redis hiccups must not kill the agent
                     log.exception("agent pass failed")
                     stop.wait(1.0)
-                msg = pubsub.get_message(timeout=0.5)
-                while msg is not None:
-                    msg = pubsub.get_message(timeout=0.01)
+                notes.wait(0.5)
         finally:
-            pubsub.close()
+            notes.close()
