@@ -105,43 +105,58 @@ class NodeIndex:
             seen: set[str] = set()
             dup = next(n for n in self.names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
             raise ValueError(f"Snapshot.nodes: node name {dup!r} appears more than once")
-        self.cap_cpu = [n.capacity.cpu_m for n in nodes]
-        self.cap_mem = [n.capacity.memory for n in nodes]
-        self.cap_gpu = [n.capacity.gpu for n in nodes]
-        self.free_cpu = [n.capacity.cpu_m - n.allocated.cpu_m for n in nodes]
-        self.free_mem = [n.capacity.memory - n.allocated.memory for n in nodes]
-        self.free_gpu = [n.capacity.gpu - n.allocated.gpu for n in nodes]
-        self.ready = [n.state is NodeState.READY for n in nodes]
-        self.journal: list[tuple[int, int, int, int]] = []
-        rf = [0, 0, 0]
-        for i, r in enumerate(self.ready):
-            if r:
-                rf[0] += max(self.free_cpu[i], 0)
-                rf[1] += max(self.free_mem[i], 0)
-                rf[2] += max(self.free_gpu[i], 0)
-        self.ready_free = rf
+        # One pass over the nodes: this is the fixed cost of every cycle.
+        cap_cpu: list[int] = []
+        cap_mem: list[int] = []
+        cap_gpu: list[int] = []
+        free_cpu: list[int] = []
+        free_mem: list[int] = []
+        free_gpu: list[int] = []
+        ready_list: list[bool] = []
+        class_of: list[int] = []
+        rf0 = rf1 = rf2 = 0
         by_key: dict[Hashable, NodeClass] = {}
-        self.classes: list[NodeClass] = []
-        class_of = []
+        classes: list[NodeClass] = []
+        ready_state = NodeState.READY
         for i, n in enumerate(nodes):
+            cap = n.capacity
+            alloc = n.allocated
+            cc, cm, cg = cap.cpu_m, cap.memory, cap.gpu
+            fc, fm, fg = cc - alloc.cpu_m, cm - alloc.memory, cg - alloc.gpu
+            cap_cpu.append(cc)
+            cap_mem.append(cm)
+            cap_gpu.append(cg)
+            free_cpu.append(fc)
+            free_mem.append(fm)
+            free_gpu.append(fg)
+            r = n.state is ready_state
+            ready_list.append(r)
+            if r:
+                rf0 += fc if fc > 0 else 0
+                rf1 += fm if fm > 0 else 0
+                rf2 += fg if fg > 0 else 0
             key = class_key(n)
             cls = by_key.get(key)
             if cls is None:
-                cls = NodeClass(len(self.classes), n)
+                cls = NodeClass(len(classes), n)
                 by_key[key] = cls
-                self.classes.append(cls)
+                classes.append(cls)
             class_of.append(cls.cid)
             cls.members.append(i)
-            cls.capacities.setdefault((self.cap_cpu[i], self.cap_mem[i], self.cap_gpu[i]), i)
-            g = self.free_gpu[i]
-            b = cls.by_gpu.get(g)
+            cls.capacities.setdefault((cc, cm, cg), i)
+            b = cls.by_gpu.get(fg)
             if b is None:
-                b = cls.by_gpu[g] = _GpuBucket()
-            c = self.free_cpu[i]
-            d = b.by_cpu.get(c)
+                b = cls.by_gpu[fg] = _GpuBucket()
+            d = b.by_cpu.get(fc)
             if d is None:
-                d = b.by_cpu[c] = {}
+                d = b.by_cpu[fc] = {}
             d[i] = None
+        self.cap_cpu, self.cap_mem, self.cap_gpu = cap_cpu, cap_mem, cap_gpu
+        self.free_cpu, self.free_mem, self.free_gpu = free_cpu, free_mem, free_gpu
+        self.ready = ready_list
+        self.ready_free = [rf0, rf1, rf2]
+        self.journal: list[tuple[int, int, int, int]] = []
+        self.classes = classes
         for cls in self.classes:
             cls.gpu_keys = sorted(cls.by_gpu)
             for b in cls.by_gpu.values():

@@ -46,6 +46,8 @@ class VcLedger:
         pending: pending jobs (their gang requests are the initial demand).
         nodes: every node (capacity of ready nodes is the denominator of DRF shares).
         enabled: ``Policy.vc_quota``.
+        track_usage: False skips summing running jobs and nodes (nothing but VC admission
+            and DRF shares reads usage; the cycle's fixed cost matters to the simulator).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class VcLedger:
         pending: Iterable[Job],
         nodes: Iterable[Node],
         enabled: bool,
+        track_usage: bool = True,
     ) -> None:
         self.enabled = enabled
         self.vcs: dict[str, VirtualCluster] = {v.name: v for v in vcs}
@@ -63,6 +66,10 @@ class VcLedger:
         }
         self.governed = {n: _governed(g) for n, g in self.guarantee.items()}
         self.usage: dict[str, Vec] = {}
+        self.demand: dict[str, Vec] = {}
+        self.total = [0, 0, 0]
+        if not track_usage:
+            return
         for rj in running:
             u = self.usage.setdefault(rj.job.vc, [0, 0, 0])
             for p in rj.placements:
@@ -70,7 +77,6 @@ class VcLedger:
                 u[0] += r.cpu_m
                 u[1] += r.memory
                 u[2] += r.gpu
-        self.demand: dict[str, Vec] = {}
         for j in pending:
             d = self.demand.setdefault(j.vc, [0, 0, 0])
             for role in j.roles:

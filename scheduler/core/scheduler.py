@@ -119,13 +119,26 @@ class _Cycle:
             names.add(j.name)
         sel_keys = sorted({k for j in snapshot.pending for r in j.roles for k in r.node_selector})
 
-        def class_key(n, _keys=sel_keys):
-            return (n.state, n.gpu_model, tuple(n.labels.get(k) for k in _keys))
+        if sel_keys:
+
+            def class_key(n, _keys=sel_keys):
+                labels = n.labels
+                return (n.state, n.gpu_model, tuple([labels.get(k) for k in _keys]))
+
+        else:
+
+            def class_key(n):
+                return (n.state, n.gpu_model)
 
         self.index = NodeIndex(snapshot.nodes, class_key)
         self.placer = Placer(self.index, policy)
         self.ledger = VcLedger(
-            snapshot.vcs, snapshot.running, snapshot.pending, snapshot.nodes, policy.vc_quota
+            snapshot.vcs,
+            snapshot.running,
+            snapshot.pending,
+            snapshot.nodes,
+            policy.vc_quota,
+            track_usage=policy.vc_quota or self.order.dynamic,
         )
         self.octx = OrderContext(now, policy, self.ledger.share)
         self.binds: list[Bind] = []
