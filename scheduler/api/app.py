@@ -14,8 +14,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from scheduler.api.auth import principal
+from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.limits import BodySizeLimit
-from scheduler.api.metrics import Metrics, MetricsMiddleware
+from scheduler.api.metrics import Metrics, MetricsMiddleware, SchedulerCollector
 from scheduler.api.routers import cluster, jobs
 from scheduler.api.schemas import Health
 from scheduler.services import backend
@@ -76,9 +77,11 @@ def create_app(
     app.state.status = status_service
     app.state.logs = LogService(share_dir)
     app.state.metrics = Metrics(status_service.status)
+    app.state.metrics.registry.register(SchedulerCollector(store))
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
+    app.include_router(dashboard_router)
 
     @app.get("/healthz", tags=["cluster"], response_model=Health)
     def healthz() -> dict:

@@ -93,3 +93,117 @@ class MetricsMiddleware:
             await send(message)
 
         await self.app(scope, receive, record)
+
+
+class SchedulerCollector:
+    """Scheduler metrics computed from the store at each scrape (the loop and agents are
+    other processes; what only the loop knows it writes to the store: the commit script
+    counts placements and preemptions, :meth:`Store.record_cycle` the cycle latency).
+
+    - ``pasture_queue_length{vc}``                 jobs submitted or queued
+    - ``pasture_pending_jobs{kind}``               queued jobs by pending-reason kind
+    - ``pasture_placements_total``, ``pasture_preemptions_total``   counters
+    - ``pasture_scheduling_cycle_seconds``         histogram (seconds)
+    - ``pasture_node_gpus{node, kind=total|allocated|idle}``
+    - ``pasture_vc_gpus{vc, kind=guarantee|allocated|borrowed}``
+    - ``pasture_node_heartbeat_age_seconds{node}`` seconds since the last heartbeat
+    - ``pasture_node_utilisation_percent{node, resource=cpu|memory|gpu}`` last report
+    """
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        store = self._store
+        try:
+            now = store.now()
+            nodes = store.list_nodes()
+            ledger = store.ledger()
+            vcs = store.vc_usage()
+            active = store.active_jobs(with_spec=False)
+            stats = store.loop_stats()
+            buckets, count, total = store.cycle_histogram()
+        except Exception:  # a scrape must not fail because Redis blinked
+            log.exception("scheduler metrics for /metrics failed")
+            return
+        queue = GaugeMetricFamily(
+            "pasture_queue_length", "Jobs waiting (submitted or queued) by VC.", labels=["vc"]
+        )
+        waiting: dict[str, int] = {v.name: 0 for v in vcs}
+        kinds: dict[str, int] = {}
+        for j in active:
+            if j.state in ("submitted", "queued"):
+                waiting[j.vc] = waiting.get(j.vc, 0) + 1
+                kind = (j.pending_reason or {}).get("kind") or "none"
+                kinds[kind] = kinds.get(kind, 0) + 1
+        for vc, n in sorted(waiting.items()):
+            queue.add_metric([vc], n)
+        yield queue
+        pending = GaugeMetricFamily(
+            "pasture_pending_jobs", "Waiting jobs by pending-reason kind.", labels=["kind"]
+        )
+        for kind, n in sorted(kinds.items()):
+            pending.add_metric([kind], n)
+        yield pending
+        yield CounterMetricFamily(
+            "pasture_placements",
+            "Jobs placed (gangs bound) by the loop.",
+            value=stats.get("placements", 0),
+        )
+        yield CounterMetricFamily(
+            "pasture_preemptions", "Jobs preempted by the loop.", value=stats.get("preemptions", 0)
+        )
+        yield HistogramMetricFamily(
+            "pasture_scheduling_cycle_seconds",
+            "Scheduling loop cycle latency in seconds.",
+            buckets=[(repr(b), c) for b, c in buckets] + [("+Inf", count)],
+            sum_value=total,
+        )
+        alloc: dict[str, int] = {}
+        for a in ledger.values():
+            alloc[a.node] = alloc.get(a.node, 0) + a.gpu
+        gpus = GaugeMetricFamily(
+            "pasture_node_gpus", "GPUs per node: total, allocated, idle.", labels=["node", "kind"]
+        )
+        age = GaugeMetricFamily(
+            "pasture_node_heartbeat_age_seconds",
+            "Seconds since the node's last heartbeat.",
+            labels=["node"],
+        )
+        util = GaugeMetricFamily(
+            "pasture_node_utilisation_percent",
+            "Last reported utilisation in percent.",
+            labels=["node", "resource"],
+        )
+        for n in nodes:
+            used = alloc.get(n.name, 0)
+            gpus.add_metric([n.name, "total"], n.gpu)
+            gpus.add_metric([n.name, "allocated"], used)
+            gpus.add_metric([n.name, "idle"], max(0, n.gpu - used) if n.state == "ready" else 0)
+            age.add_metric([n.name], max(0.0, now - n.heartbeat))
+            u = n.usage or {}
+            if u.get("cpu_percent") is not None:
+                util.add_metric([n.name, "cpu"], float(u["cpu_percent"]))
+            if u.get("memory_total"):
+                util.add_metric(
+                    [n.name, "memory"],
+                    100.0 * float(u.get("memory_used") or 0) / float(u["memory_total"]),
+                )
+            g = [x for x in u.get("gpus") or [] if isinstance(x, dict)]
+            if g:
+                util.add_metric(
+                    [n.name, "gpu"], sum(float(x.get("util_percent") or 0) for x in g) / len(g)
+                )
+        yield gpus
+        yield age
+        yield util
+        vcg = GaugeMetricFamily(
+            "pasture_vc_gpus", "GPUs per VC: guarantee, allocated, borrowed.", labels=["vc", "kind"]
+        )
+        for v in vcs:
+            vcg.add_metric([v.name, "guarantee"], (v.guarantee or {}).get("gpu", 0))
+            vcg.add_metric([v.name, "allocated"], (v.used or {}).get("gpu", 0))
+            vcg.add_metric([v.name, "borrowed"], (v.borrowed or {}).get("gpu", 0))
+        yield vcg

@@ -88,6 +88,10 @@ end
 local newv = version
 if #d.binds > 0 then
   newv = redis.call('INCR', p .. 'version')
+  redis.call('HINCRBY', p .. 'stats', 'placements', #d.binds)
+end
+if #d.preemptions > 0 then
+  redis.call('HINCRBY', p .. 'stats', 'preemptions', #d.preemptions)
 end
 for node, _ in pairs(notify) do
   redis.call('PUBLISH', p .. 'notify:node:' .. node, 'bindings')
@@ -124,8 +128,11 @@ redis.call('PUBLISH', p .. 'notify:loop', 'task')
 return 1
 """
 
-# ARGV: prefix, node, usage JSON. Returns the node's state after the heartbeat, or '' when
-# the node is not registered. A lost node that heartbeats again becomes ready.
+# ARGV: prefix, node, usage JSON, usage sample JSON ('' = none), sample interval s, samples
+# kept. Returns the node's state after the heartbeat, or '' when the node is not
+# registered. A lost node that heartbeats again becomes ready. The usage history
+# (``node:<node>:usage``) gets the sample (with ``t`` = now) when the last one is at least
+# the interval old, and is trimmed to the newest ``samples`` entries (bounded window).
 HEARTBEAT = r"""
 local p = ARGV[1]
 local nk = p .. 'node:' .. ARGV[2]
@@ -134,6 +141,18 @@ if not st then return '' end
 local now_t = redis.call('TIME')
 local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
 redis.call('HSET', nk, 'heartbeat', now, 'usage', ARGV[3])
+if ARGV[4] and ARGV[4] ~= '' then
+  local last = tonumber(redis.call('HGET', nk, 'usage_sampled') or '0')
+  if now - last >= tonumber(ARGV[5]) then
+    local sample = cjson.decode(ARGV[4])
+    sample['t'] = now
+    local hk = nk .. ':usage'
+    redis.call('RPUSH', hk, cjson.encode(sample))
+    redis.call('LTRIM', hk, -tonumber(ARGV[6]), -1)
+    redis.call('EXPIRE', hk, math.max(3600, math.ceil(tonumber(ARGV[5]) * tonumber(ARGV[6]) * 2)))
+    redis.call('HSET', nk, 'usage_sampled', now)
+  end
+end
 if st == 'lost' then
   redis.call('HSET', nk, 'state', 'ready')
   redis.call('INCR', p .. 'version')

@@ -28,6 +28,26 @@ from scheduler.store.records import (
 )
 
 DEFAULT_PREFIX = "pasture:"
+USAGE_SAMPLE_S = 5.0  # at most one usage-history sample per node per this many seconds
+USAGE_SAMPLES = 720  # samples kept per node: one hour at USAGE_SAMPLE_S
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
+    """The compact history sample of an agent's usage report: ``{cpu, mem, gpu}`` in
+    percent (``gpu``: mean utilisation over the node's GPUs, None without GPUs); None when
+    the report has no CPU figure."""
+    if not isinstance(usage, dict) or usage.get("cpu_percent") is None:
+        return None
+    total = usage.get("memory_total") or 0
+    mem = 100.0 * float(usage.get("memory_used") or 0) / total if total else 0.0
+    gpus = [g for g in usage.get("gpus") or [] if isinstance(g, dict)]
+    gpu = (
+        round(sum(float(g.get("util_percent") or 0) for g in gpus) / len(gpus), 1) if gpus else None
+    )
+    return {"cpu": round(float(usage["cpu_percent"]), 1), "mem": round(mem, 1), "gpu": gpu}
+
+
 NODE_STATES = ("ready", "cordoned", "draining", "lost")
 _JOB_FIELDS_NO_SPEC = [
     "name",
@@ -563,8 +583,68 @@ class Store:
         return node
 
     def heartbeat(self, node: str, usage: dict[str, Any]) -> str:
-        """Record a heartbeat; returns the node's state ('' when not registered)."""
-        return str(self._heartbeat(args=[self.p, node, json.dumps(usage)]))
+        """Record a heartbeat; returns the node's state ('' when not registered).
+
+        Also appends a usage sample (:func:`usage_sample`) to the node's capped usage
+        history when the last sample is at least ``USAGE_SAMPLE_S`` seconds old; the
+        history keeps the newest ``USAGE_SAMPLES`` (one hour at 5 s), never more.
+        """
+        sample = usage_sample(usage)
+        return str(
+            self._heartbeat(
+                args=[
+                    self.p,
+                    node,
+                    json.dumps(usage),
+                    json.dumps(sample) if sample else "",
+                    USAGE_SAMPLE_S,
+                    USAGE_SAMPLES,
+                ]
+            )
+        )
+
+    def usage_history(self, node: str, since: float = 0.0) -> list[dict[str, Any]]:
+        """The node's usage samples, oldest first, taken at or after ``since`` (s):
+        ``[{t (s), cpu (%), mem (%), gpu (% mean over GPUs, or None)}]``."""
+        rows = self.r.lrange(self.k("node", node, "usage"), 0, -1)
+        out = [json.loads(r) for r in rows]
+        return [s for s in out if float(s.get("t", 0)) >= since]
+
+    def usage_histories(self, nodes: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`usage_history` of several nodes in one round trip (all samples kept)."""
+        names = list(nodes)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.lrange(self.k("node", n, "usage"), 0, -1)
+        return {
+            n: [json.loads(r) for r in rows] for n, rows in zip(names, pipe.execute(), strict=True)
+        }
+
+    def record_cycle(self, seconds: float) -> None:
+        """Count one scheduling cycle of ``seconds`` into the cycle-latency histogram
+        (``stats:cycle``: cumulative ``le_<bound>`` counts, ``count``, ``sum``), read by the
+        API's ``/metrics`` because the loop runs in another process."""
+        pipe = self.r.pipeline(transaction=False)
+        key = self.k("stats", "cycle")
+        for bound in CYCLE_BUCKETS:
+            if seconds <= bound:
+                pipe.hincrby(key, f"le_{bound}", 1)
+        pipe.hincrby(key, "count", 1)
+        pipe.hincrbyfloat(key, "sum", seconds)
+        pipe.execute()
+
+    def cycle_histogram(self) -> tuple[list[tuple[float, int]], int, float]:
+        """``([(bound s, cumulative count)], count, sum s)`` of :meth:`record_cycle`."""
+        raw = self.r.hgetall(self.k("stats", "cycle"))
+        count = int(raw.get("count") or 0)
+        buckets = [(b, int(raw.get(f"le_{b}") or 0)) for b in CYCLE_BUCKETS]
+        return buckets, count, float(raw.get("sum") or 0.0)
+
+    def loop_stats(self) -> dict[str, int]:
+        """Counters the commit script keeps: ``{placements, preemptions}`` (tasks' gangs
+        bound and jobs preempted since the store was created)."""
+        raw = self.r.hgetall(self.k("stats"))
+        return {k: int(v) for k, v in raw.items() if str(v).lstrip("-").isdigit()}
 
     @staticmethod
     def _node_from_hash(h: dict[str, str]) -> NodeRecord:

@@ -1,0 +1,365 @@
+"""The dashboard's routes: server-rendered pages under ``/dashboard`` (Jinja2).
+
+Every page needs a session (see :mod:`sessions`); without one a page redirects to the login
+page. Every state-changing form (login, logout, stop job, cordon / uncordon / drain node)
+must carry the CSRF token (403 otherwise). Permissions are the API's: the routes call the
+same services with the session's token info, so a user sees only its VCs' jobs (another
+VC's job is "not found") and only admins may change nodes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from scheduler.api.dashboard import views
+from scheduler.api.dashboard.sessions import (
+    COOKIE,
+    LOGIN_COOKIE,
+    Session,
+    SessionStore,
+    csrf_ok,
+)
+from scheduler.services.errors import NotFoundError, ServiceError
+from scheduler.services.jobs import JOB_STATES
+from scheduler.services.records import as_dict
+
+HERE = Path(__file__).parent
+STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
+LOG_TAIL_BYTES = 64 * 1024  # the first poll of a log shows at most its last 64 KiB
+PAGE_SIZE = 50
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+templates.env.filters["duration"] = views.duration
+templates.env.filters["cpu"] = views.cpu
+templates.env.filters["memory"] = views.memory
+
+router = APIRouter(prefix="/dashboard", include_in_schema=False)
+
+
+def sessions(request: Request) -> SessionStore:
+    """The app's session store (made on first use from the store's Redis client)."""
+    state = request.app.state
+    if getattr(state, "dashboard_sessions", None) is None:
+        store = state.store
+        state.dashboard_sessions = SessionStore(
+            store.r, state.tokens, getattr(store, "p", "pasture:")
+        )
+    return state.dashboard_sessions
+
+
+def session(request: Request) -> Session | None:
+    return sessions(request).get(request.cookies.get(COOKIE))
+
+
+def to_login(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/dashboard/login?next={quote(target, safe='')}", status_code=303)
+
+
+def render(request: Request, name: str, s: Session | None, status_code: int = 200, **ctx):
+    ctx.update(session=s, who=s.who if s else None, csrf=s.csrf if s else "")
+    resp = templates.TemplateResponse(request, name, ctx, status_code=status_code)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["X-Frame-Options"] = "DENY"
+    resp.headers["Content-Security-Policy"] = (
+        "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'"
+    )
+    return resp
+
+
+def error(request: Request, s: Session | None, status_code: int, message: str):
+    return render(request, "error.html", s, status_code=status_code, message=message)
+
+
+def set_cookie(resp: Response, name: str, value: str, max_age: int | None) -> None:
+    resp.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path="/dashboard",
+        secure=True,
+        httponly=True,
+        samesite="strict",
+    )
+
+
+def safe_next(target: str | None) -> str:
+    """Only local dashboard paths are followed after login (no open redirect)."""
+    if target and target.startswith("/dashboard") and not target.startswith("//"):
+        return target
+    return "/dashboard/"
+
+
+# ---- static ---------------------------------------------------------------------------
+@router.get("/static/{name}")
+def static(name: str) -> Response:
+    """The dashboard's CSS and JavaScript (vendored, no CDN)."""
+    path = STATIC.get(name)
+    if path is None:
+        return Response("not found", status_code=404, media_type="text/plain")
+    return FileResponse(path, headers={"Cache-Control": "public, max-age=3600"})
+
+
+# ---- login / logout ---------------------------------------------------------------------
+@router.get("/login")
+def login_page(request: Request, next: str | None = None) -> Response:
+    token = secrets.token_urlsafe(24)
+    resp = render(request, "login.html", None, next=safe_next(next), csrf_login=token, failed=False)
+    set_cookie(resp, LOGIN_COOKIE, token, 600)
+    return resp
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    token: str = Form("", max_length=500),
+    csrf_token: str = Form(""),
+    next: str = Form("/dashboard/"),
+) -> Response:
+    if not csrf_ok(request.cookies.get(LOGIN_COOKIE), csrf_token):
+        return error(request, None, 403, "The login form's CSRF token is missing or wrong.")
+    s = sessions(request).login(token)
+    if s is None:
+        fresh = secrets.token_urlsafe(24)
+        resp = render(
+            request, "login.html", None, 401, next=safe_next(next), csrf_login=fresh, failed=True
+        )
+        set_cookie(resp, LOGIN_COOKIE, fresh, 600)
+        return resp
+    resp = RedirectResponse(safe_next(next), status_code=303)
+    set_cookie(resp, COOKIE, s.sid, sessions(request).ttl_s)
+    resp.delete_cookie(LOGIN_COOKIE, path="/dashboard")
+    return resp
+
+
+@router.post("/logout")
+def logout(request: Request, csrf_token: str = Form("")) -> Response:
+    s = session(request)
+    if s is not None:
+        if not csrf_ok(s.csrf, csrf_token):
+            return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+        sessions(request).logout(s.sid)
+    resp = RedirectResponse("/dashboard/login", status_code=303)
+    resp.delete_cookie(COOKIE, path="/dashboard")
+    return resp
+
+
+# ---- pages --------------------------------------------------------------------------
+@router.get("/")
+def overview(request: Request) -> Response:
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    store = request.app.state.store
+    now = store.now()
+    nodes = as_dict(store.list_nodes())
+    ledger = list(store.ledger().values())
+    vcs = as_dict(store.vc_usage())
+    status = request.app.state.status.status()
+    node_states: dict[str, int] = {}
+    for n in nodes:
+        node_states[n["state"]] = node_states.get(n["state"], 0) + 1
+    histories = store.usage_histories(n["name"] for n in nodes)
+    return render(
+        request,
+        "overview.html",
+        s,
+        cluster=status.get("cluster", ""),
+        nodes=len(nodes),
+        node_states=sorted(node_states.items()),
+        job_states=sorted((status.get("jobs") or {}).items()),
+        gpus=views.gpu_totals(nodes, ledger),
+        capacity=status.get("capacity") or {},
+        allocated=status.get("allocated") or {},
+        chart=views.usage_chart(histories, now),
+        vc_gpu=views.vc_bars(vcs, "gpu"),
+        vc_cpu=views.vc_bars(vcs, "cpu_m"),
+    )
+
+
+@router.get("/nodes")
+def nodes_page(request: Request) -> Response:
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    store = request.app.state.store
+    rows = views.node_rows(
+        request.app.state.nodes.list(s.who), store.ledger().values(), store.now()
+    )
+    return render(request, "nodes.html", s, rows=rows, admin=s.who.role.value == "admin")
+
+
+@router.post("/nodes/{name}/{action}")
+def node_action(
+    name: str,
+    action: Literal["cordon", "uncordon", "drain"],
+    request: Request,
+    csrf_token: str = Form(""),
+) -> Response:
+    s = session(request)
+    if s is None:
+        return error(request, None, 401, "Log in first.")
+    if not csrf_ok(s.csrf, csrf_token):
+        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+    try:
+        request.app.state.nodes.set_state(s.who, name, action)
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
+    return RedirectResponse("/dashboard/nodes", status_code=303)
+
+
+@router.get("/jobs")
+def jobs_page(
+    request: Request,
+    state: str | None = Query(None),
+    vc: str | None = Query(None),
+    user: str | None = Query(None),
+    page: int = Query(1, ge=1, le=10000),
+) -> Response:
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    state = state or None
+    vc = vc or None
+    user = (user or "").strip() or None
+    if state is not None and state not in JOB_STATES:
+        return error(
+            request, s, 400, f"state: expected one of {', '.join(JOB_STATES)}, got {state!r}"
+        )
+    jobs = request.app.state.jobs
+    store = request.app.state.store
+    if user is None:
+        listing = jobs.list(
+            s.who, vc=vc, state=state, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+        )
+        items, total = listing["items"], listing["total"]
+    else:  # the store indexes jobs by VC, not by user: filter the newest 1000
+        listing = jobs.list(s.who, vc=vc, state=state, limit=1000, offset=0)
+        matching = [j for j in listing["items"] if j.get("user") == user]
+        total = len(matching)
+        items = matching[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    tasks = store.tasks_of([j["name"] for j in items])
+    now = store.now()
+    rows = [views.job_row(j, as_dict(tasks.get(j["name"], [])), now) for j in items]
+    vcs = sorted(v.name for v in store.vc_usage()) if s.who.role.value == "admin" else s.who.vcs
+    return render(
+        request,
+        "jobs.html",
+        s,
+        rows=rows,
+        total=total,
+        page=page,
+        pages=max(1, -(-total // PAGE_SIZE)),
+        states=JOB_STATES,
+        vcs=vcs,
+        f_state=state or "",
+        f_vc=vc or "",
+        f_user=user or "",
+    )
+
+
+@router.get("/jobs/{name}")
+def job_page(name: str, request: Request) -> Response:
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    state = request.app.state
+    try:
+        job = state.jobs.get(s.who, name)
+        events = state.jobs.events(s.who, name)["events"]
+    except NotFoundError as exc:
+        return error(request, s, 404, exc.message)
+    now = state.store.now()
+    tasks = sorted(job.get("tasks") or [], key=lambda t: (t.get("role", ""), t.get("index", 0)))
+    roles = (job.get("spec") or {}).get("roles") or {}
+    try:
+        files = state.logs.files(name)
+    except NotFoundError:
+        files = []
+    return render(
+        request,
+        "job.html",
+        s,
+        job=job,
+        row=views.job_row(job, tasks, now),
+        tasks=tasks,
+        roles=roles,
+        events=events,
+        files=files,
+        now=now,
+        terminal=job.get("state") in views.TERMINAL,
+    )
+
+
+@router.post("/jobs/{name}/stop")
+def stop_job(name: str, request: Request, csrf_token: str = Form("")) -> Response:
+    s = session(request)
+    if s is None:
+        return error(request, None, 401, "Log in first.")
+    if not csrf_ok(s.csrf, csrf_token):
+        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+    try:
+        request.app.state.jobs.stop(s.who, name, reason=f"stopped by {s.who.name} (dashboard)")
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
+    return RedirectResponse(f"/dashboard/jobs/{quote(name)}", status_code=303)
+
+
+@router.get("/jobs/{name}/log")
+def job_log(
+    name: str,
+    request: Request,
+    role: str | None = Query(None),
+    index: int | None = Query(None, ge=0),
+    offset: int = Query(-1, ge=-1, description="-1: the last 64 KiB"),
+) -> Response:
+    """A task log's bytes from ``offset`` as JSON ``{text, offset, state}`` for the job
+    page's live tail (polled; ``offset`` is where the next poll starts)."""
+    s = session(request)
+    if s is None:
+        return JSONResponse({"detail": "log in first"}, status_code=401)
+    state = request.app.state
+    try:
+        job = state.jobs.get(s.who, name)
+    except NotFoundError as exc:
+        return JSONResponse({"detail": exc.message}, status_code=404)
+    try:
+        path = state.logs.path(name, role, index)
+        size = path.stat().st_size
+        start = max(0, size - LOG_TAIL_BYTES) if offset < 0 else min(offset, size)
+        data = state.logs.read(name, role, index, start)
+    except (NotFoundError, FileNotFoundError):
+        start, data = 0, b""
+    return JSONResponse(
+        {
+            "text": data.decode("utf-8", errors="replace"),
+            "offset": start + len(data),
+            "state": job.get("state"),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.get("/vcs")
+def vcs_page(request: Request) -> Response:
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    vcs = request.app.state.vcs.list(s.who)
+    return render(
+        request,
+        "vcs.html",
+        s,
+        vcs=vcs,
+        gpu=views.vc_bars(vcs, "gpu"),
+        cpu=views.vc_bars(vcs, "cpu_m"),
+        mem=views.vc_bars(vcs, "memory"),
+    )

@@ -1,0 +1,189 @@
+"""The dashboard over real HTTP: login/session cookie, visibility, CSRF, pages, log tail."""
+
+from __future__ import annotations
+
+import httpx
+from live import job_yaml
+
+from scheduler.store import NodeRecord
+
+
+def submit(base: str, token: str, name: str, vc: str = "default") -> None:
+    r = httpx.post(
+        f"{base}/api/v1/jobs",
+        content=job_yaml(name, vc),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"},
+    )
+    assert r.status_code == 201, r.text
+
+
+def test_pages_redirect_to_login_without_session(browser):
+    b = browser()
+    for path in ("/dashboard/", "/dashboard/nodes", "/dashboard/jobs", "/dashboard/vcs"):
+        r = b.get(path)
+        assert r.status_code == 303
+        assert r.headers["location"].startswith("/dashboard/login?next=")
+
+
+def test_login_sets_secure_httponly_samesite_session(browser, env):
+    b = browser()
+    r = b.login(env.admin)
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard/"
+    cookie = next(h for h in b.set_cookie_headers if h.startswith("pasture_session="))
+    flags = cookie.lower()
+    assert "secure" in flags and "httponly" in flags and "samesite=strict" in flags
+    page = b.get("/dashboard/")
+    assert page.status_code == 200
+    assert 'id="node-count">2<' in page.text
+    # the session id is not stored in Redis as such, only its digest
+    sid = b.cookies["pasture_session"]
+    assert not [k for k in env.store.r.keys("*") if sid in k]
+
+
+def test_bad_token_and_agent_token_are_refused(browser, env):
+    b = browser()
+    assert b.login("not-a-token").status_code == 401
+    assert b.login(env.agent).status_code == 401
+    assert "pasture_session" not in b.cookies
+
+
+def test_login_without_csrf_is_refused(browser, env):
+    b = browser()
+    b.get("/dashboard/login")
+    r = b.post("/dashboard/login", {"token": env.admin})
+    assert r.status_code == 403
+    assert "pasture_session" not in b.cookies
+
+
+def test_revoked_token_ends_the_session(browser, env):
+    b = browser()
+    b.login(env.alice)
+    assert b.get("/dashboard/jobs").status_code == 200
+    env.tokens.revoke("alice")
+    assert b.get("/dashboard/jobs").status_code == 303
+
+
+def test_user_sees_only_own_vc_jobs(browser, base, env):
+    submit(base, env.alice, "alice-job", "default")
+    submit(base, env.bob, "bob-job", "research")
+    alice = browser()
+    alice.login(env.alice)
+    page = alice.get("/dashboard/jobs").text
+    assert "alice-job" in page and "bob-job" not in page
+    r = alice.get("/dashboard/jobs/bob-job")
+    assert r.status_code == 404 and "bob-job" in r.text  # same answer as an unknown job
+    assert alice.get("/dashboard/jobs/bob-job/log").status_code == 404
+    admin = browser()
+    admin.login(env.admin)
+    page = admin.get("/dashboard/jobs").text
+    assert "alice-job" in page and "bob-job" in page
+
+
+def test_job_filters_and_pending_reason_in_words(browser, base, env):
+    submit(base, env.alice, "a1")
+    submit(base, env.admin, "a2")
+    env.store.set_job_fields(
+        "a1",
+        state="queued",
+        pending_reason={"kind": "insufficient-resources", "message": "needs 4 GPUs; 0 free"},
+    )
+    b = browser()
+    b.login(env.admin)
+    page = b.get("/dashboard/jobs", params={"state": "queued"}).text
+    assert "a1" in page and 'data-job="a2"' not in page
+    assert "Waiting for free resources: needs 4 GPUs; 0 free" in page
+    page = b.get("/dashboard/jobs", params={"user": "alice"}).text
+    assert 'data-job="a1"' in page and 'data-job="a2"' not in page
+    assert b.get("/dashboard/jobs", params={"state": "bogus"}).status_code == 400
+
+
+def test_stop_needs_csrf_then_stops(browser, base, env):
+    submit(base, env.alice, "s1")
+    b = browser()
+    b.login(env.alice)
+    r = b.post("/dashboard/jobs/s1/stop", {})
+    assert r.status_code == 403
+    assert not env.store.get_job("s1").stop_requested
+    r = b.post("/dashboard/jobs/s1/stop", {"csrf_token": b.csrf("/dashboard/jobs/s1")})
+    assert r.status_code == 303
+    assert env.store.get_job("s1").stop_requested
+
+
+def test_node_actions_admin_only_with_csrf(browser, env):
+    user = browser()
+    user.login(env.alice)
+    assert "cordon" not in user.get("/dashboard/nodes").text.split("<tbody>")[1]
+    r = user.post("/dashboard/nodes/node-1/cordon", {"csrf_token": user.csrf()})
+    assert r.status_code == 403
+    assert env.store.get_node("node-1").state == "ready"
+    admin = browser()
+    admin.login(env.admin)
+    assert admin.post("/dashboard/nodes/node-1/cordon", {}).status_code == 403
+    r = admin.post("/dashboard/nodes/node-1/cordon", {"csrf_token": admin.csrf()})
+    assert r.status_code == 303
+    assert env.store.get_node("node-1").state == "cordoned"
+    r = admin.post("/dashboard/nodes/node-1/uncordon", {"csrf_token": admin.csrf()})
+    assert env.store.get_node("node-1").state == "ready"
+    r = admin.post("/dashboard/nodes/nope/drain", {"csrf_token": admin.csrf()})
+    assert r.status_code == 404
+
+
+def test_log_tail_polls_from_offset(browser, base, env):
+    submit(base, env.alice, "logjob")
+    logs = env.share / "jobs" / "logjob" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "ps-0.log").write_text("line 1\n")
+    b = browser()
+    b.login(env.alice)
+    first = b.get("/dashboard/jobs/logjob/log", params={"role": "ps", "index": 0}).json()
+    assert first["text"] == "line 1\n" and first["offset"] == 7
+    with (logs / "ps-0.log").open("a") as f:
+        f.write("line 2\n")
+    nxt = b.get("/dashboard/jobs/logjob/log", params={"role": "ps", "index": 0, "offset": 7}).json()
+    assert nxt["text"] == "line 2\n" and nxt["offset"] == 14
+    assert 'option value="ps/0"' in b.get("/dashboard/jobs/logjob").text
+
+
+def test_logout_needs_csrf_and_ends_session(browser, env):
+    b = browser()
+    b.login(env.admin)
+    sid = b.cookies["pasture_session"]
+    assert b.post("/dashboard/logout", {}).status_code == 403
+    r = b.post("/dashboard/logout", {"csrf_token": b.csrf()})
+    assert r.status_code == 303
+    b.cookies["pasture_session"] = sid  # a kept cookie no longer works
+    assert b.get("/dashboard/").status_code == 303
+
+
+def test_overview_shows_usage_chart_and_vc_bars(browser, env):
+    env.store.register_node(
+        NodeRecord(name="gpu-1", address="127.0.0.3", cpu_m=8000, memory=1 << 34, gpu=4)
+    )
+    usage = {"cpu_percent": 50.0, "memory_used": 1, "memory_total": 4, "gpus": []}
+    env.store.heartbeat("node-1", usage)
+    b = browser()
+    b.login(env.admin)
+    page = b.get("/dashboard/").text
+    assert 'id="node-count">3<' in page
+    assert 'id="gpu-idle">4<' in page
+    assert '<polyline class="line cpu"' in page
+    assert "CPU 50.0%" in page
+    assert "used 0 of 4 guaranteed" in page  # default VC's CPU bar (4 cores guaranteed)
+    assert b.get("/dashboard/vcs").status_code == 200
+
+
+def test_open_redirect_is_not_followed(browser, env):
+    b = browser()
+    page = b.get("/dashboard/login", params={"next": "https://evil.example/"})
+    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    r = b.post(
+        "/dashboard/login",
+        {"token": env.admin, "csrf_token": csrf, "next": "//evil.example/"},
+    )
+    assert r.headers["location"] == "/dashboard/"
+
+
+def test_static_assets(base):
+    assert httpx.get(f"{base}/dashboard/static/dashboard.css").status_code == 200
+    assert httpx.get(f"{base}/dashboard/static/job.js").status_code == 200
+    assert httpx.get(f"{base}/dashboard/static/../app.py").status_code == 404
