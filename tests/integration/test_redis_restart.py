@@ -1,6 +1,7 @@
 """The loop and an agent keep working across a Redis restart (AOF on, same port)."""
 
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -15,6 +16,12 @@ from scheduler.spec import parse_job_spec
 from scheduler.store import Store
 
 pytestmark = [pytest.mark.integration]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start(port, data):
@@ -60,8 +67,6 @@ def wait_state(store, name, state, timeout=30.0):
 
 
 def test_loop_and_agent_survive_a_redis_restart(tmp_path):
-    from conftest import free_port
-
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server not on PATH")
     port = free_port()
