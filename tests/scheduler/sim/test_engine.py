@@ -107,14 +107,15 @@ def test_fifo_backfill_hand_schedule() -> None:
     assert ends(run(two_nodes(), BACKFILL_JOBS, "fifo-backfill")) == {"J1": 10, "J2": 20, "J3": 4}
 
 
-def test_capacity_hand_schedule() -> None:
+@pytest.mark.parametrize("policy", ["capacity", "pasture"])
+def test_vc_reclaim_hand_schedule(policy: str) -> None:
     vcs = (VirtualCluster("a", Resources(0, 0, 2)), VirtualCluster("b", Resources(0, 0, 2)))
     jobs = [
         TraceJob("A1", 0, 10, 2, vc="a"),
         TraceJob("A2", 0, 10, 2, vc="a"),  # borrows b's guarantee
         TraceJob("B1", 1, 5, 2, vc="b"),  # b reclaims it
     ]
-    res = run(homogeneous(1, 4), jobs, "capacity", vcs=vcs, restart_cost_s=0.0)
+    res = run(homogeneous(1, 4), jobs, policy, vcs=vcs, restart_cost_s=0.0)
     e = ends(res)
     assert e["B1"] == 6.0
     # one A job was preempted at 1 (ran 1 s), resumes at 6 with 9 s left
