@@ -176,7 +176,8 @@ def usage_chart(
     height: int = 120,
 ) -> dict:
     """The cluster's mean CPU / memory / GPU utilisation over the last ``window_s`` seconds
-    as SVG polyline points (server-rendered; no chart library needed for three lines).
+    as SVG polyline points of a step line, one flat step per bucket (server-rendered; no
+    chart library needed for three lines).
 
     Samples of all nodes are averaged per ``step_s`` bucket. Returns ``{series: [{name,
     points: "x,y x,y"}], width, height, samples: n, last: {cpu, mem, gpu}}``; a series with
@@ -204,9 +205,9 @@ def usage_chart(
         for i in range(nbuckets):
             if counts[k][i]:
                 v = sums[k][i] / counts[k][i]
-                x = width * (i + 0.5) / nbuckets
+                x0, x1 = width * i / nbuckets, width * (i + 1) / nbuckets
                 y = height - height * min(100.0, max(0.0, v)) / 100.0
-                pts.append(f"{x:.1f},{y:.1f}")
+                pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")  # one step per bucket
                 last[k] = round(v, 1)
         series.append({"key": k, "name": name, "points": " ".join(pts)})
     return {"series": series, "width": width, "height": height, "samples": samples, "last": last}
