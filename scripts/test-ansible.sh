@@ -15,8 +15,8 @@ export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 failed=()
 step() { echo "==> $*"; }
 
-step "yamllint"
-yamllint --strict . || failed+=("yamllint")
+step "yamllint (Ansible files)"
+yamllint --strict site.yml playbooks roles molecule .yamllint .ansible-lint || failed+=("yamllint")
 
 step "ansible-lint"
 ansible-lint --offline site.yml playbooks roles || failed+=("ansible-lint")
