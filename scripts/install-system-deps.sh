@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   # local cluster hosts: rootful podman with systemd (TESTBED.md)
   podman runc crun debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns
-  containernetworking-plugins iptables
+  containernetworking-plugins iptables catatonit
   # process-mode dev cluster and service integration tests use a real redis-server
   redis-server redis-tools
   # share tests speak real SMB
