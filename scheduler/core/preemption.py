@@ -2,10 +2,16 @@
 
 Modes (``Policy.preemption``, tried in the policy's order; the first that works wins):
 
-    vc-reclaim   the job keeps its VC within guarantee; victims are jobs of VCs above their
-                 guarantee (borrowers), never taking a victim VC below its own guarantee in
-                 the resources the job asks for; preemptible=False does not protect
-                 borrowed capacity. (OpenPAI / YARN capacity scheduler reclaim.)
+    vc-reclaim   the job is itself within its VC's guarantee; victims are *borrowing* jobs
+                 of other VCs, as whole jobs: each VC's running jobs in start order (then
+                 name) are guaranteed while the VC's cumulative allocation including them
+                 stays within its guarantee in every governed component, and borrowing
+                 from the first one that exceeds it onward (quota.borrowing_jobs).
+                 Guaranteed jobs are never reclaim victims, and a borrowing job whose
+                 earlier-started siblings were already taken (this cycle) so that it fits
+                 the guarantee again is spared. preemptible=False does not protect a
+                 borrowing job. (OpenPAI HiveD guaranteed vs opportunistic jobs, Zhao et
+                 al., OSDI 2020; YARN capacity scheduler reclaim of over-capacity work.)
     priority     strictly lower base priority, preemptible, same VC when VCs are enforced.
     queue-order  running jobs the queue order ranks strictly after the job by base priority
                  and the order's own key (LAS level, remaining time; Tiresias, SRTF) --
@@ -34,7 +40,7 @@ from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, RunningJob
 from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.core.queue import OrderContext, QueueOrder, rank_key
-from scheduler.core.quota import VcLedger
+from scheduler.core.quota import VcLedger, _governed, borrowing_jobs, exceeds
 
 MAX_MINIMISE = 16
 """Victim sets larger than this skip the give-back pass (each step is one placement)."""
@@ -120,6 +126,9 @@ class Preemptor:
         self._alloc_cache: dict[str, tuple[int, int, int]] | None = None
         self._by_value_cache: list[RunningJob] | None = None
         self._scope_cache: dict[tuple, tuple[list, tuple[int, int, int]]] = {}
+        self._borrowing_cache: dict | None = None
+        # per VC: [(start_time, name, alloc)] of its borrowing jobs taken as victims so far
+        self._taken_by_vc: dict[str, list[tuple[float, str, tuple[int, int, int]]]] = {}
 
     # Built on first use: most cycles preempt nothing and should not pay for them.
     @property
@@ -144,6 +153,36 @@ class Preemptor:
             self._by_value_cache = sorted(self._running, key=_least_valuable_first)
         return self._by_value_cache
 
+    @property
+    def _borrowing(self) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+        """{borrowing job: (what its VC's earlier-started jobs hold, what it holds)}."""
+        if self._borrowing_cache is None:
+            self._borrowing_cache = borrowing_jobs(self.ledger, self._running)
+        return self._borrowing_cache
+
+    def _still_borrowing(self, rj: RunningJob, extra: Sequence[RunningJob] = ()) -> bool:
+        """Whether a (statically) borrowing job is still borrowing once the victims taken
+        so far this cycle, plus ``extra``, are gone: removing jobs started before it only
+        lowers its VC's cumulative allocation up to it, possibly back within guarantee."""
+        before, a = self._borrowing[rj.job.name]
+        vc = rj.job.vc
+        key = (rj.start_time, rj.job.name)
+        cum = [before[0] + a[0], before[1] + a[1], before[2] + a[2]]
+        gone = self._taken_by_vc.get(vc, ())
+        for st, name, ta in gone:
+            if (st, name) < key:
+                cum[0] -= ta[0]
+                cum[1] -= ta[1]
+                cum[2] -= ta[2]
+        for o in extra:
+            if o.job.vc == vc and (o.start_time, o.job.name) < key:
+                ta = self._alloc[o.job.name]
+                cum[0] -= ta[0]
+                cum[1] -= ta[1]
+                cum[2] -= ta[2]
+        g = self.ledger.guarantee.get(vc, (0, 0, 0))
+        return exceeds(cum, g, _governed(g))
+
     def _nodes_of(self, rj: RunningJob) -> dict[int, list[int]]:
         v = self._per_node.get(rj.job.name)
         if v is None:
@@ -161,7 +200,12 @@ class Preemptor:
             return cached
         min_run = self.policy.preemption_min_runtime_s
         if mode is PreemptionMode.VC_RECLAIM:
-            items = [(None, rj) for rj in self._by_value if rj.job.vc != scope]
+            borrowing = self._borrowing
+            items = [
+                (None, rj)
+                for rj in self._by_value
+                if rj.job.vc != scope and rj.job.name in borrowing
+            ]
         elif mode is PreemptionMode.PRIORITY:
             items = [
                 (rj.job.priority, rj)
@@ -202,17 +246,13 @@ class Preemptor:
             items, _ = self._scoped(mode, job.vc if self.policy.vc_quota else None)
         taken = self.victims
         if mode is PreemptionMode.VC_RECLAIM:
-            ledger = self.ledger
-            borrowing: dict[str, bool] = {}
+            alloc = self._alloc
             for _, rj in items:
                 if rj.job.name in taken:
                     continue
-                vc = rj.job.vc
-                b = borrowing.get(vc)
-                if b is None:
-                    bv = ledger.borrowed(vc)
-                    b = borrowing[vc] = any(bv[k] > 0 and req[k] > 0 for k in range(3))
-                if b:
+                a = alloc[rj.job.name]
+                # releasing it must free something the job asks for
+                if (a[0] and req[0]) or (a[1] and req[1]) or (a[2] and req[2]):
                     yield rj
         elif mode is PreemptionMode.PRIORITY:
             for prio, rj in items:
@@ -277,7 +317,6 @@ class Preemptor:
         cands: Iterator[RunningJob],
     ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
         index = self.index
-        budget: dict[str, list[int]] = {}
         mark = index.mark()
         chosen: list[RunningJob] = []
         found: GangPlacement | None = None
@@ -285,16 +324,13 @@ class Preemptor:
         last_fail = 0
         cands = _with_last(cands)
         for rj, is_last in cands:
-            alloc = self._alloc[rj.job.name]
-            if mode is PreemptionMode.VC_RECLAIM:
-                b = budget.get(rj.job.vc)
-                if b is None:
-                    b = budget[rj.job.vc] = self.ledger.borrowed(rj.job.vc)
-                # never push the victim's VC below its guarantee in what this job needs
-                if any(req[k] > 0 and alloc[k] > b[k] for k in range(3)):
-                    continue
-                for k in range(3):
-                    b[k] -= alloc[k]
+            # A job borrowing in the snapshot may be back within guarantee once earlier-
+            # started jobs of its VC are gone (taken before, or chosen above): spare it.
+            # Later decisions only see more victims, so every prefix of ``chosen`` (the
+            # bisection) and every subset the give-back pass keeps stays valid: giving a
+            # victim back only raises the cumulative allocation of the jobs after it.
+            if mode is PreemptionMode.VC_RECLAIM and not self._still_borrowing(rj, chosen):
+                continue
             for i, r in self._nodes_of(rj).items():
                 index.release(i, r[0], r[1], r[2])
             chosen.append(rj)
@@ -349,6 +385,10 @@ class Preemptor:
                     acc[k] += r[k]
         for rj in chosen:
             self.victims.add(rj.job.name)
+            if rj.job.name in self._borrowing:
+                self._taken_by_vc.setdefault(rj.job.vc, []).append(
+                    (rj.start_time, rj.job.name, self._alloc[rj.job.name])
+                )
         return chosen, found.per_node(), released
 
     def _release(self, jobs: Sequence[RunningJob]) -> None:

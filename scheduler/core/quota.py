@@ -11,16 +11,26 @@ Semantics (OpenPAI virtual clusters / HiveD / YARN capacity scheduler):
 - **borrowing**: beyond its guarantee (in a governed component) a VC may use idle capacity
   when ``can_borrow``, but not capacity that other VCs with pending work need to reach
   their own guarantees (that would be preempted back at once).
-- **reclaim**: a job that keeps its VC within guarantee may preempt jobs of VCs that are
-  above their guarantee (borrowers); a victim may be taken only if its VC stays at or above
-  its guarantee in the components the reclaiming job asks for.
+- **guaranteed and borrowing jobs** (whole jobs; OpenPAI HiveD's guaranteed vs
+  opportunistic jobs, Zhao et al., "HiveD: Sharing a GPU Cluster for Deep Learning with
+  Guarantees", OSDI 2020, with the VC's running jobs in start order as in YARN's capacity
+  scheduler): a VC's running jobs are ordered by start time (then name); a job is
+  *guaranteed* while the VC's cumulative allocation including it stays within the
+  guarantee in every governed component, and *borrowing* from the first job that exceeds
+  it onward (see :func:`borrowing_jobs`). A VC with an all-zero guarantee owns nothing, so
+  every job of it that holds anything is borrowing. Admission agrees: a job that keeps its
+  VC within guarantee in every governed component borrows nothing and is admitted even
+  when the VC may not borrow.
+- **reclaim**: a pending job that is itself within guarantee (:meth:`VcLedger.within_guarantee`)
+  may preempt borrowing jobs of other VCs, as whole jobs; guaranteed jobs are never
+  reclaim victims (see ``preemption.py``).
 
 When ``Policy.vc_quota`` is False none of this applies and VCs are names only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from scheduler.core.model import Job, Node, PendingReason, ReasonKind, RunningJob, VirtualCluster
 from scheduler.core.reasons import fmt_dim, reason
@@ -29,8 +39,62 @@ Vec = list[int]
 
 
 def _governed(r: tuple[int, int, int]) -> tuple[int, ...]:
+    """Components (0 cpu_m, 1 memory, 2 gpu) a guarantee governs: its non-zero ones; an
+    all-zero guarantee governs all three (the VC owns nothing)."""
     dims = tuple(d for d in range(3) if r[d] > 0)
     return dims if dims else (0, 1, 2)
+
+
+def exceeds(cum: Sequence[int], g: tuple[int, int, int], dims: tuple[int, ...]) -> bool:
+    """True when the allocation ``cum`` ([cpu_m, memory, gpu]) is above the guarantee ``g``
+    in any of the governed components ``dims``."""
+    return any(cum[d] > g[d] for d in dims)
+
+
+def borrowing_jobs(
+    ledger: VcLedger, running: Iterable[RunningJob]
+) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """The running jobs that are borrowing (opportunistic), whole-job semantics.
+
+    Each VC's running jobs are ordered by (start_time, name); a job is guaranteed while
+    the VC's cumulative allocation including it stays within the VC's guarantee in every
+    governed component (see :func:`_governed`), and borrowing from the first job that
+    exceeds it onward (allocations are non-negative, so that is exactly the jobs whose own
+    cumulative allocation exceeds). Source: OpenPAI HiveD guaranteed vs opportunistic jobs
+    (Zhao et al., OSDI 2020), YARN capacity scheduler's over-capacity containers.
+
+    Args:
+        ledger: gives each VC's guarantee; a VC it does not know has none (all borrowed).
+        running: the running jobs.
+
+    Returns:
+        ``{job name: (before, alloc)}`` for every borrowing job, where ``before`` is what
+        the job's VC's jobs started before it hold and ``alloc`` what the job holds, both
+        (cpu_m, memory bytes, gpu). Guaranteed jobs are absent.
+    """
+    per_vc: dict[str, list[tuple[float, str, tuple[int, int, int]]]] = {}
+    for rj in running:
+        c = m = g = 0
+        for p in rj.placements:
+            r = p.resources
+            c += r.cpu_m
+            m += r.memory
+            g += r.gpu
+        per_vc.setdefault(rj.job.vc, []).append((rj.start_time, rj.job.name, (c, m, g)))
+    out: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
+    for vc, jobs in per_vc.items():
+        guar = ledger.guarantee.get(vc, (0, 0, 0))
+        dims = _governed(guar)
+        jobs.sort(key=lambda t: (t[0], t[1]))
+        cum = [0, 0, 0]
+        for _, name, a in jobs:
+            before = (cum[0], cum[1], cum[2])
+            cum[0] += a[0]
+            cum[1] += a[1]
+            cum[2] += a[2]
+            if exceeds(cum, guar, dims):
+                out[name] = (before, a)
+    return out
 
 
 def _triple(r) -> tuple[int, int, int]:
@@ -125,16 +189,22 @@ class VcLedger:
         return [max(u[k] - g[k], 0) for k in range(3)]
 
     def within_guarantee(self, job: Job, req: tuple[int, int, int]) -> bool:
-        """True when ``req`` keeps the job's VC within its guarantee in every governed
-        component the job asks for (and there is at least one): reclaim may serve it."""
+        """True when the job, started now, would be a guaranteed job of its VC: the VC's
+        usage plus ``req`` (cpu_m, memory bytes, gpu) stays within the guarantee in every
+        governed component (the same test :func:`borrowing_jobs` applies to running jobs,
+        the job coming last in start order), and the job asks for at least one governed
+        component (otherwise the guarantee holds nothing for it). Reclaim may serve it.
+        False when VCs are not enforced, the VC is unknown or its guarantee is all zero."""
         if not self.enabled or job.vc not in self.vcs:
             return False
         g = self.guarantee[job.vc]
         if not any(g):
             return False
         u = self.usage.get(job.vc, [0, 0, 0])
-        dims = [d for d in self.governed[job.vc] if req[d] > 0]
-        return bool(dims) and all(u[d] + req[d] <= g[d] for d in dims)
+        dims = self.governed[job.vc]
+        if not any(req[d] > 0 for d in dims):
+            return False
+        return not exceeds([u[k] + req[k] for k in range(3)], g, dims)
 
     def admit(self, job: Job, req: tuple[int, int, int], ready_free: Vec) -> PendingReason | None:
         """None when the job's VC may take ``req`` now, else the reason it may not.

@@ -144,3 +144,74 @@ def test_vc_guarantee_counts_cpu_only_when_set():
     v = VirtualCluster("x", guarantee=res(gpu=8), can_borrow=False)
     s = snapshot([node("a")], [job("j", gpu=8, cpu=16, vc="x")], vcs=[v])
     assert [b.job for b in schedule(s, Policy(), 0.0).binds] == ["j"]
+
+
+# -- whole-job reclaim (OpenPAI HiveD guaranteed vs borrowing jobs) ------------------------
+
+
+def test_reclaim_takes_a_borrower_that_borrows_cpu_but_not_memory():
+    # The service's default VC config guarantees cpu + memory. y's one job uses 4 CPUs but
+    # only 512 MiB: it borrows cpu (4 > 2) and no memory; it is a borrowing job as a whole.
+    nodes = [node("a", gpu=0, cpu=4, mem_gib=8)]
+    held = [running(job("y-big", gpu=0, cpu=4, mem_gib=0.5, vc="y"), ["a"], start=0.0)]
+    vcs = [vc("x", cpu=2, mem_gib=4), vc("y", cpu=2, mem_gib=4)]
+    s = snapshot(nodes, [job("x1", gpu=0, cpu=2, mem_gib=1, vc="x")], held, vcs)
+    d = schedule(s, RECLAIM, 100.0)
+    assert [(p.job, p.for_job) for p in d.preemptions] == [("y-big", "x1")]
+    assert d.pending["x1"].kind is ReasonKind.PREEMPTING
+
+
+def test_reclaim_takes_a_gang_that_straddles_its_vcs_guarantee():
+    # y's single 2x8-GPU gang holds 16 with a guarantee of 8: it is borrowing, taken whole.
+    nodes = [node("a"), node("b")]
+    held = [running(job("y-gang", gpu=8, replicas=2, vc="y"), ["a", "b"], start=0.0)]
+    s = snapshot(nodes, [job("x1", gpu=8, vc="x")], held, [vc("x", gpu=8), vc("y", gpu=8)])
+    d = schedule(s, RECLAIM, 100.0)
+    assert [p.job for p in d.preemptions] == ["y-gang"]
+
+
+def test_reclaim_never_takes_a_guaranteed_job_even_of_lower_priority():
+    # y-old started first and fits y's guarantee: guaranteed, although of lower priority.
+    nodes = [node("a"), node("b")]
+    held = [
+        running(job("y-old", gpu=8, vc="y", priority=25), ["a"], start=0.0),
+        running(job("y-new", gpu=8, vc="y", priority=75), ["b"], start=50.0),
+    ]
+    vcs = [vc("x", gpu=16), vc("y", gpu=8)]
+    s = snapshot(nodes, [job("x1", gpu=8, vc="x")], held, vcs)
+    assert [p.job for p in schedule(s, RECLAIM, 100.0).preemptions] == ["y-new"]
+    # x needs both nodes: only y-new is borrowing, so nothing is preempted at all
+    s = snapshot(nodes, [job("x2", gpu=8, replicas=2, vc="x")], held, vcs)
+    d = schedule(s, RECLAIM, 100.0)
+    assert d.preemptions == ()
+    assert d.pending["x2"].kind is ReasonKind.INSUFFICIENT_RESOURCES
+
+
+def test_reclaim_spares_a_borrower_that_is_back_within_guarantee_after_earlier_victims():
+    # y (guarantee 8 GPUs) runs y1 6 (guaranteed), y2 4 (cum 10), y3 2 (cum 12): y2 and y3
+    # borrow. Once y2 is taken for x1, y3 is within guarantee again (6 + 2 = 8): x2 must
+    # not take it.
+    nodes = [node("a"), node("b")]
+    held = [
+        running(job("y1", gpu=6, vc="y"), ["a"], start=0.0),
+        running(job("y2", gpu=4, vc="y", priority=25), ["b"], start=10.0),
+        running(job("y3", gpu=2, vc="y"), ["a"], start=20.0),
+        running(job("z1", gpu=4, vc="z"), ["b"], start=0.0),
+    ]
+    pending = [job("x1", gpu=4, vc="x", submit=0), job("x2", gpu=2, vc="x", submit=1)]
+    vcs = [vc("x", gpu=8), vc("y", gpu=8), vc("z", gpu=8)]
+    d = schedule(snapshot(nodes, pending, held, vcs), RECLAIM, 100.0)
+    assert [(p.job, p.for_job) for p in d.preemptions] == [("y2", "x1")]
+    assert d.pending["x2"].kind is not ReasonKind.PREEMPTING
+
+
+def test_a_vc_over_its_guarantee_cannot_reclaim():
+    # x already borrows cpu (4 > 2): a further x job is borrowing too, so it may not reclaim
+    nodes = [node("a", gpu=0, cpu=8, mem_gib=8)]
+    held = [
+        running(job("x0", gpu=0, cpu=4, mem_gib=1, vc="x"), ["a"], start=0.0),
+        running(job("y-big", gpu=0, cpu=4, mem_gib=1, vc="y"), ["a"], start=0.0),
+    ]
+    vcs = [vc("x", cpu=2, mem_gib=4), vc("y", cpu=2, mem_gib=4)]
+    s = snapshot(nodes, [job("x1", gpu=0, cpu=1, mem_gib=1, vc="x")], held, vcs)
+    assert schedule(s, RECLAIM, 100.0).preemptions == ()
