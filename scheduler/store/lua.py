@@ -132,7 +132,9 @@ return 1
 # kept. Returns the node's state after the heartbeat, or '' when the node is not
 # registered. A lost node that heartbeats again becomes ready. The usage history
 # (``node:<node>:usage``) gets the sample (with ``t`` = now) when the last one is at least
-# the interval old, and is trimmed to the newest ``samples`` entries (bounded window).
+# the interval old, and is trimmed to the newest ``samples`` entries (bounded window); the
+# sample is also added to the cluster's per-minute sums ``usage:cluster:<minute start>``
+# (``cpu_sum``, ``cpu_n``, ... ; expire after 2 h).
 HEARTBEAT = r"""
 local p = ARGV[1]
 local nk = p .. 'node:' .. ARGV[2]
@@ -151,6 +153,16 @@ if ARGV[4] and ARGV[4] ~= '' then
     redis.call('LTRIM', hk, -tonumber(ARGV[6]), -1)
     redis.call('EXPIRE', hk, math.max(3600, math.ceil(tonumber(ARGV[5]) * tonumber(ARGV[6]) * 2)))
     redis.call('HSET', nk, 'usage_sampled', now)
+    -- the cluster's per-minute sums over all nodes (the dashboard's chart reads 60 keys,
+    -- not every node's history)
+    local ck = p .. 'usage:cluster:' .. tostring(math.floor(now / 60) * 60)
+    for _, f in ipairs({'cpu', 'mem', 'gpu'}) do
+      if type(sample[f]) == 'number' then
+        redis.call('HINCRBYFLOAT', ck, f .. '_sum', sample[f])
+        redis.call('HINCRBY', ck, f .. '_n', 1)
+      end
+    end
+    redis.call('EXPIRE', ck, 7200)
   end
 end
 if st == 'lost' then

@@ -640,6 +640,27 @@ class Store:
         buckets = [(b, int(raw.get(f"le_{b}") or 0)) for b in CYCLE_BUCKETS]
         return buckets, count, float(raw.get("sum") or 0.0)
 
+    def cluster_usage(self, since: float, until: float) -> list[dict[str, Any]]:
+        """The cluster's mean utilisation per minute from ``since`` to ``until`` (s), from
+        the per-minute sums the heartbeat keeps: ``[{t (minute start, s), cpu, mem, gpu}]``
+        in percent (a resource nobody reported in that minute is None); minutes without
+        any sample are left out."""
+        start = int(since // 60) * 60
+        minutes = list(range(start, int(until // 60) * 60 + 1, 60))
+        pipe = self.r.pipeline(transaction=False)
+        for m in minutes:
+            pipe.hgetall(self.k("usage", "cluster", str(m)))
+        out = []
+        for m, h in zip(minutes, pipe.execute(), strict=True):
+            if not h:
+                continue
+            row: dict[str, Any] = {"t": float(m)}
+            for f in ("cpu", "mem", "gpu"):
+                n = int(h.get(f"{f}_n") or 0)
+                row[f] = float(h[f"{f}_sum"]) / n if n else None
+            out.append(row)
+        return out
+
     def loop_stats(self) -> dict[str, int]:
         """Counters the commit script keeps: ``{placements, preemptions}`` (tasks' gangs
         bound and jobs preempted since the store was created)."""
@@ -744,7 +765,7 @@ class Store:
         vcs = self.vcs()
         ledger = self.ledger()
         job_vc: dict[str, str] = {}
-        active = self.active_jobs()
+        active = self.active_jobs(with_spec=False)
         for j in active:
             job_vc[j.name] = j.vc
         used: dict[str, dict[str, int]] = {n: {"cpu_m": 0, "memory": 0, "gpu": 0} for n in vcs}

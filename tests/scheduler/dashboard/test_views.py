@@ -59,16 +59,15 @@ def test_gpu_totals_and_vc_bars():
     assert (y["within"], y["free"]) == (pytest.approx(100 / 6), pytest.approx(100 / 6))
 
 
-def test_usage_chart_averages_nodes_per_bucket():
+def test_usage_chart_steps_per_minute():
     now = 10_000.0
-    histories = {
-        "a": [{"t": now - 30, "cpu": 20, "mem": 50, "gpu": None}],
-        "b": [{"t": now - 20, "cpu": 60, "mem": 50, "gpu": None}],
-        "old": [{"t": now - 7200, "cpu": 99, "mem": 99, "gpu": 99}],
-    }
-    chart = views.usage_chart(histories, now, width=600, height=100)
-    assert chart["samples"] == 2  # the sample older than an hour is left out
+    minutes = [
+        {"t": 3000.0, "cpu": 99.0, "mem": 99.0, "gpu": 99.0},  # older than an hour
+        {"t": 9960.0, "cpu": 40.0, "mem": 50.0, "gpu": None},
+    ]
+    chart = views.usage_chart(minutes, now, width=600, height=100)
+    assert chart["samples"] == 1
     assert chart["last"] == {"cpu": 40.0, "mem": 50.0}
     cpu = next(s for s in chart["series"] if s["key"] == "cpu")
-    assert cpu["points"] == "590.0,60.0 600.0,60.0"  # last bucket, 40 % -> y = 60
+    assert cpu["points"] == "590.0,60.0 600.0,60.0"  # last minute, 40 % -> y = 60
     assert next(s for s in chart["series"] if s["key"] == "gpu")["points"] == ""

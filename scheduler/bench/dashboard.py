@@ -1,0 +1,216 @@
+"""Dashboard page render times with a filled store (1,000 jobs, 200 nodes by default).
+
+Setup: a private redis-server; ``--nodes`` registered nodes (8 GPUs each) with an hour of
+usage history each (720 samples, what the heartbeat keeps); three VCs; ``--jobs`` jobs
+submitted through the job service and placed by a few in-process loop cycles (so the
+ledger, tasks, events and pending reasons are real); the API as its own process
+(``python -m scheduler.api``). A client logs in through the login form and fetches each
+page ``--repeat`` times; the figures are wall-clock seconds per request as the client sees
+them (p50 / p99 per page), and the API process' CPU seconds per request
+(``<page>_server_cpu_mean_s``, which does not grow when other work shares the machine's
+cores). Target: under 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from scheduler.bench.e2e import _free_port, redis_server, simulated_nodes
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs in the store")
+    parser.add_argument("--nodes", type=int, default=200, help="registered nodes")
+    parser.add_argument("--repeat", type=int, default=30, help="requests per page")
+    parser.add_argument("--seed", type=int, default=1)
+
+
+def _fill(store, settings, n_nodes: int, n_jobs: int, rng: random.Random) -> None:
+    from scheduler.loop import Loop
+    from scheduler.services.jobs import JobService
+    from scheduler.store.store import USAGE_SAMPLE_S, USAGE_SAMPLES
+    from scheduler.store.tokens import TokenInfo, TokenRole
+
+    store.apply_vcs(settings.virtual_clusters)
+    nodes = simulated_nodes(n_nodes, cpu=64, memory_gib=512, gpu=8)
+    for node in nodes:
+        node.gpu_model = "A100"
+        store.register_node(node)
+    now = store.now()
+    pipe = store.r.pipeline(transaction=False)
+    sums: dict[int, dict[str, float]] = {}
+    for node in nodes:  # an hour of history, as the heartbeat would have kept it
+        samples = []
+        for i in range(USAGE_SAMPLES):
+            sample = {
+                "t": now - 3600 + i * USAGE_SAMPLE_S,
+                "cpu": rng.uniform(0, 100),
+                "mem": rng.uniform(0, 100),
+                "gpu": rng.uniform(0, 100),
+            }
+            samples.append(json.dumps(sample))
+            minute = sums.setdefault(int(sample["t"] // 60) * 60, {})
+            for f in ("cpu", "mem", "gpu"):
+                minute[f"{f}_sum"] = minute.get(f"{f}_sum", 0.0) + sample[f]
+                minute[f"{f}_n"] = minute.get(f"{f}_n", 0) + 1
+        pipe.rpush(store.k("node", node.name, "usage"), *samples)
+    for minute, fields in sums.items():  # and the cluster's per-minute sums
+        pipe.hset(store.k("usage", "cluster", str(minute)), mapping=fields)
+    pipe.execute()
+    jobs = JobService(store)
+    admin = TokenInfo("bench", TokenRole.ADMIN)
+    vcs = [vc.name for vc in settings.virtual_clusters]
+    for i in range(n_jobs):
+        gpus = rng.choice([0, 1, 2, 4, 8])
+        jobs.submit(
+            admin,
+            {
+                "name": f"job-{i:05d}",
+                "vc": vcs[i % len(vcs)],
+                "roles": {
+                    "worker": {
+                        "replicas": rng.randint(1, 4),
+                        "resources": {"cpu": 2, "memory": "8Gi", "gpu": gpus},
+                        "command": "python train.py",
+                    }
+                },
+            },
+        )
+    loop = Loop(store, settings)
+    for _ in range(4):
+        loop.cycle()
+
+
+def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the API exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the API did not answer /healthz within 30 s")
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run the benchmark; returns ``{page_p50_s, page_p99_s, ...}`` (seconds) per page."""
+    import httpx
+    import numpy as np
+
+    from scheduler.settings import SchedulerSettings
+    from scheduler.store import Store
+    from scheduler.store.tokens import TokenStore
+
+    if args.jobs < 1 or args.nodes < 1 or args.repeat < 1:
+        raise SystemExit("--jobs, --nodes and --repeat must be at least 1")
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory(prefix="pasture-bench-dashboard-") as tmp:
+        tmp_path = Path(tmp)
+        (tmp_path / "share").mkdir()
+        with redis_server(tmp_path) as redis_url:
+            port = _free_port()
+            config = {
+                "cluster_name": "bench",
+                "redis": {"url": redis_url},
+                "share_dir": str(tmp_path / "share"),
+                "api": {"host": "127.0.0.1", "port": port},
+                "loop": {"interval_s": 1.0, "heartbeat_timeout_s": 3600},
+                "virtual_clusters": [
+                    {"name": n, "guarantee": {"cpu": 2000, "memory": "8Ti", "gpu": 400}}
+                    for n in ("default", "research", "prod")
+                ],
+            }
+            cfg = tmp_path / "scheduler.yaml"
+            cfg.write_text(yaml.safe_dump(config))
+            settings = SchedulerSettings.model_validate(config)
+            store = Store(settings.redis.client())
+            t0 = time.perf_counter()
+            _fill(store, settings, args.nodes, args.jobs, rng)
+            fill_s = time.perf_counter() - t0
+            token = TokenStore(store.r).create("bench-admin", "admin")
+            api = subprocess.Popen(
+                [sys.executable, "-m", "scheduler.api", "--config", str(cfg)],
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / "api.log").open("wb"),
+            )
+            url = f"http://127.0.0.1:{port}"
+            try:
+                _wait_up(url, api)
+                figures = _measure(url, token, store, args.repeat, httpx, np, api.pid)
+            finally:
+                api.terminate()
+                api.wait(15)
+    figures["fill_s"] = round(fill_s, 2)
+    figures["jobs"] = args.jobs
+    figures["nodes"] = args.nodes
+    figures["target_s"] = 0.2
+    return figures
+
+
+def _measure(url: str, token: str, store, repeat: int, httpx, np, pid: int) -> dict:
+    import psutil
+
+    server = psutil.Process(pid)
+    client = httpx.Client(base_url=url, timeout=60)
+    page = client.get("/dashboard/login")
+    login_csrf = CSRF.search(page.text).group(1)
+    cookies = {"pasture_login_csrf": page.cookies.get("pasture_login_csrf") or ""}
+    # httpx does not send Secure cookies over http: pass them by hand
+    r = client.post(
+        "/dashboard/login",
+        data={"token": token, "csrf_token": login_csrf},
+        headers={"Cookie": f"pasture_login_csrf={cookies['pasture_login_csrf']}"},
+    )
+    if r.status_code != 303:
+        raise RuntimeError(f"login failed: {r.status_code} {r.text[:200]}")
+    sid = r.cookies.get("pasture_session")
+    headers = {"Cookie": f"pasture_session={sid}"}
+    running = store.list_jobs(state="running", limit=1)[0] or store.list_jobs(limit=1)[0]
+    one = running[0].name
+    pages = {
+        "overview": "/dashboard/",
+        "nodes": "/dashboard/nodes",
+        "jobs": "/dashboard/jobs",
+        "jobs_queued": "/dashboard/jobs?state=queued",
+        "jobs_by_user": "/dashboard/jobs?user=bench",
+        "job": f"/dashboard/jobs/{one}",
+        "vcs": "/dashboard/vcs",
+    }
+    out: dict = {}
+    for name, path in pages.items():
+        times = []
+        cpu0 = None
+        for i in range(repeat + 2):
+            if i == 2:
+                c = server.cpu_times()
+                cpu0 = c.user + c.system
+            t = time.perf_counter()
+            r = client.get(path, headers=headers)
+            times.append(time.perf_counter() - t)
+            if r.status_code != 200:
+                raise RuntimeError(f"{path}: HTTP {r.status_code} {r.text[:200]}")
+        c = server.cpu_times()
+        out[f"{name}_server_cpu_mean_s"] = round((c.user + c.system - cpu0) / repeat, 4)
+        times = np.array(times[2:])  # the first two warm caches (templates, scripts)
+        out[f"{name}_p50_s"] = round(float(np.percentile(times, 50)), 4)
+        out[f"{name}_p99_s"] = round(float(np.percentile(times, 99)), 4)
+    out["worst_p99_s"] = max(v for k, v in out.items() if k.endswith("_p99_s"))
+    client.close()
+    return out
