@@ -20,8 +20,9 @@ replays traces under each of them side by side. None of them is a fork of the co
     srtf-oracle    shortest remaining time first with the true durations (the simulator
                    fills Job.estimated_duration_s): an optimistic reference, not for use.
     pasture        the service default: priority classes, VC guarantees with borrowing and
-                   reclaim, gangs, 2D-LAS inside a priority class (queue-order preemption
-                   within a VC, not of jobs younger than 5 minutes), EASY backfill so that
+                   reclaim, gangs, 2D-LAS inside a priority class with two queues split at
+                   one GPU-hour (queue-order preemption within a VC, not of jobs younger
+                   than 5 minutes), EASY backfill so that
                    a blocked gang gets a reservation. Uses no duration estimates.
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
@@ -106,7 +107,7 @@ PRESETS = MappingProxyType(
                 PreemptionMode.QUEUE_ORDER,
             ),
             aging_per_hour=0.0,
-            las_thresholds=(3600.0, 36000.0),
+            las_thresholds=(3600.0,),
             preemption_min_runtime_s=300.0,
         ),
     }
