@@ -350,7 +350,8 @@ class Simulator:
                     changed = changed or bool(self._running) and bool(self._pending)
             if not changed:
                 continue
-            self._cycle(now, result)
+            if self._pending:  # nothing to decide otherwise: the core would return at once
+                self._cycle(now, result)
             frac = self._alloc_gpus / self.gpus if self.gpus else 0.0
             result.peak_alloc = max(result.peak_alloc, frac)
             if arrived and self._pending and result.alloc_at_first_wait is None:
