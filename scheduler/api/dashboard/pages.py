@@ -160,28 +160,54 @@ def overview(request: Request) -> Response:
         return to_login(request)
     store = request.app.state.store
     now = store.now()
-    nodes = as_dict(store.list_nodes())
+    nodes = [node_fields(n) for n in store.list_nodes(with_usage=False)]
     ledger = list(store.ledger().values())
     vcs = as_dict(store.vc_usage())
-    status = request.app.state.status.status()
     node_states: dict[str, int] = {}
+    capacity = {"cpu_m": 0, "memory": 0}
     for n in nodes:
         node_states[n["state"]] = node_states.get(n["state"], 0) + 1
+        if n["state"] != "lost":
+            capacity["cpu_m"] += n["cpu_m"]
+            capacity["memory"] += n["memory"]
+    allocated = {
+        "cpu_m": sum(a.cpu_m for a in ledger),
+        "memory": sum(a.memory for a in ledger),
+    }
+    jobs = {
+        "running": sum(v["jobs_running"] for v in vcs),
+        "waiting": sum(v["jobs_queued"] for v in vcs),
+    }
     return render(
         request,
         "overview.html",
         s,
-        cluster=status.get("cluster", ""),
+        cluster=getattr(request.app.state.status, "cluster_name", ""),
         nodes=len(nodes),
         node_states=sorted(node_states.items()),
-        job_states=sorted((status.get("jobs") or {}).items()),
+        jobs=jobs,
         gpus=views.gpu_totals(nodes, ledger),
-        capacity=status.get("capacity") or {},
-        allocated=status.get("allocated") or {},
+        capacity=capacity,
+        allocated=allocated,
         chart=views.usage_chart(store.cluster_usage(now - 3600, now), now),
         vc_gpu=views.vc_bars(vcs, "gpu"),
         vc_cpu=views.vc_bars(vcs, "cpu_m"),
     )
+
+
+def node_fields(n) -> dict:
+    """The fields of a store NodeRecord the pages use (cheaper than a full as_dict)."""
+    return {
+        "name": n.name,
+        "address": n.address,
+        "state": n.state,
+        "cpu_m": n.cpu_m,
+        "memory": n.memory,
+        "gpu": n.gpu,
+        "gpu_model": n.gpu_model,
+        "heartbeat": n.heartbeat,
+        "usage": n.usage,
+    }
 
 
 @router.get("/nodes")
@@ -190,10 +216,35 @@ def nodes_page(request: Request) -> Response:
     if s is None:
         return to_login(request)
     store = request.app.state.store
-    rows = views.node_rows(
-        request.app.state.nodes.list(s.who), store.ledger().values(), store.now()
-    )
+    nodes = [node_fields(n) for n in store.list_nodes()]
+    rows = views.node_rows(nodes, store.ledger().values(), store.now())
     return render(request, "nodes.html", s, rows=rows, admin=s.who.role.value == "admin")
+
+
+@router.get("/nodes/{name}")
+def node_page(name: str, request: Request) -> Response:
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    store = request.app.state.store
+    try:
+        node = request.app.state.nodes.get(s.who, name)
+    except NotFoundError as exc:
+        return error(request, s, 404, exc.message)
+    now = store.now()
+    ledger = [a for a in store.ledger().values() if a.node == name]
+    row = views.node_rows([node], ledger, now)[0]
+    history = views.per_minute(store.usage_history(name, since=now - 3600))
+    return render(
+        request,
+        "node.html",
+        s,
+        node=node,
+        row=row,
+        allocations=sorted(ledger, key=lambda a: (a.job, a.role, a.index)),
+        chart=views.usage_chart(history, now),
+        admin=s.who.role.value == "admin",
+    )
 
 
 @router.post("/nodes/{name}/{action}")

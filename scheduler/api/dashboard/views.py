@@ -203,3 +203,21 @@ def usage_chart(
         series.append({"key": k, "name": name, "points": " ".join(pts)})
     seen = len(rows)
     return {"series": series, "width": width, "height": height, "samples": seen, "last": last}
+
+
+def per_minute(samples: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A node's usage samples (``{t, cpu, mem, gpu}``) as per-minute means in the shape of
+    :meth:`Store.cluster_usage` (``[{t: minute start, cpu, mem, gpu}]``, oldest first)."""
+    sums: dict[int, dict[str, list[float]]] = {}
+    for s in samples:
+        minute = sums.setdefault(int(float(s.get("t", 0)) // 60) * 60, {})
+        for k in ("cpu", "mem", "gpu"):
+            if s.get(k) is not None:
+                minute.setdefault(k, []).append(float(s[k]))
+    out = []
+    for m, v in sorted(sums.items()):
+        row: dict[str, Any] = {"t": float(m)}
+        for k in ("cpu", "mem", "gpu"):
+            row[k] = sum(v[k]) / len(v[k]) if v.get(k) else None
+        out.append(row)
+    return out

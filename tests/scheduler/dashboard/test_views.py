@@ -71,3 +71,15 @@ def test_usage_chart_steps_per_minute():
     cpu = next(s for s in chart["series"] if s["key"] == "cpu")
     assert cpu["points"] == "590.0,60.0 600.0,60.0"  # last minute, 40 % -> y = 60
     assert next(s for s in chart["series"] if s["key"] == "gpu")["points"] == ""
+
+
+def test_per_minute_means():
+    samples = [
+        {"t": 120.0, "cpu": 10, "mem": 1, "gpu": None},
+        {"t": 150.0, "cpu": 30, "mem": 3, "gpu": None},
+        {"t": 185.0, "cpu": 50, "mem": 5, "gpu": 80},
+    ]
+    assert views.per_minute(samples) == [
+        {"t": 120.0, "cpu": 20.0, "mem": 2.0, "gpu": None},
+        {"t": 180.0, "cpu": 50.0, "mem": 5.0, "gpu": 80.0},
+    ]
