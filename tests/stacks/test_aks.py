@@ -8,7 +8,6 @@ import json
 
 import pytest
 import yaml
-from conftest import build_stack
 from inventory_checks import check_inventory_listing, run_preflight
 
 from scheduler.agent.executor import TaskLaunch
@@ -16,6 +15,7 @@ from scheduler.agent.kubernetes import PodSettings, build_pod
 from scheduler.inventory import parse_stack_output, write_inventory
 from scheduler.settings import AgentSettings, SchedulerSettings
 from stacks.aks import ACR_PULL_ROLE
+from tests.stacks.mocks import build_stack
 
 pytestmark = pytest.mark.stacks
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 
 import pytest
-from conftest import SSH_KEY, build_stack
 from inventory_checks import check_inventory
 
 from scheduler.inventory import parse_stack_output
 from stacks.config import ConfigError
+from tests.stacks.mocks import SSH_KEY, build_stack
 
 pytestmark = pytest.mark.stacks
 

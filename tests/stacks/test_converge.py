@@ -9,7 +9,6 @@ import textwrap
 import pytest
 import yaml
 from ansible_runner.config.runner import RunnerConfig
-from conftest import build_stack
 from test_onprem import SECRETS, onprem_config
 
 from scheduler.inventory import ClusterOutputs, parse_stack_output, render_inventory
@@ -21,6 +20,7 @@ from stacks.converge import (
     host_fingerprints,
     runner_kwargs,
 )
+from tests.stacks.mocks import build_stack
 
 pytestmark = pytest.mark.stacks
 

@@ -4,10 +4,10 @@ secrets stay secret, facts become the node resources, outputs match the contract
 from __future__ import annotations
 
 import pytest
-from conftest import build_stack
 from inventory_checks import check_inventory
 
 from scheduler.inventory import parse_stack_output
+from tests.stacks.mocks import build_stack
 
 pytestmark = pytest.mark.stacks
 
