@@ -191,6 +191,7 @@ def _measure(url: str, token: str, store, repeat: int, httpx, np, pid: int) -> d
         "jobs_queued": "/dashboard/jobs?state=queued",
         "jobs_by_user": "/dashboard/jobs?user=bench",
         "job": f"/dashboard/jobs/{one}",
+        "node": "/dashboard/nodes/sim-0001",
         "vcs": "/dashboard/vcs",
     }
     out: dict = {}
