@@ -197,7 +197,8 @@ def usage_chart(
                 continue
             i = min(nbuckets - 1, max(0, int((float(m["t"]) + 30 - start) // 60)))
             x0, x1 = width * i / nbuckets, width * (i + 1) / nbuckets
-            y = height - height * min(100.0, max(0.0, float(v))) / 100.0
+            # 2 units of margin keep 0 % and 100 % off the frame
+            y = 2 + (height - 4) * (1 - min(100.0, max(0.0, float(v))) / 100.0)
             pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")
             last[k] = round(float(v), 1)
         series.append({"key": k, "name": name, "points": " ".join(pts)})

@@ -69,7 +69,7 @@ def test_usage_chart_steps_per_minute():
     assert chart["samples"] == 1
     assert chart["last"] == {"cpu": 40.0, "mem": 50.0}
     cpu = next(s for s in chart["series"] if s["key"] == "cpu")
-    assert cpu["points"] == "590.0,60.0 600.0,60.0"  # last minute, 40 % -> y = 60
+    assert cpu["points"] == "590.0,59.6 600.0,59.6"  # last minute, 40 % -> y = 2 + 96 * 0.6
     assert next(s for s in chart["series"] if s["key"] == "gpu")["points"] == ""
 
 
