@@ -395,7 +395,9 @@ class Loop:
         try:
             while not stop.is_set():
                 try:
+                    started = time.perf_counter()
                     self.cycle()
+                    self.store.record_cycle(time.perf_counter() - started)  # for /metrics
                 except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
                     log.exception("scheduling cycle failed")
                     stop.wait(interval)

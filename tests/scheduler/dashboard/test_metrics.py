@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from live import job_yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -63,3 +65,22 @@ def test_pending_reason_kinds(base, env):
     )
     m = scrape(base, env.admin)
     assert m[("pasture_pending_jobs", (("kind", "vc-quota"),))] == 1
+
+
+def test_running_loop_records_cycle_latency(env):
+    import threading
+
+    stop = threading.Event()
+    loop = Loop(env.store, env.settings)
+    thread = threading.Thread(target=loop.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while env.store.cycle_histogram()[1] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(10)
+    buckets, count, total = env.store.cycle_histogram()
+    assert count >= 2 and total > 0
+    assert buckets[-1][1] <= count  # cumulative counts never exceed the total
