@@ -6,6 +6,9 @@ Exposed at ``/metrics`` (bearer token needed, any role):
 - ``pasture_api_request_duration_seconds{method, route}``          histogram, seconds
 - ``pasture_jobs{state}``, ``pasture_nodes{state}``                 gauges read from the store
   at scrape time (from the cluster status summary).
+- scheduler metrics (queue length per VC, pending reasons, cycle latency, placements,
+  preemptions, GPUs per node and VC, heartbeat age, utilisation): :class:`SchedulerCollector`
+  and docs/dashboard.md.
 """
 
 from __future__ import annotations
