@@ -73,6 +73,43 @@ def _with_last(items: Iterable[RunningJob]) -> Iterator[tuple[RunningJob, bool]]
     yield prev, True
 
 
+class _Taken:
+    """Borrowing jobs of one VC taken as victims, by position in the VC's (start, name)
+    order: a Fenwick tree per component (prefix sums in O(log n)) and the total."""
+
+    __slots__ = ("tree", "total", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tree = [0] * (3 * (n + 1))
+        self.total = [0, 0, 0]
+
+    def add(self, pos: int, alloc: tuple[int, int, int]) -> None:
+        tree = self.tree
+        for k in range(3):
+            self.total[k] += alloc[k]
+        i = pos + 1
+        while i <= self.n:
+            b = 3 * i
+            tree[b] += alloc[0]
+            tree[b + 1] += alloc[1]
+            tree[b + 2] += alloc[2]
+            i += i & -i
+
+    def before(self, pos: int) -> list[int]:
+        """Sum of the taken jobs at positions < ``pos``."""
+        tree = self.tree
+        out = [0, 0, 0]
+        i = pos
+        while i > 0:
+            b = 3 * i
+            out[0] += tree[b]
+            out[1] += tree[b + 1]
+            out[2] += tree[b + 2]
+            i -= i & -i
+        return out
+
+
 def _least_valuable_first(rj: RunningJob) -> tuple:
     return (rj.job.priority, -rj.start_time, rj.job.name)
 
@@ -127,8 +164,9 @@ class Preemptor:
         self._by_value_cache: list[RunningJob] | None = None
         self._scope_cache: dict[tuple, tuple[list, tuple[int, int, int]]] = {}
         self._borrowing_cache: dict | None = None
+        self._vc_sizes_cache: dict[str, int] | None = None
         # per VC: [(start_time, name, alloc)] of its borrowing jobs taken as victims so far
-        self._taken_by_vc: dict[str, list[tuple[float, str, tuple[int, int, int]]]] = {}
+        self._taken_by_vc: dict[str, _Taken] = {}
 
     # Built on first use: most cycles preempt nothing and should not pay for them.
     @property
@@ -154,34 +192,59 @@ class Preemptor:
         return self._by_value_cache
 
     @property
-    def _borrowing(self) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]]:
-        """{borrowing job: (what its VC's earlier-started jobs hold, what it holds)}."""
+    def _vc_sizes(self) -> dict[str, int]:
+        """Running jobs per VC."""
+        if self._vc_sizes_cache is None:
+            sizes: dict[str, int] = {}
+            for rj in self._running:
+                sizes[rj.job.vc] = sizes.get(rj.job.vc, 0) + 1
+            self._vc_sizes_cache = sizes
+        return self._vc_sizes_cache
+
+    @property
+    def _borrowing(self) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]]:
+        """{borrowing job: (what its VC's earlier-started jobs hold, what it holds, its
+        position in its VC's start order)}."""
         if self._borrowing_cache is None:
             self._borrowing_cache = borrowing_jobs(self.ledger, self._running)
         return self._borrowing_cache
 
-    def _still_borrowing(self, rj: RunningJob, extra: Sequence[RunningJob] = ()) -> bool:
+    def _still_borrowing(
+        self, rj: RunningJob, local: dict[str, tuple[list[int], list[tuple[int, tuple]]]]
+    ) -> bool:
         """Whether a (statically) borrowing job is still borrowing once the victims taken
-        so far this cycle, plus ``extra``, are gone: removing jobs started before it only
-        lowers its VC's cumulative allocation up to it, possibly back within guarantee."""
-        before, a = self._borrowing[rj.job.name]
+        so far this cycle and ``local`` (those chosen so far in this selection, per VC: their
+        total and (position, alloc) pairs) are gone: removing jobs started before it only
+        lowers its VC's cumulative allocation up to it, possibly back within guarantee.
+        O(1) unless that is close to happening, then O(log n + len(local)) (n: the VC's
+        running jobs)."""
+        before, a, pos = self._borrowing[rj.job.name]
         vc = rj.job.vc
-        key = (rj.start_time, rj.job.name)
-        cum = [before[0] + a[0], before[1] + a[1], before[2] + a[2]]
-        gone = self._taken_by_vc.get(vc, ())
-        for st, name, ta in gone:
-            if (st, name) < key:
-                cum[0] -= ta[0]
-                cum[1] -= ta[1]
-                cum[2] -= ta[2]
-        for o in extra:
-            if o.job.vc == vc and (o.start_time, o.job.name) < key:
-                ta = self._alloc[o.job.name]
-                cum[0] -= ta[0]
-                cum[1] -= ta[1]
-                cum[2] -= ta[2]
         g = self.ledger.guarantee.get(vc, (0, 0, 0))
-        return exceeds(cum, g, _governed(g))
+        dims = _governed(g)
+        cum = [before[0] + a[0], before[1] + a[1], before[2] + a[2]]
+        taken = self._taken_by_vc.get(vc)
+        mine = local.get(vc)
+        if taken is None and mine is None:
+            return exceeds(cum, g, dims)
+        # Fast path: still over the guarantee even if every taken job had started before it.
+        low = list(cum)
+        for total in (taken.total if taken else None, mine[0] if mine else None):
+            if total is not None:
+                for k in range(3):
+                    low[k] -= total[k]
+        if exceeds(low, g, dims):
+            return True
+        if taken is not None:
+            gone = taken.before(pos)
+            for k in range(3):
+                cum[k] -= gone[k]
+        if mine is not None:
+            for opos, oa in mine[1]:
+                if opos < pos:
+                    for k in range(3):
+                        cum[k] -= oa[k]
+        return exceeds(cum, g, dims)
 
     def _nodes_of(self, rj: RunningJob) -> dict[int, list[int]]:
         v = self._per_node.get(rj.job.name)
@@ -201,11 +264,14 @@ class Preemptor:
         min_run = self.policy.preemption_min_runtime_s
         if mode is PreemptionMode.VC_RECLAIM:
             borrowing = self._borrowing
-            items = [
-                (None, rj)
-                for rj in self._by_value
-                if rj.job.vc != scope and rj.job.name in borrowing
-            ]
+            jobs = [rj for rj in self._running if rj.job.vc != scope and rj.job.name in borrowing]
+            # Least valuable first; "most recently started" breaks start-time ties by the
+            # name in reverse, the exact reverse of the classification's (start, name)
+            # order, so that within a priority a VC's borrowers go latest first and taking
+            # one never turns an earlier-started borrower back into a guaranteed job.
+            jobs.sort(key=lambda rj: rj.job.name, reverse=True)
+            jobs.sort(key=lambda rj: (rj.job.priority, -rj.start_time))
+            items = [(None, rj) for rj in jobs]
         elif mode is PreemptionMode.PRIORITY:
             items = [
                 (rj.job.priority, rj)
@@ -317,6 +383,7 @@ class Preemptor:
         cands: Iterator[RunningJob],
     ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
         index = self.index
+        local: dict[str, tuple[list[int], list[tuple[int, tuple]]]] = {}
         mark = index.mark()
         chosen: list[RunningJob] = []
         found: GangPlacement | None = None
@@ -329,8 +396,16 @@ class Preemptor:
             # Later decisions only see more victims, so every prefix of ``chosen`` (the
             # bisection) and every subset the give-back pass keeps stays valid: giving a
             # victim back only raises the cumulative allocation of the jobs after it.
-            if mode is PreemptionMode.VC_RECLAIM and not self._still_borrowing(rj, chosen):
-                continue
+            if mode is PreemptionMode.VC_RECLAIM:
+                if not self._still_borrowing(rj, local):
+                    continue
+                lt = local.get(rj.job.vc)
+                if lt is None:
+                    lt = local[rj.job.vc] = ([0, 0, 0], [])
+                a = self._alloc[rj.job.name]
+                for k in range(3):
+                    lt[0][k] += a[k]
+                lt[1].append((self._borrowing[rj.job.name][2], a))
             for i, r in self._nodes_of(rj).items():
                 index.release(i, r[0], r[1], r[2])
             chosen.append(rj)
@@ -386,9 +461,10 @@ class Preemptor:
         for rj in chosen:
             self.victims.add(rj.job.name)
             if rj.job.name in self._borrowing:
-                self._taken_by_vc.setdefault(rj.job.vc, []).append(
-                    (rj.start_time, rj.job.name, self._alloc[rj.job.name])
-                )
+                t = self._taken_by_vc.get(rj.job.vc)
+                if t is None:
+                    t = self._taken_by_vc[rj.job.vc] = _Taken(self._vc_sizes[rj.job.vc])
+                t.add(self._borrowing[rj.job.name][2], self._alloc[rj.job.name])
         return chosen, found.per_node(), released
 
     def _release(self, jobs: Sequence[RunningJob]) -> None:

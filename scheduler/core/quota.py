@@ -53,7 +53,7 @@ def exceeds(cum: Sequence[int], g: tuple[int, int, int], dims: tuple[int, ...]) 
 
 def borrowing_jobs(
     ledger: VcLedger, running: Iterable[RunningJob]
-) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]]:
     """The running jobs that are borrowing (opportunistic), whole-job semantics.
 
     Each VC's running jobs are ordered by (start_time, name); a job is guaranteed while
@@ -68,9 +68,10 @@ def borrowing_jobs(
         running: the running jobs.
 
     Returns:
-        ``{job name: (before, alloc)}`` for every borrowing job, where ``before`` is what
-        the job's VC's jobs started before it hold and ``alloc`` what the job holds, both
-        (cpu_m, memory bytes, gpu). Guaranteed jobs are absent.
+        ``{job name: (before, alloc, position)}`` for every borrowing job, where ``before``
+        is what the job's VC's jobs started before it hold and ``alloc`` what the job holds,
+        both (cpu_m, memory bytes, gpu), and ``position`` its 0-based place in its VC's
+        (start_time, name) order. Guaranteed jobs are absent.
     """
     per_vc: dict[str, list[tuple[float, str, tuple[int, int, int]]]] = {}
     for rj in running:
@@ -81,19 +82,19 @@ def borrowing_jobs(
             m += r.memory
             g += r.gpu
         per_vc.setdefault(rj.job.vc, []).append((rj.start_time, rj.job.name, (c, m, g)))
-    out: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
+    out: dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]] = {}
     for vc, jobs in per_vc.items():
         guar = ledger.guarantee.get(vc, (0, 0, 0))
         dims = _governed(guar)
         jobs.sort(key=lambda t: (t[0], t[1]))
         cum = [0, 0, 0]
-        for _, name, a in jobs:
+        for pos, (_, name, a) in enumerate(jobs):
             before = (cum[0], cum[1], cum[2])
             cum[0] += a[0]
             cum[1] += a[1]
             cum[2] += a[2]
             if exceeds(cum, guar, dims):
-                out[name] = (before, a)
+                out[name] = (before, a, pos)
     return out
 
 

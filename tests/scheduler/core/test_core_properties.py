@@ -334,3 +334,113 @@ def test_higher_priority_never_waits_behind_lower_priority_in_its_vc(case, stric
     reduced = without(nodes, running, lower)
     alone = Snapshot(reduced.nodes, tuple(vcs), (high,), reduced.running)
     assert not schedule(alone, Policy(preemption=()), 2000.0).binds
+
+
+# -- whole-job reclaim with guarantees on the lending side ---------------------------------
+
+
+def _alloc(rj):
+    a = rj.allocated()
+    return (a.cpu_m, a.memory, a.gpu)
+
+
+def _over(cum, g):
+    """Above guarantee ``g`` in a governed component (non-zero ones; all if g is zero)."""
+    dims = [d for d in range(3) if g[d] > 0] or [0, 1, 2]
+    return any(cum[d] > g[d] for d in dims)
+
+
+def _borrowing(running, vcs, gone=frozenset()):
+    """Names of the running jobs that are borrowing once the jobs in ``gone`` are removed:
+    per VC in (start, name) order, from the first whose cumulative allocation exceeds the
+    guarantee onward (written independently of quota.borrowing_jobs)."""
+    g_of = {v.name: (v.guarantee.cpu_m, v.guarantee.memory, v.guarantee.gpu) for v in vcs}
+    out = set()
+    by_vc = defaultdict(list)
+    for rj in running:
+        if rj.job.name not in gone:
+            by_vc[rj.job.vc].append(rj)
+    for name, jobs in by_vc.items():
+        cum = [0, 0, 0]
+        for rj in sorted(jobs, key=lambda r: (r.start_time, r.job.name)):
+            cum = [c + a for c, a in zip(cum, _alloc(rj), strict=True)]
+            if _over(cum, g_of.get(name, (0, 0, 0))):
+                out.add(rj.job.name)
+    return out
+
+
+@st.composite
+def guarded_reclaim_case_st(draw, same_priority=False):
+    """Like reclaim_case_st, but the lending VC y has a random guarantee (cpu, memory and
+    GPUs, possibly zero), so some of its jobs are guaranteed and some borrowing."""
+    nodes = [n for n in draw(nodes_st(min_size=2, max_size=6)) if n.state is NodeState.READY]
+    assume(len(nodes) >= 2)
+    fillers = []
+    for k, n in enumerate(nodes):
+        g = n.capacity.gpu
+        pieces = draw(st.sampled_from([1, 2])) if g >= 2 else 1
+        for p in range(pieces):
+            fillers.append(
+                job(
+                    f"y{k}-{p}",
+                    gpu=g // pieces,
+                    cpu=n.capacity.cpu_m / 1000 / pieces,
+                    mem_gib=draw(st.sampled_from([0.5, 8])),
+                    vc="y",
+                    priority=50 if same_priority else draw(st.sampled_from([25, 50, 75])),
+                    preemptible=draw(st.booleans()),
+                )
+            )
+    starts = [float(draw(st.integers(0, 1000))) for _ in fillers]
+    running = place_running(nodes, fillers, starts)
+    want = draw(job_st("x-job", vcs=("x",), max_roles=1))
+    g = want.gang_request()
+    vcs = [
+        vc("x", gpu=g.gpu, cpu=g.cpu_m / 1000, mem_gib=g.memory / 1024**3 + 1),
+        vc(
+            "y",
+            gpu=draw(st.sampled_from([0, 4, 8, 16])),
+            cpu=draw(st.sampled_from([0, 8, 32])),
+            mem_gib=draw(st.sampled_from([0, 4, 64])),
+        ),
+    ]
+    return nodes, running, [want], vcs
+
+
+@given(guarded_reclaim_case_st())
+def test_reclaim_victims_are_borrowing_jobs_never_guaranteed_ones(case):
+    nodes, running, pending, vcs = case
+    s = snapshot(nodes, pending, running, vcs)
+    policy = Policy(preemption=(PreemptionMode.VC_RECLAIM,), aging_per_hour=0)
+    d = schedule(s, policy, 5000.0)
+    check_invariants(s, d)
+    victims = {p.job for p in d.preemptions}
+    event(f"reclaim with y guarantee: {len(victims)} victims")
+    assert victims <= _borrowing(running, vcs)
+    # each victim is still borrowing with the other victims started before it gone
+    by_name = {rj.job.name: rj for rj in running}
+    for v in victims:
+        key = (by_name[v].start_time, v)
+        earlier = {w for w in victims if (by_name[w].start_time, w) < key}
+        assert v in _borrowing(running, vcs, gone=frozenset(earlier)), v
+
+
+@given(guarded_reclaim_case_st(same_priority=True))
+def test_guarantee_comes_back_in_the_same_cycle_when_borrowing_jobs_free_enough(case):
+    nodes, running, pending, vcs = case
+    want = pending[0]
+    borrowing = _borrowing(running, vcs)
+    # reclaimable: the job fits beside y's guaranteed jobs once its borrowing jobs are gone
+    kept = [rj for rj in running if rj.job.name not in borrowing]
+    alone = schedule(snapshot(nodes, [want], kept, vcs), Policy(preemption=()), 0.0)
+    assume(alone.binds)
+    s = snapshot(nodes, pending, running, vcs)
+    policy = Policy(preemption=(PreemptionMode.VC_RECLAIM,), aging_per_hour=0)
+    d = schedule(s, policy, 5000.0)
+    check_invariants(s, d)
+    if want.name in {b.job for b in d.binds}:
+        event("guarded reclaim: bound directly")
+        return
+    event("guarded reclaim: victims chosen")
+    assert d.pending[want.name].kind is ReasonKind.PREEMPTING, d.pending[want.name]
+    assert {p.job for p in d.preemptions} <= borrowing
