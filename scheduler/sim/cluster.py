@@ -201,8 +201,10 @@ def size_cluster(
 
     Each kind (GPUs, CPU, memory, model) keeps its share of GPUs (largest-remainder rounding,
     machines taken in list order; beyond the list, machines are repeated with a ``~N``
-    suffix). Then, so that the widest job can run, kinds with the most GPUs are added until
-    enough nodes hold its gang's tasks. Machines without GPUs are dropped.
+    suffix). Nodes the jobs need whatever the target come first and count towards it: enough
+    nodes of the widest kind for the widest job's gang, and for a task whose CPU/memory fits
+    no kind present, one node of the smallest kind that fits it. Machines without GPUs are
+    dropped.
 
     Raises:
         TraceError: no machine has a GPU, or a job needs more GPUs per task than any node.
@@ -215,19 +217,37 @@ def size_cluster(
     for s in gpu_shapes:
         by_kind.setdefault(s.kind, []).append(s)
     total = sum(s.gpus for s in gpu_shapes)
-    scale = target_gpus / total
-    exact = {k: len(v) * scale for k, v in by_kind.items()}
-    counts = {k: int(x) for k, x in exact.items()}
-    have = sum(k[0] * n for k, n in counts.items())
-    for k in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True):
-        if have + k[0] / 2 > target_gpus:
-            continue
-        counts[k] += 1
-        have += k[0]
     tasks, per_task = widest_need(jobs, max_gpus)
     wide_kinds = sorted((k for k in by_kind if k[0] >= per_task), key=lambda k: -k[0])
-    while sum(counts[k] for k in wide_kinds) < tasks:
-        counts[wide_kinds[0]] += 1
+    needs = sorted({_task_need(j, max_gpus) for j in jobs}, reverse=True)
+    forced = dict.fromkeys(by_kind, 0)  # nodes the jobs need whatever the target
+    for _ in range(8):
+        rest = max(target_gpus - sum(k[0] * n for k, n in forced.items()), 0.0)
+        counts = _proportional(by_kind, rest / total)
+        for k, n in forced.items():
+            counts[k] += n
+        changed = False
+        # so that the widest job can run: enough nodes of the widest kind for its gang
+        deficit = tasks - sum(counts[k] for k in wide_kinds)
+        if deficit > 0 and wide_kinds:
+            forced[wide_kinds[0]] += deficit
+            changed = True
+        # every job's task must fit some kind present (CPU and memory too, for traces that
+        # carry them): one node of the smallest kind that fits a task that fits none
+        for task in needs:
+            if any(counts[k] and _fits(task, k) for k in by_kind):
+                continue
+            fitting = sorted((k for k in by_kind if _fits(task, k)), key=lambda k: k[:3])
+            if not fitting:
+                raise TraceError(
+                    f"a task needing {task[0]} GPUs, {task[1]} millicores and {task[2]} "
+                    "bytes fits no machine of the cluster shape"
+                )
+            forced[fitting[0]] += 1
+            counts[fitting[0]] += 1
+            changed = True
+        if not changed:
+            break
     out = []
     for k, members in by_kind.items():
         for i in range(counts[k]):
@@ -237,11 +257,42 @@ def size_cluster(
     return out
 
 
+def _proportional(by_kind: dict[tuple, list[NodeShape]], scale: float) -> dict[tuple, int]:
+    """Nodes per kind so that each kind keeps its share of GPUs (largest remainder)."""
+    target = sum(k[0] * len(v) for k, v in by_kind.items()) * scale
+    exact = {k: len(v) * scale for k, v in by_kind.items()}
+    counts = {k: int(x) for k, x in exact.items()}
+    have = sum(k[0] * n for k, n in counts.items())
+    for k in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True):
+        if have + k[0] / 2 > target:
+            continue
+        counts[k] += 1
+        have += k[0]
+    return counts
+
+
+def _task_need(job: TraceJob, max_node_gpus: int) -> tuple[int, int, int]:
+    tasks, per_task = gang_shape(job.gpus, max_node_gpus)
+    cpu, mem = synthesise_requests(job)
+    return (per_task, cpu // tasks, mem // tasks)
+
+
+def _fits(task: tuple[int, int, int], kind: tuple) -> bool:
+    return task[0] <= kind[0] and task[1] <= kind[1] and task[2] <= kind[2]
+
+
 def check_fits(shapes: Sequence[NodeShape], jobs: Sequence[TraceJob]) -> None:
     """Raise :class:`TraceError` when some job's gang could never fit the cluster."""
     max_gpus = max((s.gpus for s in shapes), default=0)
     if max_gpus < 1:
         raise TraceError("the cluster has no GPUs")
+    for j in jobs:
+        task = _task_need(j, max_gpus)
+        if not any(_fits(task, s.kind) for s in shapes):
+            raise TraceError(
+                f"job {j.name}'s task ({task[0]} GPUs, {task[1]} millicores, {task[2]} bytes) "
+                "fits no node of the cluster"
+            )
     widest = max(jobs, key=lambda j: j.gpus)
     tasks, per_task = gang_shape(widest.gpus, max_gpus)
     if sum(1 for s in shapes if s.gpus >= per_task) < tasks:

@@ -101,3 +101,17 @@ def test_machine_and_node_lists(tmp_path: Path) -> None:
     n.write_text("sn,cpu_milli,memory_mib,gpu,model\nx,64000,1024,2,P100\n")
     (node,) = read_openb_nodes(n)
     assert (node.cpu_m, node.memory, node.gpus, node.gpu_model) == (64000, 1024**3, 2, "P100")
+
+
+def test_size_cluster_adds_a_node_that_fits_a_big_cpu_task() -> None:
+    from scheduler.sim.cluster import NodeShape
+
+    shapes = [NodeShape(f"s{i}", 2, 16_000, 64 * 1024**3) for i in range(20)]
+    shapes.append(NodeShape("fat", 2, 128_000, 512 * 1024**3))
+    jobs = [TraceJob("a", 0, 10, 1, cpu_m=1000, memory=1), TraceJob("b", 5, 10, 1, cpu_m=100_000)]
+    out = size_cluster(shapes, 8, jobs)
+    assert "fat" in {s.name for s in out}
+    assert sum(s.gpus for s in out) == 8  # the forced node counts towards the target
+    check_fits(out, jobs)
+    with pytest.raises(TraceError, match="fits no node"):
+        check_fits(shapes[:3], jobs)
