@@ -165,6 +165,7 @@ class Preemptor:
         self._scope_cache: dict[tuple, tuple[list, tuple[int, int, int]]] = {}
         self._borrowing_cache: dict | None = None
         self._vc_sizes_cache: dict[str, int] | None = None
+        self._cursor: dict[tuple, int] = {}
         # per VC: [(start_time, name, alloc)] of its borrowing jobs taken as victims so far
         self._taken_by_vc: dict[str, _Taken] = {}
 
@@ -307,10 +308,20 @@ class Preemptor:
         if mode is PreemptionMode.VC_RECLAIM:
             if not self.ledger.within_guarantee(job, req):
                 return
-            items, _ = self._scoped(mode, job.vc)
+            key = (mode, job.vc)
         else:
-            items, _ = self._scoped(mode, job.vc if self.policy.vc_quota else None)
+            key = (mode, job.vc if self.policy.vc_quota else None)
+        items, _ = self._scoped(*key)
         taken = self.victims
+        # Victims are taken roughly in this order and never given back within a cycle:
+        # skip the leading run of taken ones once (the lists are sorted, so the early
+        # returns below see the same first untaken item either way).
+        start = self._cursor.get(key, 0)
+        while start < len(items) and items[start][1].job.name in taken:
+            start += 1
+        self._cursor[key] = start
+        if start:
+            items = items[start:]
         if mode is PreemptionMode.VC_RECLAIM:
             alloc = self._alloc
             for _, rj in items:
@@ -343,6 +354,8 @@ class Preemptor:
         Returns (victims, claim, released): the gang's what-if placement per node and what
         the victims release per node, both ``{node id: [cpu_m, memory, gpu]}``.
         """
+        if mode is PreemptionMode.VC_RECLAIM and not self.ledger.within_guarantee(job, req):
+            return None  # a borrowing job reclaims nothing (and costs nothing to refuse)
         scope = job.vc if self.policy.vc_quota or mode is PreemptionMode.VC_RECLAIM else None
         memo = None
         if not self.order.dynamic:
