@@ -17,8 +17,6 @@ import pytest
 from scheduler import dev
 from scheduler.store.tokens import TokenStore
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -138,18 +136,3 @@ def page(chromium):
     pg = context.new_page()
     yield pg
     context.close()
-
-
-def login(page, cluster: Cluster, token: str) -> None:
-    page.goto(f"{cluster.endpoint}/dashboard/")
-    assert "/dashboard/login" in page.url
-    page.fill("#token", token)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{cluster.endpoint}/dashboard/")
-
-
-def screenshot(page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / name
-    page.screenshot(path=str(path), full_page=True)
-    return path

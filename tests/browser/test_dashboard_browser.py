@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
-from conftest import login, screenshot
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+
+
+def login(page, cluster, token: str) -> None:
+    page.goto(f"{cluster.endpoint}/dashboard/")
+    assert "/dashboard/login" in page.url
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{cluster.endpoint}/dashboard/")
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
+    page.screenshot(path=str(path), full_page=True)
+    return path
 
 
 def test_admin_sees_nodes_follows_log_and_stops_job(page, cluster):
