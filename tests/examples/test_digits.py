@@ -60,7 +60,10 @@ def test_ps_fails_when_a_worker_dies_mid_training(gang):
     gang.procs["worker-1"].kill()
     runs = gang.wait(timeout=60)
     assert runs["ps-0"].returncode == 1
-    assert "digits: peer closed the connection" in runs["ps-0"].output
+    # EOF or a reset, depending on whether the kill lands between or during messages.
+    assert re.search(
+        r"digits: (peer closed the connection|.*Connection reset by peer)", runs["ps-0"].output
+    ), runs["ps-0"].output
     assert not (gang.job_dir / "result.json").exists()
 
 
