@@ -31,7 +31,9 @@ class PreemptionMode(StrEnum):
     """Reasons the core may choose victims.
 
     VC_RECLAIM: a VC with pending work below its guarantee takes back capacity other VCs
-        borrowed (victims only among borrowers, never below their own guarantee).
+        borrowed. Victims are only borrowing jobs of other VCs, taken whole (a VC's running
+        jobs in start order are guaranteed until their running total exceeds the guarantee;
+        from there on they borrow; OpenPAI HiveD, Zhao et al., OSDI'20).
     PRIORITY: a pending job may preempt strictly lower-priority preemptible jobs in the
         same VC.
     QUEUE_ORDER: a pending job may preempt running jobs that the queue order ranks after it
