@@ -178,6 +178,26 @@ class Agent:
                     "agent restarted without a record of this task",
                 )
 
+    def _prepare_job_dir(
+        self, job_dir: Path, spec: JobSpec, tasks, rec: TaskRecord, log_path: Path
+    ) -> str | None:
+        """Create the job's log dir on the share, write the MPI hostfile (when the job asks
+        for one) and the attempt header of the task's log; returns the hostfile path.
+
+        Raises:
+            OSError: the share is not writable (e.g. the mount failed).
+        """
+        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        hostfile = None
+        if spec.mpi:
+            hostfile = str(job_dir / f"hostfile-{rec.attempt}")
+            tmp = Path(hostfile + f".{self.node}.tmp")
+            tmp.write_text(mpi_hostfile(spec, tasks))
+            os.replace(tmp, hostfile)
+        with open(log_path, "a") as f:
+            f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
+        return hostfile
+
     def _start(self, job: str, rec: TaskRecord) -> None:
         job_rec = self.store.get_job(job)
         if job_rec is None:
@@ -186,18 +206,25 @@ class Agent:
         tasks = self.store.tasks(job)
         share = Path(self.s.share_dir)
         job_dir = share / "jobs" / job
-        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        hostfile = None
-        if spec.mpi:
-            hostfile = str(job_dir / f"hostfile-{rec.attempt}")
-            tmp = Path(hostfile + f".{self.node}.tmp")
-            tmp.write_text(mpi_hostfile(spec, tasks))
-            os.replace(tmp, hostfile)
+        log_path = job_dir / "logs" / f"{rec.role}-{rec.index}.log"
+        try:
+            hostfile = self._prepare_job_dir(job_dir, spec, tasks, rec, log_path)
+        except OSError as exc:
+            # A broken share mount must fail this task (so the job's retry policy acts),
+            # not crash every agent pass while the task stays `scheduled` forever.
+            log.warning("task %s/%s: cannot write to the share: %s", job, rec.key, exc)
+            self.store.report_task(
+                job,
+                rec.key,
+                rec.attempt,
+                self.node,
+                TaskState.FAILED,
+                None,
+                f"cannot write to the cluster share at {share}: {exc}",
+            )
+            return
         role = spec.roles[rec.role]
         env = {**spec.env, **role.env, **task_env(job, spec, tasks, rec, str(share), hostfile)}
-        log_path = job_dir / "logs" / f"{rec.role}-{rec.index}.log"
-        with open(log_path, "a") as f:
-            f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
         tid = task_id(job, rec.role, rec.index, rec.attempt)
         launch = TaskLaunch(
             task_id=tid,

@@ -201,3 +201,19 @@ def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):
     log = (tmp_path / "share/jobs/mpi/logs/w-0.log").read_text().splitlines()
     assert log[1:] == ["127.0.0.1 slots=1", "127.0.0.1 slots=1"]
     assert (tmp_path / "share/jobs/mpi/hostfile-1").exists()
+
+
+def test_unwritable_share_fails_the_task_instead_of_crashing_the_agent(
+    store, tmp_path, redis_url
+):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    # A file where the share's jobs/ directory should be: every mkdir below it fails, as
+    # with a share mount that returns I/O errors.
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "jobs").write_text("not a directory")
+    place(store, "j", "echo never", replicas=1)
+    agent.reconcile()  # must not raise
+    (task,) = store.tasks("j")
+    assert task.state == "failed"
+    assert "cannot write to the cluster share" in task.message
