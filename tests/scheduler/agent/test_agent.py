@@ -203,9 +203,7 @@ def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):
     assert (tmp_path / "share/jobs/mpi/hostfile-1").exists()
 
 
-def test_unwritable_share_fails_the_task_instead_of_crashing_the_agent(
-    store, tmp_path, redis_url
-):
+def test_unwritable_share_fails_the_task_instead_of_crashing_the_agent(store, tmp_path, redis_url):
     agent = make_agent(store, tmp_path, redis_url)
     agent.register()
     # A file where the share's jobs/ directory should be: every mkdir below it fails, as
