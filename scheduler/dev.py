@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,10 +183,58 @@ class DevCluster:
             p.wait(5)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free when asked (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def redis_server(data_dir: Path) -> Iterator[str]:
+    """A private redis-server (from PATH) on a free port; yields its URL.
+
+    Raises:
+        RuntimeError: redis-server is not on PATH or does not answer within 10 s.
+    """
+    import redis
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server not found on PATH (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not answer within 10 s") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def _spawn(name: str, argv: list[str], base: Path) -> Proc:
@@ -342,7 +391,7 @@ def _up(
     import redis
 
     base = Path(cluster.base_dir)
-    port = _free_port()
+    port = free_port()
     cluster._procs["redis"] = _spawn(
         "redis",
         [
@@ -367,7 +416,7 @@ def _up(
     client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
     _wait("redis-server", client.ping, cluster._procs["redis"], timeout)
 
-    api_port = _free_port()
+    api_port = free_port()
     settings = {
         "cluster_name": "dev",
         "redis": {"url": cluster.redis_url},

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from scheduler.bench.e2e import _free_port, redis_server, simulated_nodes
+from scheduler.bench.e2e import simulated_nodes
+from scheduler.dev import free_port, redis_server
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> dict:
         tmp_path = Path(tmp)
         (tmp_path / "share").mkdir()
         with redis_server(tmp_path) as redis_url:
-            port = _free_port()
+            port = free_port()
             config = {
                 "cluster_name": "bench",
                 "redis": {"url": redis_url},

@@ -20,21 +20,20 @@ Placement rate = jobs that reached ``running`` / (last running time - first subm
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
+from scheduler.dev import redis_server
 
 ExitCode = Callable[[str, Any], int]
 
@@ -183,59 +182,6 @@ def simulated_nodes(n: int, cpu: int = 32, memory_gib: int = 128, gpu: int = 0) 
         )
         for i in range(1, n + 1)
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def redis_server(data_dir: Path) -> Iterator[str]:
-    """A private redis-server (from PATH) on a free port; yields its URL.
-
-    Raises:
-        RuntimeError: redis-server is not on PATH or does not answer within 10 s.
-    """
-    import redis
-
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server not found on PATH (apt-get install redis-server)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(data_dir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("redis-server did not answer within 10 s") from None
-                time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _job_document(i: int, rng: random.Random, max_replicas: int) -> dict:
