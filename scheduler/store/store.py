@@ -11,7 +11,7 @@ Errors: :class:`JobExistsError`, :class:`JobNotFoundError`, :class:`NodeNotFound
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
@@ -260,20 +260,24 @@ class Store:
         ``with_spec=False`` leaves ``spec`` empty (``{}``): less to transfer and decode for
         callers that cache specs (the loop); fetch them with :meth:`job_specs`.
         """
-        names = list(names)
-        pipe = self.r.pipeline(transaction=False)
-        for n in names:
-            if with_spec:
-                pipe.hgetall(self.k("job", n))
-            else:
-                pipe.hmget(self.k("job", n), _JOB_FIELDS_NO_SPEC)
-        rows = pipe.execute()
-        if not with_spec:
-            rows = [
-                {k: v for k, v in zip(_JOB_FIELDS_NO_SPEC, row, strict=True) if v is not None}
-                for row in rows
-            ]
+        rows = self._read_hashes(
+            [self.k("job", n) for n in names], None if with_spec else _JOB_FIELDS_NO_SPEC
+        )
         return [self._job_from_hash(h) for h in rows if h.get("state")]
+
+    def _read_hashes(self, keys: list[str], fields: Sequence[str] | None) -> list[dict[str, str]]:
+        """Each key's hash in one round trip: every field, or only ``fields`` (absent ones
+        left out, as HGETALL would), in the order of ``keys``."""
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys:
+            if fields is None:
+                pipe.hgetall(key)
+            else:
+                pipe.hmget(key, fields)
+        rows = pipe.execute()
+        if fields is None:
+            return rows
+        return [{k: v for k, v in zip(fields, row, strict=True) if v is not None} for row in rows]
 
     def job_specs(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
         """``{job: spec dict}`` for existing jobs (one round trip)."""
@@ -689,18 +693,9 @@ class Store:
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
         """All registered nodes, by name (``with_usage=False`` skips the usage report)."""
         names = sorted(self.r.smembers(self.k("nodes")))
-        pipe = self.r.pipeline(transaction=False)
-        for n in names:
-            if with_usage:
-                pipe.hgetall(self.k("node", n))
-            else:
-                pipe.hmget(self.k("node", n), _NODE_FIELDS_NO_USAGE)
-        rows = pipe.execute()
-        if not with_usage:
-            rows = [
-                {k: v for k, v in zip(_NODE_FIELDS_NO_USAGE, row, strict=True) if v is not None}
-                for row in rows
-            ]
+        rows = self._read_hashes(
+            [self.k("node", n) for n in names], None if with_usage else _NODE_FIELDS_NO_USAGE
+        )
         return [self._node_from_hash(h) for h in rows if h.get("name")]
 
     def get_node(self, name: str) -> NodeRecord | None:
