@@ -4,9 +4,6 @@ standing in for the pasture API's drain route."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -17,24 +14,13 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 
+from scheduler.dev import free_port
 from stacks import hostops
 from stacks.hostops import HostOpError, SshTarget
 from stacks.onprem_host import HostProvider, delete_host, diff_host
+from tests.sshd import keygen, running_sshd
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 GPU_NAMES = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def keygen(path: Path) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30
-    )
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +28,7 @@ def sshd(tmp_path_factory):
     """A real sshd on 127.0.0.1:<free port>; yields (port, dir). Key ``user`` logs in
     plainly; key ``gpuuser`` logs in with PATH starting at a dir holding an ``nvidia-smi``
     that prints what the real one prints on a two-A100 host (no GPU exists here)."""
-    if not os.path.exists(SSHD):
-        pytest.fail("sshd missing: apt-get install -y openssh-server")
     d = tmp_path_factory.mktemp("sshd")
-    keygen(d / "host_key")
     keygen(d / "user")
     keygen(d / "gpuuser")
     keygen(d / "stranger")
@@ -59,45 +42,11 @@ def sshd(tmp_path_factory):
     )
     smi.chmod(0o755)
     gpu_env = f'environment="PATH={fake_bin}:/usr/local/bin:/usr/bin:/bin"'
-    (d / "authorized_keys").write_text(
-        (d / "user.pub").read_text() + f"{gpu_env} " + (d / "gpuuser.pub").read_text()
-    )
-    port = free_port()
-    (d / "sshd_config").write_text(
-        f"""ListenAddress 127.0.0.1
-Port {port}
-HostKey {d}/host_key
-PidFile {d}/sshd.pid
-AuthorizedKeysFile {d}/authorized_keys
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-PermitUserEnvironment yes
-StrictModes no
-UsePAM no
-"""
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    proc = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
-        stdout=subprocess.DEVNULL,
-        stderr=open(d / "sshd.log", "w"),  # noqa: SIM115 - closed with the process
-    )
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail((d / "sshd.log").read_text())
-            time.sleep(0.05)
-    host_key = paramiko.Ed25519Key.from_private_key_file(str(d / "host_key"))
-    (d / "known_hosts").write_text(hostops.known_hosts_line("127.0.0.1", port, host_key) + "\n")
-    yield port, d
-    proc.terminate()
-    proc.wait(timeout=10)
+    authorized = (d / "user.pub").read_text() + f"{gpu_env} " + (d / "gpuuser.pub").read_text()
+    with running_sshd(d, authorized, "PermitUserEnvironment yes\n") as port:
+        host_key = paramiko.Ed25519Key.from_private_key_file(str(d / "host_key"))
+        (d / "known_hosts").write_text(hostops.known_hosts_line("127.0.0.1", port, host_key) + "\n")
+        yield port, d
 
 
 def target(sshd, key: str = "user", **kw) -> SshTarget:

@@ -4,75 +4,24 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.sshd import keygen, running_sshd
+
 pytestmark = pytest.mark.integration
-
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _keygen(path: Path) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30
-    )
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     """A real sshd with SFTP on 127.0.0.1:<free port>; yields (port, dir with key ``user``)."""
-    if not os.path.exists(SSHD):
-        pytest.fail("sshd missing: apt-get install -y openssh-server")
     d = tmp_path_factory.mktemp("sshd")
-    _keygen(d / "host_key")
-    _keygen(d / "user")
-    (d / "authorized_keys").write_text((d / "user.pub").read_text())
-    port = _free_port()
-    (d / "sshd_config").write_text(
-        f"""ListenAddress 127.0.0.1
-Port {port}
-HostKey {d}/host_key
-PidFile {d}/sshd.pid
-AuthorizedKeysFile {d}/authorized_keys
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-Subsystem sftp internal-sftp
-"""
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    log = (d / "sshd.log").open("w")
-    proc = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL, stderr=log
-    )
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail((d / "sshd.log").read_text())
-            time.sleep(0.05)
-    yield port, d
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    keygen(d / "user")
+    with running_sshd(d, (d / "user.pub").read_text(), "Subsystem sftp internal-sftp\n") as port:
+        yield port, d
 
 
 def _ssh_args(sshd, tmp_path) -> list[str]:
@@ -128,7 +77,7 @@ def test_push_and_pull_a_directory_and_a_file(sshd, cli, tmp_path):
 
 def test_changed_host_key_is_refused(sshd, cli, tmp_path):
     port, d = sshd
-    _keygen(tmp_path / "other")
+    keygen(tmp_path / "other")
     other = (tmp_path / "other.pub").read_text().split()
     (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {other[0]} {other[1]}\n")
     share = tmp_path / "share"
