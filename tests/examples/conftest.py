@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.dev import free_port
 from scheduler.examples.gang import local_gang_env
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A TCP port the kernel just handed out on 127.0.0.1 (bind port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -1,7 +1,6 @@
 """The loop and an agent keep working across a Redis restart (AOF on, same port)."""
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -10,18 +9,13 @@ import pytest
 import redis
 
 from scheduler.agent.agent import Agent
+from scheduler.dev import free_port
 from scheduler.loop import Loop
 from scheduler.settings import AgentSettings, SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import Store
 
 pytestmark = [pytest.mark.integration]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(port, data):

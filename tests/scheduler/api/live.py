@@ -6,7 +6,6 @@ Imported by ``tests/scheduler/api/conftest.py`` and ``tests/scheduler/cli/confte
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 import uvicorn
 
 from scheduler.api import create_app
+from scheduler.dev import free_port
 from scheduler.settings import SchedulerSettings
 from scheduler.store import NodeRecord, Store
 from scheduler.store.tokens import TokenStore
@@ -69,17 +69,11 @@ def make_env(redis_url: str, tmp_path: Path, max_body_bytes: int = 1 << 20) -> E
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serve(env: Env) -> Iterator[str]:
     """Run the app under a real uvicorn server in a thread; yields its base URL."""
     app = create_app(env.settings, store=env.store, tokens=env.tokens)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
             app,

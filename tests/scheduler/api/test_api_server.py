@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typer.testing import CliRunner
 
 from scheduler.cli import app as cli_app
 from scheduler.cli.output import UNAVAILABLE
+from scheduler.dev import free_port
 from scheduler.settings import SchedulerSettings
 from scheduler.store.tokens import TokenStore
 
@@ -70,16 +70,10 @@ def tls_files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def tls_api(redis_url, tmp_path, tls_files):
     """The API as ``python -m scheduler.api`` with TLS; yields (url, admin token, ca path)."""
-    port = _free_port()
+    port = free_port()
     config = {
         "cluster_name": "tls",
         "redis": {"url": redis_url},

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+
+from scheduler.dev import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,12 +29,6 @@ roles:
     resources: {cpu: 100m, memory: 64Mi}
     command: python3 -c "print('served ok')"
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture()
@@ -64,7 +59,7 @@ def processes():
 def test_master_and_node_commands_run_a_job(redis_url, tmp_path, processes, cli, monkeypatch):
     share = tmp_path / "share"
     share.mkdir()
-    port = _free_port()
+    port = free_port()
     scheduler_cfg = tmp_path / "scheduler.yaml"
     scheduler_cfg.write_text(
         yaml.safe_dump(
