@@ -194,7 +194,8 @@ class Agent:
             tmp = Path(hostfile + f".{self.node}.tmp")
             tmp.write_text(mpi_hostfile(spec, tasks))
             os.replace(tmp, hostfile)
-        with open(log_path, "a") as f:
+        # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
+        with open(log_path, "a+") as f:
             f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
         return hostfile
 
@@ -248,7 +249,7 @@ class Agent:
             handle = self.executor.start(launch)
         except ExecutorError as exc:
             log.warning("task %s/%s could not start: %s", job, rec.key, exc)
-            with open(log_path, "a") as f:
+            with open(log_path, "a+") as f:
                 f.write(f"pasture: could not start the task: {exc}\n")
             self.store.report_task(
                 job,

@@ -14,10 +14,9 @@ while tasks run finds them again by name (adoption); ``cleanup`` removes the con
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 
-from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 
 
 class ContainerExecutor(Executor):
@@ -75,7 +74,7 @@ class ContainerExecutor(Executor):
             args += ["-v", f"{host}:{target}"]
         for gpu in launch.gpus:
             args += ["--device", f"nvidia.com/gpu={gpu}"]
-        script = f"exec >>{shlex.quote(str(launch.log_path))} 2>&1\n{launch.command}"
+        script = f"{log_redirect(launch.log_path)}\n{launch.command}"
         return [*args, launch.image, "/bin/sh", "-c", script]
 
     def start(self, launch: TaskLaunch) -> str:

@@ -21,8 +21,28 @@ from __future__ import annotations
 
 import abc
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def log_redirect(log_path: Path) -> str:
+    """The shell lines that send a task's stdout and stderr to the end of ``log_path``.
+
+    A task's log is appended to (the agent's ``=== attempt N on NODE ===`` header and the
+    earlier attempts come first), but not with ``exec >>LOG``: ``>>`` opens the file
+    write-only, and on a share mounted with smbnetfs (``samba_client_mount_type: fuse``)
+    libsmbclient must query the size of the open file for O_APPEND, which a write-only SMB
+    handle may not do (no FILE_READ_ATTRIBUTES), so the open fails with EIO. The script
+    opens the log read-write instead and reads it to its end: reads and writes share one
+    file offset, so every write lands after what was there (one writer per log). The
+    agent's own writers open logs with mode ``a+`` for the same reason.
+
+    Returns:
+        Three lines for ``/bin/sh``; the script exits 125 if the log cannot be read.
+    """
+    q = shlex.quote(str(log_path))
+    return f"exec 3<>{q}\ncat <&3 >/dev/null || exit 125\nexec 1>&3 2>&3 3>&-"
 
 
 class ExecutorError(RuntimeError):

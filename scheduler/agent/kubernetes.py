@@ -27,14 +27,13 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import client as k8s
 
-from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
@@ -146,7 +145,7 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
     limits = {"cpu": f"{launch.cpu_m}m", "memory": str(launch.memory)}
     if launch.gpus:
         limits[GPU_RESOURCE] = str(len(launch.gpus))
-    script = f"exec >>{shlex.quote(str(launch.log_path))} 2>&1\n{launch.command}"
+    script = f"{log_redirect(launch.log_path)}\n{launch.command}"
     mounts, volumes = [], []
     if settings.share_claim:
         mounts.append(k8s.V1VolumeMount(name=SHARE_VOLUME, mount_path=str(launch.share_dir)))

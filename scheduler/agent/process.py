@@ -120,7 +120,8 @@ class ProcessExecutor(Executor):
         cwd = env.get("PASTURE_JOB_DIR") or str(launch.share_dir)
         Path(cwd).mkdir(parents=True, exist_ok=True)
         try:
-            with open(launch.log_path, "ab") as log:
+            # read-write append: smbnetfs shares fail write-only appends (log_redirect)
+            with open(launch.log_path, "a+b") as log:
                 proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,

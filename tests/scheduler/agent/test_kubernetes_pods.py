@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from scheduler.agent.executor import TaskLaunch, make_executor
+from scheduler.agent.executor import TaskLaunch, log_redirect, make_executor
 from scheduler.agent.kubernetes import (
     KubernetesExecutor,
     PodSettings,
@@ -120,10 +120,10 @@ def test_share_is_mounted_and_logs_go_to_it():
     ]
     assert container["command"][:2] == ["/bin/sh", "-c"]
     script = container["command"][2]
-    assert script.splitlines() == [
-        "exec >>/mnt/pasture/jobs/mnist-ddp/logs/worker-1.log 2>&1",
-        "python -m train --epochs 3",
-    ]
+    assert script == (
+        log_redirect(Path("/mnt/pasture/jobs/mnist-ddp/logs/worker-1.log"))
+        + "\npython -m train --epochs 3"
+    )
 
 
 def test_discovery_env_is_passed_whole_and_network_is_the_nodes():

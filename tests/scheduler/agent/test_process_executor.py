@@ -114,3 +114,17 @@ def test_memory_limit_by_rlimit(tmp_path):
 def test_limits_detection_matches_the_machine():
     expected = "systemd" if os.path.isdir("/run/systemd/system") else "rlimit"
     assert detect_limits() == expected
+
+
+def test_task_log_is_opened_read_write_and_appended(tmp_path):
+    """stdout is O_RDWR|O_APPEND, not write-only: smbnetfs shares fail write-only appends
+    (see scheduler.agent.executor.log_redirect)."""
+    (tmp_path / "t.log").write_text("=== attempt 1 on n ===\n")
+    ex = ProcessExecutor()
+    h = ex.start(launch(tmp_path, "grep '^flags' /proc/self/fdinfo/1"))
+    assert wait_exit(ex, h) == 0
+    header, flags_line = (tmp_path / "t.log").read_text().splitlines()
+    assert header == "=== attempt 1 on n ==="
+    flags = int(flags_line.split()[1], 8)
+    assert flags & os.O_ACCMODE == os.O_RDWR
+    assert flags & os.O_APPEND
