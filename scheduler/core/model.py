@@ -235,14 +235,18 @@ class RunningJob:
         job: the job as submitted.
         start_time: seconds, when the allocation was made.
         placements: its tasks' placements.
-        borrowed: resources of this allocation beyond its VC's guarantee, as recorded when
-            it was placed (reclaimable by preemption). The core recomputes borrowing from
-            the snapshot; this field is informational.
+        releasing: the job is already on its way out (preempted or stopped, its tasks not
+            yet ended, so its allocation is still held). The core never chooses it as a
+            victim again, leaves it out of its VC's usage and of the guaranteed/borrowing
+            classification, and treats its capacity as coming free: a blocked job that
+            fits once it is released waits for it (PREEMPTING, nominated) instead of
+            preempting more. Default False (the simulator releases victims at once).
     """
 
     job: Job
     start_time: float
     placements: tuple[TaskPlacement, ...]
+    releasing: bool = False
 
     @property
     def name(self) -> str:
@@ -286,6 +290,12 @@ class Snapshot:
         pending: jobs waiting for placement (any order; the policy orders them).
         running: jobs holding allocations.
         version: opaque store version the Decision will be committed against.
+        nominations: the previous Decision's ``nominations`` (pending job -> the placement
+            its preemption freed or is freeing for it), passed back unchanged. Capacity
+            nominated for a job is held for it until the cycle reaches it, so a job ahead
+            in queue order cannot take what was preempted for another and make it preempt
+            again (Kubernetes' nominated node). Entries of jobs that are not pending, or
+            on unknown nodes, are ignored. Empty by default.
     """
 
     nodes: tuple[Node, ...]
@@ -293,6 +303,7 @@ class Snapshot:
     pending: tuple[Job, ...] = ()
     running: tuple[RunningJob, ...] = ()
     version: int = 0
+    nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=_empty)
 
 
 class ReasonKind(StrEnum):
@@ -366,9 +377,13 @@ class Decision:
         preemptions: running jobs to stop and requeue.
         pending: a reason for every pending job not bound this cycle.
         version: the snapshot version the decision was computed from.
+        nominations: for every job reported PREEMPTING, the what-if placement of its gang
+            on the capacity its victims (this cycle's, or releasing ones) free. Give it
+            back as the next Snapshot's ``nominations``.
     """
 
     binds: tuple[Bind, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     pending: Mapping[str, PendingReason] = field(default_factory=dict)
     version: int = 0
+    nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)

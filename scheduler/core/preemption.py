@@ -16,8 +16,14 @@ Modes (``Policy.preemption``, tried in the policy's order; the first that works 
     queue-order  running jobs the queue order ranks strictly after the job by base priority
                  and the order's own key (LAS level, remaining time; Tiresias, SRTF) --
                  not by aging or submit-time tie-breaks, so equal jobs never evict each other,
-                 preemptible, running for at least Policy.preemption_min_runtime_s, same VC
-                 when VCs are enforced.
+                 preemptible, running for at least Policy.preemption_min_runtime_s. When VCs
+                 are enforced: jobs of the same VC, and *borrowing* jobs of other VCs (a
+                 borrower is opportunistic: its capacity is anybody's who ranks ahead of it;
+                 guaranteed jobs of other VCs stay protected), with the same still-borrowing
+                 check as vc-reclaim.
+
+Releasing jobs (``RunningJob.releasing``, already preempted or stopped) are never
+candidates: they count as victims taken before this cycle.
 
 Victims are tried least valuable first (lowest priority, then most recently started so the
 least work is lost; for queue-order, ranked last first). Candidates are released on the
@@ -133,9 +139,10 @@ class Preemptor:
 
     Args:
         index, placer, ledger: the cycle's node index, gang placer and VC ledger.
-        running: the snapshot's running jobs.
+        running: the snapshot's running jobs that are not releasing.
         policy, order, octx: the policy, its queue order and the order context.
         now: current time, seconds.
+        releasing: names of the releasing jobs (never victims; they count as taken).
     """
 
     def __init__(
@@ -148,6 +155,7 @@ class Preemptor:
         order: QueueOrder,
         octx: OrderContext,
         now: float,
+        releasing: Iterable[str] = (),
     ) -> None:
         self.index = index
         self.placer = placer
@@ -156,7 +164,7 @@ class Preemptor:
         self.order = order
         self.octx = octx
         self.now = now
-        self.victims: set[str] = set()
+        self.victims: set[str] = set(releasing)
         self._failed: set[tuple] = set()
         self._per_node: dict[str, dict[int, list[int]]] = {}
         self._running = running
@@ -280,11 +288,12 @@ class Preemptor:
                 if rj.job.preemptible and (scope is None or rj.job.vc == scope)
             ]
         elif mode is PreemptionMode.QUEUE_ORDER:
+            borrowing = self._borrowing if scope is not None else {}
             items = [
                 (rank_key(self.order, rj.job, self.octx, rj), rj)
                 for rj in self._by_value
                 if rj.job.preemptible
-                and (scope is None or rj.job.vc == scope)
+                and (scope is None or rj.job.vc == scope or rj.job.name in borrowing)
                 and self.now - rj.start_time >= min_run
             ]
             # ranked last first; among equals the most recently started first
@@ -348,11 +357,12 @@ class Preemptor:
     # -- selection ------------------------------------------------------------------------
     def select(
         self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
-    ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
+    ) -> tuple[list[RunningJob], GangPlacement, dict[int, list[int]]] | None:
         """Victims whose removal lets ``job``'s gang fit, or None (index unchanged).
 
-        Returns (victims, claim, released): the gang's what-if placement per node and what
-        the victims release per node, both ``{node id: [cpu_m, memory, gpu]}``.
+        Returns (victims, placement, released): the gang's what-if placement (rolled back
+        on the index) and what the victims release per node, ``{node id: [cpu_m, memory,
+        gpu]}``.
         """
         if mode is PreemptionMode.VC_RECLAIM and not self.ledger.within_guarantee(job, req):
             return None  # a borrowing job reclaims nothing (and costs nothing to refuse)
@@ -394,7 +404,7 @@ class Preemptor:
         job: Job,
         req: tuple[int, int, int],
         cands: Iterator[RunningJob],
-    ) -> tuple[list[RunningJob], dict[int, list[int]], dict[int, list[int]]] | None:
+    ) -> tuple[list[RunningJob], GangPlacement, dict[int, list[int]]] | None:
         index = self.index
         local: dict[str, tuple[list[int], list[tuple[int, tuple]]]] = {}
         mark = index.mark()
@@ -409,7 +419,10 @@ class Preemptor:
             # Later decisions only see more victims, so every prefix of ``chosen`` (the
             # bisection) and every subset the give-back pass keeps stays valid: giving a
             # victim back only raises the cumulative allocation of the jobs after it.
-            if mode is PreemptionMode.VC_RECLAIM:
+            if rj.job.vc != job.vc and (
+                mode is PreemptionMode.VC_RECLAIM
+                or (mode is PreemptionMode.QUEUE_ORDER and self.policy.vc_quota)
+            ):
                 if not self._still_borrowing(rj, local):
                     continue
                 lt = local.get(rj.job.vc)
@@ -478,7 +491,7 @@ class Preemptor:
                 if t is None:
                     t = self._taken_by_vc[rj.job.vc] = _Taken(self._vc_sizes[rj.job.vc])
                 t.add(self._borrowing[rj.job.name][2], self._alloc[rj.job.name])
-        return chosen, found.per_node(), released
+        return chosen, found, released
 
     def _release(self, jobs: Sequence[RunningJob]) -> None:
         index = self.index

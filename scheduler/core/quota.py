@@ -67,6 +67,9 @@ def borrowing_jobs(
         ledger: gives each VC's guarantee; a VC it does not know has none (all borrowed).
         running: the running jobs.
 
+    Releasing jobs (``RunningJob.releasing``) are on their way out: they are neither
+    guaranteed nor borrowing, and hold no place in the order.
+
     Returns:
         ``{job name: (before, alloc, position)}`` for every borrowing job, where ``before``
         is what the job's VC's jobs started before it hold and ``alloc`` what the job holds,
@@ -75,6 +78,8 @@ def borrowing_jobs(
     """
     per_vc: dict[str, list[tuple[float, str, tuple[int, int, int]]]] = {}
     for rj in running:
+        if rj.releasing:
+            continue
         c = m = g = 0
         for p in rj.placements:
             r = p.resources
@@ -107,7 +112,8 @@ class VcLedger:
 
     Args:
         vcs: the snapshot's virtual clusters.
-        running: running jobs (their allocations are the initial usage).
+        running: running jobs (their allocations are the initial usage; releasing jobs
+            are left out).
         pending: pending jobs (their gang requests are the initial demand).
         nodes: every node (capacity of ready nodes is the denominator of DRF shares).
         enabled: ``Policy.vc_quota``.
@@ -136,6 +142,8 @@ class VcLedger:
         if not track_usage:
             return
         for rj in running:
+            if rj.releasing:
+                continue  # going away; its VC should not be charged for it
             u = self.usage.setdefault(rj.job.vc, [0, 0, 0])
             for p in rj.placements:
                 r = p.resources

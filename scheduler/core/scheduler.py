@@ -40,6 +40,7 @@ from scheduler.core.model import (
     Preemption,
     ReasonKind,
     Snapshot,
+    TaskPlacement,
 )
 from scheduler.core.plugins import FILTERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
@@ -140,20 +141,40 @@ class _Cycle:
             policy.vc_quota,
             track_usage=policy.vc_quota or self.order.dynamic,
         )
+        if policy.vc_quota:
+            self._drop_unplaceable_demand()
         self.octx = OrderContext(now, policy, self.ledger.share)
         self.binds: list[Bind] = []
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, PendingReason] = {}
+        self.nominations: dict[str, tuple[TaskPlacement, ...]] = {}
+        releasing = [rj for rj in snapshot.running if rj.releasing]
         self.preemptor = Preemptor(
             self.index,
             self.placer,
             self.ledger,
-            snapshot.running,
+            [rj for rj in snapshot.running if not rj.releasing] if releasing else snapshot.running,
             policy,
             self.order,
             self.octx,
             now,
+            releasing=[rj.job.name for rj in releasing],
         )
+        # Capacity releasing jobs still hold, not yet promised to anybody: {node id: [c, m, g]}
+        # and which releasing jobs hold something on each node (for reasons).
+        self.pool: dict[int, list[int]] = {}
+        self.pool_jobs: dict[int, list[str]] = {}
+        for rj in releasing:
+            for i, v in self.preemptor._nodes_of(rj).items():
+                acc = self.pool.setdefault(i, [0, 0, 0])
+                for k in range(3):
+                    acc[k] += v[k]
+                self.pool_jobs.setdefault(i, []).append(rj.job.name)
+        # Nominated capacity held for its job until the cycle reaches it:
+        # {job: (taken from the index, taken from the pool)}, both {node id: (c, m, g)}.
+        self.nominated: dict[str, tuple[dict[int, tuple], dict[int, tuple]]] = {}
+        if snapshot.nominations:
+            self._hold_nominations()
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: _Reservation | None = None
         self.strict_blocker: str | None = None
@@ -186,6 +207,7 @@ class _Cycle:
             preemptions=tuple(self.preemptions),
             pending=self.reasons,
             version=self.snapshot.version,
+            nominations=self.nominations,
         )
 
     def _ordered(self) -> Iterator[Job]:
@@ -218,10 +240,117 @@ class _Cycle:
             best[0] += 1
             yield job
 
+    def _drop_unplaceable_demand(self) -> None:
+        """Pending demand holds idle capacity for a VC's guarantee (quota.VcLedger.admit)
+        only when it could use idle capacity: a job with a task wider (in GPUs) than the
+        largest free GPU block of any ready node cannot, and would reclaim instead. Without
+        this, fragmented idle GPUs stay idle for a wide job that cannot take them."""
+        index = self.index
+        ready, free = index.ready, index.free_gpu
+        block = max((free[i] for i in range(len(free)) if ready[i]), default=0)
+        for j in self.snapshot.pending:
+            if any(r.resources.gpu > block for r in j.roles):
+                self.ledger.drop_demand(j.vc, _gang_triple(j))
+
+    # -- nominated capacity ---------------------------------------------------------------
+    def _hold_nominations(self) -> None:
+        """Hold what the previous cycle nominated for each still-pending job: the free part
+        on the index, the rest from the releasing pool (so that neither a job ahead of it
+        nor another waiting job takes it)."""
+        index = self.index
+        pending = {j.name for j in self.snapshot.pending}
+        frees = (index.free_cpu, index.free_mem, index.free_gpu)
+        for name in sorted(self.snapshot.nominations):
+            if name not in pending:
+                continue
+            claim: dict[int, list[int]] = {}
+            for p in self.snapshot.nominations[name]:
+                i = index.id_of.get(p.node)
+                if i is None:
+                    continue
+                v = claim.setdefault(i, [0, 0, 0])
+                v[0] += p.resources.cpu_m
+                v[1] += p.resources.memory
+                v[2] += p.resources.gpu
+            taken: dict[int, tuple] = {}
+            pooled: dict[int, tuple] = {}
+            for i, v in claim.items():
+                t = tuple(max(min(v[k], frees[k][i]), 0) for k in range(3))
+                if any(t):
+                    index.allocate(i, *t)
+                    taken[i] = t
+                pool = self.pool.get(i)
+                if pool is not None:
+                    q = tuple(max(min(v[k] - t[k], pool[k]), 0) for k in range(3))
+                    if any(q):
+                        for k in range(3):
+                            pool[k] -= q[k]
+                        pooled[i] = q
+            self.nominated[name] = (taken, pooled)
+
+    def _lift_nomination(self, name: str) -> None:
+        """Give the job back what was held for it, just before it is considered. Free
+        capacity grows, so what was memoised as failing this cycle may fit now."""
+        taken, pooled = self.nominated.pop(name)
+        for i, t in taken.items():
+            self.index.release(i, *t)
+        for i, q in pooled.items():
+            pool = self.pool[i]
+            for k in range(3):
+                pool[k] += q[k]
+        if taken or pooled:
+            self.epoch += 1
+            self._failed.clear()
+            self.preemptor._failed.clear()
+
+    def _try_wait_release(self, job: Job, req: tuple[int, int, int]) -> bool:
+        """A job that fits once releasing jobs are gone waits for them (PREEMPTING,
+        nominated) instead of preempting more: the part of its what-if placement that is
+        free now is held, the rest is taken from the pool."""
+        pool = self.pool
+        if not any(any(v) for v in pool.values()):
+            return False
+        index = self.index
+        mark = index.mark()
+        for i, v in pool.items():
+            if any(v):
+                index.release(i, v[0], v[1], v[2])
+        probe = self.placer.place_gang(job)
+        index.rollback(mark)
+        if not isinstance(probe, GangPlacement):
+            return False
+        self.epoch += 1
+        frees = (index.free_cpu, index.free_mem, index.free_gpu)
+        waits: list[str] = []
+        for i, v in probe.per_node().items():
+            p = pool.get(i)
+            q = [0, 0, 0]
+            if p is not None:
+                q = [max(min(v[k], p[k]), 0) for k in range(3)]
+                for k in range(3):
+                    p[k] -= q[k]
+                if any(q):
+                    waits.extend(n for n in self.pool_jobs[i] if n not in waits)
+            take = [max(min(v[k] - q[k], frees[k][i]), 0) for k in range(3)]
+            if any(take):
+                index.allocate(i, *take)
+        self.ledger.charge(job.vc, req)
+        self.nominations[job.name] = probe.placements(job, self.index.names)
+        names = ", ".join(waits)
+        self.reasons[job.name] = reason(
+            ReasonKind.PREEMPTING,
+            f"waiting for {names} to release (already stopping); binds once they do",
+            victims=waits,
+            mode="releasing",
+        )
+        return True
+
     # -- one job --------------------------------------------------------------------------
     def consider(self, job: Job) -> None:
         name = job.name
         req = _gang_triple(job)
+        if name in self.nominated:
+            self._lift_nomination(name)
         if self.strict_blocker is not None:
             self.reasons[name] = reason(
                 ReasonKind.QUEUE_ORDER,
@@ -258,7 +387,9 @@ class _Cycle:
                 reservation_time=res.time,
             )
             return
-        if self.policy.preemption and self._try_preempt(job, req):
+        if self.policy.preemption and (
+            self._try_wait_release(job, req) or self._try_preempt(job, req)
+        ):
             return
         shape = _shape(job)
         cached = self._reasons_by_shape.get(shape)
@@ -453,21 +584,39 @@ class _Cycle:
     def _try_preempt(self, job: Job, req: tuple[int, int, int]) -> bool:
         """Try each enabled preemption mode; on success record the victims, hold the part
         of the gang's what-if placement that is free now (so later jobs this cycle leave
-        it), charge the job to its VC and report it PREEMPTING."""
+        it), charge the job to its VC and report it PREEMPTING. Capacity releasing jobs
+        still hold and nobody has claimed counts as coming free: the what-if uses it first,
+        so that no more is preempted than needed beside it."""
+        index = self.index
+        pool = self.pool
+        live_pool = [(i, v) for i, v in pool.items() if any(v)]
         for mode in self.policy.preemption:
+            if live_pool:
+                mark = index.mark()
+                for i, v in live_pool:
+                    index.release(i, v[0], v[1], v[2])
             found = self.preemptor.select(mode, job, req)
+            if live_pool:
+                index.rollback(mark)
             if found is None:
                 continue
-            chosen, claim, released = found
+            chosen, placement, released = found
+            claim = placement.per_node()
             self.epoch += 1
-            index = self.index
             frees = (index.free_cpu, index.free_mem, index.free_gpu)
             for i, v in claim.items():
                 rel = released.get(i, (0, 0, 0))
+                p = pool.get(i)
+                if p is not None:
+                    q = [max(min(v[k], p[k]), 0) for k in range(3)]
+                    for k in range(3):
+                        p[k] -= q[k]
+                    v = [v[k] - q[k] for k in range(3)]
                 take = [max(min(v[k] - rel[k], frees[k][i]), 0) for k in range(3)]
                 if any(take):
                     index.allocate(i, *take)
             self.ledger.charge(job.vc, req)
+            self.nominations[job.name] = placement.placements(job, index.names)
             why = _mode_phrase(mode, job)
             for rj in chosen:
                 self.preemptions.append(Preemption(rj.job.name, job.name, why))

@@ -441,3 +441,53 @@ def test_guarantee_comes_back_in_the_same_cycle_when_borrowing_jobs_free_enough(
     event("guarded reclaim: victims chosen")
     assert d.pending[want.name].kind is ReasonKind.PREEMPTING, d.pending[want.name]
     assert {p.job for p in d.preemptions} <= borrowing
+
+
+# -- releasing jobs and nominations over two cycles (the service's view) -------------------
+
+
+@given(case_st(), st.data())
+def test_releasing_jobs_are_never_victims_and_nominations_are_whole_gangs(case, data):
+    s, policy = case
+    policy = replace(policy, preemption=tuple(PreemptionMode), preemption_min_runtime_s=0.0)
+    going = data.draw(st.sets(st.sampled_from([rj.job.name for rj in s.running] or ["-"])))
+    s = replace(s, running=tuple(replace(rj, releasing=rj.job.name in going) for rj in s.running))
+    for _ in range(2):
+        d = schedule(s, policy, 3000.0)
+        check_invariants(s, d)
+        assert not {p.job for p in d.preemptions} & going
+        assert schedule(s, policy, 3000.0) == d  # deterministic
+        pending = {j.name: j for j in s.pending}
+        for name, placements in d.nominations.items():
+            assert d.pending[name].kind is ReasonKind.PREEMPTING
+            count = defaultdict(int)
+            for p in placements:
+                count[p.role] += 1
+            for r in pending[name].roles:
+                assert r.gang_min <= count[r.name] <= r.replicas
+        event(f"nominations: {min(len(d.nominations), 2)}")
+        # next cycle as the service sees it: victims still hold their allocation, releasing;
+        # binds hold theirs; nominations come back
+        victims = {p.job for p in d.preemptions}
+        going = going | victims
+        bound = {b.job: b for b in d.binds}
+        running = [replace(rj, releasing=rj.job.name in going) for rj in s.running]
+        running += [
+            RunningJob(pending[b.job], 3000.0, b.placements, releasing=False) for b in d.binds
+        ]
+        nodes = []
+        for n in s.nodes:
+            extra = [p.resources for b in d.binds for p in b.placements if p.node == n.name]
+            alloc = n.allocated
+            for r in extra:
+                alloc = alloc + r
+            nodes.append(replace(n, allocated=alloc))
+        s = replace(
+            s,
+            nodes=tuple(nodes),
+            pending=tuple(j for j in s.pending if j.name not in bound),
+            running=tuple(running),
+            nominations=d.nominations,
+        )
+        if not s.pending:
+            break
