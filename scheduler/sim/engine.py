@@ -6,7 +6,9 @@ events at one timestamp are applied first, then the core is called once
 (``schedule(snapshot, policy, now)``, the same function the service's loop calls) and its
 Decision applied: preemptions release their allocation at once and requeue the victim,
 binds allocate. When a Decision preempted something the core is called again at the same
-instant, so that the freed capacity is used (the service does the same on its next cycle).
+instant, so that the freed capacity is used (the service does the same on its next cycle),
+with the Decision's nominations in the snapshot so that the capacity goes to the job that
+preempted for it.
 
 Preemption cost model (per preemption of a job holding g GPUs that ran for ``ran`` s in
 this attempt):
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from scheduler.core.model import (
@@ -209,6 +211,7 @@ class Simulator:
         self._last_t = 0.0
         self._done = 0
         self._las = policy.queue_order == "las"
+        self._nominations: Mapping[str, tuple[TaskPlacement, ...]] = {}
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, name: str, epoch: int = 0) -> None:
@@ -227,6 +230,7 @@ class Simulator:
             vcs=self.vcs,
             pending=tuple(self._pending.values()),
             running=tuple(self._running.values()),
+            nominations=self._nominations,
         )
 
     def _allocate(self, placements: Sequence[TaskPlacement], sign: int) -> None:
@@ -301,6 +305,8 @@ class Simulator:
             t0 = time.perf_counter()
             decision = self.decide(snap, self.policy, now)
             result.decision_s.append(time.perf_counter() - t0)
+            # as the service's loop does: the next cycle holds what this one nominated
+            self._nominations = decision.nominations
             for pre in decision.preemptions:
                 live = self._live.get(pre.job)
                 if live is None or live.running is None:

@@ -124,6 +124,31 @@ def test_vc_reclaim_hand_schedule(policy: str) -> None:
     assert fifo["B1"] == 15.0  # without quotas b waits for a's jobs
 
 
+def test_the_next_core_call_gets_the_nominations_and_binds_the_nominator_there() -> None:
+    from scheduler.core.scheduler import schedule
+
+    calls = []
+
+    def decide(snapshot, policy, now):
+        d = schedule(snapshot, policy, now)
+        calls.append((dict(snapshot.nominations), d))
+        return d
+
+    vcs = (VirtualCluster("a", Resources(0, 0, 2)), VirtualCluster("b", Resources(0, 0, 2)))
+    jobs = [
+        TraceJob("A1", 0, 10, 2, vc="a"),
+        TraceJob("A2", 0, 10, 2, vc="a"),
+        TraceJob("B1", 1, 5, 2, vc="b"),
+    ]
+    shapes = homogeneous(1, 4)
+    Simulator([s.to_node() for s in shapes], vcs, jobs, PRESETS["pasture"], decide=decide).run()
+    k = next(i for i, (_, d) in enumerate(calls) if d.preemptions)
+    nominated = calls[k][1].nominations["B1"]
+    assert calls[k + 1][0] == {"B1": nominated}
+    bound = {b.job: b.placements for b in calls[k + 1][1].binds}
+    assert [p.node for p in bound["B1"]] == [p.node for p in nominated]
+
+
 def test_drf_hand_schedule() -> None:
     jobs = [TraceJob(f"A{i}", 0, 10, 1, vc="a") for i in range(4)]
     jobs += [TraceJob(f"B{i}", 0, 10, 1, vc="b") for i in range(4)]
