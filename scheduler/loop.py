@@ -32,7 +32,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
@@ -108,6 +108,8 @@ class Loop:
         self._pipe = store.r.pipeline(transaction=True)
         self._last_full = 0.0
         self._node_states: dict[str, str] = {}
+        # the last committed Decision's nominations, handed to the next cycle's core
+        self._nominations: dict = {}
 
     def _flush(self) -> None:
         """Execute the transitions queued on this cycle's pipeline (one round trip)."""
@@ -170,6 +172,7 @@ class Loop:
             del self._core_jobs[key]
         t1 = time.perf_counter()
         snapshot, ctx = take_snapshot(self.store, self._specs, active, self._core_jobs)
+        snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if not snapshot.pending:
@@ -181,6 +184,7 @@ class Loop:
         result.seconds.update(core=t3 - t2, commit=time.perf_counter() - t3)
         result.committed, result.detail = ok, detail
         if ok:
+            self._nominations = dict(decision.nominations)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
             if payload["binds"] or payload["preemptions"]:
@@ -404,6 +408,27 @@ class Loop:
                 notes.wait(interval)  # a notification, or the interval
         finally:
             notes.close()
+
+
+def _with_releasing(snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict) -> Snapshot:
+    """The snapshot with running jobs that are already on their way out (preempted, or
+    stopping) marked ``releasing`` and the previous Decision's nominations, so that the core
+    neither preempts them again nor lets a job ahead in the queue take what was freed for
+    another (scheduler/core/README.md, "Preemption")."""
+    running = snapshot.running
+    if any(_ending(jobs.get(rj.name)) for rj in running):
+        running = tuple(
+            replace(rj, releasing=True) if _ending(jobs.get(rj.name)) else rj for rj in running
+        )
+    if running is snapshot.running and not nominations:
+        return snapshot
+    return replace(snapshot, running=running, nominations=nominations)
+
+
+def _ending(rec: JobRecord | None) -> bool:
+    return rec is not None and (
+        rec.state == JobState.PREEMPTED or bool(rec.ending) or bool(rec.stop_requested)
+    )
 
 
 def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:
