@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help deps venv lint test test-python test-ansible test-e2e demo demo-down bench clean
+.PHONY: help deps venv base-image lint test test-python test-ansible test-e2e demo demo-down bench clean
 
 help:
 	@echo "make demo       local cluster (podman) provisioned by site.yml, runs a distributed training job"
@@ -29,6 +29,11 @@ $(VENV)/.synced: pyproject.toml
 	UV_LINK_MODE=copy uv sync -q --all-groups --extra sim
 	@touch $@
 
+# The hosts' base image (debootstrap, ~1-2 min once): the container executor's tests run
+# tasks in it, so test-python needs it too (without it they would be skipped).
+base-image: deps
+	bash scripts/build-base-image.sh
+
 lint: venv
 	$(VENV)/bin/ruff check scheduler stacks tests
 	$(VENV)/bin/ruff format --check scheduler stacks tests
@@ -38,7 +43,7 @@ lint: venv
 test: deps venv lint test-python test-e2e test-ansible
 	@echo "==> make test: all stages passed"
 
-test-python: deps venv
+test-python: deps venv base-image
 	$(PY) -m pytest -q tests --ignore=tests/e2e
 
 test-ansible: deps venv
