@@ -30,7 +30,7 @@ When ``Policy.vc_quota`` is False none of this applies and VCs are names only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from scheduler.core.model import Job, Node, PendingReason, ReasonKind, RunningJob, VirtualCluster
 from scheduler.core.reasons import fmt_dim, reason
@@ -103,6 +103,14 @@ def borrowing_jobs(
     return out
 
 
+_UNSET = object()
+
+
+def task_width(job: Job) -> int:
+    """GPUs of the job's widest task (0 for CPU-only jobs)."""
+    return max((r.resources.gpu for r in job.roles), default=0)
+
+
 def _triple(r) -> tuple[int, int, int]:
     return (r.cpu_m, r.memory, r.gpu)
 
@@ -138,6 +146,9 @@ class VcLedger:
         self.governed = {n: _governed(g) for n, g in self.guarantee.items()}
         self.usage: dict[str, Vec] = {}
         self.demand: dict[str, Vec] = {}
+        # the same demand by the job's widest task in GPUs: {vc: {gpus: [c, m, g]}}
+        self.demand_by_width: dict[str, dict[int, Vec]] = {}
+        self._usable: dict[tuple[str, int], Vec] = {}  # usable_demand, until demand changes
         self.total = [0, 0, 0]
         if not track_usage:
             return
@@ -152,11 +163,13 @@ class VcLedger:
                 u[2] += r.gpu
         for j in pending:
             d = self.demand.setdefault(j.vc, [0, 0, 0])
+            w = self.demand_by_width.setdefault(j.vc, {}).setdefault(task_width(j), [0, 0, 0])
             for role in j.roles:
                 r, n = role.resources, role.gang_min
-                d[0] += r.cpu_m * n
-                d[1] += r.memory * n
-                d[2] += r.gpu * n
+                for acc in (d, w):
+                    acc[0] += r.cpu_m * n
+                    acc[1] += r.memory * n
+                    acc[2] += r.gpu * n
         total = [0, 0, 0]
         for n in nodes:
             if n.state == "ready":
@@ -166,19 +179,54 @@ class VcLedger:
         self.total = total
 
     # -- state changes --------------------------------------------------------------------
-    def charge(self, vc: str, req: tuple[int, int, int]) -> None:
-        """Add ``req`` to the VC's usage and remove it from its pending demand."""
+    def charge(self, vc: str, req: tuple[int, int, int], job: Job | None = None) -> None:
+        """Add ``req`` to the VC's usage and remove it from its pending demand (and
+        ``job``'s gang from the demand by width, when given)."""
         u = self.usage.setdefault(vc, [0, 0, 0])
         d = self.demand.setdefault(vc, [0, 0, 0])
         for k in range(3):
             u[k] += req[k]
             d[k] = max(d[k] - req[k], 0)
+        if job is not None:
+            self._forget_width(job)
 
-    def drop_demand(self, vc: str, req: tuple[int, int, int]) -> None:
+    def drop_demand(self, vc: str, req: tuple[int, int, int], job: Job | None = None) -> None:
         """Forget pending demand that cannot be served (job unplaceable for good)."""
         d = self.demand.setdefault(vc, [0, 0, 0])
         for k in range(3):
             d[k] = max(d[k] - req[k], 0)
+        if job is not None:
+            self._forget_width(job)
+
+    def _forget_width(self, job: Job) -> None:
+        self._usable.clear()
+        w = self.demand_by_width.get(job.vc, {}).get(task_width(job))
+        if w is None:
+            return
+        for role in job.roles:
+            r, n = role.resources, role.gang_min
+            w[0] = max(w[0] - r.cpu_m * n, 0)
+            w[1] = max(w[1] - r.memory * n, 0)
+            w[2] = max(w[2] - r.gpu * n, 0)
+
+    def usable_demand(self, vc: str, block: int | None) -> Vec | None:
+        """Pending demand of ``vc`` from jobs whose widest task needs at most ``block``
+        GPUs (all of it when ``block`` is None)."""
+        if block is None:
+            return self.demand.get(vc)
+        out = self._usable.get((vc, block))
+        if out is not None:
+            return out
+        by_width = self.demand_by_width.get(vc)
+        if not by_width:
+            return None
+        out = self._usable[(vc, block)] = [0, 0, 0]
+        for w, v in by_width.items():
+            if w <= block:
+                out[0] += v[0]
+                out[1] += v[1]
+                out[2] += v[2]
+        return out
 
     # -- queries --------------------------------------------------------------------------
     def known(self, vc: str) -> bool:
@@ -215,10 +263,21 @@ class VcLedger:
             return False
         return not exceeds([u[k] + req[k] for k in range(3)], g, dims)
 
-    def admit(self, job: Job, req: tuple[int, int, int], ready_free: Vec) -> PendingReason | None:
+    def admit(
+        self,
+        job: Job,
+        req: tuple[int, int, int],
+        ready_free: Vec,
+        block: Callable[[], int] | None = None,
+    ) -> PendingReason | None:
         """None when the job's VC may take ``req`` now, else the reason it may not.
 
-        ``ready_free`` is the free capacity summed over ready nodes, per component.
+        ``ready_free`` is the free capacity summed over ready nodes, per component;
+        ``block()`` the most GPUs free on one ready node (called only when needed): idle
+        capacity is held for another VC's guarantee only for its pending jobs whose tasks
+        fit such a block (a job that cannot use idle capacity now would reclaim instead;
+        holding fragmented idle GPUs for it only keeps them idle). Without ``block`` all
+        pending demand holds.
         """
         if not self.enabled:
             return None
@@ -247,6 +306,7 @@ class VcLedger:
                         requested=req[d],
                     )
         g = self.guarantee[job.vc]
+        blk: object = _UNSET
         for d in (2, 0, 1):
             if d not in self.governed[job.vc]:
                 continue
@@ -266,10 +326,12 @@ class VcLedger:
                 )
             held = 0
             holders = []
+            if blk is _UNSET:
+                blk = block() if block is not None else None
             for other, og in self.guarantee.items():
                 if other == job.vc:
                     continue
-                dem = self.demand.get(other)
+                dem = self.usable_demand(other, blk)  # type: ignore[arg-type]
                 if not dem or dem[d] <= 0:
                     continue
                 unmet = og[d] - self.usage.get(other, (0, 0, 0))[d]

@@ -36,6 +36,7 @@ from scheduler.core.model import (
     Bind,
     Decision,
     Job,
+    NodeState,
     PendingReason,
     Preemption,
     ReasonKind,
@@ -141,8 +142,7 @@ class _Cycle:
             policy.vc_quota,
             track_usage=policy.vc_quota or self.order.dynamic,
         )
-        if policy.vc_quota:
-            self._drop_unplaceable_demand()
+        self._ready_classes = [c.cid for c in self.index.classes if c.rep.state is NodeState.READY]
         self.octx = OrderContext(now, policy, self.ledger.share)
         self.binds: list[Bind] = []
         self.preemptions: list[Preemption] = []
@@ -240,17 +240,10 @@ class _Cycle:
             best[0] += 1
             yield job
 
-    def _drop_unplaceable_demand(self) -> None:
-        """Pending demand holds idle capacity for a VC's guarantee (quota.VcLedger.admit)
-        only when it could use idle capacity: a job with a task wider (in GPUs) than the
-        largest free GPU block of any ready node cannot, and would reclaim instead. Without
-        this, fragmented idle GPUs stay idle for a wide job that cannot take them."""
-        index = self.index
-        ready, free = index.ready, index.free_gpu
-        block = max((free[i] for i in range(len(free)) if ready[i]), default=0)
-        for j in self.snapshot.pending:
-            if any(r.resources.gpu > block for r in j.roles):
-                self.ledger.drop_demand(j.vc, _gang_triple(j))
+    def _block(self) -> int:
+        """Most GPUs free on one ready node now."""
+        i = self.index.largest_free(self._ready_classes)
+        return max(self.index.free_gpu[i], 0) if i is not None else 0
 
     # -- nominated capacity ---------------------------------------------------------------
     def _hold_nominations(self) -> None:
@@ -334,7 +327,7 @@ class _Cycle:
             take = [max(min(v[k] - q[k], frees[k][i]), 0) for k in range(3)]
             if any(take):
                 index.allocate(i, *take)
-        self.ledger.charge(job.vc, req)
+        self.ledger.charge(job.vc, req, job)
         self.nominations[job.name] = probe.placements(job, self.index.names)
         names = ", ".join(waits)
         self.reasons[job.name] = reason(
@@ -360,15 +353,15 @@ class _Cycle:
             return
         bad = _invalid(job)
         if bad is not None:
-            self.ledger.drop_demand(job.vc, req)
+            self.ledger.drop_demand(job.vc, req, job)
             self.reasons[name] = reason(ReasonKind.NO_FIT_EVER, f"invalid job: {bad}")
             return
         # VC admission first: a job its VC may not run now must neither take capacity nor
         # get a reservation nor preempt anyone.
-        why = self.ledger.admit(job, req, self.index.ready_free)
+        why = self.ledger.admit(job, req, self.index.ready_free, self._block)
         if why is not None:
             if why.kind is ReasonKind.UNKNOWN_VC:
-                self.ledger.drop_demand(job.vc, req)
+                self.ledger.drop_demand(job.vc, req, job)
             self.reasons[name] = why
             return
         result, held_back = self._try_place(job)
@@ -399,7 +392,7 @@ class _Cycle:
             why = self._failure_reason(job, result)
             self._reasons_by_shape[shape] = (self.epoch, why)
         if why.kind is ReasonKind.NO_FIT_EVER:
-            self.ledger.drop_demand(job.vc, req)
+            self.ledger.drop_demand(job.vc, req, job)
             self.reasons[name] = why
             return
         if self.policy.backfill is Backfill.EASY:
@@ -418,7 +411,7 @@ class _Cycle:
         self.epoch += 1
         placements = gp.placements(job, self.index.names)
         self.binds.append(Bind(job.name, placements, gp.scores))
-        self.ledger.charge(job.vc, tuple(gp.alloc))
+        self.ledger.charge(job.vc, tuple(gp.alloc), job)
         est = job.estimated_duration_s
         end = self.now + est if est is not None else INF
         self.bound_ends.append((end, job.name, gp.per_node()))
@@ -479,7 +472,7 @@ class _Cycle:
             usage[k] += gang[k]
 
         def ok(req: tuple[int, int, int]) -> bool:
-            if ledger.admit(job, req, self.index.ready_free) is not None:
+            if ledger.admit(job, req, self.index.ready_free, self._block) is not None:
                 return False
             for k in range(3):
                 usage[k] += req[k]
@@ -615,7 +608,7 @@ class _Cycle:
                 take = [max(min(v[k] - rel[k], frees[k][i]), 0) for k in range(3)]
                 if any(take):
                     index.allocate(i, *take)
-            self.ledger.charge(job.vc, req)
+            self.ledger.charge(job.vc, req, job)
             self.nominations[job.name] = placement.placements(job, index.names)
             why = _mode_phrase(mode, job)
             for rj in chosen:

@@ -183,3 +183,21 @@ def test_fragmented_idle_gpus_are_not_held_for_a_guarantee_that_cannot_use_them(
     d = schedule(s, Policy(preemption=(), aging_per_hour=0), 10.0)
     assert [b.job for b in d.binds] == ["y-small"]
     assert d.pending["x-wide"].kind is ReasonKind.INSUFFICIENT_RESOURCES
+
+
+def test_held_idle_capacity_follows_the_free_blocks_as_the_cycle_binds():
+    # At the start node a has 8 GPUs free, so x's whole-node job could use idle capacity;
+    # w1 (ahead in the queue) takes a, and from then on nothing x could use is idle: y may
+    # borrow one of b's 4 idle GPUs.
+    held = [running(job("y-run", gpu=4, vc="y"), ["b"], start=0.0)]
+    pending = [
+        job("w1", gpu=8, vc="w", submit=0.0),
+        job("x-wide", gpu=8, vc="x", submit=1.0),
+        job("y-small", gpu=1, vc="y", submit=2.0),
+    ]
+    vcs = [vc("w", gpu=8), vc("x", gpu=8), vc("y", gpu=4)]
+    s = snapshot([node("a"), node("b")], pending, held, vcs)
+    policy = Policy(preemption=(), aging_per_hour=0, backfill="none")
+    d = schedule(s, policy, 10.0)
+    assert [b.job for b in d.binds] == ["w1", "y-small"]
+    assert d.pending["x-wide"].kind is ReasonKind.INSUFFICIENT_RESOURCES
