@@ -37,7 +37,8 @@ class PreemptionMode(StrEnum):
     PRIORITY: a pending job may preempt strictly lower-priority preemptible jobs in the
         same VC.
     QUEUE_ORDER: a pending job may preempt running jobs that the queue order ranks after it
-        (used by Tiresias-LAS and SRTF, whose order changes as jobs run).
+        (used by Tiresias-LAS and SRTF, whose order changes as jobs run). With VCs
+        enforced: jobs of its own VC and borrowing jobs of other VCs.
     """
 
     VC_RECLAIM = "vc-reclaim"

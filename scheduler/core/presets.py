@@ -21,9 +21,13 @@ replays traces under each of them side by side. None of them is a fork of the co
                    fills Job.estimated_duration_s): an optimistic reference, not for use.
     pasture        the service default: priority classes, VC guarantees with borrowing and
                    reclaim, gangs, 2D-LAS inside a priority class with two queues split at
-                   one GPU-hour (queue-order preemption within a VC, not of jobs younger
-                   than 5 minutes), EASY backfill so that
-                   a blocked gang gets a reservation. Uses no duration estimates.
+                   one GPU-hour (queue-order preemption within a VC and of other VCs'
+                   borrowing jobs, not of jobs younger than 5 minutes), EASY backfill so
+                   that a blocked gang gets a reservation. Uses no duration estimates.
+                   Thresholds tried on the Philly / openb replays (core ad06eba; x the
+                   mean-JCT lower bound): 3600 1.096 / 1.130 (kept); 7200 1.080 / 1.174
+                   (openb worse than Tiresias' 1.146); 1800 1.120 / 1.280;
+                   (3600, 36000) 1.100 / 1.248.
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
                    makes queue-order preemption thrash (Philly 5,000-job replay: 9,146

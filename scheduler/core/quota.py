@@ -2,7 +2,8 @@
 
 Semantics (OpenPAI virtual clusters / HiveD / YARN capacity scheduler):
 
-- **usage** of a VC is what its running jobs hold, plus what this cycle binds or claims.
+- **usage** of a VC is what its running jobs hold (releasing ones left out), plus what
+  this cycle binds or claims.
 - **guarantee**: a VC always gets this much back when it has pending work. Only the
   components a VC's guarantee sets (> 0) are governed by it; a guarantee of all zeros
   governs every component (the VC owns nothing). E.g. ``{gpu: 8}`` says nothing about cpu.
@@ -10,7 +11,9 @@ Semantics (OpenPAI virtual clusters / HiveD / YARN capacity scheduler):
   on that component" (``max: {gpu: 32}`` caps GPUs only); an all-zero ``max`` caps all.
 - **borrowing**: beyond its guarantee (in a governed component) a VC may use idle capacity
   when ``can_borrow``, but not capacity that other VCs with pending work need to reach
-  their own guarantees (that would be preempted back at once).
+  their own guarantees (that would be preempted back at once); only pending jobs whose
+  widest task fits the largest free GPU block count, since the others cannot use idle
+  capacity now (they reclaim).
 - **guaranteed and borrowing jobs** (whole jobs; OpenPAI HiveD's guaranteed vs
   opportunistic jobs, Zhao et al., "HiveD: Sharing a GPU Cluster for Deep Learning with
   Guarantees", OSDI 2020, with the VC's running jobs in start order as in YARN's capacity
