@@ -190,6 +190,7 @@ class _Cycle:
         limit = self.policy.max_jobs_per_cycle
         examined = 0
         skipped = None
+        blocked = None
         for job in self._ordered():
             if limit is not None and examined >= limit:
                 if skipped is None:  # one shared (immutable) reason for all of them
@@ -201,6 +202,17 @@ class _Cycle:
                 self.reasons[job.name] = skipped
                 continue
             examined += 1
+            if self.strict_blocker is not None:
+                # strict FIFO: everything after the blocker waits; one shared reason (a
+                # long FIFO queue otherwise spends most of the cycle building them)
+                if blocked is None:
+                    blocked = reason(
+                        ReasonKind.QUEUE_ORDER,
+                        f"waiting behind job {self.strict_blocker} (strict queue order)",
+                        blocked_by=self.strict_blocker,
+                    )
+                self.reasons[job.name] = blocked
+                continue
             self.consider(job)
         return Decision(
             binds=tuple(self.binds),
@@ -344,13 +356,6 @@ class _Cycle:
         req = _gang_triple(job)
         if name in self.nominated:
             self._lift_nomination(name)
-        if self.strict_blocker is not None:
-            self.reasons[name] = reason(
-                ReasonKind.QUEUE_ORDER,
-                f"waiting behind job {self.strict_blocker} (strict queue order)",
-                blocked_by=self.strict_blocker,
-            )
-            return
         bad = _invalid(job)
         if bad is not None:
             self.ledger.drop_demand(job.vc, req, job)
