@@ -152,6 +152,7 @@ class VcLedger:
         # the same demand by the job's widest task in GPUs: {vc: {gpus: [c, m, g]}}
         self.demand_by_width: dict[str, dict[int, Vec]] = {}
         self._usable: dict[tuple[str, int], Vec] = {}  # usable_demand, until demand changes
+        self._held_cache: dict[tuple, tuple[int, list[str]]] = {}
         self.total = [0, 0, 0]
         if not track_usage:
             return
@@ -185,6 +186,7 @@ class VcLedger:
     def charge(self, vc: str, req: tuple[int, int, int], job: Job | None = None) -> None:
         """Add ``req`` to the VC's usage and remove it from its pending demand (and
         ``job``'s gang from the demand by width, when given)."""
+        self._held_cache.clear()
         u = self.usage.setdefault(vc, [0, 0, 0])
         d = self.demand.setdefault(vc, [0, 0, 0])
         for k in range(3):
@@ -195,6 +197,7 @@ class VcLedger:
 
     def drop_demand(self, vc: str, req: tuple[int, int, int], job: Job | None = None) -> None:
         """Forget pending demand that cannot be served (job unplaceable for good)."""
+        self._held_cache.clear()
         d = self.demand.setdefault(vc, [0, 0, 0])
         for k in range(3):
             d[k] = max(d[k] - req[k], 0)
@@ -211,6 +214,29 @@ class VcLedger:
             w[0] = max(w[0] - r.cpu_m * n, 0)
             w[1] = max(w[1] - r.memory * n, 0)
             w[2] = max(w[2] - r.gpu * n, 0)
+
+    def _held(self, vc: str, d: int, block: int | None) -> tuple[int, list[str]]:
+        """Idle capacity in component ``d`` held for other VCs' guarantees, and which VCs
+        hold it (cached until usage or demand changes; the VC's own usage, which
+        admitting extra replicas changes, does not enter it)."""
+        key = (vc, d, block)
+        cached = self._held_cache.get(key)
+        if cached is not None:
+            return cached
+        held = 0
+        holders = []
+        for other, og in self.guarantee.items():
+            if other == vc:
+                continue
+            dem = self.usable_demand(other, block)
+            if not dem or dem[d] <= 0:
+                continue
+            unmet = og[d] - self.usage.get(other, (0, 0, 0))[d]
+            if unmet > 0:
+                held += min(unmet, dem[d])
+                holders.append(other)
+        out = self._held_cache[key] = (held, holders)
+        return out
 
     def usable_demand(self, vc: str, block: int | None) -> Vec | None:
         """Pending demand of ``vc`` from jobs whose widest task needs at most ``block``
@@ -327,20 +353,9 @@ class VcLedger:
                     used=u[d],
                     requested=req[d],
                 )
-            held = 0
-            holders = []
             if blk is _UNSET:
                 blk = block() if block is not None else None
-            for other, og in self.guarantee.items():
-                if other == job.vc:
-                    continue
-                dem = self.usable_demand(other, blk)  # type: ignore[arg-type]
-                if not dem or dem[d] <= 0:
-                    continue
-                unmet = og[d] - self.usage.get(other, (0, 0, 0))[d]
-                if unmet > 0:
-                    held += min(unmet, dem[d])
-                    holders.append(other)
+            held, holders = self._held(job.vc, d, blk)  # type: ignore[arg-type]
             if holders and borrow > ready_free[d] - held:
                 return reason(
                     ReasonKind.VC_QUOTA,
