@@ -1,12 +1,13 @@
 """The loop's lifecycle against a real redis-server and the real core; agents are played
 by the test through ``store.report_task`` (the agent itself is tested in agent/)."""
 
+import dataclasses
 import time
 
 import pytest
 import redis
 
-from scheduler.core.model import Decision
+from scheduler.core.model import Decision, Resources, TaskPlacement
 from scheduler.loop import Loop
 from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
@@ -246,3 +247,37 @@ def test_between_full_passes_only_reported_jobs_are_read(env, monkeypatch):
     report_all(store, "j", TaskState.SUCCEEDED, 0)  # marks the job dirty
     loop.cycle()
     assert store.get_job("j").state == "succeeded"
+
+
+def test_stopping_jobs_reach_the_core_as_releasing_and_nominations_carry_over(env):
+    """The loop marks a job whose tasks are being stopped ``releasing`` in the snapshot, and
+    hands a committed Decision's nominations to the next cycle's core (and only then)."""
+    store, loop = env
+    submit(store, "old", roles={"w": {"replicas": 2, "command": "x", "resources": {"cpu": 4}}})
+    loop.cycle()
+    report_all(store, "old", TaskState.RUNNING)
+    loop.cycle()
+    assert store.get_job("old").state == "running"
+    store.request_stop("old")
+    submit(store, "new", roles={"w": {"command": "x", "resources": {"cpu": 4}}})
+
+    seen = []
+    real_schedule = loop.schedule
+    nominated = (TaskPlacement("w", 0, "n1", Resources(cpu_m=4000)),)
+
+    def spy(snapshot, policy, now):
+        seen.append(snapshot)
+        decision = real_schedule(snapshot, policy, now)
+        return dataclasses.replace(decision, nominations={"new": nominated})
+
+    loop.schedule = spy
+    loop.cycle()  # "old" is told to stop; "new" waits for its capacity
+    assert [(rj.job.name, rj.releasing) for rj in seen[0].running] == [("old", True)]
+    assert dict(seen[0].nominations) == {}
+    loop.cycle()
+    assert dict(seen[1].nominations) == {"new": nominated}
+    assert store.get_job("new").state == "queued"
+    report_all(store, "old", TaskState.STOPPED, 143)
+    loop.cycle()
+    assert store.get_job("old").state == "stopped"
+    assert seen[-1].running == ()  # nothing left to release
