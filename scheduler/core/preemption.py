@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from scheduler.core.gang import GangPlacement, Placer
 from scheduler.core.index import NodeIndex
-from scheduler.core.model import Job, RunningJob
+from scheduler.core.model import Job, RunningJob, TaskPlacement
 from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.core.queue import OrderContext, QueueOrder, rank_key
 from scheduler.core.quota import VcLedger, _governed, borrowing_jobs, exceeds
@@ -52,10 +52,11 @@ MAX_MINIMISE = 16
 """Victim sets larger than this skip the give-back pass (each step is one placement)."""
 
 
-def per_node(rj: RunningJob, id_of: dict[str, int]) -> dict[int, list[int]]:
-    """{node id: [cpu_m, memory, gpu]} held by a running job (unknown nodes skipped)."""
+def per_node(placements: Iterable[TaskPlacement], id_of: dict[str, int]) -> dict[int, list[int]]:
+    """{node id: [cpu_m, memory, gpu]} summed over ``placements`` (a running job's, or a
+    nomination's); placements on unknown nodes are skipped."""
     out: dict[int, list[int]] = {}
-    for p in rj.placements:
+    for p in placements:
         i = id_of.get(p.node)
         if i is None:
             continue
@@ -258,7 +259,7 @@ class Preemptor:
     def _nodes_of(self, rj: RunningJob) -> dict[int, list[int]]:
         v = self._per_node.get(rj.job.name)
         if v is None:
-            v = self._per_node[rj.job.name] = per_node(rj, self.index.id_of)
+            v = self._per_node[rj.job.name] = per_node(rj.placements, self.index.id_of)
         return v
 
     # -- candidates -----------------------------------------------------------------------

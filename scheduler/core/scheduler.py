@@ -45,7 +45,7 @@ from scheduler.core.model import (
 )
 from scheduler.core.plugins import FILTERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
-from scheduler.core.preemption import Preemptor
+from scheduler.core.preemption import Preemptor, per_node
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import fmt_gpu, fmt_request, fmt_selector, reason
@@ -268,15 +268,7 @@ class _Cycle:
         for name in sorted(self.snapshot.nominations):
             if name not in pending:
                 continue
-            claim: dict[int, list[int]] = {}
-            for p in self.snapshot.nominations[name]:
-                i = index.id_of.get(p.node)
-                if i is None:
-                    continue
-                v = claim.setdefault(i, [0, 0, 0])
-                v[0] += p.resources.cpu_m
-                v[1] += p.resources.memory
-                v[2] += p.resources.gpu
+            claim = per_node(self.snapshot.nominations[name], index.id_of)
             taken: dict[int, tuple] = {}
             pooled: dict[int, tuple] = {}
             for i, v in claim.items():
