@@ -58,6 +58,10 @@ def base_env() -> dict[str, str]:
     return env
 
 
+KILL_WAIT_S = 5.0
+"""Seconds ``stop`` waits, after SIGKILL, for the task's process group to disappear."""
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is in process group ``pgid``."""
     for p in psutil.process_iter(["status"]):
@@ -193,6 +197,12 @@ class ProcessExecutor(Executor):
         if child is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(5)
+        # SIGKILL is delivered asynchronously: on a loaded node a killed process can still
+        # look alive for a moment. Return once the group is gone (bounded), so that a
+        # stopped task's processes are really gone when the agent reports it stopped.
+        deadline = time.monotonic() + KILL_WAIT_S
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def cleanup(self, handle: str) -> None:
         h = json.loads(handle)
