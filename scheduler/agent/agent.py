@@ -214,15 +214,7 @@ class Agent:
             # A broken share mount must fail this task (so the job's retry policy acts),
             # not crash every agent pass while the task stays `scheduled` forever.
             log.warning("task %s/%s: cannot write to the share: %s", job, rec.key, exc)
-            self.store.report_task(
-                job,
-                rec.key,
-                rec.attempt,
-                self.node,
-                TaskState.FAILED,
-                None,
-                f"cannot write to the cluster share at {share}: {exc}",
-            )
+            self._report_failed(job, rec, f"cannot write to the cluster share at {share}: {exc}")
             return
         role = spec.roles[rec.role]
         env = {**spec.env, **role.env, **task_env(job, spec, tasks, rec, str(share), hostfile)}
@@ -251,15 +243,7 @@ class Agent:
             log.warning("task %s/%s could not start: %s", job, rec.key, exc)
             with open(log_path, "a+") as f:
                 f.write(f"pasture: could not start the task: {exc}\n")
-            self.store.report_task(
-                job,
-                rec.key,
-                rec.attempt,
-                self.node,
-                TaskState.FAILED,
-                None,
-                f"could not start: {exc}",
-            )
+            self._report_failed(job, rec, f"could not start: {exc}")
             return
         t = LocalTask(job=job, key=rec.key, attempt=rec.attempt, handle=handle)
         with self._lock:
@@ -269,6 +253,12 @@ class Agent:
             job, rec.key, rec.attempt, self.node, TaskState.RUNNING, handle=handle
         )
         log.info("task %s started", t.lid)
+
+    def _report_failed(self, job: str, rec: TaskRecord, message: str) -> None:
+        """Report this attempt of ``rec`` failed before it ran (no exit code), with why."""
+        self.store.report_task(
+            job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message
+        )
 
     def _stop(self, t: LocalTask, reason: str) -> None:
         if t.stopping and t.lid in self._stoppers:
