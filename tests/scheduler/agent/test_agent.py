@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from scheduler.agent.agent import Agent
+from scheduler.agent.executor import ExecutorError
 from scheduler.agent.resources import detect_capacity, detect_gpus, usage
 from scheduler.core.model import Bind, Decision, TaskPlacement
 from scheduler.settings import AgentSettings
@@ -215,3 +216,25 @@ def test_unwritable_share_fails_the_task_instead_of_crashing_the_agent(store, tm
     (task,) = store.tasks("j")
     assert task.state == "failed"
     assert "cannot write to the cluster share" in task.message
+
+
+def test_a_task_the_executor_refuses_fails_with_the_reason_in_task_and_log(
+    store, tmp_path, redis_url
+):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+
+    def refuse(launch):
+        raise ExecutorError("podman run failed: image not known")
+
+    agent.executor.start = refuse
+    place(store, "j", "echo never", replicas=1)
+    agent.reconcile()
+    (task,) = store.tasks("j")
+    assert task.state == "failed" and task.exit_code is None
+    assert task.message == "could not start: podman run failed: image not known"
+    log = (tmp_path / "share/jobs/j/logs/w-0.log").read_text().splitlines()
+    assert log == [
+        "=== attempt 1 on n1 ===",
+        "pasture: could not start the task: podman run failed: image not known",
+    ]
