@@ -256,11 +256,20 @@ class RunningJob:
     def vc(self) -> str:
         return self.job.vc
 
-    def allocated(self) -> Resources:
-        total = ZERO
+    def held(self) -> tuple[int, int, int]:
+        """(cpu_m, memory bytes, GPUs) summed over its placements, as plain ints for the
+        core's per-cycle loops."""
+        c = m = g = 0
         for p in self.placements:
-            total = total + p.resources
-        return total
+            r = p.resources
+            c += r.cpu_m
+            m += r.memory
+            g += r.gpu
+        return c, m, g
+
+    def allocated(self) -> Resources:
+        """:meth:`held` as :class:`Resources`."""
+        return Resources(*self.held())
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,16 +182,7 @@ class Preemptor:
     @property
     def _alloc(self) -> dict[str, tuple[int, int, int]]:
         if self._alloc_cache is None:
-            alloc = {}
-            for rj in self._running:
-                c = m = g = 0
-                for p in rj.placements:
-                    r = p.resources
-                    c += r.cpu_m
-                    m += r.memory
-                    g += r.gpu
-                alloc[rj.job.name] = (c, m, g)
-            self._alloc_cache = alloc
+            self._alloc_cache = {rj.job.name: rj.held() for rj in self._running}
         return self._alloc_cache
 
     @property

@@ -83,13 +83,7 @@ def borrowing_jobs(
     for rj in running:
         if rj.releasing:
             continue
-        c = m = g = 0
-        for p in rj.placements:
-            r = p.resources
-            c += r.cpu_m
-            m += r.memory
-            g += r.gpu
-        per_vc.setdefault(rj.job.vc, []).append((rj.start_time, rj.job.name, (c, m, g)))
+        per_vc.setdefault(rj.job.vc, []).append((rj.start_time, rj.job.name, rj.held()))
     out: dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]] = {}
     for vc, jobs in per_vc.items():
         guar = ledger.guarantee.get(vc, (0, 0, 0))
@@ -160,11 +154,8 @@ class VcLedger:
             if rj.releasing:
                 continue  # going away; its VC should not be charged for it
             u = self.usage.setdefault(rj.job.vc, [0, 0, 0])
-            for p in rj.placements:
-                r = p.resources
-                u[0] += r.cpu_m
-                u[1] += r.memory
-                u[2] += r.gpu
+            for k, v in enumerate(rj.held()):
+                u[k] += v
         for j in pending:
             d = self.demand.setdefault(j.vc, [0, 0, 0])
             w = self.demand_by_width.setdefault(j.vc, {}).setdefault(task_width(j), [0, 0, 0])
