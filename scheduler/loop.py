@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from scheduler import lifecycle
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.discovery import ordered_tasks
@@ -254,15 +255,18 @@ class Loop:
             changed = True
         ending = job.ending
         if ending is None:
-            ending = self._outcome(job, spec, tasks, nodes)
-            if ending is None:
-                return changed
+            step = self._outcome(job, spec, tasks, nodes)
+            if step.ending is None:
+                return self._apply_step(job, tasks, step) or changed
+            ending = step.ending.to_dict()
             self._flush()  # queued transitions of this job go first
             self.store.set_job_fields(job.name, ending=ending)
             log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
         self._flush()
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
+            if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
+                t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
         self.store.update_tasks(job.name, stop)
         if not all(t.done for t in tasks):
@@ -288,65 +292,35 @@ class Loop:
 
     def _outcome(
         self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
-    ) -> dict | None:
-        """The state an attempt ends in (with reason), or None while it goes on."""
-        if job.stop_requested:
-            return {"state": JobState.STOPPED.value, "reason": job.stop_requested}
-        failed = [
-            t
-            for t in tasks
-            if t.state in (TaskState.FAILED, TaskState.LOST)
-            or (t.state == TaskState.STOPPED and t.desired != "stop")
-        ]
-        if failed:
-            t = failed[0]
-            if t.state == TaskState.LOST:
-                why, code = f"task {t.key} lost: {t.message}", None
-            else:
-                why, code = f"task {t.key} exited with code {t.exit_code} on {t.node}", t.exit_code
-            attempts = job.failures + 1
-            limit = spec.retry.max_attempts
-            if spec.policies.on_task_failure == "fail_job":
-                state, why = JobState.FAILED, f"{why}; on_task_failure is fail_job"
-            elif not spec.retry.retryable(code):
-                state, why = JobState.FAILED, f"{why}; exit code {code} is not retried"
-            elif attempts >= limit:
-                state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"
-            else:
-                state, why = (
-                    JobState.QUEUED,
-                    f"{why}; retrying ({attempts} of {limit} attempts failed)",
-                )
-            return {"state": state.value, "reason": why, "failure": True, "exit_code": code}
-        draining = sorted(
-            {
-                t.node
-                for t in tasks
-                if not t.done
-                and nodes.get(t.node) is not None
-                and nodes[t.node].state == "draining"
-            }
+    ) -> lifecycle.Step:
+        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`)."""
+        draining = [n for n, rec in nodes.items() if rec.state == "draining"]
+        return lifecycle.decide(
+            spec,
+            tasks,
+            failures=job.failures,
+            stop_requested=job.stop_requested,
+            draining=draining,
         )
-        if draining:
-            return {
-                "state": JobState.QUEUED.value,
-                "preempted": True,
-                "reason": f"node(s) {', '.join(draining)} draining; requeued",
-            }
-        comp = spec.policies.completion
-        if comp is not None:
-            mine = [t for t in tasks if t.role == comp.role]
-            ok = [t for t in mine if t.state == TaskState.SUCCEEDED]
-            if mine and (
-                (comp.when == "any" and ok) or (comp.when == "all" and len(ok) == len(mine))
-            ):
-                return {
-                    "state": JobState.SUCCEEDED.value,
-                    "reason": f"{comp.when} task(s) of role {comp.role} succeeded",
-                }
-        if tasks and all(t.state == TaskState.SUCCEEDED for t in tasks):
-            return {"state": JobState.SUCCEEDED.value, "reason": "all tasks succeeded"}
-        return None
+
+    def _apply_step(self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step) -> bool:
+        """Restart tasks in place and release waiting ones; True when any task changed."""
+        by_key = {t.key: t for t in tasks}
+        changed = []
+        for r in step.restart:
+            t = by_key[r.key]
+            t.state, t.desired, t.restarts, t.message = TaskState.SCHEDULED, "run", r.number, ""
+            t.exit_code = t.started = t.finished = None
+            t.handle = ""
+            changed.append(t)
+            self.store.add_event(job.name, f"task {r.key} restarted in place: {r.reason}")
+        for key in step.release:
+            by_key[key].desired = "run"
+            changed.append(by_key[key])
+        if changed:
+            self._flush()
+            self.store.update_tasks(job.name, changed)
+        return bool(changed)
 
     def _finish(
         self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], ending: dict, now: float

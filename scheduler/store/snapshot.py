@@ -26,6 +26,7 @@ from scheduler.core.model import (
     TaskPlacement,
     VirtualCluster,
 )
+from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
 from scheduler.store.store import Store
@@ -207,7 +208,7 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
                     "memory": pl.resources.memory,
                     "gpu": pl.resources.gpu,
                     "state": "scheduled",
-                    "desired": "run",
+                    "desired": initial_desired(spec, pl.role),
                     "exit_code": None,
                     "message": "",
                     "handle": "",
