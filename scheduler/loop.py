@@ -43,7 +43,7 @@ from scheduler.spec.model import JobSpec
 from scheduler.store.notify import Notifications
 from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
 from scheduler.store.snapshot import commit_payload, take_snapshot
-from scheduler.store.store import Store
+from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 
 log = logging.getLogger("pasture.loop")
 
@@ -128,6 +128,7 @@ class Loop:
         now = self.store.now()
         nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
         self._check_heartbeats(nodes, now)
+        self._clean_up_finished(now)
         active = self.store.active_jobs(with_spec=False)
         live = {(j.name, j.created) for j in active}
         for key in [k for k in self._specs if k not in live]:
@@ -360,7 +361,21 @@ class Loop:
                 attained_service=attained,
                 exit_code=ending.get("exit_code"),
             )
+            ttl = spec.ttl_after_finished
+            ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
+            if ttl is not None:
+                self.store.expire_job_at(job.name, now + ttl)
         return True
+
+    def _clean_up_finished(self, now: float) -> None:
+        """Delete finished jobs whose ``ttl_after_finished`` (or the cluster's
+        ``loop.finished_job_ttl_s``) has passed since they ended."""
+        for name in self.store.expired_jobs(now):
+            try:
+                self.store.delete_job(name)
+                log.info("job %s deleted: finished longer ago than its ttl", name)
+            except (JobActiveError, JobNotFoundError):
+                self.store.drop_expiry(name)
 
     # ---- forever --------------------------------------------------------------------
     def run_forever(self, stop: threading.Event | None = None) -> None:

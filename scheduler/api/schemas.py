@@ -39,6 +39,12 @@ class TaskOut(_Open):
     message: str = ""
 
 
+class JobDeleteOut(_Open):
+    name: str
+    deleted: bool = Field(description="true: its records are gone; false: stopping first")
+    state: str = Field(description="the job's state when the request was answered")
+
+
 class JobOut(_Open):
     name: str
     vc: str

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scheduler.lifecycle import WAIT, Ending, decide, expired, initial_desired
 from scheduler.spec import parse_job_spec
-from scheduler.store.records import JobState, TaskRecord, TaskState
+from scheduler.store.records import JobState, TaskRecord
 
 S, R, OK, F, X, L = "scheduled", "running", "succeeded", "failed", "stopped", "lost"
 
