@@ -133,13 +133,16 @@ class Step:
         restart: tasks to restart in place (only when ``ending`` is None).
         release: keys of waiting tasks whose dependencies now run (set ``desired: run``).
         missing: replicas of the spec not placed yet ({role: count}); the core places
-            them when they fit (informational here).
+            them when they fit (scheduler/core/grow.py).
+        free: keys of finished tasks whose allocation may be given back while the job
+            goes on (only while replicas are missing: the rest of the gang may need it).
     """
 
     ending: Ending | None = None
     restart: tuple[Restart, ...] = ()
     release: tuple[str, ...] = ()
     missing: dict[str, int] = field(default_factory=dict)
+    free: tuple[str, ...] = ()
 
 
 def task_event(task: TaskRecord) -> Event | None:
@@ -345,7 +348,8 @@ def decide(
 
     # 5. dependencies: waiting tasks whose roles' dependencies run
     release = tuple(t.key for t in tasks if t.desired == WAIT and _deps_running(spec, t, by_role))
-    return Step(restart=tuple(restarts), release=release, missing=missing)
+    free = tuple(t.key for t in tasks if t.done and t.key not in restarting) if missing else ()
+    return Step(restart=tuple(restarts), release=release, missing=missing, free=free)
 
 
 def _deps_running(spec: JobSpec, t: TaskRecord, by_role: dict[str, list[TaskRecord]]) -> bool:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from scheduler import lifecycle
+from scheduler.core.grow import growing
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.discovery import ordered_tasks
@@ -177,7 +178,7 @@ class Loop:
         snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
-        if not snapshot.pending:
+        if not snapshot.pending and not growing(snapshot.running):
             return result
         decision = self.schedule(snapshot, self.policy, now)
         t3 = time.perf_counter()
@@ -187,7 +188,7 @@ class Loop:
         result.committed, result.detail = ok, detail
         if ok:
             self._nominations = dict(decision.nominations)
-            result.bound = len(payload["binds"])
+            result.bound = len(payload["binds"]) + len(payload["grows"])
             result.preempted = len(payload["preemptions"])
             if payload["binds"] or payload["preemptions"]:
                 log.info(
@@ -305,7 +306,8 @@ class Loop:
         )
 
     def _apply_step(self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step) -> bool:
-        """Restart tasks in place and release waiting ones; True when any task changed."""
+        """Restart tasks in place, release waiting ones and give back finished tasks'
+        allocations (:class:`scheduler.lifecycle.Step`); True when any task changed."""
         by_key = {t.key: t for t in tasks}
         changed = []
         for r in step.restart:
@@ -321,6 +323,8 @@ class Loop:
         if changed:
             self._flush()
             self.store.update_tasks(job.name, changed)
+        if step.free:
+            self.store.free_tasks(job.name, step.free)
         return bool(changed)
 
     def _finish(

@@ -137,3 +137,32 @@ def test_finished_jobs_are_deleted_after_their_ttl(env, monkeypatch):
     loop.cycle()
     assert store.get_job("keep") is None
     assert store.list_jobs()[1] == 0
+
+
+def test_min_available_gang_starts_the_rest_as_room_comes_free_and_succeeds_with_all(env):
+    """replicas 6, min_available 3 on room for 4: 4 start; the other 2 start when two
+    finished tasks give their room back; success needs all 6 (it used to report success
+    after 4)."""
+    store, loop = env
+    role = {"replicas": 6, "min_available": 3, "command": "x", "resources": {"cpu": 2}}
+    submit(store, "ma", {"w": role})
+    loop.cycle()
+    assert sorted(t.index for t in store.tasks("ma")) == [0, 1, 2, 3]
+    report(store, "ma", TaskState.RUNNING)
+    report(store, "ma", TaskState.SUCCEEDED, 0)
+    loop.cycle()
+    job = store.get_job("ma")
+    assert job.state == "running", job.reason
+    loop.cycle()  # the freed room is used by the next cycle's core
+    tasks = {t.key: t for t in store.tasks("ma")}
+    assert sorted(tasks) == [f"w-{i}" for i in range(6)]
+    assert tasks["w-4"].state == "scheduled" and tasks["w-4"].ports["main"] >= 31000
+    assert any("2 more task(s) placed" in e["reason"] for e in store.events("ma"))
+    held = [a for a in store.ledger().values() if a.cpu_m]
+    assert sorted(a.index for a in held) == [4, 5]
+    report(store, "ma", TaskState.RUNNING, only={"w-4", "w-5"})
+    report(store, "ma", TaskState.SUCCEEDED, 0, only={"w-4", "w-5"})
+    loop.cycle()
+    job = store.get_job("ma")
+    assert job.state == "succeeded" and job.reason == "all tasks succeeded"
+    assert store.ledger() == {}
