@@ -3,10 +3,11 @@
 One cycle (:meth:`Loop.cycle`)::
 
     heartbeats      nodes silent for loop.heartbeat_timeout_s -> lost (their tasks: lost)
-    lifecycle       submitted -> queued; stop requests; task outcomes -> retry / fail /
-                    succeed / completion; draining nodes; when every task of an ending job
-                    is done: release its ledger entries, then requeue (attempt + 1) or
-                    finish it
+    lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.lifecycle
+                    (retry / fail / succeed / restart a task / release waiting tasks);
+                    draining nodes; when every task of an ending job is done: release its
+                    ledger entries, then requeue (attempt + 1) or finish it; delete
+                    finished jobs past their ttl
     snapshot        store -> Snapshot (version read first)
     core            scheduler.core.schedule(snapshot, policy, now) -> Decision
     commit          binds + preemptions + pending reasons in one Lua script, refused when
@@ -17,11 +18,11 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 ``loop.interval_s``. All lifecycle steps are idempotent, so a loop killed at any point
 resumes from the store.
 
-Retry semantics: a failed or lost task ends the attempt. With
-``policies.on_task_failure: restart_job`` the whole gang is stopped and requeued when the
-failure is retryable (``retry.retryable(exit_code)``; node loss always is) and fewer than
-``retry.max_attempts`` attempts have failed; otherwise (or with ``fail_job``) the job fails
-with the task's reason. Preemption and drains requeue without counting a failure.
+What ends a job, restarts a task in place, releases tasks held by ``depends_on`` or
+requeues it is decided by :func:`scheduler.lifecycle.decide` (completion rules, event
+policies, per-task restart, retry budget; docs/jobs.md); this module applies it.
+Preemption and drains requeue without counting a failure. Finished jobs are deleted
+``ttl_after_finished`` (else ``loop.finished_job_ttl_s``) seconds after they ended.
 """
 
 from __future__ import annotations
