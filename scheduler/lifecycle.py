@@ -25,7 +25,8 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   exit code; the ending is marked ``infrastructure`` so that it can be left uncharged.
 - The job succeeds as soon as ``completion.min_succeeded`` tasks of some role succeeded
   (legacy ``policies.completion {role, when: any|all}`` means 1 | all replicas of that
-  role); its other tasks are stopped.
+  role), or ``policies.min_succeeded`` tasks of any roles (Volcano ``minSuccess``); its
+  other tasks are stopped.
 - Else it succeeds when every replica of every role, counted from the spec (not from the
   tasks placed so far), has ended: succeeded, or failed within its role's tolerance.
   A gang placed at ``min_available`` (fewer tasks than replicas) therefore keeps running
@@ -333,6 +334,12 @@ def decide(
             replicas = spec.roles[role].replicas
             why = f"{ok} of {replicas} task(s) of role {role} succeeded (completion needs {need})"
             return Step(ending=Ending(JobState.SUCCEEDED, why))
+
+    need = spec.policies.min_succeeded
+    ok = sum(1 for t in tasks if t.state == TaskState.SUCCEEDED)
+    if need is not None and ok >= need:
+        why = f"{ok} task(s) succeeded (policies.min_succeeded is {need})"
+        return Step(ending=Ending(JobState.SUCCEEDED, why))
 
     # 4. everything ended within tolerance (replicas counted from the spec)
     restarting = {r.key for r in restarts}

@@ -226,11 +226,19 @@ class PoliciesSpec(_Model):
     """on_task_failure: restart_job (stop the gang; retry per ``retry``) or fail_job (fail at
     once, no retry). completion: see :class:`CompletionSpec` (default: every task of every
     role must succeed). on_events: see :class:`EventPolicySpec`; the first rule that matches
-    an event wins over the defaults."""
+    an event wins over the defaults. min_succeeded: successes over all roles that end the
+    job (Volcano ``minSuccess``)."""
 
     on_task_failure: Literal["restart_job", "fail_job"] = "restart_job"
     completion: CompletionSpec | None = None
     on_events: list[EventPolicySpec] = Field(default_factory=list, max_length=64)
+    min_succeeded: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="the job succeeds once this many of its tasks (any roles) succeeded "
+        "(Volcano spec.minSuccess)",
+    )
 
 
 class MountSpec(_Model):
@@ -356,6 +364,12 @@ class JobSpec(_Model):
                         f"{[r for r in self.roles if r != name]}, got {dep!r}"
                     )
         _no_dependency_cycle(self.roles)
+        n = self.policies.min_succeeded
+        if n is not None and n > self.task_count():
+            raise ValueError(
+                f"policies.min_succeeded: expected at most the job's {self.task_count()} "
+                f"tasks, got {n}"
+            )
         return self
 
     def role_image(self, role: str) -> str | None:
