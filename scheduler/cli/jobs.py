@@ -171,7 +171,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(f"pending: [yellow]{reason_text(events['pending_reason'])}[/yellow]")
     tasks = job.get("tasks") or []
     if tasks:
-        table = Table("role", "index", "state", "node", "exit code", title="tasks")
+        table = Table("role", "index", "state", "node", "exit code", "restarts", title="tasks")
         for t in tasks:
             table.add_row(
                 str(t.get("role")),
@@ -179,6 +179,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
                 styled(t.get("state")),
                 str(t.get("node") or ""),
                 "" if t.get("exit_code") is None else str(t.get("exit_code")),
+                str(t.get("restarts") or ""),
             )
         console.print(table)
     table = Table("time", "state", "reason", title="events")
