@@ -256,15 +256,15 @@ class Loop:
             )
             job.start_time = now
             changed = True
-        ending = job.ending
+        ending = lifecycle.Ending.from_dict(job.ending) if job.ending else None
         if ending is None:
             step = self._outcome(job, spec, tasks, nodes)
             if step.ending is None:
                 return self._apply_step(job, tasks, step) or changed
-            ending = step.ending.to_dict()
+            ending = step.ending
             self._flush()  # queued transitions of this job go first
-            self.store.set_job_fields(job.name, ending=ending)
-            log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
+            self.store.set_job_fields(job.name, ending=ending.to_dict())
+            log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
         self._flush()
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
@@ -329,7 +329,12 @@ class Loop:
         return bool(changed)
 
     def _finish(
-        self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], ending: dict, now: float
+        self,
+        job: JobRecord,
+        spec: JobSpec,
+        tasks: list[TaskRecord],
+        ending: lifecycle.Ending,
+        now: float,
     ) -> bool:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
@@ -337,13 +342,13 @@ class Loop:
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight
-        failures = job.failures + (1 if ending.get("failure") else 0)
-        state = JobState(ending["state"])
+        failures = job.failures + (1 if ending.failure else 0)
+        state = ending.state
         if state == JobState.QUEUED:
             self.store.transition(
                 job.name,
                 JobState.QUEUED,
-                ending["reason"],
+                ending.reason,
                 now=now,
                 attempt=job.attempt + 1,
                 failures=failures,
@@ -351,20 +356,20 @@ class Loop:
                 scheduled_time=None,
                 start_time=None,
                 attained_service=attained,
-                exit_code=ending.get("exit_code"),
+                exit_code=ending.exit_code,
             )
         else:
             self.store.transition(
                 job.name,
                 state,
-                ending["reason"],
+                ending.reason,
                 now=now,
                 attempt=job.attempt,
                 failures=failures,
                 ending=None,
                 end_time=now,
                 attained_service=attained,
-                exit_code=ending.get("exit_code"),
+                exit_code=ending.exit_code,
             )
             ttl = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
