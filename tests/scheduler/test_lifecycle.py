@@ -323,3 +323,65 @@ def test_bad_lifecycle_fields_are_refused_by_name(doc, fragment):
     with pytest.raises(SpecError) as err:
         parse_job_spec({"name": "j", **doc})
     assert fragment in str(err.value)
+
+
+EVENTS = ["task_completed", "task_failed", "task_evicted", "unknown"]
+ACTIONS = ["complete_job", "restart_job", "restart_task", "fail_job", "terminate_job"]
+
+
+@st.composite
+def jobs_and_tasks(draw):
+    """A spec with 1-3 roles and random lifecycle fields, and its tasks in random states."""
+    names = ["a", "b", "c"][: draw(st.integers(1, 3))]
+    roles = {}
+    for n in names:
+        replicas = draw(st.integers(1, 4))
+        r = role(replicas, max_task_retries=draw(st.none() | st.integers(0, 2)))
+        comp = {}
+        if draw(st.booleans()):
+            comp["min_succeeded"] = draw(st.integers(1, replicas))
+        if draw(st.booleans()):
+            comp["min_failed"] = draw(st.integers(1, replicas))
+        if comp:
+            r["completion"] = comp
+        roles[n] = r
+    rules = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"event": st.sampled_from(EVENTS), "action": st.sampled_from(ACTIONS)},
+                optional={"role": st.sampled_from(names)},
+            ),
+            max_size=3,
+        )
+    )
+    s = spec(roles, retry={"max_attempts": draw(st.integers(1, 3))}, policies={"on_events": rules})
+    placed = {n: draw(st.integers(1, roles[n]["replicas"])) for n in names}
+    letters = {
+        n: "".join(draw(st.sampled_from("RSOFXL")) for _ in range(k)) for n, k in placed.items()
+    }
+    ts = tasks(**letters)
+    for t in ts:
+        t.restarts = draw(st.integers(0, 3))
+    return s, ts, draw(st.integers(0, 2))
+
+
+@given(jobs_and_tasks())
+def test_decide_is_total_and_its_steps_are_consistent(case):
+    s, ts, failures = case
+    step = decide(s, ts, failures=failures)
+    by_key = {t.key: t for t in ts}
+    if step.ending is not None:
+        assert step.restart == () and step.release == ()
+        assert isinstance(step.ending.reason, str) and step.ending.reason
+        if step.ending.state == JobState.QUEUED and step.ending.failure:
+            assert failures + 1 < s.retry.max_attempts
+    for r in step.restart:  # only failed or evicted tasks restart, within their budget
+        t = by_key[r.key]
+        assert t.state in (F, X) and r.number == t.restarts + 1
+        assert t.restarts < max(s.roles[t.role].max_task_retries or 0, s.retry.max_attempts - 1)
+    placed_all = all(sum(t.role == n for t in ts) == r.replicas for n, r in s.roles.items())
+    if placed_all and all(t.state == OK for t in ts):
+        assert step.ending is not None
+    if not placed_all:  # unplaced replicas: never "all ended"; without an ending, missing
+        assert step.ending is not None or step.missing
+        assert step.ending is None or not step.ending.reason.startswith("all tasks")
