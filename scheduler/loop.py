@@ -189,12 +189,13 @@ class Loop:
         result.committed, result.detail = ok, detail
         if ok:
             self._nominations = dict(decision.nominations)
-            result.bound = len(payload["binds"]) + len(payload["grows"])
+            result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
-            if payload["binds"] or payload["preemptions"]:
+            if payload["binds"] or payload["preemptions"] or payload["grows"]:
                 log.info(
-                    "committed %d binds, %d preemptions (version %s)",
+                    "committed %d binds, %d grows, %d preemptions (version %s)",
                     result.bound,
+                    len(payload["grows"]),
                     result.preempted,
                     detail,
                 )
