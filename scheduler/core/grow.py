@@ -32,7 +32,16 @@ def missing_replicas(rj: RunningJob) -> dict[str, list[int]]:
 
 def growing(running: tuple[RunningJob, ...]) -> list[RunningJob]:
     """Running jobs (not releasing) with replicas still to place."""
-    return [rj for rj in running if not rj.releasing and missing_replicas(rj)]
+    out = []
+    for rj in running:  # a plain loop: this runs every cycle over every running job
+        if rj.releasing:
+            continue
+        n = 0
+        for r in rj.job.roles:
+            n += r.replicas
+        if len(rj.placements) < n and missing_replicas(rj):
+            out.append(rj)
+    return out
 
 
 def grow(
