@@ -45,6 +45,7 @@ MAX_CPU_M = 1024 * 1000  # 1024 cores
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 64
 MAX_REPLICAS = 10_000
+MAX_TTL_S = 10 * 365 * 86400  # ttl_after_finished: ten years
 NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 ROLE_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -301,7 +302,10 @@ class JobSpec(_Model):
     preemptible: bool = True
     estimated_duration_s: float | None = Field(None, gt=0)
     ttl_after_finished: int | None = Field(
-        None, ge=0, description="seconds a finished job's records are kept; None: the default"
+        None,
+        ge=0,
+        le=MAX_TTL_S,
+        description="seconds a finished job's records are kept; None: the default",
     )
 
     @field_validator("priority", mode="before")

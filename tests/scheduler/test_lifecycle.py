@@ -314,6 +314,7 @@ def test_an_ending_never_succeeds_with_a_failure_beyond_tolerance(letters, toler
         ),
         ({"roles": {"a": role(1, max_task_retries=-1)}}, "max_task_retries"),
         ({"roles": {"a": role(1)}, "ttl_after_finished": -1}, "ttl_after_finished"),
+        ({"roles": {"a": role(1)}, "ttl_after_finished": 10**400}, "ttl_after_finished"),
         ({"roles": {"a": role(2)}, "policies": {"min_succeeded": 3}}, "policies.min_succeeded"),
     ],
 )
