@@ -166,3 +166,51 @@ def test_min_available_gang_starts_the_rest_as_room_comes_free_and_succeeds_with
     job = store.get_job("ma")
     assert job.state == "succeeded" and job.reason == "all tasks succeeded"
     assert store.ledger() == {}
+
+
+def test_commit_drops_grows_of_jobs_that_moved_on_and_of_taken_keys(env):
+    store, loop = env
+    role = {"replicas": 4, "min_available": 1, "command": "x", "resources": {"cpu": 4}}
+    submit(store, "g", {"w": role})
+    loop.cycle()
+    assert [t.key for t in store.tasks("g")] == ["w-0", "w-1"]
+    job = store.get_job("g")
+
+    def grow(key, attempt=job.attempt):
+        alloc = {
+            "job": "g",
+            "role": "w",
+            "index": int(key[-1]),
+            "attempt": attempt,
+            "node": "n1",
+            "cpu_m": 0,
+            "memory": 0,
+            "gpu": 0,
+            "gpus": [],
+            "ports": [],
+        }
+        task = {
+            "role": "w",
+            "index": int(key[-1]),
+            "attempt": attempt,
+            "node": "n1",
+            "state": "scheduled",
+            "desired": "run",
+        }
+        return {
+            "job": "g",
+            "attempt": attempt,
+            "nodes": "n1",
+            "tasks": [{"key": key, "node": "n1", "alloc": alloc, "task": task}],
+        }
+
+    empty = {"binds": [], "preemptions": [], "pending": {}}
+    # a key the job holds already, and another attempt: dropped, the commit goes through
+    ok, _ = store.commit(store.version(), {**empty, "grows": [grow("w-0"), grow("w-2", 9)]})
+    assert ok and sorted(t.key for t in store.tasks("g")) == ["w-0", "w-1"]
+    ok, _ = store.commit(store.version(), {**empty, "grows": [grow("w-2")]})
+    assert ok and sorted(t.key for t in store.tasks("g")) == ["w-0", "w-1", "w-2"]
+    assert "g/w-2" in store.ledger()
+    store.request_stop("g")
+    ok, _ = store.commit(store.version(), {**empty, "grows": [grow("w-3")]})
+    assert ok and "w-3" not in {t.key for t in store.tasks("g")}
