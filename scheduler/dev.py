@@ -191,8 +191,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(data_dir: Path) -> Iterator[str]:
+def redis_server(
+    data_dir: Path, config: Path | None = None, password: str | None = None
+) -> Iterator[str]:
     """A private redis-server (from PATH) on a free port; yields its URL.
+
+    Args:
+        data_dir: its working directory (no persistence is configured).
+        config: a configuration file to start from (e.g. one the redis role rendered);
+            port, bind, dir and persistence are overridden on the command line.
+        password: the default user's password, for the readiness PING.
 
     Raises:
         RuntimeError: redis-server is not on PATH or does not answer within 10 s.
@@ -206,6 +214,7 @@ def redis_server(data_dir: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         [
             exe,
+            *([str(config)] if config is not None else []),
             "--port",
             str(port),
             "--bind",
@@ -225,11 +234,13 @@ def redis_server(data_dir: Path) -> Iterator[str]:
         deadline = time.monotonic() + 10
         while True:
             try:
-                redis.Redis.from_url(url).ping()
+                redis.Redis.from_url(url, password=password).ping()
                 break
             except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("redis-server did not answer within 10 s") from None
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(
+                        f"redis-server did not answer within 10 s (exit {proc.poll()})"
+                    ) from None
                 time.sleep(0.05)
         yield url
     finally:
