@@ -111,14 +111,30 @@ def password_sha256(password: str) -> str:
     return hashlib.sha256(password.encode()).hexdigest()
 
 
-def set_agent_user(client, user: str, password: str, node: str, prefix: str = DEFAULT_PREFIX):
-    """Create or replace the ACL user ``user`` for ``node``'s agent (``ACL SETUSER``; the
-    caller must be allowed ``ACL``). Only the password's SHA-256 is sent."""
-    rules = agent_rules(node, prefix)
-    args = ["reset", "on", f"#{password_sha256(password)}", "resetchannels"]
-    args += [r for r in rules if not r.startswith("(")]
-    args += [r for r in rules if r.startswith("(")]
-    client.execute_command("ACL", "SETUSER", user, *args)
+def _user_args(password: str, node: str, prefix: str) -> list[str]:
+    return [
+        "reset",
+        "on",
+        f"#{password_sha256(password)}",
+        "resetchannels",
+        *agent_rules(node, prefix),
+    ]
+
+
+def user_directive(user: str, password: str, node: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The ``user ...`` line of a Redis configuration file for ``node``'s agent (what the
+    redis role renders; ``pasture dev up`` writes it too). Only the password's SHA-256
+    appears."""
+    return " ".join(["user", user, *_user_args(password, node, prefix)])
+
+
+def set_agent_user(
+    client, user: str, password: str, node: str, prefix: str = DEFAULT_PREFIX
+) -> None:
+    """Create or replace the ACL user ``user`` for ``node``'s agent on a running Redis
+    (``ACL SETUSER``; the caller must be allowed ``ACL``). Only the password's SHA-256 is
+    sent."""
+    client.execute_command("ACL", "SETUSER", user, *_user_args(password, node, prefix))
 
 
 def _check_node(node: str) -> None:
