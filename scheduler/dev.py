@@ -226,6 +226,7 @@ def redis_server(
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("redis-server not found on PATH (apt-get install redis-server)")
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
     port = free_port()
     proc = subprocess.Popen(
         [
