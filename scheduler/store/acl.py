@@ -9,7 +9,8 @@ The model (Redis 7 ACL v2 key permissions and selectors; docs/ansible.md "Creden
                pasture:node:<name>:reports    its report stream (task states, registration)
    read        pasture:node:<name>:tasks      its bindings (written by the loop's commit)
                pasture:job:*                  job records, specs and task records
-   selectors   (+sadd ~pasture:nodes)         may add, never remove, a node name
+   selectors   (+sadd ~pasture:nodes ~pasture:reports:pending)  may add, never remove, a
+                                              node name (to the nodes / nodes-with-reports sets)
                (+hincrby +hincrbyfloat +expire ~pasture:usage:cluster:*)  usage sums
    channels    pasture:notify:node:<name>, pasture:notify:loop
 ```
@@ -60,7 +61,7 @@ AGENT_COMMANDS = (
     "script|load",
 )
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # as AgentSettings.node_name
 SHARED_NODE = "*"  # node glob of the one shared agent user (AKS DaemonSet)
 
 
@@ -101,7 +102,7 @@ def agent_rules(node: str, prefix: str = DEFAULT_PREFIX) -> list[str]:
         f"%R~{prefix}job:*",
         f"&{prefix}notify:node:{node}",
         f"&{prefix}notify:loop",
-        f"(+sadd ~{prefix}nodes)",
+        f"(+sadd ~{prefix}nodes ~{prefix}reports:pending)",
         f"(+hincrby +hincrbyfloat +expire ~{prefix}usage:cluster:*)",
     ]
 
@@ -138,5 +139,7 @@ def set_agent_user(
 
 
 def _check_node(node: str) -> None:
-    if not isinstance(node, str) or not _NAME.match(node):
-        raise ValueError(f"node name must match {_NAME.pattern} (no glob characters), got {node!r}")
+    if not isinstance(node, str) or not NODE_NAME.fullmatch(node):
+        raise ValueError(
+            f"node name must match {NODE_NAME.pattern} (no glob characters), got {node!r}"
+        )

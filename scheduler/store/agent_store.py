@@ -10,6 +10,8 @@ goes to this node's own keys::
                    cluster's per-minute sums; lost -> ready with a {kind: node} report
     report_task    XADD node:<n>:reports {kind: task, job, key, attempt, state, ...},
                    PUBLISH notify:loop
+    (every XADD)   SADD reports:pending <n> in the same transaction, so the loop reads
+                   only the streams of nodes with something queued
     reads          node:<n>:tasks (bindings), job:<job> (spec), job:<job>:tasks, TIME
 
 The loop applies the reports (:func:`scheduler.store.reports.apply_node_reports`) only for
@@ -67,6 +69,7 @@ end
 if st == 'lost' then
   redis.call('HSET', nk, 'state', 'ready')
   redis.call('XADD', nk .. ':reports', 'MAXLEN', '~', ARGV[7], '*', 'kind', 'node')
+  redis.call('SADD', p .. 'reports:pending', ARGV[2])
   redis.call('PUBLISH', p .. 'notify:loop', 'node')
   return 'ready'
 end
@@ -178,6 +181,7 @@ class NodeStore:
             maxlen=REPORTS_MAXLEN,
             approximate=True,
         )
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
         pipe.publish(self.loop_channel, "node")
         pipe.execute()
         return node
@@ -234,6 +238,7 @@ class NodeStore:
             maxlen=REPORTS_MAXLEN,
             approximate=True,
         )
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
         pipe.publish(self.loop_channel, "task")
         pipe.execute()
         return True

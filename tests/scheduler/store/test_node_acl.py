@@ -249,3 +249,23 @@ def test_agent_and_loop_run_a_job_with_the_node_credential(acl_redis, admin, tmp
         agent.reconcile()
         time.sleep(0.05)
     assert json.loads(admin.r.hget("pasture:node:n1", "usage"))  # heartbeats arrived
+
+
+def test_pending_set_holds_only_nodes_with_queued_reports(acl_redis, admin):
+    n1 = _register(acl_redis, "n1")
+    pending = "pasture:reports:pending"
+    assert admin.r.smembers(pending) == {"n1"}
+    apply_node_reports(admin)
+    assert admin.r.smembers(pending) == set()  # settled: nothing queued
+    assert apply_node_reports(admin).nodes == 0  # idle nodes are not read
+    # a node may add any name (SADD only); odd names are dropped, never read as keys
+    n1.r.sadd(pending, "n2", "bad name\n", "x:y")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        n1.r.srem(pending, "n1")
+    apply_node_reports(admin)
+    assert admin.r.smembers(pending) == set()
+    # a report queued while the loop works keeps its node pending until applied
+    n1.report_task("nojob", "w-0", 1, "n1", "running")
+    assert admin.r.smembers(pending) == {"n1"}
+    assert apply_node_reports(admin).dropped == 1
+    assert admin.r.smembers(pending) == set()
