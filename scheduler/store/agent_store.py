@@ -216,11 +216,13 @@ class NodeStore:
         exit_code: int | None = None,
         message: str = "",
         handle: str = "",
+        cause: str = "",
     ) -> bool:
         """Queue a report on a task of this node (state running / succeeded / failed /
-        stopped, exit code, message, executor handle) for the loop, which applies it when
-        the ledger binds ``job``/``key`` at ``attempt`` to this node. Returns True (queued;
-        whether it applies is the loop's decision). Raises ValueError for another node."""
+        stopped / lost, exit code, message, executor handle, infrastructure cause or "")
+        for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
+        to this node. Returns True (queued; whether it applies is the loop's decision).
+        Raises ValueError for another node."""
         self._own(node)
         pipe = self.r.pipeline(transaction=True)
         pipe.xadd(
@@ -234,6 +236,7 @@ class NodeStore:
                 "exit_code": "" if exit_code is None else str(exit_code),
                 "message": message,
                 "handle": handle,
+                "cause": cause,
             },
             maxlen=REPORTS_MAXLEN,
             approximate=True,

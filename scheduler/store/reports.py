@@ -52,10 +52,11 @@ return 0
 MAX_PER_NODE = 1000  # entries read per node per cycle (bounds one cycle's work)
 # states an agent may report, and the longest message / handle kept (characters)
 REPORTABLE = frozenset(
-    {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED}
+    {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST}
 )
 MAX_MESSAGE = 4096
 MAX_HANDLE = 512
+MAX_CAUSE = 64
 
 
 @dataclass
@@ -175,6 +176,7 @@ def _task_args(
         "" if code is None else str(code),
         f.get("message", "")[:MAX_MESSAGE],
         f.get("handle", "")[:MAX_HANDLE],
+        f.get("cause", "")[:MAX_CAUSE],  # ARGV[10] of REPORT_TASK where it takes a cause
     ]
 
 

@@ -199,7 +199,7 @@ def test_the_loop_drops_a_report_on_another_nodes_task(acl_redis, admin, caplog)
     _bind(admin, "theirs", "n2")
     n1.report_task("theirs", "w-0", 1, "n1", "failed", 1, "forged")
     n1.report_task("mine", "w-0", 2, "n1", "failed", 1, "wrong attempt")
-    n1.report_task("mine", "w-0", 1, "n1", "lost", None, "not a reportable state")
+    n1.report_task("mine", "w-0", 1, "n1", "scheduled", None, "not a reportable state")
     n1.report_task("mine", "w-0", 1, "n1", "succeeded", 0, "exited with code 0")
     with caplog.at_level("WARNING", logger="pasture.store.reports"):
         applied = apply_node_reports(admin)
