@@ -37,6 +37,8 @@ NAMESPACE = "pasture"
 
 # Azure/Kubernetes/inventory-safe names: lower-case letters, digits, '-'.
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
+# Azure Files share names: 3-63 chars, no leading/trailing/double dash.
+_AZURE_FILE_SHARE = re.compile(r"^(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*$")
 _SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp\d+|sk-\S+) [A-Za-z0-9+/=]+( .*)?$")
 
 
@@ -235,7 +237,8 @@ class StackConfig(BaseModel):
     system_pool: SystemPool = Field(default_factory=SystemPool)
     gpu_pools: tuple[GpuPool, ...] = Field(default_factory=_default_gpu_pools)
     namespace: str = "pasture"
-    pasture_image: str = "pasture:0.1.0"
+    pasture_image: str = ""  # "": built from the Containerfile and pushed (stacks/aks/image.py)
+    pasture_image_base: str = "python:3.11-slim"
     redis_image: str = "redis:7.2"
     redis_storage_gb: int = Field(default=8, ge=1)
     device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
@@ -312,6 +315,12 @@ class StackConfig(BaseModel):
             names = [h.name for h in self.hosts]
             if self.master.name in names:
                 raise _KeyError("hosts", f"{self.master.name!r} is also the master")
+        if self.platform == "aks" and not _AZURE_FILE_SHARE.match(self.share_name):
+            raise _KeyError(
+                "shareName",
+                "expected an Azure Files share name for platform aks (3-63 lower-case "
+                f"letters, digits and single dashes), got {self.share_name!r}",
+            )
         if self.converge and self.platform == "aks":
             raise _KeyError(
                 "converge", "site.yml does not converge an aks cluster (Pulumi deploys it)"

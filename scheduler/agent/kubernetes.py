@@ -33,6 +33,7 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
+from scheduler.agent import taints
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -114,18 +115,6 @@ def pod_name(task_id: str) -> str:
     return f"{cleaned[:54].rstrip('-')}-{digest}"
 
 
-def _toleration(taint: str) -> k8s.V1Toleration:
-    """``key=value:Effect`` -> toleration (operator Equal), ``key:Effect`` -> Exists."""
-    try:
-        key_value, effect = taint.rsplit(":", 1)
-    except ValueError:
-        raise ValueError(f"taint must be 'key[=value]:Effect', got {taint!r}") from None
-    if "=" in key_value:
-        key, value = key_value.split("=", 1)
-        return k8s.V1Toleration(key=key, operator="Equal", value=value, effect=effect)
-    return k8s.V1Toleration(key=key_value, operator="Exists", effect=effect)
-
-
 def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
     """The Pod that runs one task on the node the core chose.
 
@@ -191,7 +180,8 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
             enable_service_links=False,
             automount_service_account_token=False,
             service_account_name=settings.service_account,
-            tolerations=[_toleration(t) for t in settings.tolerations] or None,
+            tolerations=[k8s.V1Toleration(**t) for t in taints.tolerations(settings.tolerations)]
+            or None,
             containers=[container],
             volumes=volumes or None,
         ),
