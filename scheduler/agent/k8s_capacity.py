@@ -145,12 +145,13 @@ def read_capacity(
     *,
     wait_s: float = 300.0,
     interval_s: float = 5.0,
-    fetch: Callable[[str], Mapping[str, Any]] = fetch_node,
+    fetch: Callable[[str], Mapping[str, Any]] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Capacity:
     """The capacity of node ``name``, waiting up to ``wait_s`` seconds (every
-    ``interval_s``) for a GPU node's device plugin to advertise its GPUs.
+    ``interval_s``) for a GPU node's device plugin to advertise its GPUs. ``fetch``
+    reads the node object (default :func:`fetch_node`).
 
     Returns the last reading when the wait runs out (a GPU node whose plugin never
     started registers 0 GPUs: the scheduler then places no GPU task there).
@@ -158,6 +159,7 @@ def read_capacity(
     Raises:
         NodeCapacityError: as :func:`fetch_node` / :func:`node_capacity`.
     """
+    fetch = fetch or fetch_node
     deadline = clock() + wait_s
     while True:
         node = fetch(name)

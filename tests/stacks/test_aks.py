@@ -24,7 +24,7 @@ from stacks.aks import ACR_PULL_ROLE
 from stacks.aks.image import CONTAINERFILE, REPO_ROOT
 from stacks.aks.names import registry_name, storage_account_name
 from stacks.config import ConfigError, parse_config
-from tests.stacks.manifests import manifest, validate
+from tests.k8s_manifests import manifest, validate
 from tests.stacks.mocks import SSH_KEY, Built, build_stack
 
 pytestmark = pytest.mark.stacks
