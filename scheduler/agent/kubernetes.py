@@ -14,7 +14,14 @@ the GPU pool taints, the cluster share (an Azure Files PVC) mounted at the agent
 Settings come from the agent's environment, set by the aks stack's DaemonSet:
 ``PASTURE_K8S_NAMESPACE`` (default: the pod's own namespace), ``PASTURE_K8S_SHARE_CLAIM``
 (PVC of the share), ``PASTURE_K8S_IMAGE`` (image of tasks that name none),
-``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate).
+``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate: the
+pool's taints, plus ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` on a Spot
+pool; parsed by :mod:`scheduler.agent.taints`). The node's capacity comes from its node
+object (:mod:`scheduler.agent.k8s_capacity`), not from NVML in the agent's container.
+
+Spot eviction: Azure deletes the node and the agent's pod with it, so the agent's
+heartbeat stops; the loop marks the node ``lost`` and its tasks ``lost`` (the
+infrastructure-fault path), it does not see a task failure.
 
 Only :func:`build_pod`, :func:`pod_name` and :func:`exit_code` hold logic; they are pure
 and tested against the Kubernetes client's models. The executor class is a thin wrapper
