@@ -33,6 +33,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from scheduler.agent.taints import toleration
+
 NAMESPACE = "pasture"
 
 # Azure/Kubernetes/inventory-safe names: lower-case letters, digits, '-'.
@@ -138,8 +140,7 @@ class GpuPool(_Item):
     @classmethod
     def _taints(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for t in v:
-            if not re.match(r"^[\w./-]+(=[\w.-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$", t):
-                raise ValueError(f"expected taints like 'key=value:NoSchedule', got {t!r}")
+            toleration(t)  # the one taint parser; raises ValueError naming the taint
         return v
 
     @model_validator(mode="after")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,6 +23,7 @@ from scheduler.agent.taints import SPOT_TAINT
 from scheduler.inventory import parse_stack_output, write_inventory
 from scheduler.settings import AgentSettings, SchedulerSettings
 from stacks.aks import ACR_PULL_ROLE
+from stacks.aks.agents import ADDRESS_ENV, START_AGENT
 from stacks.aks.image import CONTAINERFILE, REPO_ROOT
 from stacks.aks.names import registry_name, storage_account_name
 from stacks.config import ConfigError, parse_config
@@ -209,7 +212,7 @@ def test_redis_statefulset_keeps_its_data_and_requires_the_password(aks):
     assert redis["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "pasture-redis"
 
 
-def test_scheduler_runs_api_and_loop_with_contract_settings(aks):
+def test_scheduler_runs_api_and_loop_with_contract_settings(aks, tmp_path):
     dep = k8s_resource(aks, "aks-dev-scheduler")["spec"]
     assert dep["strategy"]["type"] == "Recreate"  # never two loops at once
     commands = [c["command"] for c in dep["template"]["spec"]["containers"]]
@@ -221,14 +224,28 @@ def test_scheduler_runs_api_and_loop_with_contract_settings(aks):
     data = k8s_resource(aks, "aks-dev-config")["data"]
     settings = SchedulerSettings.model_validate(yaml.safe_load(data["scheduler.yaml"]))
     assert settings.api.port == 8443 and settings.cluster_name == "aks-dev"
-    agent = yaml.safe_load(
-        data["agent.yaml"]
-        .replace("__NODE_NAME__", "aks-a100-12345678-vmss000000")
-        .replace("__NODE_ADDRESS__", "10.224.0.5")
+    # The agent container's start script, run by a real shell on the ConfigMap's text
+    # (paths moved under tmp_path; `cat` instead of starting the agent).
+    etc = tmp_path / "etc" / "pasture"
+    (etc / "config").mkdir(parents=True)
+    (etc / "config" / "agent.yaml").write_text(data["agent.yaml"])
+    script = START_AGENT.replace("/etc/pasture", str(etc)).replace(
+        "exec pasture agent run --config", "cat"
     )
-    agent_settings = AgentSettings.model_validate(agent)
+    env = {
+        NODE_ENV: "aks-a100-12345678-vmss000000",
+        ADDRESS_ENV: "10.224.0.5",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    agent_settings = AgentSettings.model_validate(yaml.safe_load(out.stdout))
+    assert agent_settings.node_name == "aks-a100-12345678-vmss000000"
+    assert agent_settings.address == "10.224.0.5"
     assert agent_settings.executor == "kubernetes"
     assert str(agent_settings.share_dir) == "/mnt/pasture"
+    assert agent_settings.redis.password_file == Path("/etc/pasture/secrets/redis-password")
 
 
 def task_launch(tmp_path, node: str) -> TaskLaunch:
