@@ -136,6 +136,17 @@ class GpuPool(_Item):
             raise ValueError(f"expected an AKS pool name (a-z0-9, <= 12 chars), got {v!r}")
         return v
 
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, v: str | None) -> str | None:
+        # It becomes the node label pasture/gpu-model (Kubernetes label value rules).
+        if v is not None and not re.match(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$", v):
+            raise ValueError(
+                f"expected a GPU model usable as a node label value (letters, digits, "
+                f"'-', '_', '.', <= 63 chars, like 'A100'), got {v!r}"
+            )
+        return v
+
     @field_validator("taints")
     @classmethod
     def _taints(cls, v: tuple[str, ...]) -> tuple[str, ...]:

@@ -63,9 +63,11 @@ def pasture_image():
         subprocess.run(["bash", str(REPO / "scripts/build-base-image.sh")], check=True)
     tag = f"localhost/pasture-test-aks:{RUN_ID}"
     secret = ["--secret", f"id=ca-bundle,src={ca_bundle()}"] if ca_bundle() else []
+    # --layers=false: only the final image is stored (no intermediate images left behind
+    # in the machine's shared image store once the tag is removed).
     build = podman(
-        "build", "-f", str(REPO / "Containerfile"), "-t", tag, *secret, str(REPO),
-        check=False, timeout=1200,
+        "build", "--layers=false", "-f", str(REPO / "Containerfile"), "-t", tag, *secret,
+        str(REPO), check=False, timeout=1200,
     )  # fmt: skip
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     try:

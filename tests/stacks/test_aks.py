@@ -451,6 +451,12 @@ def test_config_refuses_share_names_azure_files_cannot_take(share):
     parse_config({"platform": "azure", "shareName": share, "sshPublicKey": SSH_KEY})
 
 
+def test_config_refuses_a_gpu_model_that_cannot_be_a_node_label():
+    pool = {"name": "a100", "vm_size": "Standard_NC24ads_A100_v4", "gpu_model": "A100 80GB"}
+    with pytest.raises(ConfigError, match=r"pasture:gpuPools\[0\]\.gpu_model: .*node label"):
+        parse_config({"platform": "aks", "gpuPools": [pool]})
+
+
 @pytest.mark.parametrize("variant", ["aks", "aks_default", "aks_bare"])
 def test_every_kubernetes_object_is_valid(variant, request):
     """Each object the stack registers passes kubernetes-validate --strict on 1.30-1.34
