@@ -1,6 +1,10 @@
 """Policies of the aks stack under mocks: GPU pools (size, taints, autoscaler bounds),
 ACR attached, the share, workloads on the AKS provider, kubeconfig secret, and agent
-settings that the kubernetes executor and the settings models accept."""
+settings that the kubernetes executor and the settings models accept; the defects of
+issue 18: the image built and pushed in the same run with the workloads on its digest,
+the Spot taint tolerated by every DaemonSet and task pod of a Spot pool, Azure names that
+fit for the longest clusterName, ``gpuPools: []``, and every Kubernetes object valid
+(kubernetes-validate, strict, 1.30-1.34)."""
 
 from __future__ import annotations
 
