@@ -29,7 +29,7 @@ from stacks.aks.common import (
     pasture_volumes,
     pool_affinity,
 )
-from stacks.aks.redis import REDIS_NAME, SECRETS_DIR
+from stacks.aks.redis import AGENT_REDIS_SECRET, SECRETS_DIR
 from stacks.aks.scheduler import AGENT_CONFIG
 from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER
 from stacks.config import GpuPool
@@ -129,7 +129,7 @@ def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8
                     "affinity": pool_affinity(pool),
                     "tolerations": tolerations(taints),
                     "containers": [container],
-                    "volumes": pasture_volumes(REDIS_NAME),
+                    "volumes": pasture_volumes(AGENT_REDIS_SECRET),
                 },
             },
         },

@@ -26,11 +26,22 @@ PASSWORD_FILE = f"{SECRETS_DIR}/{PASSWORD_KEY}"
 
 
 def redis_settings(namespace: str) -> RedisSettings:
-    """``redis`` section of scheduler.yaml and agent.yaml: the in-cluster Service, the
-    password read from the mounted Secret."""
+    """``redis`` section of scheduler.yaml: the in-cluster Service, the password read from
+    the mounted Secret."""
     return RedisSettings(
         url=f"redis://{REDIS_NAME}.{namespace}.svc:6379/0", password_file=Path(PASSWORD_FILE)
     )
+
+
+# The agents' Redis credential: the Secret mounted at SECRETS_DIR in the agent pods and
+# the ``redis`` section of agent.yaml. Today the same as the scheduler's; per-agent ACL
+# users change these two (plus a Secret and the server's ``--user`` arguments) here only.
+AGENT_REDIS_SECRET = REDIS_NAME
+
+
+def agent_redis_settings(namespace: str) -> RedisSettings:
+    """``redis`` section of agent.yaml (see :data:`AGENT_REDIS_SECRET`)."""
+    return redis_settings(namespace)
 
 
 def redis_password_secret(w: Workloads, password: pulumi.Input[str]) -> k8s.core.v1.Secret:

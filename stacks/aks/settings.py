@@ -15,7 +15,7 @@ import yaml
 
 from scheduler.settings import AgentSettings, ApiSettings, LoopSettings, SchedulerSettings
 from stacks.aks.common import SHARE_MOUNT
-from stacks.aks.redis import redis_settings
+from stacks.aks.redis import agent_redis_settings, redis_settings
 from stacks.config import StackConfig
 
 NODE_NAME_PLACEHOLDER = "PASTURE_NODE_NAME"
@@ -38,7 +38,7 @@ def agent_settings(cfg: StackConfig) -> AgentSettings:
     return AgentSettings(
         node_name=NODE_NAME_PLACEHOLDER,
         address=NODE_ADDRESS_PLACEHOLDER,
-        redis=redis_settings(cfg.namespace),
+        redis=agent_redis_settings(cfg.namespace),
         share_dir=Path(SHARE_MOUNT),
         executor="kubernetes",
         task_network="host",
