@@ -134,8 +134,9 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
         if not _json_depth_ok(doc):
             raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused")
         return doc
-    loader = BoundedLoader(text)
+    loader = None
     try:
+        loader = BoundedLoader(text)  # the reader refuses control characters here
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -147,4 +148,5 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     except RecursionError:  # pragma: no cover - MAX_DEPTH is far below the interpreter's
         raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

@@ -130,7 +130,7 @@ def test_a_raw_pydantic_error_keeps_its_field_path(store, monkeypatch):
     class Strict(BaseModel):
         replicas: int
 
-    monkeypatch.setattr(backend, "parse_job_spec", lambda d: Strict.model_validate(d))
+    monkeypatch.setattr(backend, "parse_job", lambda d: Strict.model_validate(d))
     with pytest.raises(InvalidSpecError) as info:
         JobService(store).validate({"replicas": "many"})
     assert info.value.errors[0]["loc"] == ["replicas"]
