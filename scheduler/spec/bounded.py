@@ -111,8 +111,8 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
         The parsed value (usually a dict; the caller checks the shape).
 
     Raises:
-        DocumentError: not UTF-8, too large, malformed (with the line), several YAML
-            documents, too deep, too many aliases or too large once aliases are expanded.
+        DocumentError: not UTF-8, too large, malformed (with the line), several non-empty
+            YAML documents, too deep, too many aliases or too large once aliases are expanded.
     """
     _check_size(text)
     if isinstance(text, bytes):
@@ -137,13 +137,20 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     loader = None
     try:
         loader = BoundedLoader(text)  # the reader refuses control characters here
-        return loader.get_single_data()
+        docs = []
+        while loader.check_data():  # empty documents ('---' at the end) are skipped
+            doc = loader.get_data()
+            if doc is not None:
+                docs.append(doc)
+            if len(docs) > 1:
+                raise DocumentError.one(
+                    "", "several YAML documents in one file; submit one job per file"
+                )
+        return docs[0] if docs else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        if "expected a single document" in str(exc):
-            problem = "several YAML documents in one file; submit one job per file"
         raise DocumentError.one("", f"malformed YAML{where}: {problem}") from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH is far below the interpreter's
         raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None

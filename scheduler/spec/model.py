@@ -12,6 +12,7 @@ Shape (YAML or JSON)::
                completion: {min_succeeded: 1}, max_task_retries: 2, shm: 1Gi,
                depends_on: [ps]}
     min_available: 2           # job-wide gang minimum (Volcano spec.minAvailable)
+    min_succeeded: 2           # job succeeds once this many tasks (any role) succeeded
     retry: {max_attempts: 3, retry_on_exit_codes: [...] | fail_on_exit_codes: [...]}
     policies: {on_task_failure: restart_job | fail_job, completion: {role: worker, when: all},
                on_events: [{event: task_completed, action: complete_job, role: worker}]}
@@ -236,6 +237,7 @@ class JobSpec(_Model):
     image: str | None = Field(None, min_length=1, max_length=512)
     roles: dict[str, RoleSpec] = Field(min_length=1, max_length=MAX_ROLES)
     min_available: int | None = Field(None, ge=1)
+    min_succeeded: int | None = Field(None, ge=1)
     retry: RetrySpec = RetrySpec()
     policies: PoliciesSpec = PoliciesSpec()
     mounts: list[MountSpec] = Field(default_factory=list, max_length=MAX_MOUNTS)
@@ -328,6 +330,10 @@ class JobSpec(_Model):
                         f"roles.{name}.depends_on: expected other roles of {roles}, got {dep!r}"
                     )
         self._no_cycle()
+        if self.min_succeeded is not None and self.min_succeeded > self.task_count():
+            raise ValueError(
+                f"min_succeeded ({self.min_succeeded}) exceeds the job's {self.task_count()} tasks"
+            )
         if self.min_available is not None:
             floor = sum(r.min_available or 0 for r in self.roles.values())
             if not floor <= self.min_available <= self.task_count():

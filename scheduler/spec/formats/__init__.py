@@ -54,6 +54,14 @@ def detect(doc: dict) -> str:
             f"(a Volcano job is apiVersion {volcano.API_VERSION}, kind Job)",
             f"{doc.get('apiVersion')}/{doc.get('kind')}",
         )
+    if "protocol_version" in doc and "tasks" in doc:
+        raise TranslateError(
+            "protocol_version",
+            f"{NOT_A_JOB}: this is the OpenPAI marketplace draft format (protocol_version, "
+            "tasks list, $$name$$ references), not OpenPAI job protocol v2 (protocolVersion: "
+            "2, taskRoles mapping); convert it with OpenPAI's marketplace or write it as v2",
+            doc.get("protocol_version"),
+        )
     if openpai_v1.is_openpai_v1(doc):
         return "openpai-v1"
     if openpai_v2.is_openpai_v2(doc):

@@ -20,7 +20,7 @@ from scheduler.spec.quantity import QuantityError, parse_memory
 
 FORMAT = "MARO"
 
-_MODES = ("process", "grass/azure", "grass/local", "grass/on-premises", "k8s/aks", "k8s")
+_MODES = ("process", "grass", "grass/azure", "grass/local", "grass/on-premises", "k8s", "k8s/aks")
 
 
 def is_maro(doc: dict) -> bool:
@@ -44,6 +44,7 @@ def translate(doc: dict, ctx: Context) -> list[dict[str, Any]]:
             "allocation": "MARO's node allocation mode; pasture's scheduler places tasks",
             "tags": "labels only",
             "description": "documentation only",
+            "parallel": "pasture runs jobs side by side whenever they fit",
         },
     )
     mode = doc.get("mode")

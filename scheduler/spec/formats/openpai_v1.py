@@ -5,12 +5,13 @@ examples/*/*.json. Detected by ``jobName`` or a ``taskRoles`` list.
 
 Field map (docs/compat.md has the table):
     jobName -> name; image -> image; virtualCluster -> vc; retryCount -> retry.max_attempts
-    (retryCount + 1); jobEnvs -> env; gpuType -> every role's resources.gpu_model;
+    (retryCount + 1; -1/-2, unlimited, is 100); jobEnvs -> env; gpuType -> every role's
+    resources.gpu_model;
     codeDir -> code_dir (share path, copied to ./code; hdfs refused); dataDir / outputDir ->
     env PAI_DATA_DIR / PAI_OUTPUT_DIR (passed through); taskRoles[i]: name, taskNumber ->
     replicas, cpuNumber / memoryMB / gpuNumber -> resources, shmMB -> shm, portList ->
     ports, minSucceededTaskCount / minFailedTaskCount -> completion, command.
-    authFile (private registry credentials) and killAllOnCompletedTaskNumber are refused.
+    authFile (private registry credentials) is refused.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ _JOB_IGNORED = {
 _JOB_REFUSED = {
     "authFile": "private registry credentials are not read; make the image available to "
     "the nodes with `pasture image push IMAGE`",
-    "killAllOnCompletedTaskNumber": "not supported; use minSucceededTaskCount on the role "
-    "whose completions end the job",
 }
 _ROLE_IGNORED = {"description": "documentation only"}
 
@@ -56,6 +55,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             "retryCount",
             "virtualCluster",
             "gpuType",
+            "killAllOnCompletedTaskNumber",
         },
         ignored=_JOB_IGNORED,
         refused=_JOB_REFUSED,
@@ -91,9 +91,11 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     if doc.get("virtualCluster"):
         spec["vc"] = doc["virtualCluster"]
     if doc.get("retryCount") is not None:
-        spec["retry"] = {
-            "max_attempts": as_int(doc["retryCount"], ctx, "retryCount", minimum=0) + 1
-        }
+        retries = as_int(doc["retryCount"], ctx, "retryCount", minimum=-2)
+        if retries < 0:  # -1 / -2: OpenPAI retries without limit
+            ctx.warn("retryCount", f"{retries} (retry without limit) is capped at 100 attempts")
+            retries = 99
+        spec["retry"] = {"max_attempts": retries + 1}
     env = {str(k): str(v) for k, v in ctx.mapping(doc.get("jobEnvs"), "jobEnvs").items()}
     if doc.get("codeDir"):
         spec["code_dir"] = code_dir(doc["codeDir"], ctx, "codeDir")
@@ -107,6 +109,9 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             env[var] = value
     if env:
         spec["env"] = env
+    kill = doc.get("killAllOnCompletedTaskNumber")
+    if kill not in (None, 0):
+        spec["min_succeeded"] = as_int(kill, ctx, "killAllOnCompletedTaskNumber", minimum=1)
     return spec
 
 

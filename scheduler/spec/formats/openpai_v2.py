@@ -14,8 +14,11 @@ refused by name; see docs/compat.md for the table. In short:
 - ``completion`` -> role completion; ``taskRetryCount`` -> max_task_retries;
   ``jobRetryCount`` -> retry.max_attempts - 1; ``extraContainerOptions.shmMB`` -> shm;
   ``extras.gangAllocation: false`` -> every role's min_available 1;
-  ``extras.hivedScheduler``: jobPriorityClass -> priority, taskRoles.<r>.skuType -> gpu_model;
-  ``extras.com.microsoft.pai.runtimeplugin``: ssh -> ssh, tensorboard warned, others refused.
+  ``extras.hivedScheduler``: jobPriorityClass -> priority, taskRoles.<r>.skuType (or the
+  older gpuType) -> gpu_model;
+  ``extras.com.microsoft.pai.runtimeplugin``: ssh -> ssh, teamwise_storage -> mounts of the
+  share directory named like each storage config at /mnt/<name>, tensorboard warned, others
+  refused.
 """
 
 from __future__ import annotations
@@ -43,6 +46,13 @@ def is_openpai_v2(doc: dict) -> bool:
 
 def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     """OpenPAI v2 job -> pasture spec dict. Raises TranslateError naming the v2 field."""
+    if doc.get("secrets") is not None:  # refused before anything could echo its values
+        raise ctx.refuse(
+            "secrets",
+            "pasture has no secret store yet: secret values would be kept in the job record "
+            "in clear. Put the value in a file of your share directory (`pasture data push`) "
+            "and read it from the command, or leave secrets out",
+        )
     ctx.check_fields(
         doc,
         "",
@@ -59,11 +69,6 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             "deployments",
         },
         ignored=_INFO_IGNORED,
-        refused={
-            "secrets": "pasture has no secret store yet: secret values would be kept in the "
-            "job record in clear. Put the value in a file of your share directory "
-            "(`pasture data push`) and read it from the command, or leave secrets out",
-        },
     )
     if doc.get("type") not in (None, "job"):
         raise ctx.refuse("type", "expected 'job'", doc.get("type"))
@@ -88,6 +93,8 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             spec["preemptible"] = True
     if hived.get("ssh"):
         spec["ssh"] = True
+    if hived.get("mounts"):
+        spec["mounts"] = hived["mounts"]
     task_roles = ctx.mapping(doc.get("taskRoles"), "taskRoles")
     if not task_roles:
         raise ctx.refuse("taskRoles", "expected at least one task role")
@@ -151,7 +158,7 @@ def _deployment(doc: dict, defaults: dict, ctx: Context) -> dict[str, dict]:
     for i, d in enumerate(deployments):
         loc = f"deployments[{i}]"
         d = ctx.mapping(d, loc)
-        ctx.check_fields(d, loc, honoured={"name", "taskRoles"})
+        ctx.check_fields(d, loc, honoured={"name", "taskRoles"}, ignored=_INFO_IGNORED)
         roles = ctx.mapping(d.get("taskRoles"), f"{loc}.taskRoles")
         for rname, r in roles.items():
             rloc = f"{loc}.taskRoles.{rname}"
@@ -198,14 +205,16 @@ def _extras(extras: dict, ctx: Context) -> dict[str, Any]:
                 ctx.check_fields(
                     r,
                     rloc,
-                    honoured={"skuType"},
+                    honoured={"skuType", "gpuType"},
+                    ignored={"skuNum": "HiveD SKU count; resourcePerInstance is what is requested"},
                     refused={
                         "affinityGroupName": "HiveD affinity groups are not supported; "
                         "pasture places a job's tasks as one gang"
                     },
                 )
-                if r.get("skuType"):
-                    sku[str(rname)] = str(r["skuType"])
+                model = r.get("skuType") or r.get("gpuType")
+                if model:
+                    sku[str(rname)] = str(model)
             out["sku"] = sku
         elif key == "com.microsoft.pai.runtimeplugin":
             for i, plugin in enumerate(ctx.sequence(value, loc)):
@@ -222,10 +231,25 @@ def _extras(extras: dict, ctx: Context) -> dict[str, Any]:
                         )
                 elif name == "tensorboard":
                     ctx.warn(ploc, "the tensorboard runtime plugin is not run here")
+                elif name == "teamwise_storage":
+                    params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
+                    names = ctx.sequence(
+                        params.get("storageConfigNames"), f"{ploc}.parameters.storageConfigNames"
+                    )
+                    for storage in names:
+                        out.setdefault("mounts", []).append(
+                            {"source": str(storage), "target": f"/mnt/{storage}"}
+                        )
+                    ctx.warn(
+                        ploc,
+                        f"team storage {[str(n) for n in names]} is the share directory of the "
+                        "same name, mounted at /mnt/<name> as OpenPAI does",
+                    )
                 else:
                     raise ctx.refuse(
                         f"{ploc}.plugin",
-                        "only the ssh and tensorboard runtime plugins are known here",
+                        "only the ssh, teamwise_storage and tensorboard runtime plugins are "
+                        "known here",
                         name,
                     )
         elif key in ("submitFrom", "jobStatusChangeNotification", "virtualGroup"):

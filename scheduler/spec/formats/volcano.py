@@ -5,7 +5,7 @@ example/*.yaml. Field map (docs/compat.md has the table):
 
 - metadata.name -> name; spec.queue -> vc; spec.priorityClassName -> priority (a pasture
   priority name, optionally with a ``-priority`` suffix); spec.minAvailable -> min_available
-  (job-wide); spec.maxRetry -> retry.max_attempts (maxRetry + 1);
+  (job-wide); spec.minSuccess -> min_succeeded; spec.maxRetry -> retry.max_attempts (maxRetry + 1);
   spec.policies / tasks[].policies -> policies.on_events (task rules carry the role);
   spec.plugins: ssh -> ssh, env and svc honoured (their variables and hosts files are always
   given), mpi -> mpi + ssh, pytorch honoured (MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK);
@@ -61,7 +61,6 @@ _POD_IGNORED = {
     "automountServiceAccountToken": "no Kubernetes API access from tasks",
 }
 _CONTAINER_IGNORED = {
-    "name": "a container name; the task is named <job>-<role>-<index>",
     "imagePullPolicy": "images are pulled when absent",
     "stdin": "tasks have no stdin",
     "tty": "tasks have no terminal",
@@ -109,11 +108,11 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             "policies",
             "plugins",
             "ttlSecondsAfterFinished",
+            "minSuccess",
         },
         ignored={"schedulerName": "pasture schedules every job"},
         refused={
             "volumes": "Kubernetes volumes are not mounted; put data in the cluster share",
-            "minSuccess": "not supported; use a TaskCompleted -> CompleteJob policy on a task",
             "runningEstimate": "not supported",
             "networkTopology": "not supported",
         },
@@ -141,6 +140,8 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
         n = as_int(spec["minAvailable"], ctx, "spec.minAvailable", minimum=0)
         if n > 0:
             out["min_available"] = n
+    if spec.get("minSuccess") is not None:
+        out["min_succeeded"] = as_int(spec["minSuccess"], ctx, "spec.minSuccess", minimum=1)
     retries = spec.get("maxRetry")
     if retries is not None:
         out["retry"] = {"max_attempts": as_int(retries, ctx, "spec.maxRetry", minimum=0) + 1}
@@ -292,11 +293,14 @@ def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str
         )
     if restart == "OnFailure" and "max_task_retries" not in role:
         role["max_task_retries"] = 3
-    if pod.get("nodeSelector"):
-        role["node_selector"] = {
-            str(k): str(v)
-            for k, v in ctx.mapping(pod["nodeSelector"], f"{ploc}.nodeSelector").items()
-        }
+    selector = {}
+    for k, v in ctx.mapping(pod.get("nodeSelector"), f"{ploc}.nodeSelector").items():
+        if k in _LINUX_LABELS and v == "linux":
+            ctx.warn(f"{ploc}.nodeSelector.{k}", "every pasture node runs Linux")
+            continue
+        selector[str(k)] = str(v)
+    if selector:
+        role["node_selector"] = selector
     deps = ctx.mapping(task.get("dependsOn"), f"{loc}.dependsOn")
     ctx.check_fields(deps, f"{loc}.dependsOn", honoured={"name", "iteration"})
     if deps.get("iteration") not in (None, "all", "any"):
@@ -314,13 +318,14 @@ def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str
 
 
 _GPU_KEYS = ("nvidia.com/gpu",)
+_LINUX_LABELS = ("kubernetes.io/os", "beta.kubernetes.io/os")
 
 
 def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         c,
         loc,
-        honoured={"image", "command", "args", "workingDir", "env", "ports", "resources"},
+        honoured={"name", "image", "command", "args", "workingDir", "env", "ports", "resources"},
         ignored=_CONTAINER_IGNORED,
         refused={
             "volumeMounts": "Kubernetes volumes are not mounted; put data in the cluster share",
