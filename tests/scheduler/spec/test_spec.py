@@ -265,3 +265,24 @@ def test_no_fit_by_gang_total_and_selector_and_model():
 def test_lost_nodes_do_not_count():
     spec = parse_job_spec({"name": "x", "roles": {"w": {"command": "t"}}})
     assert "no nodes" in unfittable_reason(spec, [node("n1", 4, 8, state=NodeState.LOST)])
+
+
+def test_job_wide_min_available_is_the_gang_the_cluster_must_hold():
+    doc = {
+        "name": "v",
+        "min_available": 2,
+        "roles": {"w": {"command": "t", "replicas": 4, "resources": {"cpu": 4}}},
+    }
+    two_nodes = [node("n1", 4, 8), node("n2", 4, 8)]
+    assert unfittable_reason(parse_job_spec(doc), two_nodes) is None
+    doc["min_available"] = 3
+    assert "whole cluster" in unfittable_reason(parse_job_spec(doc), two_nodes)
+
+
+def test_a_cpu_only_role_with_a_gpu_model_needs_a_node_of_that_model():
+    """As the core's gpu-model filter does (it does not skip roles with gpu 0)."""
+    spec = parse_job_spec(
+        {"name": "m", "roles": {"w": {"command": "t", "resources": {"gpu_model": "H100"}}}}
+    )
+    assert "H100" in unfittable_reason(spec, [node("n1", 4, 8, 2, model="A100")])
+    assert unfittable_reason(spec, [node("n1", 4, 8, 0, model="H100")]) is None
