@@ -98,3 +98,17 @@ def test_json_infinity_and_huge_memory_are_spec_errors():
             '{"name": "n", "roles": {"w": {"command": "t", "resources": {"cpu": Infinity}}}}',
             as_json=True,
         )
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_flat_document_of_too_many_nodes_is_refused(as_json):
+    text = "[" + ",".join(["1"] * 50_000) + "]"
+    start = time.perf_counter()
+    with pytest.raises(DocumentError, match="more than 20000 nodes"):
+        load_document(text, as_json=as_json)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_lone_surrogate_is_a_document_error():
+    with pytest.raises(DocumentError, match="UTF-8"):
+        load_document("a: \ud800")
