@@ -39,7 +39,7 @@ def open_store(settings: Any, client: Any | None = None) -> Any:
 
 
 def parse_job_spec(document: Any) -> Any:
-    """Validate a parsed job document (pasture, OpenPAI v2 or MARO) into the job spec.
+    """Validate a parsed job document (pasture, OpenPAI v1/v2, MARO, Volcano) into one job spec.
 
     Raises:
         scheduler.spec.SpecError: ``errors`` lists ``{"loc": "roles.worker.cpu", "msg",
