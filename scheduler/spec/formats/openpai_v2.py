@@ -10,7 +10,12 @@ refused by name; see docs/compat.md for the table. In short:
 - ``secrets`` are refused by name: pasture has no secret store yet, and substituting them
   into commands would store them in the job record in clear.
 - ``deployments`` + ``defaults.deployment``: the chosen deployment's preCommands run before
-  and postCommands after the role's commands (one shell script).
+  and postCommands after the role's commands (one shell script; post only when the
+  commands succeeded, the task's exit code stays theirs).
+- ``prerequisites`` with ``plugin: com.microsoft.pai.runtimeplugin.cmd`` (``callbacks``
+  taskStarts / taskSucceeds, ``require``, ``failurePolicy``) referenced by a role's
+  ``prerequisites`` list: taskStarts commands first (in order, required ones before),
+  taskSucceeds commands last (reverse order), ``failurePolicy: ignore`` -> ``|| true``.
 - ``completion`` -> role completion; ``taskRetryCount`` -> max_task_retries;
   ``jobRetryCount`` -> retry.max_attempts - 1; ``extraContainerOptions.shmMB`` -> shm;
   ``extras.gangAllocation: false`` -> every role's min_available 1;
@@ -31,6 +36,8 @@ from scheduler.spec.formats.common import Context, as_int, job_name
 FORMAT = "OpenPAI v2"
 
 _REF = re.compile(r"<%\s*\$([A-Za-z_]+)((?:\.[A-Za-z0-9_]+|\[[0-9]+\])*)\s*%>")
+_CMD_PLUGIN = "com.microsoft.pai.runtimeplugin.cmd"
+_CALLBACK_EVENTS = ["taskStarts", "taskSucceeds"]
 _PRIORITY = {"crit": "critical", "prod": "high", "test": "low", "oppo": "opportunistic"}
 _INFO_IGNORED = {
     "version": "component version: documentation only",
@@ -125,18 +132,23 @@ def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
         ctx.check_fields(
             pre,
             loc,
-            honoured={"protocolVersion", "name", "type", "uri"},
+            honoured={
+                "protocolVersion",
+                "name",
+                "type",
+                "uri",
+                "plugin",
+                "callbacks",
+                "require",
+                "failurePolicy",
+            },
             ignored=_INFO_IGNORED,
             refused={
                 "auth": "private registry credentials are not read; make the image available "
                 "to the nodes with `pasture image push IMAGE`",
-                "plugin": "prerequisite plugins are not run; put the commands in the task "
-                "role's commands",
-                "callbacks": "prerequisite plugins are not run; put the commands in the task "
-                "role's commands",
-                "failurePolicy": "prerequisite plugins are not run",
             },
         )
+        _cmd_plugin(pre, loc, ctx)
         kind = pre.get("type")
         if kind not in ("dockerimage", "data", "script", "output"):
             raise ctx.refuse(f"{loc}.type", "expected dockerimage, data, script or output", kind)
@@ -149,6 +161,74 @@ def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
             raise ctx.refuse(f"{loc}.uri", "expected an image reference", pre.get("uri"))
         out[name] = pre
     return out
+
+
+def _cmd_plugin(pre: dict, loc: str, ctx: Context) -> None:
+    """Check a prerequisite's ``plugin: com.microsoft.pai.runtimeplugin.cmd`` fields:
+    callbacks [{event: taskStarts | taskSucceeds, commands}], require, failurePolicy."""
+    plugin = pre.get("plugin")
+    if plugin is None:
+        for key in ("callbacks", "require", "failurePolicy"):
+            if pre.get(key) is not None:
+                raise ctx.refuse(f"{loc}.{key}", f"needs plugin: {_CMD_PLUGIN}", pre[key])
+        return
+    if plugin != _CMD_PLUGIN:
+        raise ctx.refuse(f"{loc}.plugin", f"only {_CMD_PLUGIN} is known here", plugin)
+    if pre.get("failurePolicy") not in (None, "fail", "ignore"):
+        raise ctx.refuse(f"{loc}.failurePolicy", "expected fail or ignore", pre["failurePolicy"])
+    for j, cb in enumerate(ctx.sequence(pre.get("callbacks"), f"{loc}.callbacks")):
+        cloc = f"{loc}.callbacks[{j}]"
+        cb = ctx.mapping(cb, cloc)
+        ctx.check_fields(cb, cloc, honoured={"event", "commands"})
+        if cb.get("event") not in _CALLBACK_EVENTS:
+            raise ctx.refuse(
+                f"{cloc}.event", f"expected one of {_CALLBACK_EVENTS}", cb.get("event")
+            )
+        ctx.sequence(cb.get("commands"), f"{cloc}.commands")
+    for name in ctx.sequence(pre.get("require"), f"{loc}.require"):
+        if not isinstance(name, str):
+            raise ctx.refuse(f"{loc}.require", "expected prerequisite names", name)
+
+
+def _callbacks(
+    names: list, prereqs: dict[str, dict], ctx: Context, loc: str
+) -> tuple[list[str], list[str]]:
+    """A role's ``prerequisites`` (with what they ``require``, first) as (taskStarts
+    commands in order, taskSucceeds commands in reverse order)."""
+    ordered: list[str] = []
+
+    def visit(name: object, path: tuple[str, ...]) -> None:
+        if not isinstance(name, str) or name not in prereqs:
+            raise ctx.refuse(loc, f"no prerequisite named {name!r}", name)
+        if name in path:
+            raise ctx.refuse(loc, f"prerequisites require each other: {' -> '.join(path)}", name)
+        for dep in prereqs[name].get("require") or []:
+            visit(dep, (*path, name))
+        if name not in ordered:
+            ordered.append(name)
+
+    for name in names:
+        visit(name, ())
+    starts: list[str] = []
+    succeeds: list[str] = []
+    for name in ordered:
+        pre = prereqs[name]
+        ignore = pre.get("failurePolicy") == "ignore"
+        for cb in pre.get("callbacks") or []:
+            cmds = [str(c) for c in cb.get("commands") or []]
+            if ignore:
+                cmds = [f"{{ {c}\n}} || true" for c in cmds]
+            (starts if cb["event"] == "taskStarts" else succeeds).append("\n".join(cmds))
+    return [c for c in starts if c], [c for c in reversed(succeeds) if c]
+
+
+def _script(pre: list[str], main: list[str], post: list[str]) -> str:
+    """One shell script: ``pre``, the role's commands, then ``post`` only when the last
+    command succeeded; the task's exit code is that of the role's commands (or of post)."""
+    if not post:
+        return "\n".join([*pre, *main])
+    guard = '__pasture_rc=$?; if [ "$__pasture_rc" -ne 0 ]; then exit "$__pasture_rc"; fi'
+    return "\n".join([*pre, *main, guard, *post])
 
 
 def _deployment(doc: dict, defaults: dict, ctx: Context) -> dict[str, dict]:
@@ -224,6 +304,12 @@ def _extras(extras: dict, ctx: Context) -> dict[str, Any]:
                 if name == "ssh":
                     out["ssh"] = True
                     params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
+                    if params.get("sshbarrier"):
+                        ctx.warn(
+                            f"{ploc}.parameters.sshbarrier",
+                            "commands start when their own task is up, not when every task's "
+                            "sshd answers; wait in the command (or use depends_on) if needed",
+                        )
                     if params.get("userssh"):
                         ctx.warn(
                             f"{ploc}.parameters.userssh",
@@ -282,6 +368,7 @@ def _role(
             "extraContainerOptions",
             "resourcePerInstance",
             "commands",
+            "prerequisites",
         },
     )
     scope: dict[str, Any] = {"parameters": params}
@@ -296,9 +383,10 @@ def _role(
     def subst(text: object, where: str) -> str:
         return _substitute(str(text), scope, ctx, where)
 
-    commands = ctx.sequence(tr.get("commands"), f"{loc}.commands")
     if isinstance(tr.get("commands"), str):
         commands = [tr["commands"]]
+    else:
+        commands = ctx.sequence(tr.get("commands"), f"{loc}.commands")
     if not commands:
         raise ctx.refuse(f"{loc}.commands", "expected at least one command")
     lines = [subst(c, f"{loc}.commands[{i}]") for i, c in enumerate(commands)]
@@ -306,6 +394,12 @@ def _role(
     post = [
         subst(c, f"deployments.{name}.postCommands") for c in deployment.get("postCommands") or []
     ]
+    starts, succeeds = _callbacks(
+        ctx.sequence(tr.get("prerequisites"), f"{loc}.prerequisites"),
+        prereqs,
+        ctx,
+        f"{loc}.prerequisites",
+    )
     res = ctx.mapping(tr.get("resourcePerInstance"), f"{loc}.resourcePerInstance")
     ctx.check_fields(
         res, f"{loc}.resourcePerInstance", honoured={"cpu", "memoryMB", "gpu", "ports"}
@@ -316,7 +410,7 @@ def _role(
     role: dict[str, Any] = {
         "replicas": as_int(tr.get("instances", 1), ctx, f"{loc}.instances", minimum=1),
         "resources": {"cpu": res.get("cpu", 1), "memory": f"{memory}Mi", "gpu": res.get("gpu", 0)},
-        "command": "\n".join([*pre, *lines, *post]),
+        "command": _script([*starts, *pre], lines, [*post, *succeeds]),
     }
     ports = ctx.mapping(res.get("ports"), f"{loc}.resourcePerInstance.ports")
     for label, count in ports.items():

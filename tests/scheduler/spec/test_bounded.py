@@ -106,7 +106,7 @@ def test_a_flat_document_of_too_many_nodes_is_refused(as_json):
     start = time.perf_counter()
     with pytest.raises(DocumentError, match="more than 20000 nodes"):
         load_document(text, as_json=as_json)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0  # stops at the cap (~0.5 s), not after all of it
 
 
 def test_a_lone_surrogate_is_a_document_error():

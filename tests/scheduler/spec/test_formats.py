@@ -138,11 +138,12 @@ def test_openpai_v2_in_full():
     spec = parsed.spec
     m, w = spec.roles["master"], spec.roles["worker"]
     assert parsed.format == "openpai-v2"
-    assert m.command.splitlines() == [
+    lines = m.command.splitlines()
+    assert lines[:2] == [
         "echo pre mnist",
         "python train.py --epochs 5 --data https://example.com/mnist.tgz",
-        "echo post",
     ]
+    assert lines[2].startswith("__pasture_rc=$?") and lines[3] == "echo post"
     assert (m.completion.min_succeeded, m.completion.min_failed) == (1, -1)
     assert m.max_task_retries == 2 and m.shm == 128 * 2**20
     assert m.ports == ["main", "tensorboard"] and m.image == "openpai/standard:pytorch"
@@ -351,3 +352,100 @@ def test_translated_specs_are_checked_against_pasture_limits():
     with pytest.raises(SpecError) as info:
         load_job(VOLCANO.replace("replicas: 2", "replicas: 20000"))
     assert "(translated)" in info.value.errors[0]["loc"]
+
+
+# The example of OpenPAI's "Use Prerequisites" section (microsoft/pai
+# docs/manual/cluster-user/advanced-jobs.md, MIT), with a taskSucceeds callback added.
+PREREQS = """
+protocolVersion: 2
+name: test_prerequisites
+type: job
+jobRetryCount: 0
+prerequisites:
+  - type: script
+    name: install-git
+    plugin: com.microsoft.pai.runtimeplugin.cmd
+    callbacks:
+      - event: taskStarts
+        commands:
+          - apt update
+          - apt install -y  git
+  - type: data
+    name: covid-19-data
+    plugin: com.microsoft.pai.runtimeplugin.cmd
+    require: [install-git]
+    failurePolicy: ignore
+    callbacks:
+      - event: taskStarts
+        commands:
+          - mkdir -p /dataset/covid-19
+      - event: taskSucceeds
+        commands:
+          - echo done
+  - type: dockerimage
+    uri: 'ubuntu:18.04'
+    name: docker_image_0
+taskRoles:
+  taskrole:
+    instances: 1
+    completion:
+      minFailedInstances: 1
+    taskRetryCount: 0
+    prerequisites:
+      - covid-19-data
+    dockerImage: docker_image_0
+    resourcePerInstance:
+      gpu: 1
+      cpu: 3
+      memoryMB: 29065
+    commands:
+      - ls -la /dataset/covid-19
+defaults:
+  virtualCluster: default
+extras:
+  com.microsoft.pai.runtimeplugin:
+    - plugin: ssh
+      parameters:
+        jobssh: true
+        sshbarrier: true
+"""
+
+
+def test_openpai_v2_cmd_prerequisites_run_around_the_commands():
+    parsed = load_job(PREREQS)
+    lines = parsed.spec.roles["taskrole"].command.splitlines()
+    assert lines[:2] == ["apt update", "apt install -y  git"]  # required one first
+    assert lines[2:4] == ["{ mkdir -p /dataset/covid-19", "} || true"]  # failurePolicy ignore
+    assert lines[4] == "ls -la /dataset/covid-19"
+    assert lines[5].startswith("__pasture_rc=$?")  # taskSucceeds only after success
+    assert lines[6:] == ["{ echo done", "} || true"]
+    assert any("sshbarrier" in w for w in parsed.warnings)
+
+
+def test_post_commands_keep_the_exit_code_of_the_commands(tmp_path):
+    import subprocess
+
+    failing = V2.replace("python train.py --epochs <% $parameters.epochs %>", "false #")
+    script = load_job(failing).spec.roles["master"].command
+    run = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+    assert run.returncode == 1
+    assert "post" not in run.stdout and "pre mnist" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "loc"),
+    [
+        (
+            "plugin: com.microsoft.pai.runtimeplugin.cmd",
+            "plugin: other.plugin",
+            "prerequisites[0].plugin",
+        ),
+        ("- event: taskSucceeds", "- event: taskFails", "prerequisites[1].callbacks[1].event"),
+        ("      - covid-19-data", "      - nope", "taskRoles.taskrole.prerequisites"),
+        ("require: [install-git]", "require: [covid-19-data]", "taskRoles.taskrole.prerequisites"),
+    ],
+)
+def test_openpai_v2_cmd_prerequisite_refusals(old, new, loc):
+    with pytest.raises(SpecError) as info:
+        load_job(PREREQS.replace(old, new, 1))
+    assert info.value.errors[0]["loc"] == loc
