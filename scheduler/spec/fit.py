@@ -5,9 +5,8 @@ what is free now, and lost nodes are ignored): a task fits a node when its reque
 the node's capacity and the node passes the core's own static filters
 (:data:`scheduler.core.plugins.FILTERS` ``gpu-model`` and ``node-selector``, so submit and
 placement never disagree: a role with ``gpu_model`` needs a node of that model even when it
-asks for no GPU). The gang's minimum (``min_available`` of every role, and the job-wide
-``min_available`` filled with the job's smallest other tasks) must also fit in the whole
-cluster's capacity.
+asks for no GPU). The gang's minimum (the core's ``Job.gang_request()``: ``min_available``
+of every role) must also fit in the whole cluster's capacity.
 """
 
 from __future__ import annotations
@@ -40,10 +39,9 @@ def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
     total = Resources()
     for n in usable:
         total = total + n.capacity
-    gang = Resources()
-    rest: list[Resources] = []  # tasks beyond each role's minimum
     static = [FILTERS["gpu-model"].check, FILTERS["node-selector"].check]
-    core_roles = {r.name: r for r in spec.to_core().roles}
+    core_job = spec.to_core()
+    core_roles = {r.name: r for r in core_job.roles}
     for name, role in spec.roles.items():
         req = role.resources.to_core()
         model = role.resources.gpu_model
@@ -71,14 +69,7 @@ def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
                 f"role {name}: a task needs {_describe(req)}; the largest matching node "
                 f"({biggest.name}) has {_describe(biggest.capacity)}"
             )
-        floor = role.min_available or (0 if spec.min_available else role.replicas)
-        gang = gang + req * floor
-        rest.extend([req] * (role.replicas - floor))
-    if spec.min_available:  # the job-wide minimum: fill it with the smallest other tasks
-        missing = spec.min_available - sum(r.min_available or 0 for r in spec.roles.values())
-        rest.sort(key=lambda r: (r.gpu, r.cpu_m, r.memory))
-        for req in rest[: max(missing, 0)]:
-            gang = gang + req
+    gang = core_job.gang_request()  # the core's own minimum gang, so the two agree
     if not gang.fits_in(total):
         return (
             f"the gang needs {_describe(gang)} in total; the whole cluster has {_describe(total)}"

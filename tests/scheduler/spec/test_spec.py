@@ -267,15 +267,18 @@ def test_lost_nodes_do_not_count():
     assert "no nodes" in unfittable_reason(spec, [node("n1", 4, 8, state=NodeState.LOST)])
 
 
-def test_job_wide_min_available_is_the_gang_the_cluster_must_hold():
+def test_the_gang_checked_at_submit_is_the_cores_gang():
     doc = {
         "name": "v",
-        "min_available": 2,
-        "roles": {"w": {"command": "t", "replicas": 4, "resources": {"cpu": 4}}},
+        "roles": {
+            "w": {"command": "t", "replicas": 4, "min_available": 2, "resources": {"cpu": 4}}
+        },
     }
     two_nodes = [node("n1", 4, 8), node("n2", 4, 8)]
-    assert unfittable_reason(parse_job_spec(doc), two_nodes) is None
-    doc["min_available"] = 3
+    spec = parse_job_spec(doc)
+    assert spec.to_core().gang_request().cpu_m == 8000
+    assert unfittable_reason(spec, two_nodes) is None
+    doc["roles"]["w"]["min_available"] = 3
     assert "whole cluster" in unfittable_reason(parse_job_spec(doc), two_nodes)
 
 
