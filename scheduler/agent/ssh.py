@@ -30,6 +30,7 @@ the ``bin/ssh`` wrapper on PATH in both modes.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -63,8 +64,9 @@ def ensure_job_key(job_dir: Path, attempt: int) -> tuple[str, str]:
             for READ_RETRY_S seconds.
     """
     path = job_key_path(job_dir, attempt)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # SMB mounts (smbnetfs) may not support chmod
+        os.chmod(path.parent, 0o700)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -283,3 +284,62 @@ def test_user_env_wins_over_foreign_aliases_but_not_over_pasture_variables(tmp_p
     assert boot.env["JOB_NAME"] == "mine" and boot.env["VC_TASK_INDEX"] == "x"
     assert boot.env["PASTURE_TASK_INDEX"] == "0"
     assert boot.command == "true"  # no ssh, no code_dir: the command as given
+
+
+BASE_IMAGE = "localhost/pasture-base:bookworm"
+
+
+@pytest.mark.skipif(
+    shutil.which("podman") is None
+    or subprocess.run(["podman", "image", "exists", BASE_IMAGE], check=False).returncode != 0,
+    reason=f"podman or {BASE_IMAGE} missing (scripts/build-base-image.sh)",
+)
+def test_container_tasks_reach_each_other_over_ssh_and_see_volcano_hosts(
+    store, tmp_path, redis_url
+):
+    """The same with the container executor (host network, the base image's sshd): the ssh
+    directory is mounted at /run/pasture/ssh, ~/.ssh/config is written in the container, and
+    the Volcano host files are at /etc/volcano."""
+    spec = parse_job_spec(
+        {
+            "name": "rt-ssh-ctr",
+            "image": BASE_IMAGE,
+            "mpi": True,
+            "roles": {
+                "a": {
+                    "resources": {"cpu": "500m", "memory": "256Mi"},
+                    "command": (
+                        "pasture-ssh-barrier 60\n"
+                        '/usr/bin/ssh b-0 \'echo "$SSH_CONNECTION"\' > "$PASTURE_JOB_DIR/conn"'
+                        " || exit 11\n"
+                        'cat /etc/volcano/b.host > "$PASTURE_JOB_DIR/b.host" || exit 12\n'
+                        'touch "$PASTURE_JOB_DIR/done"'
+                    ),
+                },
+                "b": {
+                    "resources": {"cpu": "500m", "memory": "256Mi"},
+                    "command": (
+                        'for i in $(seq 600); do [ -e "$PASTURE_JOB_DIR/done" ] && exit 0;'
+                        " sleep 0.1; done; exit 9"
+                    ),
+                },
+            },
+        }
+    )
+    agent = make_agent(store, tmp_path, redis_url, executor="container")
+    agent.register()
+    place_all(store, spec)
+    try:
+        tasks = run_to_end(store, agent, "rt-ssh-ctr", timeout=120)
+    finally:
+        subprocess.run(
+            ["podman", "rm", "-f", "--filter", "label=pasture.job=rt-ssh-ctr"],
+            capture_output=True,
+            check=False,
+        )
+    job_dir = tmp_path / "share/jobs/rt-ssh-ctr"
+    logs = {k: (job_dir / f"logs/{k}.log").read_text() for k in tasks}
+    assert {k: t.state for k, t in tasks.items()} == {"a-0": "succeeded", "b-0": "succeeded"}, logs
+    # plain /usr/bin/ssh (no wrapper) found the alias in the container's ~/.ssh/config
+    assert (job_dir / "conn").read_text().split()[3] == str(tasks["b-0"].ports["ssh"])
+    assert (job_dir / "b.host").read_text() == "127.0.0.1"
