@@ -148,8 +148,9 @@ def openpai_env(
 ) -> dict[str, str]:
     """OpenPAI's runtime variables (protocol v2 and its kube-runtime, protocol v1).
 
-    Sources: microsoft/pai docs/manual/cluster-user/how-to-use-advanced-job-settings.md
-    (v2), docs/rest-server... /kube-runtime design (legacy list) and docs/job_tutorial.md (v1).
+    Sources (microsoft/pai): docs/manual/cluster-user/how-to-use-advanced-job-settings.md
+    (v2), the rest-lite / kube-runtime design's "Legacy environment variables" table, and
+    docs/job_tutorial.md "Runtime environment" (v1). Table: docs/runtime-env.md.
 
     Args:
         dirs: ``{"code", "data", "output", "work"}`` -> path as the task sees it.

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import paramiko
 
-from scheduler.discovery import main_port, ordered_tasks, shell_name
+from scheduler.discovery import ordered_tasks, shell_name
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
@@ -227,7 +227,6 @@ def ssh_env(spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir
         "PASTURE_SSH_PORT": str(me.ports["ssh"]),
         "PASTURE_SSH_CONFIG": f"{task_dir}/config",
         "PASTURE_SSH_HOSTS": ",".join(f"{t.role}-{t.index}" for t in ranked),
-        "PASTURE_MASTER_SSH": f"{ranked[0].role}-{ranked[0].index}:{main_port(spec, ranked[0])}",
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "OMPI_MCA_plm_rsh_agent": f"{task_dir}/bin/ssh",
