@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -166,10 +167,12 @@ def _wrapper(task_dir: str) -> str:
 def _barrier(task_dir: str, hosts: Sequence[str]) -> str:
     ssh = shlex.quote(f"{task_dir}/bin/ssh")
     return (
-        "#!/bin/sh\n# pasture-ssh-barrier [TIMEOUT_S]: wait until every task of the job\n"
+        "#!/bin/sh\n# pasture-ssh-barrier [TIMEOUT_S]: wait until every other task of the job\n"
         "# accepts ssh (OpenPAI's sshbarrier). Exit 1 when one is not reachable in time.\n"
         "deadline=$(( $(date +%s) + ${1:-300} ))\n"
+        'self="${PASTURE_TASK_ROLE}-${PASTURE_TASK_INDEX}"\n'
         f"for h in {' '.join(shlex.quote(h) for h in hosts)}; do\n"
+        '  [ "$h" = "$self" ] && continue\n'
         f'  until {ssh} -o ConnectTimeout=5 "$h" true 2>/dev/null; do\n'
         '    if [ "$(date +%s)" -ge "$deadline" ]; then\n'
         '      echo "pasture-ssh-barrier: $h is not reachable over ssh" >&2; exit 1\n'
@@ -234,34 +237,57 @@ def ssh_env(spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir
     }
 
 
-def sshd_script(task_dir: str, *, required: bool, install_user_config: bool) -> str:
+USER_SSHD_RE = re.compile(
+    r"(?:^|[;&|(`])\s*(?:exec\s+)?(?:/usr(?:/local)?)?(?:/s?bin/)?sshd(?=\s|;|&|\)|$)", re.M
+)
+"""A command that starts its own sshd (Volcano's MPI examples: ``/usr/sbin/sshd -D``)."""
+
+
+def starts_own_sshd(command: str) -> bool:
+    """Whether ``command`` runs sshd itself (see :func:`sshd_script`)."""
+    return bool(USER_SSHD_RE.search(command))
+
+
+def sshd_script(
+    task_dir: str, *, required: bool, in_container: bool, user_sshd: bool = False
+) -> str:
     """Shell lines (``/bin/sh``) that start the task's sshd in the background before its
     command, stop it when the script exits and put the wrapper first on PATH.
 
     Args:
         required: the job asked for ssh explicitly: no sshd in the image fails the task
             (exit 127); otherwise (``mpi`` only) a warning line is logged.
-        install_user_config: also write ``~/.ssh/config`` (containers only).
+        in_container: the task has a filesystem of its own: also write ``~/.ssh/config``.
+        user_sshd: the command starts sshd itself (:func:`starts_own_sshd`). In a
+            container the job's sshd_config is then installed as ``/etc/ssh/sshd_config``
+            and no second sshd is started, so the command's own ``sshd`` serves the job's
+            port and key (a second one could not bind the port). In process mode the
+            node's ``/etc/ssh`` is not touched and pasture's sshd starts as usual.
     """
     d = shlex.quote(task_dir)
     missing = (
         'echo "pasture: this job asks for ssh but the image has no sshd'
         ' (install openssh-server)" >&2'
     )
-    lines = [
-        f'export PATH={d}/bin:"$PATH"',
-        "mkdir -p /run/sshd 2>/dev/null",
-        "_pasture_sshd=$(command -v sshd 2>/dev/null || ls /usr/sbin/sshd 2>/dev/null)",
-        'if [ -n "$_pasture_sshd" ]; then',
-        f'  "$_pasture_sshd" -D -e -f {d}/sshd_config 2>>{d}/sshd.log &',
-        "  _pasture_sshd_pid=$!",
-        "  trap 'kill $_pasture_sshd_pid 2>/dev/null' EXIT",
-        "else",
-        f"  {missing}",
-        "  exit 127" if required else "  :",
-        "fi",
-    ]
-    if install_user_config:
+    lines = [f'export PATH={d}/bin:"$PATH"', "mkdir -p /run/sshd 2>/dev/null"]
+    if in_container and user_sshd:
+        lines += [
+            "# the command starts its own sshd: make it the job's",
+            f"mkdir -p /etc/ssh && cp {d}/sshd_config /etc/ssh/sshd_config",
+        ]
+    else:
+        lines += [
+            "_pasture_sshd=$(command -v sshd 2>/dev/null || ls /usr/sbin/sshd 2>/dev/null)",
+            'if [ -n "$_pasture_sshd" ]; then',
+            f'  "$_pasture_sshd" -D -e -f {d}/sshd_config 2>>{d}/sshd.log &',
+            "  _pasture_sshd_pid=$!",
+            "  trap 'kill $_pasture_sshd_pid 2>/dev/null' EXIT",
+            "else",
+            f"  {missing}",
+            "  exit 127" if required else "  :",
+            "fi",
+        ]
+    if in_container:
         lines += [
             'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"',
             f'[ -e "$HOME/.ssh/config" ] || cp {d}/config "$HOME/.ssh/config"',

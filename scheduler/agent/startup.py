@@ -173,7 +173,8 @@ def prepare(
                 ssh.sshd_script(
                     seen,
                     required=bool(getattr(spec, "ssh", False)),
-                    install_user_config=in_container,
+                    in_container=in_container,
+                    user_sshd=ssh.starts_own_sshd(spec.roles[me.role].command),
                 )
             )
     if code:

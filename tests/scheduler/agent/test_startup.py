@@ -343,3 +343,84 @@ def test_container_tasks_reach_each_other_over_ssh_and_see_volcano_hosts(
     # plain /usr/bin/ssh (no wrapper) found the alias in the container's ~/.ssh/config
     assert (job_dir / "conn").read_text().split()[3] == str(tasks["b-0"].ports["ssh"])
     assert (job_dir / "b.host").read_text() == "127.0.0.1"
+
+
+@pytest.mark.skipif(
+    shutil.which("podman") is None
+    or subprocess.run(["podman", "image", "exists", BASE_IMAGE], check=False).returncode != 0,
+    reason=f"podman or {BASE_IMAGE} missing (scripts/build-base-image.sh)",
+)
+def test_volcano_mpi_commands_that_start_their_own_sshd_serve_the_jobs_ssh(
+    store, tmp_path, redis_url
+):
+    """Volcano's MPI example starts sshd itself (``/usr/sbin/sshd -D`` in the worker): in a
+    container that sshd gets the job's sshd_config (task port, job key), pasture starts no
+    second one, and the master reaches each worker by the addresses in
+    /etc/volcano/mpiworker.host and by alias."""
+    vjob = next(yaml.safe_load_all((DATA.parent / "volcano" / "mpi-example.yaml").read_text()))
+    master_cmd, worker_cmd = (
+        t["template"]["spec"]["containers"][0]["command"][2] for t in vjob["spec"]["tasks"]
+    )
+    first_lines = "".join(master_cmd.splitlines(keepends=True)[:2])
+    assert "/usr/sbin/sshd -D" in worker_cmd
+    spec = parse_job_spec(
+        {
+            "name": "rt-vc-mpi",
+            "image": BASE_IMAGE,
+            "mpi": True,
+            "roles": {
+                "mpimaster": {
+                    "resources": {"cpu": "250m", "memory": "128Mi"},
+                    "command": (
+                        "pasture-ssh-barrier 60 || exit 10\n"
+                        + first_lines
+                        + 'for h in $(echo "$MPI_HOST" | tr "," " ") mpiworker-1; do'
+                        " /usr/bin/ssh \"$h\" 'echo $SSH_CONNECTION' || exit 11; done"
+                        ' > "$PASTURE_JOB_DIR/conns"'
+                    ),
+                },
+                "mpiworker": {
+                    "replicas": 2,
+                    "resources": {"cpu": "250m", "memory": "128Mi"},
+                    "command": worker_cmd,
+                },
+            },
+        }
+    )
+    agent = make_agent(store, tmp_path, redis_url, executor="container")
+    agent.register()
+    place_all(store, spec)
+    try:
+
+        def master_done():
+            agent.reconcile()
+            return store.task("rt-vc-mpi", "mpimaster-0").done
+
+        until(master_done, timeout=120)
+        # the master completed the job (Volcano: TaskCompleted -> CompleteJob): stop workers
+        workers = [t for t in store.tasks("rt-vc-mpi") if t.role == "mpiworker"]
+        for t in workers:
+            t.desired = "stop"
+        store.update_tasks("rt-vc-mpi", workers)
+        tasks = run_to_end(store, agent, "rt-vc-mpi", timeout=120)
+    finally:
+        subprocess.run(
+            ["podman", "rm", "-f", "--filter", "label=pasture.job=rt-vc-mpi"],
+            capture_output=True,
+            check=False,
+        )
+    job_dir = tmp_path / "share/jobs/rt-vc-mpi"
+    log = (job_dir / "logs/mpimaster-0.log").read_text()
+    assert tasks["mpimaster-0"].state == "succeeded", log
+    # workers ran until stopped: their own sshd -D did not fail on the port
+    assert {tasks[k].state for k in ("mpiworker-0", "mpiworker-1")} == {"stopped"}
+    ports = [line.split()[3] for line in (job_dir / "conns").read_text().splitlines()]
+    w0, w1 = (str(tasks[f"mpiworker-{i}"].ports["ssh"]) for i in (0, 1))
+    # both host-file lines are 127.0.0.1: the address reaches the first task there (the
+    # master's own sshd); the alias reaches worker 1's sshd
+    m = str(tasks["mpimaster-0"].ports["ssh"])
+    assert ports == [m, m, w1], (ports, m, w0, w1)
+    assert (job_dir / "volcano-1" / "mpiworker.host").read_text() == "127.0.0.1\n127.0.0.1"
+    # pasture started no sshd of its own in the workers (its log file would exist)
+    for key in ("mpiworker-0", "mpiworker-1"):
+        assert not list((tmp_path / "work-n1/tasks").glob(f"rt-vc-mpi-{key}-a1/ssh/sshd.log"))
