@@ -17,7 +17,9 @@ from scheduler.api.auth import principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware, SchedulerCollector
-from scheduler.api.routers import cluster, jobs
+from scheduler.api.ratelimit import AuthFailureLimiter
+from scheduler.api.responses import UNAVAILABLE, errors
+from scheduler.api.routers import admin, cluster, jobs
 from scheduler.api.schemas import Health
 from scheduler.services import backend
 from scheduler.services.errors import InvalidSpecError, ServiceError
@@ -25,6 +27,7 @@ from scheduler.services.jobs import JobService, validation_errors
 from scheduler.services.logs import LogService
 from scheduler.services.nodes import NodeService
 from scheduler.services.status import StatusService
+from scheduler.services.tokens import TokenService
 from scheduler.services.vcs import VcService
 from scheduler.store.tokens import TokenInfo, TokenStore
 
@@ -46,19 +49,21 @@ def create_app(
             ``redis``.
         store: the backend store; None opens one from ``settings.redis``.
         tokens: the token store; None uses the store's Redis client (``store.r``) or a
-            new client from the settings.
+            new client from the settings, with the token lifetimes of ``settings.api``.
 
     Returns:
-        A FastAPI app; OpenAPI at ``/openapi.json``, docs at ``/docs``.
+        A FastAPI app; the OpenAPI document at ``/openapi.json`` (any valid token). No
+        ``/docs`` page: Swagger UI would load its scripts from a CDN, and a browser
+        cannot send the bearer token it needs (docs/api.md says how to view the document).
     """
     client = None
     if store is None or tokens is None:
         client = getattr(store, "r", None) or backend.redis_client(settings)
     if store is None:
         store = backend.open_store(settings, client)
-    if tokens is None:
-        tokens = TokenStore(client)
     api_settings = getattr(settings, "api", None)
+    if tokens is None:
+        tokens = TokenStore.from_settings(client, api_settings)
     max_body = int(getattr(api_settings, "max_body_bytes", None) or DEFAULT_MAX_BODY)
     share_dir = Path(getattr(settings, "share_dir", ".") or ".")
 
@@ -67,6 +72,9 @@ def create_app(
         version="1",
         description="Jobs, nodes, virtual clusters and status of a pasture cluster. "
         "Every endpoint but /healthz needs 'Authorization: Bearer <token>'.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     status_service = StatusService(store, getattr(settings, "cluster_name", ""))
     app.state.store = store
@@ -76,14 +84,25 @@ def create_app(
     app.state.vcs = VcService(store)
     app.state.status = status_service
     app.state.logs = LogService(share_dir)
+    app.state.token_service = TokenService(tokens)
+    app.state.auth_limiter = AuthFailureLimiter(
+        int(getattr(api_settings, "auth_failures_per_window", None) or 20),
+        int(getattr(api_settings, "auth_failure_window_s", None) or 60),
+    )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
+    app.include_router(admin.router)
     app.include_router(dashboard_router)
 
-    @app.get("/healthz", tags=["cluster"], response_model=Health)
+    @app.get("/openapi.json", tags=["cluster"], include_in_schema=False)
+    def openapi(who: TokenInfo = Depends(principal)) -> JSONResponse:
+        """The OpenAPI document (any valid token)."""
+        return JSONResponse(app.openapi())
+
+    @app.get("/healthz", tags=["cluster"], response_model=Health, responses=UNAVAILABLE)
     def healthz() -> dict:
         """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
         answer."""
@@ -93,7 +112,7 @@ def create_app(
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["cluster"], response_class=Response)
+    @app.get("/metrics", tags=["cluster"], response_class=Response, responses=errors())
     def metrics(who: TokenInfo = Depends(principal)) -> Response:
         """Prometheus metrics (text exposition format); any valid token."""
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -118,6 +137,17 @@ def create_app(
     async def pydantic_error(request: Request, exc: ValidationError) -> JSONResponse:
         errors = validation_errors(exc)
         return JSONResponse({"detail": errors, "message": "invalid input"}, status_code=422)
+
+    @app.exception_handler(RecursionError)
+    @app.exception_handler(OverflowError)
+    async def input_too_deep(request: Request, exc: Exception) -> JSONResponse:
+        # A backstop: the routes map these to 400/422 where they can arise; one that
+        # escapes is still the input's fault, and is logged so that the route gets fixed.
+        log.warning("unmapped %s on %s", type(exc).__name__, request.url.path)
+        return JSONResponse(
+            {"detail": f"the request could not be processed: {type(exc).__name__}"},
+            status_code=400,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
