@@ -19,7 +19,7 @@ import importlib
 
 import typer
 
-from scheduler.cli import cluster, data, dev, jobs, login, server
+from scheduler.cli import cluster, data, dev, jobs, login, server, tokens
 
 app = typer.Typer(
     name="pasture",
@@ -39,6 +39,7 @@ app.add_typer(dev.dev_app, name="dev")
 app.add_typer(server.serve_app, name="serve")
 app.add_typer(server.agent_app, name="agent")
 app.add_typer(server.admin_app, name="admin")
+server.admin_app.add_typer(tokens.token_app, name="token")
 
 # Groups written by others, imported inside a guard so that a missing or broken one only
 # breaks its own command: (name, module, attribute, help).

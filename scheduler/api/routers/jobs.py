@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from scheduler.api.auth import principal
+from scheduler.api.bounds import check_document
 from scheduler.api.responses import (
     BAD_BODY,
     CONFLICT,
@@ -47,14 +48,16 @@ def parse_and_submit(
 ) -> dict:
     """Parse ``body`` and submit it (runs in a worker thread).
 
-    Input that defeats the parser or the validator (nesting past the interpreter's
-    recursion limit, numbers that overflow a conversion) is the client's error: 400 while
-    parsing, 422 while validating; never a 500.
+    The parsed document must pass :func:`check_document` (size with aliases expanded,
+    depth) before it is validated. Input that defeats the parser or the validator (nesting
+    past the interpreter's recursion limit, numbers that overflow a conversion) is the
+    client's error: 400 while parsing, 422 while validating; never a 500.
     """
     try:
         document = parse_document(body, content_type)
     except RecursionError:
         raise BadRequestError("job spec: the document is nested too deeply to parse") from None
+    check_document(document)
     try:
         return jobs.submit(who, document)
     except (RecursionError, OverflowError) as exc:
