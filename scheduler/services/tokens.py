@@ -7,8 +7,6 @@ once; listings never hold secrets.
 
 from __future__ import annotations
 
-import time
-
 from scheduler.services.errors import InvalidSpecError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.store.tokens import DAY_S, TokenInfo, TokenRole, TokenStore
@@ -35,7 +33,7 @@ class TokenService:
     def list(self, principal: Principal) -> list[dict]:
         """Every token (expired ones too), sorted by name. Raises ForbiddenError."""
         require_role(principal, TokenRole.ADMIN)
-        now = time.time()
+        now = self.tokens.now()
         return [token_dict(t, now) for t in self.tokens.list()]
 
     def revoke(self, principal: Principal, name: str) -> None:
@@ -62,4 +60,4 @@ class TokenService:
         if secret is None:
             raise NotFoundError(f"token {name!r} not found")
         info = self.tokens.get(name)
-        return {**token_dict(info, time.time()), "token": secret}
+        return {**token_dict(info, self.tokens.now()), "token": secret}

@@ -215,6 +215,10 @@ class TokenStore:
         )
         return token
 
+    def now(self) -> float:
+        """The store's clock: epoch seconds that expiries are compared with."""
+        return self._clock()
+
     def ping(self) -> bool:
         """True when Redis answers (raises redis.ConnectionError otherwise)."""
         return bool(self._r.ping())
