@@ -8,19 +8,23 @@ from typing import Any
 
 import redis
 from fastapi import Depends, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from scheduler.api.auth import principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware, SchedulerCollector
 from scheduler.api.ratelimit import AuthFailureLimiter
-from scheduler.api.responses import UNAVAILABLE, errors
+from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, cluster, jobs
 from scheduler.api.schemas import Health
+from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
 from scheduler.services.errors import InvalidSpecError, ServiceError
 from scheduler.services.jobs import JobService, validation_errors
@@ -92,17 +96,24 @@ def create_app(
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
 
-    app.include_router(jobs.router)
-    app.include_router(cluster.router)
-    app.include_router(admin.router)
+    strict = [Depends(no_unknown_query)]
+    app.include_router(jobs.router, dependencies=strict)
+    app.include_router(cluster.router, dependencies=strict)
+    app.include_router(admin.router, dependencies=strict)
     app.include_router(dashboard_router)
 
-    @app.get("/openapi.json", tags=["cluster"], include_in_schema=False)
+    @app.get("/openapi.json", tags=["cluster"], include_in_schema=False, dependencies=strict)
     def openapi(who: TokenInfo = Depends(principal)) -> JSONResponse:
         """The OpenAPI document (any valid token)."""
         return JSONResponse(app.openapi())
 
-    @app.get("/healthz", tags=["cluster"], response_model=Health, responses=UNAVAILABLE)
+    @app.get(
+        "/healthz",
+        tags=["cluster"],
+        response_model=Health,
+        responses={**UNAVAILABLE, **INVALID},
+        dependencies=strict,
+    )
     def healthz() -> dict:
         """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
         answer."""
@@ -112,7 +123,13 @@ def create_app(
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["cluster"], response_class=Response, responses=errors())
+    @app.get(
+        "/metrics",
+        tags=["cluster"],
+        response_class=Response,
+        responses=errors(),
+        dependencies=strict,
+    )
     def metrics(who: TokenInfo = Depends(principal)) -> Response:
         """Prometheus metrics (text exposition format); any valid token."""
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -137,6 +154,19 @@ def create_app(
     async def pydantic_error(request: Request, exc: ValidationError) -> JSONResponse:
         errors = validation_errors(exc)
         return JSONResponse({"detail": errors, "message": "invalid input"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code != 405:
+            return await http_exception_handler(request, exc)
+        # Starlette's Allow names only the methods of the one route that matched the path;
+        # a path served by several routes (GET and POST /api/v1/jobs) allows all of theirs.
+        allowed = set()
+        for route in app.router.routes:
+            if route.matches(request.scope)[0] is not Match.NONE:
+                allowed |= getattr(route, "methods", None) or set()
+        headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(allowed))}
+        return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
 
     @app.exception_handler(RecursionError)
     @app.exception_handler(OverflowError)

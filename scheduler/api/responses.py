@@ -21,8 +21,13 @@ class ErrorOut(BaseModel):
     message: str | None = Field(None, description="one-line summary (422 only)")
 
 
+_ERROR_SCHEMA = ErrorOut.model_json_schema()
+
+
 def _r(description: str) -> dict[str, Any]:
-    return {"model": ErrorOut, "description": description}
+    # The content type is given, not left to FastAPI: it would document a text/plain route's
+    # errors (logs, metrics) as text/plain, and they are JSON like every other error.
+    return {"description": description, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
 
 
 _RETRY = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
@@ -39,14 +44,15 @@ CONFLICT = {409: _r("clashes with stored state (the name is taken)")}
 TOO_LARGE = {413: _r("request body larger than api.max_body_bytes")}
 INVALID = {422: _r("invalid input; detail lists each problem with its field path in loc")}
 BAD_BODY = {400: _r("the body is not UTF-8 text, empty, or malformed YAML/JSON")}
+BAD_JSON = {400: _r("the body is not valid JSON")}
 
-# Every authenticated route answers these.
-AUTH = {**UNAUTHORIZED, **TOO_MANY, **UNAVAILABLE}
+# Every authenticated route answers these (422: an unknown query parameter, see strict.py).
+COMMON = {**UNAUTHORIZED, **TOO_MANY, **UNAVAILABLE, **INVALID}
 
 
 def errors(*groups: dict[int, Any]) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` of a route: :data:`AUTH` plus ``groups`` (e.g. NOT_FOUND)."""
-    out: dict[int | str, dict[str, Any]] = dict(AUTH)
+    """The ``responses=`` of a route: :data:`COMMON` plus ``groups`` (e.g. NOT_FOUND)."""
+    out: dict[int | str, dict[str, Any]] = dict(COMMON)
     for g in groups:
         out.update(g)
     return out

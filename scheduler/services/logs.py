@@ -130,23 +130,28 @@ class LogService:
         index: int | None,
         finished: Callable[[], bool],
         offset: int = 0,
+        limit: int | None = None,
     ) -> AsyncIterator[bytes]:
-        """Yield the log's bytes as they are written, until ``finished()`` and EOF.
+        """Yield the log's bytes as they are written, until ``finished()`` and EOF, or
+        until ``limit`` bytes (None: no limit) were yielded.
 
         Args:
             finished: called between polls; True once the job reached a final state.
                 The file is read to its end once more after that.
         """
         path = self.path(job, role, index)
+        left = float("inf") if limit is None else max(limit, 0)
         with path.open("rb") as f:
             f.seek(min(max(offset, 0), path.stat().st_size))
-            while True:
-                chunk = await asyncio.to_thread(f.read, CHUNK)
+            done = False
+            while left > 0:
+                chunk = await asyncio.to_thread(f.read, int(min(CHUNK, left)))
                 if chunk:
+                    left -= len(chunk)
                     yield chunk
                     continue
-                if await asyncio.to_thread(finished):
-                    while rest := f.read(CHUNK):
-                        yield rest
+                if done:
                     return
-                await asyncio.sleep(self.poll_s)
+                done = await asyncio.to_thread(finished)  # then read to the end once more
+                if not done:
+                    await asyncio.sleep(self.poll_s)

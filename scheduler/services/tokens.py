@@ -43,13 +43,14 @@ class TokenService:
             raise NotFoundError(f"token {name!r} not found")
 
     def rotate(self, principal: Principal, name: str, ttl_days: float | None = None) -> dict:
-        """A new secret for the token ``name`` (the old one stops working at once).
+        """A new secret for the token ``name`` (the old one stops working at once), valid
+        ``ttl_days`` (the store's default when None, at most its maximum).
 
         Returns:
             :func:`token_dict` plus ``token`` (the new secret, shown this once).
 
         Raises:
-            ForbiddenError, NotFoundError, InvalidSpecError (422: a lifetime over the maximum).
+            ForbiddenError, NotFoundError, InvalidSpecError (422: a lifetime the store refuses).
         """
         require_role(principal, TokenRole.ADMIN)
         try:

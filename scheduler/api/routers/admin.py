@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Body, Depends, Request, Response
 
 from scheduler.api.auth import principal
-from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, TOO_LARGE, errors
+from scheduler.api.responses import BAD_JSON, FORBIDDEN, INVALID, NOT_FOUND, TOO_LARGE, errors
 from scheduler.api.schemas import RotateIn, TokenOut, TokenSecretOut
 from scheduler.store.tokens import TokenInfo
 
@@ -33,7 +33,7 @@ def revoke_token(name: str, request: Request, who: TokenInfo = Depends(principal
 @router.post(
     "/tokens/{name}/rotate",
     response_model=TokenSecretOut,
-    responses=errors(FORBIDDEN, NOT_FOUND, TOO_LARGE, INVALID),
+    responses=errors(BAD_JSON, FORBIDDEN, NOT_FOUND, TOO_LARGE, INVALID),
 )
 def rotate_token(
     name: str,
@@ -42,7 +42,7 @@ def rotate_token(
     who: TokenInfo = Depends(principal),
 ) -> dict:
     """A new secret for ``name`` (returned this once), with the same role and VCs; the old
-    secret stops working at once. ``ttl_days`` defaults to ``api.token_ttl_days`` and may
-    not exceed ``api.token_max_ttl_days`` (422)."""
+    secret stops working at once. ``ttl_days`` defaults to ``api.token_ttl_days``; a longer
+    one than ``api.token_max_ttl_days`` is cut to it (``expires`` says what was granted)."""
     ttl = options.ttl_days if options is not None else None
     return request.app.state.token_service.rotate(who, name, ttl)

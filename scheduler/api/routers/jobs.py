@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import anyio
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from scheduler.api.auth import principal
@@ -149,9 +149,9 @@ def job_logs(
     index: int | None = Query(None, ge=0, description="task index within the role"),
     follow: bool = Query(False, description="stream until the job finishes"),
     offset: int = Query(0, ge=0, description="start at this byte"),
-    limit: int | None = Query(None, ge=0, description="at most this many bytes (not with follow)"),
+    limit: int | None = Query(None, ge=0, description="at most this many bytes"),
     tail: int | None = Query(
-        None, ge=0, le=MAX_TAIL_LINES, description="start at the last N lines (not with offset)"
+        None, ge=0, le=MAX_TAIL_LINES, description="start at the last N lines (not before offset)"
     ),
     who: TokenInfo = Depends(principal),
 ):
@@ -159,21 +159,19 @@ def job_logs(
     streamed in 64 KiB chunks (memory stays bounded whatever the file's size).
 
     ``offset``/``limit`` select a byte range; ``tail=N`` starts at the last N lines (found
-    by reading backwards from the end). The ``X-Log-Size`` header gives the file's size in
-    bytes when the read started; the next poll starts at ``offset`` plus the bytes
-    received. With ``follow=true`` the answer streams until the job is in a final state
-    and the file is read to its end. 422 for ``tail`` with ``offset``, or ``limit`` with
-    ``follow``."""
-    if tail is not None and offset:
-        raise HTTPException(422, "tail and offset: give one of them, not both")
-    if follow and limit is not None:
-        raise HTTPException(422, "limit and follow: a followed log has no byte limit")
+    by reading backwards from the end), or at ``offset`` when that is later (the last N
+    lines not seen yet). The ``X-Log-Size`` header gives the file's size in bytes when the
+    read started; the next poll starts at the start plus the bytes received. With
+    ``follow=true`` the answer streams until the job is in a final state and the file is
+    read to its end, or until ``limit`` bytes were sent."""
     jobs = request.app.state.jobs
     logs = request.app.state.logs
     jobs.get(who, name)
     path = logs.path(name, role, index)  # 404 before the stream starts
     size = path.stat().st_size
-    start = logs.tail_offset(path, tail) if tail is not None else min(offset, size)
+    start = min(offset, size)
+    if tail is not None:
+        start = max(start, logs.tail_offset(path, tail))
     headers = {"X-Log-Size": str(size), "Cache-Control": "no-store"}
     if not follow:
         return StreamingResponse(
@@ -187,5 +185,7 @@ def job_logs(
             return True
 
     return StreamingResponse(
-        logs.follow(name, role, index, finished, start), media_type="text/plain", headers=headers
+        logs.follow(name, role, index, finished, start, limit),
+        media_type="text/plain",
+        headers=headers,
     )
