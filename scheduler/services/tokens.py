@@ -53,8 +53,11 @@ class TokenService:
             ForbiddenError, NotFoundError, InvalidSpecError (422: a lifetime the store refuses).
         """
         require_role(principal, TokenRole.ADMIN)
+        # A lifetime over the maximum is cut to it (as Vault caps a TTL at max_ttl): the
+        # answer's ``expires`` says what was granted.
+        ttl_s = None if ttl_days is None else min(ttl_days * DAY_S, self.tokens.max_ttl_s)
         try:
-            secret = self.tokens.rotate(name, ttl_s=None if ttl_days is None else ttl_days * DAY_S)
+            secret = self.tokens.rotate(name, ttl_s=ttl_s)
         except ValueError as exc:
             problem = {"loc": ["body", "ttl_days"], "msg": str(exc), "type": "value_error"}
             raise InvalidSpecError(str(exc), [problem]) from None
