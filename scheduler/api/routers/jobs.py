@@ -140,7 +140,18 @@ def log_files(name: str, request: Request, who: TokenInfo = Depends(principal)) 
 @router.get(
     "/{name}/logs",
     response_class=PlainTextResponse,
-    responses=errors(FORBIDDEN, NOT_FOUND, INVALID),
+    responses={
+        **errors(FORBIDDEN, NOT_FOUND, INVALID),
+        200: {
+            "description": "the log's bytes (text/plain), streamed",
+            "headers": {
+                "X-Log-Size": {
+                    "description": "the file's size in bytes when the read started",
+                    "schema": {"type": "integer"},
+                }
+            },
+        },
+    },
 )
 def job_logs(
     name: str,
