@@ -2,7 +2,9 @@
 
 One cycle (:meth:`Loop.cycle`)::
 
-    heartbeats      nodes silent for loop.heartbeat_timeout_s -> lost (their tasks: lost)
+    heartbeats      nodes the loop observed silent for longer than their lost limit ->
+                    lost (their tasks: lost, cause node_lost); when most nodes go silent
+                    at once: a cluster condition instead (scheduler/store/lease.py)
     lifecycle       submitted -> queued; stop requests; task outcomes -> retry / fail /
                     succeed / completion; draining nodes; when every task of an ending job
                     is done: release its ledger entries, then requeue (attempt + 1) or
@@ -17,11 +19,14 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 ``loop.interval_s``. All lifecycle steps are idempotent, so a loop killed at any point
 resumes from the store.
 
-Retry semantics: a failed or lost task ends the attempt. With
+Retry semantics: a failed or lost task ends the attempt. An attempt ended by the
+infrastructure (``TaskRecord.disrupted``: node lost, fencing, agent restart) is requeued
+without counting a failure, whatever the retry policy; so are preemption and drains. With
 ``policies.on_task_failure: restart_job`` the whole gang is stopped and requeued when the
-failure is retryable (``retry.retryable(exit_code)``; node loss always is) and fewer than
+task's own failure is retryable (``retry.retryable(exit_code)``) and fewer than
 ``retry.max_attempts`` attempts have failed; otherwise (or with ``fail_job``) the job fails
-with the task's reason. Preemption and drains requeue without counting a failure.
+with the task's reason. Every ended attempt is recorded in ``JobRecord.attempts`` with its
+cause and whether it was charged.
 """
 
 from __future__ import annotations
@@ -37,10 +42,18 @@ from dataclasses import dataclass, field, replace
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.discovery import ordered_tasks
+from scheduler.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
 from scheduler.store.notify import Notifications
-from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import (
+    Cause,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    TaskRecord,
+    TaskState,
+)
 from scheduler.store.snapshot import commit_payload, take_snapshot
 from scheduler.store.store import Store
 
@@ -90,6 +103,8 @@ class Loop:
         settings: scheduler settings (uses ``loop.*``).
         policy: the policy (default: ``settings.loop.policy`` from presets).
         schedule: the core entry point (default ``scheduler.core.schedule``).
+        clock: monotonic clock (s) heartbeat silences are measured on (tests pass their
+            own to play time forward).
     """
 
     def __init__(
@@ -98,6 +113,7 @@ class Loop:
         settings: SchedulerSettings,
         policy: Policy | None = None,
         schedule: ScheduleFn | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -110,6 +126,7 @@ class Loop:
         self._node_states: dict[str, str] = {}
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
+        self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
 
     def _flush(self) -> None:
         """Execute the transitions queued on this cycle's pipeline (one round trip)."""
@@ -200,12 +217,9 @@ class Loop:
 
     # ---- heartbeats -----------------------------------------------------------------
     def _check_heartbeats(self, nodes: dict[str, NodeRecord], now: float) -> None:
-        timeout = self.settings.loop.heartbeat_timeout_s
-        for node in nodes.values():
-            if node.state != "lost" and now - node.heartbeat > timeout:
-                reason = f"no heartbeat for {now - node.heartbeat:.0f} s (timeout {timeout:g} s)"
-                log.warning("node %s lost: %s", node.name, reason)
-                nodes[node.name] = self.store.set_node_state(node.name, "lost", reason)
+        """Mark lost the nodes observed silent past their limit, or raise the cluster
+        condition instead (:class:`scheduler.health.NodeHealth`); updates ``nodes``."""
+        self._health.check(nodes, now)
 
     # ---- lifecycle ------------------------------------------------------------------
     def _advance(
@@ -279,6 +293,7 @@ class Loop:
                 t.state = TaskState.LOST
                 t.exit_code = None
                 t.message = f"node {t.node} lost"
+                t.cause = Cause.NODE_LOST
                 lost.append(t)
         if lost:
             self.store.update_tasks(job.name, lost, notify=False)
@@ -298,8 +313,17 @@ class Loop:
             if t.state in (TaskState.FAILED, TaskState.LOST)
             or (t.state == TaskState.STOPPED and t.desired != "stop")
         ]
-        if failed:
+        own = [t for t in failed if not t.disrupted]
+        if failed and not own:  # only the infrastructure's faults: requeue, not charged
             t = failed[0]
+            return {
+                "state": JobState.QUEUED.value,
+                "reason": f"task {t.key} {t.state} ({t.cause or Cause.NODE_LOST}): "
+                f"{t.message}; requeued, not charged to the retry budget",
+                "disruption": t.cause or Cause.NODE_LOST.value,
+            }
+        if own:
+            t = own[0]
             if t.state == TaskState.LOST:
                 why, code = f"task {t.key} lost: {t.message}", None
             else:
@@ -331,6 +355,7 @@ class Loop:
             return {
                 "state": JobState.QUEUED.value,
                 "preempted": True,
+                "disruption": "drained",
                 "reason": f"node(s) {', '.join(draining)} draining; requeued",
             }
         comp = spec.policies.completion
@@ -359,6 +384,20 @@ class Loop:
         attained = job.attained_service + max(0.0, now - started) * weight
         failures = job.failures + (1 if ending.get("failure") else 0)
         state = JobState(ending["state"])
+        cause = ending.get("disruption") or ("preempted" if ending.get("preempted") else "")
+        attempts = [
+            *job.attempts,
+            {
+                "attempt": job.attempt,
+                "state": ending["state"],
+                "reason": ending["reason"],
+                "cause": cause,
+                "charged": bool(ending.get("failure")),
+                "nodes": sorted({t.node for t in tasks}),
+                "started": job.start_time or job.scheduled_time,
+                "ended": now,
+            },
+        ]
         if state == JobState.QUEUED:
             self.store.transition(
                 job.name,
@@ -372,6 +411,7 @@ class Loop:
                 start_time=None,
                 attained_service=attained,
                 exit_code=ending.get("exit_code"),
+                attempts=attempts,
             )
         else:
             self.store.transition(
@@ -385,6 +425,7 @@ class Loop:
                 end_time=now,
                 attained_service=attained,
                 exit_code=ending.get("exit_code"),
+                attempts=attempts,
             )
         return True
 
@@ -404,6 +445,7 @@ class Loop:
                     self.store.record_cycle(time.perf_counter() - started)  # for /metrics
                 except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
                     log.exception("scheduling cycle failed")
+                    self._health.blind()  # silences restart when the store answers again
                     stop.wait(interval)
                 notes.wait(interval)  # a notification, or the interval
         finally:

@@ -68,6 +68,7 @@ _JOB_FIELDS_NO_SPEC = [
     "ending",
     "exit_code",
     "attained_service",
+    "attempts",
 ]
 _NODE_FIELDS_NO_USAGE = [
     "name",
@@ -82,6 +83,8 @@ _NODE_FIELDS_NO_USAGE = [
     "heartbeat",
     "registered",
     "executor",
+    "lease_s",
+    "fence_s",
 ]
 
 
@@ -240,6 +243,7 @@ class Store:
             ending=_j(h.get("ending")),
             exit_code=_i(h.get("exit_code")),
             attained_service=float(h.get("attained_service") or 0),
+            attempts=_j(h.get("attempts")) or [],
         )
 
     def get_job(self, name: str) -> JobRecord | None:
@@ -470,9 +474,12 @@ class Store:
         exit_code: int | None = None,
         message: str = "",
         handle: str = "",
+        cause: str = "",
     ) -> bool:
         """An agent's report on a task. Ignored (returns False) when it is about another
-        attempt or node, or the task already finished. Wakes the loop."""
+        attempt or node, or the task already finished. Wakes the loop. ``cause``: an
+        infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
+        task) ended it (then the attempt is not charged)."""
         return bool(
             self._report(
                 args=[
@@ -485,6 +492,7 @@ class Store:
                     "" if exit_code is None else str(exit_code),
                     message,
                     handle,
+                    cause,
                 ]
             )
         )
@@ -563,6 +571,8 @@ class Store:
             "registered": str(now),
             "usage": json.dumps(node.usage),
             "executor": node.executor,
+            "lease_s": str(node.lease_s),
+            "fence_s": str(node.fence_s),
         }
         changed = any(
             old.get(k) != fields[k]
@@ -575,6 +585,7 @@ class Store:
                 "labels",
                 "state",
                 "port_range",
+                "fence_s",
             )
         )
         pipe = self.r.pipeline(transaction=True)
@@ -688,6 +699,8 @@ class Store:
             registered=float(h.get("registered") or 0),
             usage=_j(h.get("usage")) or {},
             executor=h.get("executor", ""),
+            lease_s=float(h.get("lease_s") or 0),
+            fence_s=float(h.get("fence_s") or 0),
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
@@ -830,7 +843,21 @@ class Store:
             "capacity": cap,
             "allocated": alloc,
             "version": self.version(),
+            "condition": self.condition(),
         }
+
+    def set_condition(self, condition: dict[str, Any] | None) -> None:
+        """Raise (a dict: ``{kind, since (s), message, nodes}``) or clear (None) the
+        cluster condition the loop reports, e.g. ``disruption`` (scheduler/store/lease.py)."""
+        key = self.k("cluster", "condition")
+        if condition is None:
+            self.r.delete(key)
+        else:
+            self.r.set(key, json.dumps(condition))
+
+    def condition(self) -> dict[str, Any] | None:
+        """The cluster condition the loop raised, or None."""
+        return _j(self.r.get(self.k("cluster", "condition")))
 
 
 __all__ = ["JobExistsError", "JobNotFoundError", "NodeNotFoundError", "Store", "TaskState"]
