@@ -122,6 +122,7 @@ class DevCluster:
     agent_configs: list[str]
     nodes: list[str]
     _procs: dict[str, Proc] = field(default_factory=dict)
+    _state_dir: str = ""
 
     @property
     def pids(self) -> dict[str, int]:
@@ -162,6 +163,7 @@ class DevCluster:
             Path(self.base_dir),
         )
         self._procs["loop"] = proc
+        self._resave()
         return proc
 
     def start_agent(self, i: int) -> Proc:
@@ -172,7 +174,14 @@ class DevCluster:
             Path(self.base_dir),
         )
         self._procs[f"agent-{i}"] = proc
+        self._resave()
         return proc
+
+    def _resave(self) -> None:
+        """Record a (re)started component in the state file, so that ``down`` stops the
+        process running now, not the one it replaced (a restarted loop used to leak)."""
+        if self._state_dir and (Path(self._state_dir) / STATE_NAME).exists():
+            self.save(Path(self._state_dir))
 
     def kill(self, name: str) -> None:
         """SIGKILL one component (e.g. ``loop``, ``agent-1``) as a crash would."""
@@ -347,6 +356,7 @@ def up(
         scheduler_config=str(base / "scheduler.yaml"),
         agent_configs=[],
         nodes=[],
+        _state_dir=str(directory),
     )
     try:
         _up(
