@@ -166,6 +166,14 @@ class DevCluster:
         self._resave()
         return proc
 
+    def start_redis(self) -> Proc:
+        """(Re)start redis-server with the argv it was first started with (same port and
+        data dir: the AOF brings the data back)."""
+        proc = _spawn("redis", self._procs["redis"].argv, Path(self.base_dir))
+        self._procs["redis"] = proc
+        self._resave()
+        return proc
+
     def start_agent(self, i: int) -> Proc:
         """(Re)start agent ``i``."""
         proc = _spawn(

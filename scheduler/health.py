@@ -84,7 +84,7 @@ class NodeHealth:
             self._condition = None
             self.store.set_condition(None)
         for r, quiet, limit in stale:
-            reason = f"no heartbeat observed for {quiet:.0f} s (limit {limit:g} s)"
+            reason = f"no heartbeat observed for {quiet:.1f} s (limit {limit:.1f} s)"
             log.warning("node %s lost: %s", r.name, reason)
             nodes[r.name] = self.store.set_node_state(r.name, "lost", reason)
         return [r.name for r, _, _ in stale]

@@ -217,12 +217,15 @@ class Agent:
             if code is None:
                 continue
             cause = ""
-            if t.fenced or self.executor.fenced(t.handle):
+            fenced = t.fenced or self.executor.fenced(t.handle)
+            if fenced and code != 0:
                 state, msg, cause = (
                     TaskState.LOST,
                     "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
                     Cause.FENCED,
                 )
+            elif fenced and code == 0:  # it exited by itself before the fence reached it
+                state, msg = TaskState.SUCCEEDED, "exited with code 0"
             elif t.stopping:
                 state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
             elif code == 0:
