@@ -106,6 +106,8 @@ class ProcessExecutor(Executor):
         argv = ["/bin/sh", "-c", script]
         fenced_file = launch.state_dir / "fenced"
         fenced_file.unlink(missing_ok=True)
+        preexec = None
+        rlimit = self.limits == "rlimit"
         if launch.lease_file is not None:
             argv = [
                 sys.executable,
@@ -113,10 +115,11 @@ class ProcessExecutor(Executor):
                 watchdog.__file__,
                 str(launch.lease_file),
                 str(fenced_file),
+                *(["--as", str(launch.memory)] if rlimit else []),
                 "--",
                 *argv,
             ]
-        preexec = None
+            rlimit = False  # the watchdog limits the task, not itself
         if self.limits == "systemd":
             argv = [
                 "systemd-run",
@@ -131,7 +134,7 @@ class ProcessExecutor(Executor):
                 "--",
                 *argv,
             ]
-        elif self.limits == "rlimit":
+        elif rlimit:
             mem = launch.memory
 
             def preexec() -> None:

@@ -1,6 +1,8 @@
 """Lease watchdog of one process-executor task: the task dies when its agent's lease does.
 
-``python -S watchdog.py LEASE_FILE FENCED_FILE -- ARGV...`` runs ARGV as a child in the
+``python -S watchdog.py LEASE_FILE FENCED_FILE [--as BYTES] -- ARGV...`` runs ARGV (with
+the address-space limit RLIMIT_AS set to BYTES when given, so that the limit binds the task,
+not the watchdog) as a child in the
 watchdog's own process group (the executor starts the watchdog as a session leader) and
 checks ``LEASE_FILE`` every :data:`POLL_S` seconds. The agent writes that file after every
 heartbeat the store answered: ``{"deadline": <CLOCK_MONOTONIC seconds>}``, the moment its
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -40,14 +43,23 @@ def lease_deadline(path: str) -> float | None:
 
 def main(argv: list[str]) -> int:
     """Run the task under the lease (see the module docstring); returns its exit status."""
+    limit = None
+    if len(argv) > 4 and argv[2] == "--as":
+        limit = int(argv[3])
+        argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: watchdog.py LEASE_FILE FENCED_FILE -- ARGV...", file=sys.stderr)
+        print("usage: watchdog.py LEASE_FILE FENCED_FILE [--as BYTES] -- ARGV...", file=sys.stderr)
         return 2
     lease, fenced, cmd = argv[0], argv[1], argv[3:]
+
+    def preexec() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     # SIGTERM to the group (a stop) is for the task; the watchdog waits for it to exit.
     # A handler, not SIG_IGN: handlers are reset on exec, so the task gets the default.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    child = subprocess.Popen(cmd)
+    child = subprocess.Popen(cmd, preexec_fn=preexec)
     while True:
         try:
             rc = child.wait(POLL_S)
