@@ -37,6 +37,7 @@ class TaskOut(_Open):
     state: str = Field(description="scheduled | running | succeeded | failed | stopped | lost")
     exit_code: int | None = None
     message: str = ""
+    restarts: int = Field(0, description="in-place restarts of this task (max_task_retries)")
     cause: str = Field(
         "",
         description="'' when the task ended by itself; else the infrastructure fault that "
@@ -57,6 +58,12 @@ class AttemptOut(_Open):
     nodes: list[str] = []
     started: float | None = None
     ended: float | None = None
+
+
+class JobDeleteOut(_Open):
+    name: str
+    deleted: bool = Field(description="true: its records are gone; false: stopping first")
+    state: str = Field(description="the job's state when the request was answered")
 
 
 class JobOut(_Open):

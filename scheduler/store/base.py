@@ -29,6 +29,10 @@ class NodeNotFoundError(LookupError):
     """No node of that name."""
 
 
+class JobActiveError(RuntimeError):
+    """The job has not finished (deleting it needs a stop first)."""
+
+
 class StoreBase:
     """Connection, keys and clock shared by the store's areas.
 

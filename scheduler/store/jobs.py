@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from scheduler.store.base import JobExistsError, JobNotFoundError, StoreBase
+from scheduler.store.base import JobActiveError, JobExistsError, JobNotFoundError, StoreBase
 from scheduler.store.codec import as_float, as_int, as_json, encode_fields, event
 from scheduler.store.records import JobRecord, JobState
 
@@ -176,6 +176,41 @@ class JobsMixin(StoreBase):
         pipe.execute()
         job.stop_requested = reason
         return job
+
+    def delete_job(self, name: str) -> None:
+        """Remove a finished job's records (job hash, events, tasks, expiry), atomically.
+
+        Raises JobNotFoundError (no such job) or JobActiveError (not finished: stop it
+        first). Task logs on the share are left alone.
+        """
+        jk = self.k("job", name)
+
+        def tx(pipe: redis.client.Pipeline) -> None:
+            state = pipe.hget(jk, "state")
+            if not state:
+                raise JobNotFoundError(f"no job named {name!r}")
+            if not JobState(state).terminal:
+                raise JobActiveError(f"job {name!r} is {state}; stop it before deleting it")
+            pipe.multi()
+            pipe.delete(jk, jk + ":events", jk + ":tasks", jk + ":alloc")
+            pipe.zrem(self.k("jobs"), name)
+            pipe.zrem(self.k("jobs", "expiry"), name)
+            pipe.srem(self.k("jobs", "active"), name)
+            pipe.srem(self.k("jobs", "dirty"), name)
+
+        self.r.transaction(tx, jk)
+
+    def expire_job_at(self, name: str, when: float) -> None:
+        """Mark a finished job for deletion at ``when`` (seconds since the epoch)."""
+        self.r.zadd(self.k("jobs", "expiry"), {name: when})
+
+    def drop_expiry(self, name: str) -> None:
+        """Forget a deletion time set by :meth:`expire_job_at`."""
+        self.r.zrem(self.k("jobs", "expiry"), name)
+
+    def expired_jobs(self, now: float, limit: int = 100) -> list[str]:
+        """Names of finished jobs whose deletion time is at most ``now`` (oldest first)."""
+        return list(self.r.zrangebyscore(self.k("jobs", "expiry"), "-inf", now, 0, limit))
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """The job's event history, oldest first: ``{time, state, attempt, reason}``."""

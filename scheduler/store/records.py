@@ -86,6 +86,8 @@ class TaskRecord:
         handle: executor handle reported by the agent (pid or container name).
         cause: '' when the task ended by itself (its exit code counts), else the
             infrastructure fault that ended it (:class:`Cause`).
+        restarts: times this task was restarted in place within its attempt (role
+            ``max_task_retries``; :mod:`scheduler.lifecycle`).
     """
 
     role: str
@@ -107,6 +109,7 @@ class TaskRecord:
     finished: float | None = None
     handle: str = ""
     cause: str = ""
+    restarts: int = 0
 
     @property
     def key(self) -> str:

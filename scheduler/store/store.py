@@ -10,14 +10,16 @@ Key layout: see ``scheduler/store/README.md``. All writes that must not interlea
 one Lua script (:mod:`scheduler.store.lua`) or one MULTI transaction. Times are Redis'
 clock (``TIME``), in seconds.
 
-Errors: :class:`JobExistsError`, :class:`JobNotFoundError`, :class:`NodeNotFoundError`
-(all ``LookupError``/``ValueError`` subclasses the API maps to 409 / 404).
+Errors: :class:`JobExistsError`, :class:`JobNotFoundError`, :class:`NodeNotFoundError`,
+:class:`JobActiveError` (``LookupError``/``ValueError``/``RuntimeError`` subclasses the API
+maps to 409 / 404).
 """
 
 from __future__ import annotations
 
 from scheduler.store.base import (
     DEFAULT_PREFIX,
+    JobActiveError,
     JobExistsError,
     JobNotFoundError,
     NodeNotFoundError,
@@ -50,6 +52,7 @@ __all__ = [
     "NODE_STATES",
     "USAGE_SAMPLES",
     "USAGE_SAMPLE_S",
+    "JobActiveError",
     "JobExistsError",
     "JobNotFoundError",
     "NodeNotFoundError",

@@ -127,6 +127,33 @@ class TasksMixin(StoreBase):
 
         return self.r.transaction(tx, jk + ":alloc", value_from_callable=True)
 
+    def free_tasks(self, job: str, keys: Iterable[str]) -> int:
+        """Zero the ledger entries of finished tasks of a job that goes on (their node
+        capacity, GPUs and ports come free; the entries stay, so the task keeps its replica
+        index). Bumps the version when anything changed. Returns the entries changed."""
+        lks = [f"{job}/{k}" for k in keys]
+        if not lks:
+            return 0
+        ledger = self.k("ledger")
+
+        def tx(pipe: redis.client.Pipeline) -> int:
+            raws = pipe.hmget(ledger, lks)
+            changed = {}
+            for lk, raw in zip(lks, raws, strict=True):
+                if not raw:
+                    continue
+                a = json.loads(raw)
+                if a.get("cpu_m") or a.get("memory") or a.get("gpu") or a.get("ports"):
+                    a.update(cpu_m=0, memory=0, gpu=0, gpus=[], ports=[])
+                    changed[lk] = json.dumps(a)
+            if changed:
+                pipe.multi()
+                pipe.hset(ledger, mapping=changed)
+                pipe.incr(self.k("version"))
+            return len(changed)
+
+        return self.r.transaction(tx, ledger, value_from_callable=True)
+
     def commit(self, version: int, payload: dict[str, Any]) -> tuple[bool, str]:
         """Run the commit script (see :mod:`scheduler.store.commit` for the payload).
 
