@@ -58,6 +58,7 @@ from scheduler.store.records import (
     TaskRecord,
     TaskState,
 )
+from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 
@@ -145,6 +146,7 @@ class Loop:
         """Run heartbeats, lifecycle, snapshot -> core -> commit once."""
         result = CycleResult()
         t0 = time.perf_counter()
+        apply_node_reports(self.store)  # agents' task reports, checked against the ledger
         now = self.store.now()
         nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
         self._check_heartbeats(nodes, now)

@@ -23,6 +23,7 @@ ClusterOutputs has no nodes: Ansible does not converge an aks cluster.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from pulumi_azure_native import (
     storage,
 )
 
+from scheduler.store.acl import agent_rules
 from stacks.config import GpuPool, StackConfig, StackSecrets
 from stacks.contract import ClusterOutputs, HostOutput, cluster_outputs
 
@@ -66,6 +68,11 @@ def tolerations(taints: list[str]) -> list[dict[str, str]]:
     return out
 
 
+# Redis ACL user of the agent DaemonSet: one user for every node (per-node credentials
+# would need a Secret per node); its rules are scheduler/store/acl.py's for node "*".
+AGENT_USER = "pasture-agent"
+
+
 def scheduler_settings(cfg: StackConfig) -> dict[str, Any]:
     """``/etc/pasture/scheduler.yaml`` of the in-cluster scheduler (contract 2)."""
     return {
@@ -86,9 +93,10 @@ def agent_settings(cfg: StackConfig) -> dict[str, Any]:
     return {
         "node_name": "__NODE_NAME__",
         "address": "__NODE_ADDRESS__",
-        "redis": {
+        "redis": {  # the agents' own ACL user, not the admin password (docs/platforms.md)
             "url": f"redis://pasture-redis.{cfg.namespace}.svc:6379/0",
-            "password_file": "/etc/pasture/secrets/redis-password",
+            "username": AGENT_USER,
+            "password_file": "/etc/pasture/secrets/agent-password",
         },
         "share_dir": SHARE_MOUNT,
         "executor": "kubernetes",
@@ -291,6 +299,17 @@ class AksCluster(pulumi.ComponentResource):
             string_data={"redis-password": secrets.redis_password},
             opts=opts,
         )
+        # The agents' password, derived from the admin one (sha256, not reversible): agents
+        # mount only this Secret and log in as AGENT_USER, confined by scheduler/store/acl.py
+        agent_password = pulumi.Output.secret(secrets.redis_password).apply(
+            lambda pw: hashlib.sha256(f"{pw}:{AGENT_USER}".encode()).hexdigest()
+        )
+        k8s.core.v1.Secret(
+            f"{name}-redis-agent-secret",
+            metadata=meta("pasture-redis-agent"),
+            string_data={"agent-password": agent_password},
+            opts=opts,
+        )
         k8s.core.v1.Secret(
             f"{name}-share-secret",
             metadata=meta("pasture-share"),
@@ -362,6 +381,8 @@ class AksCluster(pulumi.ComponentResource):
                                     "$(REDIS_PASSWORD)",
                                     "--appendonly",
                                     "yes",
+                                    *["--user", AGENT_USER, "reset", "on", ">$(AGENT_PASSWORD)"],
+                                    *["resetchannels", *agent_rules("*")],
                                 ],
                                 "env": [
                                     {
@@ -372,7 +393,16 @@ class AksCluster(pulumi.ComponentResource):
                                                 "key": "redis-password",
                                             }
                                         },
-                                    }
+                                    },
+                                    {
+                                        "name": "AGENT_PASSWORD",
+                                        "value_from": {
+                                            "secret_key_ref": {
+                                                "name": "pasture-redis-agent",
+                                                "key": "agent-password",
+                                            }
+                                        },
+                                    },
                                 ],
                                 "ports": [{"container_port": 6379, "name": "redis"}],
                                 "volume_mounts": [{"name": "data", "mount_path": "/data"}],
@@ -561,7 +591,12 @@ class AksCluster(pulumi.ComponentResource):
                                 "volume_mounts": mounts,
                             }
                         ],
-                        "volumes": secret_volumes,
+                        "volumes": [  # the agent's Redis password, not the admin one
+                            {"name": v["name"], "secret": {"secret_name": "pasture-redis-agent"}}
+                            if v["name"] == "redis-secret"
+                            else v
+                            for v in secret_volumes
+                        ],
                     },
                 },
             },

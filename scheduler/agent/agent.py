@@ -38,6 +38,7 @@ from scheduler.agent.resources import detect_capacity, usage
 from scheduler.discovery import mpi_hostfile, task_env
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
+from scheduler.store.agent_store import NodeStore
 from scheduler.store.lease import fence_s
 from scheduler.store.notify import Notifications
 from scheduler.store.records import Cause, NodeRecord, TaskRecord, TaskState
@@ -71,19 +72,25 @@ class Agent:
 
     Args:
         settings: agent settings (node name, address, share, executor, work_dir...).
-        store: the Redis store (default: from ``settings.redis``).
+        store: the store (default: a :class:`NodeStore` of this node from
+            ``settings.redis``, whose writes go only to this node's keys; tests may pass a
+            full :class:`Store`, which applies reports directly).
         executor: the executor (default: ``settings.executor``).
     """
 
     def __init__(
-        self, settings: AgentSettings, store: Store | None = None, executor: Executor | None = None
+        self,
+        settings: AgentSettings,
+        store: NodeStore | Store | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.s = settings
         self.node = settings.node_name
         self.lease_s = settings.lease
         # bounded calls: a partition must not hang the heartbeat thread forever
-        self.store = store or Store.from_settings(
+        self.store = store or NodeStore.from_settings(
             settings.redis,
+            settings.node_name,
             socket_timeout=self.lease_s,
             socket_connect_timeout=self.lease_s,
         )

@@ -265,3 +265,28 @@ def test_inventory_is_listed_and_preflight_refuses_to_converge_it(aks, tmp_path)
     proc = run_preflight(path, tmp_path)
     assert proc.returncode != 0
     assert "group `nodes` with at least one host" in proc.stdout
+
+
+def test_agents_use_their_own_restricted_redis_user_not_the_admin_password(aks):
+    from scheduler.store.acl import agent_rules
+
+    (redis,) = k8s_resource(aks, "aks-dev-redis")["spec"]["template"]["spec"]["containers"]
+    user = redis["args"][redis["args"].index("--user") :]
+    assert user[1:5] == ["pasture-agent", "reset", "on", ">$(AGENT_PASSWORD)"]
+    assert user[5:] == ["resetchannels", *agent_rules("*")]
+    assert "-@all" in user and "+@all" not in user
+    agent_secret = k8s_resource(aks, "aks-dev-redis-agent-secret")["stringData"]
+    assert SECRET_SIG in agent_secret
+    derived = agent_secret["value"]["agent-password"]
+    assert len(derived) == 64 and derived != SECRETS["redisPassword"]
+    ds = k8s_resource(aks, "aks-dev-agent")["spec"]["template"]["spec"]
+    secret_names = {v["secret"]["secretName"] for v in ds["volumes"] if "secret" in v}
+    assert secret_names == {"pasture-redis-agent"}  # never the admin password
+    data = k8s_resource(aks, "aks-dev-config")["data"]
+    agent = AgentSettings.model_validate(
+        yaml.safe_load(
+            data["agent.yaml"].replace("__NODE_NAME__", "n").replace("__NODE_ADDRESS__", "1.2.3.4")
+        )
+    )
+    assert agent.redis.username == "pasture-agent"
+    assert str(agent.redis.password_file) == "/etc/pasture/secrets/agent-password"
