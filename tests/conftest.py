@@ -22,11 +22,20 @@ LEFTOVER_GRACE_S = 20.0
 kills it when its agent's lease, 3 heartbeats of the test's agent, runs out)."""
 
 
+# Container runtime helpers that outlive the CLI call that started them by design (podman's
+# pause process, per-container monitors, network helpers): not the tests' processes.
+RUNTIME_HELPERS = frozenset(
+    {"conmon", "catatonit", "podman", "aardvark-dns", "slirp4netns", "pasta", "rootlessport"}
+)
+
+
 def _marked(mark: str) -> list[psutil.Process]:
     me = os.getpid()
     out = []
-    for p in psutil.process_iter(["pid", "status"]):
+    for p in psutil.process_iter(["pid", "status", "name"]):
         if p.info["pid"] == me or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if p.info["name"] in RUNTIME_HELPERS:
             continue
         try:
             if p.environ().get(MARK) == mark:
