@@ -128,6 +128,7 @@ class DevCluster:
     nodes: list[str]
     redis_password_file: str = ""
     _procs: dict[str, Proc] = field(default_factory=dict)
+    _state_dir: str = ""
 
     @property
     def pids(self) -> dict[str, int]:
@@ -178,6 +179,15 @@ class DevCluster:
             Path(self.base_dir),
         )
         self._procs["loop"] = proc
+        self._resave()
+        return proc
+
+    def start_redis(self) -> Proc:
+        """(Re)start redis-server with the argv it was first started with (same port and
+        data dir: the AOF brings the data back)."""
+        proc = _spawn("redis", self._procs["redis"].argv, Path(self.base_dir))
+        self._procs["redis"] = proc
+        self._resave()
         return proc
 
     def start_agent(self, i: int) -> Proc:
@@ -188,7 +198,14 @@ class DevCluster:
             Path(self.base_dir),
         )
         self._procs[f"agent-{i}"] = proc
+        self._resave()
         return proc
+
+    def _resave(self) -> None:
+        """Record a (re)started component in the state file, so that ``down`` stops the
+        process running now, not the one it replaced (a restarted loop used to leak)."""
+        if self._state_dir and (Path(self._state_dir) / STATE_NAME).exists():
+            self.save(Path(self._state_dir))
 
     def kill(self, name: str) -> None:
         """SIGKILL one component (e.g. ``loop``, ``agent-1``) as a crash would."""
@@ -375,6 +392,7 @@ def up(
         scheduler_config=str(base / "scheduler.yaml"),
         agent_configs=[],
         nodes=[],
+        _state_dir=str(directory),
     )
     try:
         _up(

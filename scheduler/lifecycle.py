@@ -21,8 +21,12 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   many tasks of the role failed, the attempt fails and ``retry`` decides: requeued
   (``attempt + 1``) while the exit code is retryable and fewer than ``retry.max_attempts``
   attempts failed, else the job fails. ``policies.on_task_failure: fail_job`` fails it at
-  once. A lost task (its node stopped heartbeating) ends the attempt the same way, with no
-  exit code; the ending is marked ``infrastructure`` so that it can be left uncharged.
+  once. A task the infrastructure ended (``TaskRecord.disrupted``: lost with its node,
+  fenced by its agent, unknown to a restarted agent) ends the attempt too, but the job is
+  requeued whatever its retry policy and the attempt is not charged (``infrastructure``,
+  ``failure`` false, ``cause``: Kubernetes podFailurePolicy's DisruptionTarget, Slurm
+  JobRequeue; docs/faults.md). Only an explicit ``on_events`` rule for ``unknown`` other
+  than a restart overrides that.
 - The job succeeds as soon as ``completion.min_succeeded`` tasks of some role succeeded
   (legacy ``policies.completion {role, when: any|all}`` means 1 | all replicas of that
   role), or job ``min_succeeded`` tasks of any roles (Volcano ``minSuccess``); its
@@ -62,7 +66,7 @@ from typing import Any, Literal
 
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
-from scheduler.store.records import JobState, TaskRecord, TaskState
+from scheduler.store.records import Cause, JobState, TaskRecord, TaskState
 
 Event = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
 WAIT = "wait"
@@ -81,7 +85,10 @@ class Ending:
         failure: the attempt counts as failed (``JobRecord.failures`` + 1 when finished).
         exit_code: the exit code that decided it, when any.
         preempted: requeued by preemption or a drain (not a failure).
-        infrastructure: caused by the cluster (node lost), not by the task itself.
+        infrastructure: caused by the cluster (node lost, fencing, agent restart), not by
+            the task itself: requeued, not charged.
+        cause: what ended it when not the tasks: a ``records.Cause`` (node_lost, fenced,
+            agent_restart) or ``drained``; '' otherwise (preemption: ``preempted``).
     """
 
     state: JobState
@@ -90,6 +97,7 @@ class Ending:
     exit_code: int | None = None
     preempted: bool = False
     infrastructure: bool = False
+    cause: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form ``{"state", "reason", ...}`` (false / None extras left out)."""
@@ -101,6 +109,8 @@ class Ending:
             out["preempted"] = True
         if self.infrastructure:
             out["infrastructure"] = True
+        if self.cause:
+            out["cause"] = self.cause
         return out
 
     @classmethod
@@ -114,6 +124,7 @@ class Ending:
             exit_code=d.get("exit_code"),
             preempted=bool(d.get("preempted")),
             infrastructure=bool(d.get("infrastructure")),
+            cause=str(d.get("cause") or ""),
         )
 
 
@@ -207,9 +218,18 @@ def _failure_why(t: TaskRecord) -> str:
 def _attempt_failed(
     spec: JobSpec, failures: int, t: TaskRecord, why: str, *, force_retry: bool = False
 ) -> Ending:
-    """The default ending of an attempt that failed because of task ``t``."""
+    """The default ending of an attempt that failed because of task ``t``; requeued and not
+    charged when the infrastructure ended ``t`` (``TaskRecord.disrupted``: the one place
+    that tells the infrastructure's faults from the task's own)."""
     code = None if t.state in (TaskState.LOST, TaskState.STOPPED) else t.exit_code
-    infra = t.state == TaskState.LOST
+    if t.disrupted:
+        cause = t.cause or Cause.NODE_LOST.value
+        return Ending(
+            JobState.QUEUED,
+            f"{why} ({cause}); requeued, not charged to the retry budget",
+            infrastructure=True,
+            cause=cause,
+        )
     attempts = failures + 1
     limit = spec.retry.max_attempts
     if not force_retry and spec.policies.on_task_failure == "fail_job":
@@ -220,7 +240,7 @@ def _attempt_failed(
         state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"
     else:
         state, why = JobState.QUEUED, f"{why}; retrying ({attempts} of {limit} attempts failed)"
-    return Ending(state, why, failure=True, exit_code=code, infrastructure=infra)
+    return Ending(state, why, failure=True, exit_code=code)
 
 
 def _by_action(
@@ -316,6 +336,7 @@ def decide(
                 JobState.QUEUED,
                 f"node(s) {', '.join(on_draining)} draining; requeued",
                 preempted=True,
+                cause="drained",
             )
         )
 

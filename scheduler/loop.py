@@ -2,7 +2,9 @@
 
 One cycle (:meth:`Loop.cycle`)::
 
-    heartbeats      nodes silent for loop.heartbeat_timeout_s -> lost (their tasks: lost)
+    heartbeats      nodes the loop observed silent for longer than their lost limit ->
+                    lost (their tasks: lost, cause node_lost); when most nodes go silent
+                    at once: a cluster condition instead (scheduler/health.py)
     lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.lifecycle
                     (retry / fail / succeed / restart a task / release waiting tasks);
                     draining nodes; when every task of an ending job is done: release its
@@ -23,6 +25,10 @@ requeues it is decided by :func:`scheduler.lifecycle.decide` (completion rules, 
 policies, per-task restart, retry budget; docs/jobs.md); this module applies it.
 Preemption and drains requeue without counting a failure. Finished jobs are deleted
 ``ttl_after_finished`` (else ``loop.finished_job_ttl_s``) seconds after they ended.
+An attempt ended by the infrastructure (``TaskRecord.disrupted``: node lost, fencing, agent
+restart) is requeued without counting a failure (``lifecycle.Ending.failure`` false). Every
+ended attempt is recorded in ``JobRecord.attempts`` with its cause and whether it was
+charged.
 """
 
 from __future__ import annotations
@@ -40,10 +46,18 @@ from scheduler.core.grow import growing
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.discovery import ordered_tasks
+from scheduler.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
 from scheduler.store.notify import Notifications
-from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import (
+    Cause,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    TaskRecord,
+    TaskState,
+)
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
@@ -94,6 +108,8 @@ class Loop:
         settings: scheduler settings (uses ``loop.*``).
         policy: the policy (default: ``settings.loop.policy`` from presets).
         schedule: the core entry point (default ``scheduler.core.schedule``).
+        clock: monotonic clock (s) heartbeat silences are measured on (tests pass their
+            own to play time forward).
     """
 
     def __init__(
@@ -102,6 +118,7 @@ class Loop:
         settings: SchedulerSettings,
         policy: Policy | None = None,
         schedule: ScheduleFn | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -114,6 +131,7 @@ class Loop:
         self._node_states: dict[str, str] = {}
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
+        self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
 
     def _flush(self) -> None:
         """Execute the transitions queued on this cycle's pipeline (one round trip)."""
@@ -207,12 +225,9 @@ class Loop:
 
     # ---- heartbeats -----------------------------------------------------------------
     def _check_heartbeats(self, nodes: dict[str, NodeRecord], now: float) -> None:
-        timeout = self.settings.loop.heartbeat_timeout_s
-        for node in nodes.values():
-            if node.state != "lost" and now - node.heartbeat > timeout:
-                reason = f"no heartbeat for {now - node.heartbeat:.0f} s (timeout {timeout:g} s)"
-                log.warning("node %s lost: %s", node.name, reason)
-                nodes[node.name] = self.store.set_node_state(node.name, "lost", reason)
+        """Mark lost the nodes observed silent past their limit, or raise the cluster
+        condition instead (:class:`scheduler.health.NodeHealth`); updates ``nodes``."""
+        self._health.check(nodes, now)
 
     # ---- lifecycle ------------------------------------------------------------------
     def _advance(
@@ -289,6 +304,7 @@ class Loop:
                 t.state = TaskState.LOST
                 t.exit_code = None
                 t.message = f"node {t.node} lost"
+                t.cause = Cause.NODE_LOST
                 lost.append(t)
         if lost:
             self.store.update_tasks(job.name, lost, notify=False)
@@ -347,6 +363,20 @@ class Loop:
         attained = job.attained_service + max(0.0, now - started) * weight
         failures = job.failures + (1 if ending.failure else 0)
         state = ending.state
+        cause = ending.cause or ("preempted" if ending.preempted else "")
+        attempts = [
+            *job.attempts,
+            {
+                "attempt": job.attempt,
+                "state": state.value,
+                "reason": ending.reason,
+                "cause": cause,
+                "charged": ending.failure,
+                "nodes": sorted({t.node for t in tasks}),
+                "started": job.start_time or job.scheduled_time,
+                "ended": now,
+            },
+        ]
         if state == JobState.QUEUED:
             self.store.transition(
                 job.name,
@@ -360,6 +390,7 @@ class Loop:
                 start_time=None,
                 attained_service=attained,
                 exit_code=ending.exit_code,
+                attempts=attempts,
             )
         else:
             self.store.transition(
@@ -373,6 +404,7 @@ class Loop:
                 end_time=now,
                 attained_service=attained,
                 exit_code=ending.exit_code,
+                attempts=attempts,
             )
             ttl = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
@@ -406,6 +438,7 @@ class Loop:
                     self.store.record_cycle(time.perf_counter() - started)  # for /metrics
                 except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
                     log.exception("scheduling cycle failed")
+                    self._health.blind()  # silences restart when the store answers again
                     stop.wait(interval)
                 notes.wait(interval)  # a notification, or the interval
         finally:

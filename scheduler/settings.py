@@ -188,6 +188,27 @@ class AgentSettings(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
     # seconds between SIGTERM and SIGKILL when a task is stopped or preempted
     stop_grace_s: float = Field(10.0, ge=0)
+    # seconds (agent clock) the agent may go without a renewing heartbeat before it kills
+    # its own tasks (fencing, docs/faults.md); default 3 x heartbeat_interval_s
+    lease_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _lease(self) -> AgentSettings:
+        if self.lease_s is not None and self.lease_s <= self.heartbeat_interval_s:
+            raise ValueError(
+                f"lease_s must be longer than heartbeat_interval_s "
+                f"({self.heartbeat_interval_s:g} s), got {self.lease_s:g}"
+            )
+        return self
+
+    @property
+    def lease(self) -> float:
+        """The lease in seconds: ``lease_s``, else 3 heartbeat intervals."""
+        from scheduler.store.lease import default_lease_s
+
+        return (
+            self.lease_s if self.lease_s is not None else default_lease_s(self.heartbeat_interval_s)
+        )
 
     @field_validator("port_range")
     @classmethod

@@ -15,6 +15,13 @@ Local state (``<work_dir>/agent-state.json``: handle, attempt, stopping of every
 agent started) is written before each report, so an agent restarted while tasks run polls
 and reports them (adoption) instead of starting them again, and stops those the store no
 longer wants: no orphans, no double run.
+
+Lease and fencing (docs/faults.md): a heartbeat thread renews the agent's lease with every
+heartbeat the store answers (from the moment it was sent) and writes the deadline to
+``<work_dir>/lease`` for the process executor's per-task watchdog; a fence thread kills
+every local task (no grace) once the lease runs out without renewal, and no task starts
+while it is expired. Tasks killed that way, and tasks the store thinks run here but this
+agent has no record of, are reported ``lost`` with a cause, so their attempt is not charged.
 """
 
 from __future__ import annotations
@@ -33,11 +40,15 @@ from scheduler.agent.resources import detect_capacity, usage
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
 from scheduler.store.agent_store import NodeStore
+from scheduler.store.lease import fence_s
 from scheduler.store.notify import Notifications
-from scheduler.store.records import NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import Cause, NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import Store
 
 log = logging.getLogger("pasture.agent")
+
+FENCE_POLL_S = 0.25
+"""Seconds between two checks of the lease by the fence thread."""
 
 
 @dataclass
@@ -50,6 +61,7 @@ class LocalTask:
     handle: str
     stopping: bool = False
     stop_reason: str = ""
+    fenced: bool = False
 
     @property
     def lid(self) -> str:
@@ -75,10 +87,20 @@ class Agent:
     ) -> None:
         self.s = settings
         self.node = settings.node_name
-        self.store = store or NodeStore.from_settings(settings.redis, settings.node_name)
+        self.lease_s = settings.lease
+        # bounded calls: a partition must not hang the heartbeat thread forever
+        self.store = store or NodeStore.from_settings(
+            settings.redis,
+            settings.node_name,
+            socket_timeout=self.lease_s,
+            socket_connect_timeout=self.lease_s,
+        )
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
         )
+        self.fence_s = fence_s(self.lease_s, self.executor.kill_bound_s + FENCE_POLL_S)
+        self.lease_file = Path(settings.work_dir) / "lease"
+        self._deadline = 0.0  # CLOCK_MONOTONIC end of the lease; 0: none held
         self.state_file = Path(settings.work_dir) / "agent-state.json"
         self.local: dict[str, LocalTask] = {}
         self._lock = threading.Lock()
@@ -106,9 +128,50 @@ class Agent:
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.state_file)
 
+    # ---- lease --------------------------------------------------------------------
+    def _renew(self, sent: float) -> None:
+        """The store answered a heartbeat sent at monotonic ``sent``: the lease now runs
+        until ``sent + lease_s``; the lease file says so to the task watchdogs."""
+        deadline = sent + self.lease_s
+        if deadline <= self._deadline:
+            return
+        self._deadline = deadline
+        self.lease_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.lease_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"deadline": deadline, "node": self.node}))
+        os.replace(tmp, self.lease_file)
+
+    def lease_held(self) -> bool:
+        """Whether the lease is still running (tasks may start)."""
+        return time.monotonic() < self._deadline
+
+    def fence(self) -> int:
+        """Kill every local task not fenced yet (no grace), when the lease ran out.
+        Returns how many were fenced."""
+        if self.lease_held():
+            return 0
+        with self._lock:
+            todo = [t for t in self.local.values() if not t.fenced]
+            for t in todo:
+                t.fenced, t.stopping = True, True
+                t.stop_reason = f"lease of {self.lease_s:g} s not renewed (fenced)"
+        if not todo:
+            return 0
+        log.warning("lease expired: fencing %d task(s)", len(todo))
+        self._save_state()
+        for t in todo:
+            th = threading.Thread(
+                target=self.executor.kill, args=(t.handle,), name=f"fence-{t.lid}", daemon=True
+            )
+            self._stoppers[t.lid] = th
+            th.start()
+        return len(todo)
+
     # ---- registration / heartbeat ----------------------------------------------------
     def register(self) -> NodeRecord:
-        """Register (or re-register) this node with detected / configured capacity."""
+        """Register (or re-register) this node with detected / configured capacity; renews
+        the lease."""
+        sent = time.monotonic()
         cap = detect_capacity(self.s.resources)
         rec = NodeRecord(
             name=self.node,
@@ -121,16 +184,23 @@ class Agent:
             port_range=tuple(self.s.port_range),
             usage=usage(),
             executor=self.executor.kind,
+            lease_s=self.lease_s,
+            fence_s=self.fence_s,
         )
         self._last_heartbeat = time.monotonic()
-        return self.store.register_node(rec)
+        out = self.store.register_node(rec)
+        self._renew(sent)
+        return out
 
     def heartbeat(self) -> None:
-        """Send a heartbeat with usage; re-register when the store forgot this node."""
-        self._last_heartbeat = time.monotonic()
+        """Send a heartbeat with usage (renewing the lease); re-register when the store
+        forgot this node."""
+        sent = self._last_heartbeat = time.monotonic()
         if self.store.heartbeat(self.node, usage()) == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()
+        else:
+            self._renew(sent)
 
     # ---- reconcile ------------------------------------------------------------------
     def reconcile(self) -> None:
@@ -154,13 +224,25 @@ class Agent:
             code = self.executor.poll(t.handle)
             if code is None:
                 continue
-            if t.stopping:
+            cause = ""
+            fenced = t.fenced or self.executor.fenced(t.handle)
+            if fenced and code != 0:
+                state, msg, cause = (
+                    TaskState.LOST,
+                    "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
+                    Cause.FENCED,
+                )
+            elif fenced and code == 0:  # it exited by itself before the fence reached it
+                state, msg = TaskState.SUCCEEDED, "exited with code 0"
+            elif t.stopping:
                 state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
             elif code == 0:
                 state, msg = TaskState.SUCCEEDED, "exited with code 0"
             else:
                 state, msg = TaskState.FAILED, f"exited with code {code}"
-            self.store.report_task(t.job, t.key, t.attempt, self.node, state, code, msg)
+            self.store.report_task(
+                t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause
+            )
             log.info("task %s %s (exit %s)", t.lid, state, code)
             self.executor.cleanup(t.handle)
             with self._lock:
@@ -171,7 +253,7 @@ class Agent:
         for (job, key), rec in records.items():
             if (job, key, rec.attempt) in running or rec.desired != "run":
                 continue
-            if rec.state == TaskState.SCHEDULED:
+            if rec.state == TaskState.SCHEDULED and self.lease_held():
                 self._start(job, rec)
             elif rec.state == TaskState.RUNNING:
                 # running by the store's account but unknown here: lost with our state file
@@ -180,9 +262,10 @@ class Agent:
                     key,
                     rec.attempt,
                     self.node,
-                    TaskState.FAILED,
+                    TaskState.LOST,
                     None,
                     "agent restarted without a record of this task",
+                    cause=Cause.AGENT_RESTART,
                 )
 
     def _start(self, job: str, rec: TaskRecord) -> None:
@@ -241,6 +324,7 @@ class Agent:
             share_dir=share,
             state_dir=state_dir,
             mounts=[(str(share / m.source), m.target) for m in spec.mounts] + boot.mounts,
+            lease_file=self.lease_file,
         )
         try:
             handle = self.executor.start(launch)
@@ -281,18 +365,55 @@ class Agent:
         th.start()
 
     # ---- forever --------------------------------------------------------------------
+    def _heartbeats(self, stop: threading.Event) -> None:
+        """Heartbeat every ``heartbeat_interval_s`` (renewing the lease) until ``stop``;
+        its own thread, so that slow reconcile passes never delay a renewal."""
+        while not stop.is_set():
+            try:
+                self.heartbeat()
+            except Exception as exc:  # noqa: BLE001 - unreachable store: the lease runs out
+                log.warning("heartbeat failed: %s", exc)
+            stop.wait(self.s.heartbeat_interval_s)
+
+    def _fences(self, stop: threading.Event) -> None:
+        """Fence the local tasks whenever the lease has run out, until ``stop``; no I/O
+        but the kills, so a hung store cannot delay it."""
+        while not stop.is_set():
+            try:
+                self.fence()
+            except Exception:  # noqa: BLE001 - never let the fence die
+                log.exception("fencing failed")
+            stop.wait(FENCE_POLL_S)
+
     def run_forever(self, stop: threading.Event | None = None) -> None:
-        """Register, then heartbeat and reconcile until ``stop`` is set. Running tasks are
-        left running on exit (a restarted agent adopts them)."""
+        """Register, then heartbeat (own thread), fence (own thread) and reconcile until
+        ``stop`` is set. Running tasks are left running on exit: an agent restarted within
+        its lease adopts them; after it, their watchdogs (process executor) kill them."""
         stop = stop or threading.Event()
-        self.register()
+        while not stop.is_set():
+            try:
+                self.register()
+                break
+            except Exception as exc:  # noqa: BLE001 - the store may not be up yet
+                log.warning("cannot register node %s yet: %s", self.node, exc)
+                stop.wait(1.0)
+        threads = [
+            threading.Thread(target=f, args=(stop,), name=f.__name__, daemon=True)
+            for f in (self._heartbeats, self._fences)
+        ]
+        for th in threads:
+            th.start()
         notes = Notifications(self.store, self.store.node_channel(self.node))
-        log.info("agent %s started (executor %s)", self.node, self.executor.kind)
+        log.info(
+            "agent %s started (executor %s, lease %g s, fence %g s)",
+            self.node,
+            self.executor.kind,
+            self.lease_s,
+            self.fence_s,
+        )
         try:
             while not stop.is_set():
                 try:
-                    if time.monotonic() - self._last_heartbeat >= self.s.heartbeat_interval_s:
-                        self.heartbeat()
                     self.reconcile()
                 except Exception:  # noqa: BLE001 - Redis hiccups must not kill the agent
                     log.exception("agent pass failed")
@@ -300,3 +421,5 @@ class Agent:
                 notes.wait(0.5)
         finally:
             notes.close()
+            for th in threads:
+                th.join(self.lease_s)

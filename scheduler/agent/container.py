@@ -14,9 +14,12 @@ while tasks run finds them again by name (adoption); ``cleanup`` removes the con
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
+
+log = logging.getLogger("pasture.agent")
 
 
 class ContainerExecutor(Executor):
@@ -112,6 +115,14 @@ class ContainerExecutor(Executor):
     def stop(self, handle: str, grace_s: float) -> None:
         name = json.loads(handle)["name"]
         self._run("stop", "-t", str(int(max(0, grace_s))), name, timeout=grace_s + 60)
+
+    def kill(self, handle: str) -> None:
+        """SIGKILL the container now (fencing), bounded by :attr:`kill_bound_s`."""
+        name = json.loads(handle)["name"]
+        try:
+            self._run("kill", "--signal", "KILL", name, timeout=self.kill_bound_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s kill %s did not return within %g s", self.cli, name, self.kill_bound_s)
 
     def cleanup(self, handle: str) -> None:
         self._run("rm", "-f", json.loads(handle)["name"])

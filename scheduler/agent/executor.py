@@ -66,6 +66,8 @@ class TaskLaunch:
         share_dir: the cluster share on this node (bind-mounted at the same path).
         mounts: (host path, path inside the task) pairs, for containers.
         state_dir: a directory private to this task on the node (exit code file, env file).
+        lease_file: the agent's lease file (:mod:`scheduler.agent.watchdog`); executors
+            that can tie a task's life to it do (the process executor), None: not tied.
     """
 
     task_id: str
@@ -84,6 +86,7 @@ class TaskLaunch:
     share_dir: Path
     state_dir: Path
     mounts: list[tuple[str, str]] = field(default_factory=list)
+    lease_file: Path | None = None
 
 
 def task_id(job: str, role: str, index: int, attempt: int) -> str:
@@ -95,6 +98,9 @@ class Executor(abc.ABC):
     """Runs tasks on this node (see the module docstring for the contract)."""
 
     kind: str = ""
+    kill_bound_s: float = 10.0
+    """Seconds from :meth:`kill` (or a lease watchdog's expiry) until the task's processes
+    are surely gone; part of the agent's fence time (scheduler/store/lease.py)."""
 
     @abc.abstractmethod
     def start(self, launch: TaskLaunch) -> str:
@@ -107,6 +113,15 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def stop(self, handle: str, grace_s: float) -> None:
         """SIGTERM, wait up to ``grace_s`` seconds, then SIGKILL. Blocks until stopped."""
+
+    def kill(self, handle: str) -> None:
+        """Kill the task at once (fencing: no grace). Blocks until it is gone or
+        :attr:`kill_bound_s` passed. Default: ``stop(handle, 0)``."""
+        self.stop(handle, 0.0)
+
+    def fenced(self, handle: str) -> bool:
+        """Whether the task was killed by its lease watchdog (default: never)."""
+        return False
 
     def cleanup(self, handle: str) -> None:  # noqa: B027 - optional hook
         """Remove what the task left on the node (default: nothing)."""

@@ -4,6 +4,12 @@ Each task runs as ``/bin/sh -c '( <command> ); echo $? > <state_dir>/exit'`` in 
 session (process group), stdout/stderr appended to its log file. The exit file lets an
 agent restarted while the task ran learn its exit code (adoption).
 
+When the launch names the agent's lease file, the shell runs under the lease watchdog
+(:mod:`scheduler.agent.watchdog`, the group's leader): the whole group is SIGKILLed once
+the agent's lease runs out, so a task never outlives a dead, hung or partitioned agent by
+more than the rest of its lease plus :attr:`ProcessExecutor.kill_bound_s`, and
+``<state_dir>/fenced`` says so to the agent that adopts it.
+
 Resource limits, by what the OS offers (detected once per executor):
 
 - ``systemd``: when systemd is PID 1 (``/run/systemd/system`` exists, sd_booted's test) and
@@ -35,6 +41,7 @@ from pathlib import Path
 
 import psutil
 
+from scheduler.agent import watchdog
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
 
 
@@ -81,6 +88,7 @@ class ProcessExecutor(Executor):
     """
 
     kind = "process"
+    kill_bound_s = watchdog.POLL_S + KILL_WAIT_S
 
     def __init__(self, limits: str = "auto") -> None:
         self.limits = detect_limits() if limits == "auto" else limits
@@ -96,7 +104,22 @@ class ProcessExecutor(Executor):
             "exit $rc\n"
         )
         argv = ["/bin/sh", "-c", script]
+        fenced_file = launch.state_dir / "fenced"
+        fenced_file.unlink(missing_ok=True)
         preexec = None
+        rlimit = self.limits == "rlimit"
+        if launch.lease_file is not None:
+            argv = [
+                sys.executable,
+                "-S",
+                watchdog.__file__,
+                str(launch.lease_file),
+                str(fenced_file),
+                *(["--as", str(launch.memory)] if rlimit else []),
+                "--",
+                *argv,
+            ]
+            rlimit = False  # the watchdog limits the task, not itself
         if self.limits == "systemd":
             argv = [
                 "systemd-run",
@@ -111,7 +134,7 @@ class ProcessExecutor(Executor):
                 "--",
                 *argv,
             ]
-        elif self.limits == "rlimit":
+        elif rlimit:
             mem = launch.memory
 
             def preexec() -> None:
@@ -141,7 +164,12 @@ class ProcessExecutor(Executor):
         self._children[proc.pid] = proc
         create_time = psutil.Process(proc.pid).create_time()
         return json.dumps(
-            {"pid": proc.pid, "create_time": create_time, "exit_file": str(exit_file)}
+            {
+                "pid": proc.pid,
+                "create_time": create_time,
+                "exit_file": str(exit_file),
+                "fenced_file": str(fenced_file),
+            }
         )
 
     def _alive(self, h: dict) -> bool:
@@ -204,8 +232,15 @@ class ProcessExecutor(Executor):
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def fenced(self, handle: str) -> bool:
+        h = json.loads(handle)
+        return bool(h.get("fenced_file")) and Path(h["fenced_file"]).exists()
+
     def cleanup(self, handle: str) -> None:
         h = json.loads(handle)
         self._children.pop(h["pid"], None)
         with contextlib.suppress(OSError):
             Path(h["exit_file"]).unlink(missing_ok=True)
+        if h.get("fenced_file"):
+            with contextlib.suppress(OSError):
+                Path(h["fenced_file"]).unlink(missing_ok=True)

@@ -47,6 +47,16 @@ class ClusterCollector:
                     if isinstance(n, int | float):
                         family.add_metric([str(state)], n)
                 yield family
+        cond = status.get("condition")
+        family = GaugeMetricFamily(
+            "pasture_cluster_condition",
+            "1 while the loop reports the cluster condition of this kind (disruption: most "
+            "nodes silent at once, none declared lost; docs/faults.md), else 0.",
+            labels=["kind"],
+        )
+        active = isinstance(cond, dict) and cond.get("kind") == "disruption"
+        family.add_metric(["disruption"], 1 if active else 0)
+        yield family
 
 
 class Metrics:

@@ -41,6 +41,26 @@ class TaskOut(_Open):
     exit_code: int | None = None
     message: str = ""
     restarts: int = Field(0, description="in-place restarts of this task (max_task_retries)")
+    cause: str = Field(
+        "",
+        description="'' when the task ended by itself; else the infrastructure fault that "
+        "ended it (node_lost | fenced | agent_restart): its attempt is not charged",
+    )
+
+
+class AttemptOut(_Open):
+    attempt: int
+    state: str = Field(description="what the attempt ended in (queued: requeued)")
+    reason: str = ""
+    cause: str = Field(
+        "",
+        description="'' (the task's own outcome) | node_lost | fenced | agent_restart | "
+        "preempted | drained",
+    )
+    charged: bool = Field(description="whether it used an attempt of retry.max_attempts")
+    nodes: list[str] = []
+    started: float | None = None
+    ended: float | None = None
 
 
 class JobDeleteOut(_Open):
@@ -65,6 +85,7 @@ class JobOut(_Open):
     stop_requested: str = ""
     exit_code: int | None = None
     spec: dict[str, Any] = {}
+    attempts: list[AttemptOut] = Field([], description="ended attempts, oldest first")
     tasks: list[TaskOut] | None = Field(None, description="GET /jobs/{name} only")
 
 

@@ -187,6 +187,21 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
                 str(t.get("restarts") or ""),
             )
         console.print(table)
+    attempts = job.get("attempts") or []
+    if attempts:  # which attempts the infrastructure ended (not charged to the job)
+        table = Table(
+            "attempt", "ended in", "cause", "charged", "nodes", "reason", title="attempts"
+        )
+        for at in attempts:
+            table.add_row(
+                str(at.get("attempt", "")),
+                styled(at.get("state")),
+                str(at.get("cause") or "task"),
+                "yes" if at.get("charged") else "no",
+                ", ".join(at.get("nodes") or []),
+                str(at.get("reason", "")),
+            )
+        console.print(table)
     table = Table("time", "state", "reason", title="events")
     for e in events["events"]:
         table.add_row(

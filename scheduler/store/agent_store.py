@@ -170,6 +170,10 @@ class NodeStore:
             "registered": str(now),
             "usage": json.dumps(node.usage),
             "executor": node.executor,
+            # the agent's lease and fence: the loop declares the node lost only after the
+            # fence has surely run out (scheduler/store/lease.py, docs/faults.md)
+            "lease_s": str(node.lease_s),
+            "fence_s": str(node.fence_s),
         }
         changed = any(old.get(k) != fields[k] for k in _VERSIONED)
         pipe = self.r.pipeline(transaction=True)

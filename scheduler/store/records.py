@@ -47,6 +47,27 @@ class TaskState(StrEnum):
         return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST)
 
 
+class Cause(StrEnum):
+    """Why a task ended when the task itself is not to blame (``TaskRecord.cause``).
+
+    An attempt ended by one of these is requeued without using an attempt of the job's
+    retry budget (Kubernetes' podFailurePolicy ``DisruptionTarget`` condition, Slurm's
+    ``JobRequeue``); see :attr:`TaskRecord.disrupted`, the one place that decides.
+
+    - ``node_lost``: its node stopped heartbeating (the loop marked it lost).
+    - ``fenced``: its agent killed it (or its watchdog did) because the agent could not
+      renew its lease in time (docs/faults.md).
+    - ``agent_restart``: its agent restarted without a record of it.
+    """
+
+    NODE_LOST = "node_lost"
+    FENCED = "fenced"
+    AGENT_RESTART = "agent_restart"
+
+
+_CAUSES = frozenset(c.value for c in Cause)
+
+
 @dataclass
 class TaskRecord:
     """One task of one attempt.
@@ -63,6 +84,8 @@ class TaskRecord:
         message: human-readable detail of the last change.
         scheduled, started, finished: times (s).
         handle: executor handle reported by the agent (pid or container name).
+        cause: '' when the task ended by itself (its exit code counts), else the
+            infrastructure fault that ended it (:class:`Cause`).
         restarts: times this task was restarted in place within its attempt (role
             ``max_task_retries``; :mod:`scheduler.lifecycle`).
     """
@@ -85,6 +108,7 @@ class TaskRecord:
     started: float | None = None
     finished: float | None = None
     handle: str = ""
+    cause: str = ""
     restarts: int = 0
 
     @property
@@ -94,6 +118,15 @@ class TaskRecord:
     @property
     def done(self) -> bool:
         return TaskState(self.state).done
+
+    @property
+    def disrupted(self) -> bool:
+        """True when the infrastructure ended this task (node lost, fencing, agent
+        restart), so that its attempt is requeued without being charged to the job's retry
+        budget. The one definition of "not the task's fault": a ``lost`` task always is,
+        and so is any task with a :class:`Cause`. Preemption and drains end attempts
+        without a task outcome (``ending.preempted``) and are never charged either."""
+        return self.state == TaskState.LOST or self.cause in _CAUSES
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +158,12 @@ class JobRecord:
         ending: ``{"state", "reason"}`` while its tasks are being stopped on the way to that
             state.
         exit_code: the exit code that decided a failure, when any.
+        attained_service: GPU-seconds (or core-seconds) its attempts held so far.
+        attempts: one entry per ended attempt, oldest first: ``{attempt, state (what the
+            attempt ended in: queued = requeued), reason, cause ('' = the task's own
+            outcome, else node_lost | fenced | agent_restart | preempted | drained),
+            charged (whether it used an attempt of the retry budget), nodes, started,
+            ended}`` (times in s).
     """
 
     name: str
@@ -146,6 +185,7 @@ class JobRecord:
     ending: dict[str, Any] | None = None
     exit_code: int | None = None
     attained_service: float = 0.0
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,6 +203,10 @@ class NodeRecord:
         heartbeat: last heartbeat time (s, Redis clock); usage: the agent's last report
             ``{cpu_percent, memory_used, memory_total, gpus: [...] }``.
         executor: executor kind of its agent.
+        lease_s: the agent's lease (s, its own clock): it stops its tasks when it could not
+            renew the lease by a heartbeat within that time. fence_s: seconds (agent clock)
+            from a heartbeat's send until its tasks are surely dead when no renewal
+            follows (lease + the executor's kill bound). 0 for agents without a lease.
     """
 
     name: str
@@ -178,6 +222,8 @@ class NodeRecord:
     registered: float = 0.0
     usage: dict[str, Any] = field(default_factory=dict)
     executor: str = ""
+    lease_s: float = 0.0
+    fence_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -198,7 +198,23 @@ def test_failure_ending_carries_exit_code_and_lost_is_infrastructure():
     failed = decide(spec({"a": role(1)}), tasks(a="F")).ending
     assert failed.failure and failed.exit_code == 3 and not failed.infrastructure
     lost = decide(spec({"a": role(1)}), tasks(a="L")).ending
-    assert lost.failure and lost.exit_code is None and lost.infrastructure
+    assert not lost.failure and lost.exit_code is None and lost.infrastructure
+    assert lost.cause == "node_lost"
+
+
+@pytest.mark.parametrize("policy", [{}, {"on_task_failure": "fail_job"}])
+def test_infrastructure_faults_requeue_uncharged_whatever_the_retry_policy(policy):
+    """Default retry (max_attempts 1) and fail_job would fail on the task's own failure;
+    a task ended by a lost node, fencing or an agent restart requeues without a charge."""
+    s = spec({"a": role(2)}, policies=policy) if policy else spec({"a": role(2)})
+    for cause in ("node_lost", "fenced", "agent_restart"):
+        ts = tasks(a="LR")
+        ts[0].cause = cause
+        ending = decide(s, ts).ending
+        assert ending.state == JobState.QUEUED and not ending.failure, ending
+        assert ending.infrastructure and ending.cause == cause
+        assert Ending.from_dict(ending.to_dict()) == ending
+    assert decide(s, tasks(a="FR")).ending.state == JobState.FAILED  # the task's own
 
 
 def test_retry_budget_counts_failed_attempts():

@@ -158,27 +158,102 @@ def test_stop_of_queued_and_running_jobs(env):
     assert job.state == "stopped" and job.reason == "user pressed stop"
 
 
-def test_lost_node_fails_its_tasks_and_the_job_retries_elsewhere(env):
+class Clock:
+    """The loop's monotonic clock, played forward by the test (heartbeat silences)."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_lost_node_requeues_its_job_elsewhere_without_charging_an_attempt(env):
     store, loop = env
-    submit(
-        store,
-        "j",
-        roles={"w": {"command": "x", "resources": {"cpu": 3}}},
-        retry={"max_attempts": 2},
-    )
+    clock = Clock()
+    loop = Loop(store, loop.settings, clock=clock)
+    # default retry policy: max_attempts 1, so a charged attempt would fail the job
+    submit(store, "j", roles={"w": {"command": "x", "resources": {"cpu": 3}}})
     loop.cycle()
     (task,) = store.tasks("j")
     report_all(store, "j", TaskState.RUNNING)
-    # only the other node keeps heartbeating; the loop runs later than the timeout
-    store.r.hset(store.k("node", task.node), "heartbeat", store.now() - 60)
-    loop.cycle()
+    other = "n2" if task.node == "n1" else "n1"
+    for _ in range(3):  # 6 s observed silence > heartbeat_timeout_s 5
+        store.heartbeat(other, {})  # only the other node keeps heartbeating
+        clock.t += 2.0
+        loop.cycle()
     assert store.get_node(task.node).state == "lost"
     loop.cycle()
     job = store.get_job("j")
-    assert job.state == "scheduled" and job.attempt == 2
+    assert job.state == "scheduled" and job.attempt == 2 and job.failures == 0
     (again,) = store.tasks("j")
-    assert again.node != task.node
+    assert again.node == other
     assert any("lost" in e["reason"] for e in store.events("j"))
+    (first,) = job.attempts
+    assert first["cause"] == "node_lost" and first["charged"] is False
+    assert first["attempt"] == 1 and first["nodes"] == [task.node]
+
+
+def test_silence_is_counted_only_while_the_loop_can_read_the_store(env):
+    store, loop = env
+    clock = Clock()
+    loop = Loop(store, loop.settings, clock=clock)
+    loop.cycle()
+    clock.t += 4.0
+    loop._health.blind()  # a cycle failed: the store did not answer
+    clock.t += 2.0  # 6 s since the last heartbeat, 0 s observed since the store came back
+    loop.cycle()
+    assert {n.state for n in store.list_nodes()} == {"ready"}
+    for _ in range(2):  # readings at most half the timeout apart: 5 s observed, not yet
+        clock.t += 2.5
+        loop.cycle()
+    assert {n.state for n in store.list_nodes()} == {"ready"}
+    clock.t += 0.4  # 5.4 s observed > 5 s
+    loop.cycle()
+    assert {n.state for n in store.list_nodes()} == {"lost"}
+
+
+def test_a_gap_between_readings_longer_than_half_the_timeout_is_not_observed(env):
+    store, loop = env
+    clock = Clock()
+    loop = Loop(store, loop.settings, clock=clock)
+    loop.cycle()
+    clock.t += 6.0  # the store hung (or the loop stalled) for longer than the timeout
+    loop.cycle()
+    assert {n.state for n in store.list_nodes()} == {"ready"}
+
+
+def test_most_nodes_silent_at_once_raise_a_condition_instead_of_losing_them(env):
+    store, loop = env
+    clock = Clock()
+    loop = Loop(store, loop.settings, clock=clock)
+    for n in ("n3", "n4"):
+        store.register_node(
+            NodeRecord(name=n, address=n, cpu_m=4000, memory=2**30, port_range=(31000, 31099))
+        )
+    loop.cycle()
+    store.heartbeat("n4", {})
+    clock.t += 2.0
+    loop.cycle()
+    store.heartbeat("n4", {})
+    clock.t += 2.0
+    loop.cycle()
+    store.heartbeat("n4", {})
+    clock.t += 2.0  # n1..n3 silent 6 s (3 of 4 = 75 % >= 55 %): a disruption
+    loop.cycle()
+    assert {n.name: n.state for n in store.list_nodes()} == dict.fromkeys(
+        ("n1", "n2", "n3", "n4"), "ready"
+    )
+    cond = store.cluster_status()["condition"]
+    assert cond["kind"] == "disruption" and cond["nodes"] == ["n1", "n2", "n3"]
+    # n1 and n2 come back; n3 alone is a node failure, declared lost; condition cleared
+    for n in ("n1", "n2", "n4"):
+        store.heartbeat(n, {})
+    clock.t += 1.0
+    loop.cycle()
+    states = {n.name: n.state for n in store.list_nodes()}
+    assert states == {"n1": "ready", "n2": "ready", "n3": "lost", "n4": "ready"}
+    assert store.cluster_status()["condition"] is None
 
 
 def test_draining_node_requeues_without_counting_a_failure(env):

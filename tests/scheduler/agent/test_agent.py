@@ -179,14 +179,52 @@ def test_restarted_agent_kills_tasks_the_store_moved_on_from(store, tmp_path, re
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
 
 
-def test_task_running_in_store_but_unknown_locally_is_reported_failed(store, tmp_path, redis_url):
+def test_task_running_in_store_but_unknown_locally_is_reported_lost_by_the_agent_restart(
+    store, tmp_path, redis_url
+):
     agent = make_agent(store, tmp_path, redis_url)
     agent.register()
     place(store, "j", "sleep 60")
     store.report_task("j", "w-0", 1, "n1", "running")  # someone else's claim
     agent.reconcile()
     t = store.task("j", "w-0")
-    assert t.state == "failed" and "without a record" in t.message
+    assert t.state == "lost" and "without a record" in t.message
+    assert t.cause == "agent_restart" and t.disrupted
+
+
+def test_a_task_dies_with_its_agents_lease_and_is_reported_fenced(store, tmp_path, redis_url):
+    import psutil
+
+    agent = make_agent(store, tmp_path, redis_url, heartbeat_interval_s=0.2, lease_s=1.0)
+    agent.register()  # renews the lease for 1 s; no heartbeat follows (a dead agent)
+    place(store, "j", "sleep 60")
+    agent.reconcile()
+    pid = json.loads(store.task("j", "w-0").handle)["pid"]
+    assert store.task("j", "w-0").state == "running"
+    # nobody calls agent.fence(): the task's own watchdog must kill it when the lease ends
+    until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie")
+    until(lambda: agent.reconcile() or store.task("j", "w-0").done)
+    t = store.task("j", "w-0")
+    assert t.state == "lost" and t.cause == "fenced" and t.disrupted, t
+
+
+def test_an_agent_without_a_lease_fences_its_tasks_and_starts_none(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url, heartbeat_interval_s=0.2, lease_s=0.5)
+    agent.register()
+    place(store, "j", "sleep 60")
+    agent.reconcile()
+    assert len(agent.local) == 1
+    time.sleep(0.6)
+    assert not agent.lease_held()
+    assert agent.fence() == 1 and agent.fence() == 0  # once per task
+    until(lambda: agent.reconcile() or not agent.local)
+    assert store.task("j", "w-0").cause == "fenced"
+    place(store, "k", "sleep 60", replicas=1)
+    agent.reconcile()
+    assert store.task("k", "w-0").state == "scheduled"  # not started without a lease
+    agent.heartbeat()  # the store answers again: lease renewed, work resumes
+    agent.reconcile()
+    assert store.task("k", "w-0").state == "running"
 
 
 def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):

@@ -261,3 +261,29 @@ def test_job_list_says_when_there_are_more(logged_in, cli, tmp_path):
     assert "2 of 3 jobs" in r.output
     r = cli("job", "list", "--limit", "2", "--offset", "2")
     assert "p1" in r.output and "p3" not in r.output
+
+
+def test_job_show_says_which_attempts_the_infrastructure_ended(logged_in, cli, tmp_path):
+    _, env = logged_in
+    spec = tmp_path / "job.yaml"
+    spec.write_text(job_yaml("twice"))
+    assert cli("job", "submit", str(spec)).exit_code == 0
+    # what the loop's _finish writes when a node was lost under attempt 1
+    lost = {
+        "attempt": 1,
+        "state": "queued",
+        "reason": "task worker-0 lost (node_lost): node node-1 lost; requeued",
+        "cause": "node_lost",
+        "charged": False,
+        "nodes": ["node-1"],
+        "started": 1.0,
+        "ended": 2.0,
+    }
+    env.store.transition("twice", "queued", lost["reason"], attempt=2, attempts=[lost])
+    r = cli("job", "show", "twice")
+    assert r.exit_code == 0, r.output
+    assert "attempts" in r.output and "node_lost" in r.output
+    row = next(line for line in r.output.splitlines() if "node_lost" in line)
+    assert " no " in row and "node-1" in row
+    r = cli("job", "show", "twice", "--json")
+    assert json.loads(r.output)["job"]["attempts"] == [lost]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.store import NodeRecord, Store
-from scheduler.store import store as store_module
+from scheduler.store import nodes as store_module
 from scheduler.store.store import usage_sample
 
 USAGE = {

@@ -1,0 +1,269 @@
+"""Jobs: create, read, list, stop, transitions and events (``job:<job>``,
+``job:<job>:events``, ``jobs``, ``jobs:active``, ``jobs:dirty``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from scheduler.store.base import JobActiveError, JobExistsError, JobNotFoundError, StoreBase
+from scheduler.store.codec import as_float, as_int, as_json, encode_fields, event
+from scheduler.store.records import JobRecord, JobState
+
+_JOB_FIELDS_NO_SPEC = [
+    "name",
+    "vc",
+    "user",
+    "priority",
+    "state",
+    "reason",
+    "attempt",
+    "failures",
+    "created",
+    "updated",
+    "scheduled_time",
+    "start_time",
+    "end_time",
+    "pending_reason",
+    "stop_requested",
+    "ending",
+    "exit_code",
+    "attained_service",
+    "attempts",
+]
+
+
+class JobsMixin(StoreBase):
+    """The job area of :class:`scheduler.store.Store`."""
+
+    def create_job(self, spec: Any, user: str = "") -> JobRecord:
+        """Store a validated :class:`scheduler.spec.JobSpec` in state ``submitted``.
+
+        Raises JobExistsError when the name is taken. Wakes the loop.
+        """
+        name = spec.name
+        jk = self.k("job", name)
+        if not self.r.hsetnx(jk, "name", name):
+            raise JobExistsError(f"a job named {name!r} exists already; job names are unique")
+        now = self.now()
+        rec = JobRecord(
+            name=name,
+            vc=spec.vc,
+            user=user,
+            priority=spec.priority,
+            spec=spec.model_dump(mode="json"),
+            state=JobState.SUBMITTED,
+            reason="submitted",
+            created=now,
+            updated=now,
+        )
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(jk, mapping=self._job_fields(rec))
+        pipe.zadd(self.k("jobs"), {name: now})
+        pipe.sadd(self.k("jobs", "active"), name)
+        pipe.rpush(jk + ":events", event(now, "submitted", 1, f"submitted by {user or 'unknown'}"))
+        pipe.publish(self.loop_channel, "submit")
+        pipe.execute()
+        return rec
+
+    @staticmethod
+    def _job_fields(rec: JobRecord) -> dict[str, str]:
+        return encode_fields(rec.to_dict())
+
+    @staticmethod
+    def _job_from_hash(h: dict[str, str]) -> JobRecord:
+        return JobRecord(
+            name=h["name"],
+            vc=h.get("vc", ""),
+            user=h.get("user", ""),
+            priority=int(h.get("priority") or 0),
+            spec=as_json(h.get("spec")) or {},
+            state=h.get("state", ""),
+            reason=h.get("reason", ""),
+            attempt=int(h.get("attempt") or 1),
+            failures=int(h.get("failures") or 0),
+            created=float(h.get("created") or 0),
+            updated=float(h.get("updated") or 0),
+            scheduled_time=as_float(h.get("scheduled_time")),
+            start_time=as_float(h.get("start_time")),
+            end_time=as_float(h.get("end_time")),
+            pending_reason=as_json(h.get("pending_reason")),
+            stop_requested=h.get("stop_requested", ""),
+            ending=as_json(h.get("ending")),
+            exit_code=as_int(h.get("exit_code")),
+            attained_service=float(h.get("attained_service") or 0),
+            attempts=as_json(h.get("attempts")) or [],
+        )
+
+    def get_job(self, name: str) -> JobRecord | None:
+        """The job, or None."""
+        h = self.r.hgetall(self.k("job", name))
+        return self._job_from_hash(h) if h.get("state") else None
+
+    def require_job(self, name: str) -> JobRecord:
+        """The job; raises JobNotFoundError."""
+        job = self.get_job(name)
+        if job is None:
+            raise JobNotFoundError(f"no job named {name!r}")
+        return job
+
+    def get_jobs(self, names: Iterable[str], *, with_spec: bool = True) -> list[JobRecord]:
+        """Jobs by name, in order, skipping missing ones (one round trip).
+
+        ``with_spec=False`` leaves ``spec`` empty (``{}``): less to transfer and decode for
+        callers that cache specs (the loop); fetch them with :meth:`job_specs`.
+        """
+        rows = self._read_hashes(
+            [self.k("job", n) for n in names], None if with_spec else _JOB_FIELDS_NO_SPEC
+        )
+        return [self._job_from_hash(h) for h in rows if h.get("state")]
+
+    def job_specs(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """``{job: spec dict}`` for existing jobs (one round trip)."""
+        names = list(names)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hget(self.k("job", n), "spec")
+        return {n: json.loads(raw) for n, raw in zip(names, pipe.execute(), strict=True) if raw}
+
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        vc: str | None = None,
+        user: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[JobRecord], int]:
+        """Jobs newest first, filtered, paginated. Returns (page, total matching)."""
+        names = self.r.zrevrange(self.k("jobs"), 0, -1)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hmget(self.k("job", n), "state", "vc", "user")
+        matching = [
+            n
+            for n, (st, v, u) in zip(names, pipe.execute(), strict=True)
+            if (state is None or st == state)
+            and (vc is None or v == vc)
+            and (user is None or u == user)
+        ]
+        page = matching[offset : offset + limit] if limit > 0 else []
+        return self.get_jobs(page), len(matching)
+
+    def active_jobs(self, *, with_spec: bool = True) -> list[JobRecord]:
+        """Every job not in a terminal state (``with_spec``: see :meth:`get_jobs`)."""
+        return self.get_jobs(sorted(self.r.smembers(self.k("jobs", "active"))), with_spec=with_spec)
+
+    def request_stop(self, name: str, reason: str = "stopped by user") -> JobRecord:
+        """Ask the loop to stop a job (idempotent; a finished job is returned unchanged).
+
+        Raises JobNotFoundError.
+        """
+        job = self.require_job(name)
+        if JobState(job.state).terminal or job.stop_requested:
+            return job
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self.k("job", name), "stop_requested", reason)
+        pipe.rpush(
+            self.k("job", name) + ":events",
+            event(self.now(), job.state, job.attempt, f"stop requested: {reason}"),
+        )
+        pipe.sadd(self.k("jobs", "dirty"), name)
+        pipe.publish(self.loop_channel, "stop")
+        pipe.execute()
+        job.stop_requested = reason
+        return job
+
+    def delete_job(self, name: str) -> None:
+        """Remove a finished job's records (job hash, events, tasks, expiry), atomically.
+
+        Raises JobNotFoundError (no such job) or JobActiveError (not finished: stop it
+        first). Task logs on the share are left alone.
+        """
+        jk = self.k("job", name)
+
+        def tx(pipe: redis.client.Pipeline) -> None:
+            state = pipe.hget(jk, "state")
+            if not state:
+                raise JobNotFoundError(f"no job named {name!r}")
+            if not JobState(state).terminal:
+                raise JobActiveError(f"job {name!r} is {state}; stop it before deleting it")
+            pipe.multi()
+            pipe.delete(jk, jk + ":events", jk + ":tasks", jk + ":alloc")
+            pipe.zrem(self.k("jobs"), name)
+            pipe.zrem(self.k("jobs", "expiry"), name)
+            pipe.srem(self.k("jobs", "active"), name)
+            pipe.srem(self.k("jobs", "dirty"), name)
+
+        self.r.transaction(tx, jk)
+
+    def expire_job_at(self, name: str, when: float) -> None:
+        """Mark a finished job for deletion at ``when`` (seconds since the epoch)."""
+        self.r.zadd(self.k("jobs", "expiry"), {name: when})
+
+    def drop_expiry(self, name: str) -> None:
+        """Forget a deletion time set by :meth:`expire_job_at`."""
+        self.r.zrem(self.k("jobs", "expiry"), name)
+
+    def expired_jobs(self, now: float, limit: int = 100) -> list[str]:
+        """Names of finished jobs whose deletion time is at most ``now`` (oldest first)."""
+        return list(self.r.zrangebyscore(self.k("jobs", "expiry"), "-inf", now, 0, limit))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The job's event history, oldest first: ``{time, state, attempt, reason}``."""
+        return [json.loads(e) for e in self.r.lrange(self.k("job", name) + ":events", 0, -1)]
+
+    def take_dirty_jobs(self) -> set[str]:
+        """Names of jobs whose tasks were reported on, stopped or preempted since the last
+        call (atomically read and cleared). The loop re-reads only those between its full
+        passes."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.smembers(self.k("jobs", "dirty"))
+        pipe.delete(self.k("jobs", "dirty"))
+        return set(pipe.execute()[0])
+
+    def transition(
+        self,
+        name: str,
+        state: str,
+        reason: str,
+        *,
+        now: float | None = None,
+        attempt: int | None = None,
+        pipe: redis.client.Pipeline | None = None,
+        **fields: Any,
+    ) -> None:
+        """Move a job to ``state`` with an event (one transaction). ``fields`` are set too
+        (None clears a field; dicts are JSON). ``now`` / ``attempt`` save round trips when
+        the caller knows them (the event records ``attempt``; it is also stored when
+        given). With ``pipe`` the commands are only queued on it (the caller executes; then
+        ``attempt`` must be given)."""
+        now = self.now() if now is None else now
+        jk = self.k("job", name)
+        if attempt is not None:
+            fields["attempt"] = attempt
+        mapping = encode_fields({"state": state, "reason": reason, "updated": now, **fields})
+        if attempt is None:
+            if pipe is not None:
+                raise ValueError("transition(pipe=...) needs attempt")
+            attempt = self.r.hget(jk, "attempt") or 1
+        own = pipe is None
+        p = self.r.pipeline(transaction=True) if own else pipe
+        p.hset(jk, mapping=mapping)
+        p.rpush(jk + ":events", event(now, state, attempt, reason))
+        if JobState(state).terminal:
+            p.srem(self.k("jobs", "active"), name)
+        if own:
+            p.execute()
+
+    def set_job_fields(self, name: str, **fields: Any) -> None:
+        """Set job fields without a state change (None clears, dicts are JSON)."""
+        self.r.hset(self.k("job", name), mapping=encode_fields(fields))
+
+    def add_event(self, name: str, reason: str) -> None:
+        """Append an event that is not a state change (e.g. a task finished)."""
+        h = self.r.hmget(self.k("job", name), "state", "attempt")
+        self.r.rpush(self.k("job", name) + ":events", event(self.now(), h[0], h[1] or 1, reason))

@@ -1,0 +1,181 @@
+"""Nodes: registration, heartbeats (with usage samples) and node states (``nodes``,
+``node:<node>``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scheduler.store.base import NodeNotFoundError, StoreBase
+from scheduler.store.codec import as_json, encode_fields
+from scheduler.store.records import NodeRecord
+
+USAGE_SAMPLE_S = 5.0  # at most one usage-history sample per node per this many seconds
+USAGE_SAMPLES = 720  # samples kept per node: one hour at USAGE_SAMPLE_S
+NODE_STATES = ("ready", "cordoned", "draining", "lost")
+
+
+def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
+    """The compact history sample of an agent's usage report: ``{cpu, mem, gpu}`` in
+    percent (``gpu``: mean utilisation over the node's GPUs, None without GPUs); None when
+    the report has no CPU figure."""
+    if not isinstance(usage, dict) or usage.get("cpu_percent") is None:
+        return None
+    total = usage.get("memory_total") or 0
+    mem = 100.0 * float(usage.get("memory_used") or 0) / total if total else 0.0
+    gpus = [g for g in usage.get("gpus") or [] if isinstance(g, dict)]
+    gpu = (
+        round(sum(float(g.get("util_percent") or 0) for g in gpus) / len(gpus), 1) if gpus else None
+    )
+    return {"cpu": round(float(usage["cpu_percent"]), 1), "mem": round(mem, 1), "gpu": gpu}
+
+
+_NODE_FIELDS_NO_USAGE = [
+    "name",
+    "address",
+    "cpu_m",
+    "memory",
+    "gpu",
+    "gpu_model",
+    "labels",
+    "state",
+    "port_range",
+    "heartbeat",
+    "registered",
+    "executor",
+    "lease_s",
+    "fence_s",
+]
+
+
+class NodesMixin(StoreBase):
+    """The node area of :class:`scheduler.store.Store`."""
+
+    def register_node(self, node: NodeRecord) -> NodeRecord:
+        """Create or update a node from its agent. Keeps a cordoned / draining state; a lost
+        node becomes ready. Bumps the version when capacity, labels or state change."""
+        nk = self.k("node", node.name)
+        now = self.now()
+        old = self.r.hgetall(nk)
+        state = old.get("state", "ready")
+        if state == "lost" or state not in NODE_STATES:
+            state = "ready"
+        node.state = state
+        node.heartbeat = now
+        node.registered = now
+        fields = encode_fields(
+            {
+                "name": node.name,
+                "address": node.address,
+                "cpu_m": node.cpu_m,
+                "memory": node.memory,
+                "gpu": node.gpu,
+                "gpu_model": node.gpu_model,
+                "labels": node.labels,
+                "state": state,
+                "port_range": list(node.port_range),
+                "heartbeat": now,
+                "registered": now,
+                "usage": node.usage,
+                "executor": node.executor,
+                "lease_s": node.lease_s,
+                "fence_s": node.fence_s,
+            }
+        )
+        changed = any(
+            old.get(k) != fields[k]
+            for k in (
+                "address",
+                "cpu_m",
+                "memory",
+                "gpu",
+                "gpu_model",
+                "labels",
+                "state",
+                "port_range",
+                "fence_s",
+            )
+        )
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping=fields)
+        pipe.sadd(self.k("nodes"), node.name)
+        if changed:
+            pipe.incr(self.k("version"))
+            pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+        return node
+
+    def heartbeat(self, node: str, usage: dict[str, Any]) -> str:
+        """Record a heartbeat; returns the node's state ('' when not registered).
+
+        Also appends a usage sample (:func:`usage_sample`) to the node's capped usage
+        history when the last sample is at least ``USAGE_SAMPLE_S`` seconds old; the
+        history keeps the newest ``USAGE_SAMPLES`` (one hour at 5 s), never more.
+        """
+        sample = usage_sample(usage)
+        return str(
+            self._heartbeat(
+                args=[
+                    self.p,
+                    node,
+                    json.dumps(usage),
+                    json.dumps(sample) if sample else "",
+                    USAGE_SAMPLE_S,
+                    USAGE_SAMPLES,
+                ]
+            )
+        )
+
+    @staticmethod
+    def _node_from_hash(h: dict[str, str]) -> NodeRecord:
+        pr = as_json(h.get("port_range")) or [20000, 29999]
+        return NodeRecord(
+            name=h["name"],
+            address=h.get("address", ""),
+            cpu_m=int(h.get("cpu_m") or 0),
+            memory=int(h.get("memory") or 0),
+            gpu=int(h.get("gpu") or 0),
+            gpu_model=h.get("gpu_model") or None,
+            labels=as_json(h.get("labels")) or {},
+            state=h.get("state", "ready"),
+            port_range=(int(pr[0]), int(pr[1])),
+            heartbeat=float(h.get("heartbeat") or 0),
+            registered=float(h.get("registered") or 0),
+            usage=as_json(h.get("usage")) or {},
+            executor=h.get("executor", ""),
+            lease_s=float(h.get("lease_s") or 0),
+            fence_s=float(h.get("fence_s") or 0),
+        )
+
+    def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
+        """All registered nodes, by name (``with_usage=False`` skips the usage report)."""
+        names = sorted(self.r.smembers(self.k("nodes")))
+        rows = self._read_hashes(
+            [self.k("node", n) for n in names], None if with_usage else _NODE_FIELDS_NO_USAGE
+        )
+        return [self._node_from_hash(h) for h in rows if h.get("name")]
+
+    def get_node(self, name: str) -> NodeRecord | None:
+        h = self.r.hgetall(self.k("node", name))
+        return self._node_from_hash(h) if h.get("name") else None
+
+    def set_node_state(self, name: str, state: str, reason: str = "") -> NodeRecord:
+        """Cordon (``cordoned``), drain (``draining``), uncordon (``ready``) or mark ``lost``.
+
+        Raises NodeNotFoundError, ValueError for an unknown state. Bumps the version and
+        wakes the loop.
+        """
+        if state not in NODE_STATES:
+            raise ValueError(f"node state must be one of {NODE_STATES}, got {state!r}")
+        nk = self.k("node", name)
+        if not self.r.exists(nk):
+            raise NodeNotFoundError(f"no node named {name!r}")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping={"state": state, "state_reason": reason})
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "node")
+        pipe.publish(self.node_channel(name), "node")
+        pipe.execute()
+        node = self.get_node(name)
+        assert node is not None
+        return node

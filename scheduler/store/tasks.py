@@ -1,0 +1,163 @@
+"""Tasks and the allocation ledger: task records, agents' reports, the ledger (the truth
+about what is allocated), releases and the atomic Decision commit (``job:<job>:tasks``,
+``job:<job>:alloc``, ``ledger``, ``node:<node>:tasks``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from scheduler.store.base import StoreBase
+from scheduler.store.codec import as_json
+from scheduler.store.records import Allocation, TaskRecord, TaskState
+
+
+class TasksMixin(StoreBase):
+    """The task and ledger area of :class:`scheduler.store.Store`."""
+
+    def tasks(self, job: str) -> list[TaskRecord]:
+        """Tasks of the job's current (or last) attempt, in role declaration order."""
+        raw = self.r.hgetall(self.k("job", job) + ":tasks")
+        tasks = [TaskRecord.from_dict(json.loads(v)) for v in raw.values()]
+        spec = as_json(self.r.hget(self.k("job", job), "spec")) or {}
+        order = {r: i for i, r in enumerate(spec.get("roles", {}))}
+        return sorted(tasks, key=lambda t: (order.get(t.role, 99), t.index))
+
+    def tasks_of(self, jobs: Iterable[str]) -> dict[str, list[TaskRecord]]:
+        """Task records of many jobs in one round trip: ``{job: [TaskRecord]}`` (unordered;
+        see :func:`scheduler.discovery.ordered_tasks`)."""
+        jobs = list(jobs)
+        pipe = self.r.pipeline(transaction=False)
+        for j in jobs:
+            pipe.hgetall(self.k("job", j) + ":tasks")
+        return {
+            j: [TaskRecord.from_dict(json.loads(v)) for v in raw.values()]
+            for j, raw in zip(jobs, pipe.execute(), strict=True)
+        }
+
+    def task(self, job: str, key: str) -> TaskRecord | None:
+        raw = self.r.hget(self.k("job", job) + ":tasks", key)
+        return TaskRecord.from_dict(json.loads(raw)) if raw else None
+
+    def update_tasks(self, job: str, tasks: Iterable[TaskRecord], notify: bool = True) -> None:
+        """Overwrite task records (the loop: desired=stop, state=lost) and wake their nodes."""
+        tasks = list(tasks)
+        if not tasks:
+            return
+        pipe = self.r.pipeline(transaction=True)
+        for t in tasks:
+            pipe.hset(self.k("job", job) + ":tasks", t.key, json.dumps(t.to_dict()))
+        if notify:
+            for node in {t.node for t in tasks}:
+                pipe.publish(self.node_channel(node), "bindings")
+        pipe.execute()
+
+    def report_task(
+        self,
+        job: str,
+        key: str,
+        attempt: int,
+        node: str,
+        state: TaskState | str,
+        exit_code: int | None = None,
+        message: str = "",
+        handle: str = "",
+        cause: str = "",
+    ) -> bool:
+        """An agent's report on a task. Ignored (returns False) when it is about another
+        attempt or node, or the task already finished. Wakes the loop. ``cause``: an
+        infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
+        task) ended it (then the attempt is not charged)."""
+        return bool(
+            self._report(
+                args=[
+                    self.p,
+                    job,
+                    key,
+                    attempt,
+                    node,
+                    str(state),
+                    "" if exit_code is None else str(exit_code),
+                    message,
+                    handle,
+                    cause,
+                ]
+            )
+        )
+
+    # ---- ledger ---------------------------------------------------------------------
+    def ledger(self) -> dict[str, Allocation]:
+        """Every allocation: ``{"<job>/<role>-<index>": Allocation}`` (the truth)."""
+        return {
+            k: Allocation.from_dict(json.loads(v))
+            for k, v in self.r.hgetall(self.k("ledger")).items()
+        }
+
+    def node_bindings(self, node: str) -> list[tuple[str, str]]:
+        """(job, task key) pairs allocated on ``node``."""
+        out = []
+        for lk in self.r.smembers(self.k("node", node) + ":tasks"):
+            job, _, key = lk.rpartition("/")
+            out.append((job, key))
+        return sorted(out)
+
+    def release(self, job: str) -> int:
+        """Drop every ledger entry of ``job`` (atomically) and bump the version.
+
+        Returns the number of entries released.
+        """
+        jk = self.k("job", job)
+
+        def tx(pipe: redis.client.Pipeline) -> int:
+            entries = pipe.smembers(jk + ":alloc")
+            allocs = pipe.hmget(self.k("ledger"), *entries) if entries else []
+            pipe.multi()
+            for lk, raw in zip(entries, allocs, strict=True):
+                if raw:
+                    node = json.loads(raw)["node"]
+                    pipe.srem(self.k("node", node) + ":tasks", lk)
+                pipe.hdel(self.k("ledger"), lk)
+            pipe.delete(jk + ":alloc")
+            if entries:
+                pipe.incr(self.k("version"))
+            return len(entries)
+
+        return self.r.transaction(tx, jk + ":alloc", value_from_callable=True)
+
+    def free_tasks(self, job: str, keys: Iterable[str]) -> int:
+        """Zero the ledger entries of finished tasks of a job that goes on (their node
+        capacity, GPUs and ports come free; the entries stay, so the task keeps its replica
+        index). Bumps the version when anything changed. Returns the entries changed."""
+        lks = [f"{job}/{k}" for k in keys]
+        if not lks:
+            return 0
+        ledger = self.k("ledger")
+
+        def tx(pipe: redis.client.Pipeline) -> int:
+            raws = pipe.hmget(ledger, lks)
+            changed = {}
+            for lk, raw in zip(lks, raws, strict=True):
+                if not raw:
+                    continue
+                a = json.loads(raw)
+                if a.get("cpu_m") or a.get("memory") or a.get("gpu") or a.get("ports"):
+                    a.update(cpu_m=0, memory=0, gpu=0, gpus=[], ports=[])
+                    changed[lk] = json.dumps(a)
+            if changed:
+                pipe.multi()
+                pipe.hset(ledger, mapping=changed)
+                pipe.incr(self.k("version"))
+            return len(changed)
+
+        return self.r.transaction(tx, ledger, value_from_callable=True)
+
+    def commit(self, version: int, payload: dict[str, Any]) -> tuple[bool, str]:
+        """Run the commit script (see :mod:`scheduler.store.commit` for the payload).
+
+        Returns (True, new version) or (False, why it was rejected).
+        """
+        ok, detail = self._commit(args=[self.p, version, json.dumps(payload)])
+        return bool(ok), str(detail)

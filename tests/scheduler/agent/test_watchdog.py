@@ -1,0 +1,72 @@
+"""The lease watchdog of process-executor tasks, as a real process (scheduler/agent/watchdog.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from scheduler.agent import watchdog
+
+
+def run_watchdog(tmp_path, deadline_in_s, *cmd, extra=()):
+    lease = tmp_path / "lease"
+    lease.write_text(json.dumps({"deadline": time.monotonic() + deadline_in_s}))
+    fenced = tmp_path / "fenced"
+    argv = [sys.executable, "-S", watchdog.__file__, str(lease), str(fenced), *extra, "--", *cmd]
+    # its own session: the watchdog SIGKILLs its whole process group when it fences
+    return subprocess.Popen(argv, start_new_session=True), lease, fenced
+
+
+def test_the_task_s_exit_status_passes_through_while_the_lease_holds(tmp_path):
+    proc, _, fenced = run_watchdog(tmp_path, 60, "/bin/sh", "-c", "exit 3")
+    assert proc.wait(20) == 3
+    assert not fenced.exists()
+
+
+def test_an_expired_lease_kills_the_whole_group_and_says_so(tmp_path):
+    proc, _, fenced = run_watchdog(tmp_path, 1.0, "/bin/sh", "-c", "sleep 60 & sleep 60; wait")
+    time.sleep(0.5)
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == proc.pid]
+    assert len(group) >= 3  # watchdog, sh, two sleeps
+    assert proc.wait(20) == -9  # SIGKILLed with its group
+    assert fenced.exists() and "expired" in fenced.read_text()
+    deadline = time.monotonic() + 10
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in group[1:]):
+        assert time.monotonic() < deadline, "the task's processes outlived the lease"
+        time.sleep(0.1)
+
+
+def test_a_missing_lease_file_counts_as_expired(tmp_path):
+    proc, lease, fenced = run_watchdog(tmp_path, 60, "sleep", "60")
+    lease.unlink()  # e.g. the agent's work dir removed
+    assert proc.wait(20) == -9 and fenced.exists()
+
+
+def test_a_renewed_lease_keeps_the_task_alive(tmp_path):
+    proc, lease, fenced = run_watchdog(tmp_path, 1.0, "sleep", "3")
+    for _ in range(8):  # the agent renews every 0.5 s
+        time.sleep(0.5)
+        lease.write_text(json.dumps({"deadline": time.monotonic() + 1.0}))
+    assert proc.wait(20) == 0 and not fenced.exists()
+
+
+def test_the_address_space_limit_binds_the_task_not_the_watchdog(tmp_path):
+    code = "bytearray(256 * 2**20)"
+    proc, _, _ = run_watchdog(
+        tmp_path, 60, sys.executable, "-S", "-c", code, extra=("--as", str(128 * 2**20))
+    )
+    assert proc.wait(30) == 1  # MemoryError in the task
+    proc, _, _ = run_watchdog(tmp_path, 60, sys.executable, "-S", "-c", code)
+    assert proc.wait(30) == 0
+
+
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
