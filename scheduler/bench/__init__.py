@@ -10,4 +10,5 @@ BENCHMARKS: dict[str, str] = {
     "placement": "scheduler.bench.placement",
     "e2e": "scheduler.bench.e2e",
     "dashboard": "scheduler.bench.dashboard",
+    "cli": "scheduler.bench.cli",
 }

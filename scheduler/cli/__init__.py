@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 
 import typer
+import typer.main
 
 from scheduler.cli import backup, cluster, data, dev, jobs, login, server
 
@@ -28,6 +29,32 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"pasture {version('pasture')}")
+        except PackageNotFoundError:
+            typer.echo("pasture (not installed: version unknown)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _show_version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print the installed pasture package version and exit.",
+    ),
+) -> None:
+    """Run and manage training jobs on a pasture cluster."""
+
+
 app.add_typer(jobs.app, name="job")
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")
@@ -43,8 +70,9 @@ server.admin_app.command("backup")(backup.backup)
 server.admin_app.command("restore")(backup.restore)
 app.add_typer(server.admin_app, name="admin")
 
-# Groups written by others, imported inside a guard so that a missing or broken one only
-# breaks its own command: (name, module, attribute, help).
+# Groups written by others, mounted lazily: their module (the simulator loads numpy) is
+# imported only when the command runs, and a missing or broken one only breaks its own
+# command. (name, module, attribute, help).
 _MOUNTS = (
     ("sim", "scheduler.sim.cli", "app", "Trace-driven simulator of the scheduler core."),
     ("inventory", "scheduler.inventory", "app", "Ansible inventory from Pulumi stack outputs."),
@@ -52,27 +80,26 @@ _MOUNTS = (
 
 
 def _mount(name: str, module: str, attribute: str, help_text: str) -> None:
-    try:
-        sub = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as exc:
-        app.command(
-            name,
-            help=f"{help_text} (unavailable: {module} did not import)",
-            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-            add_help_option=False,
-        )(_missing(name, module, exc))
-        return
-    app.add_typer(sub, name=name, help=help_text)
+    """Register ``pasture NAME ...``: on use, import ``module.attribute`` (a Typer app)
+    and hand it every argument after NAME (``--help`` included)."""
 
-
-def _missing(name: str, module: str, exc: Exception):
     def command(ctx: typer.Context) -> None:
-        typer.echo(
-            f"error: 'pasture {name}' needs {module}, which is not available: {exc}", err=True
-        )
-        raise typer.Exit(1)
+        try:
+            sub = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as exc:
+            typer.echo(
+                f"error: 'pasture {name}' needs {module}, which is not available: {exc}",
+                err=True,
+            )
+            raise typer.Exit(1) from None
+        typer.main.get_command(sub).main(args=list(ctx.args), prog_name=f"pasture {name}")
 
-    return command
+    app.command(
+        name,
+        help=help_text,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )(command)
 
 
 for _args in _MOUNTS:

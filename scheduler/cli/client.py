@@ -1,14 +1,18 @@
-"""HTTP client of the pasture API (httpx), with TLS verified against the cluster CA."""
+"""HTTP client of the pasture API (httpx), with TLS verified against the cluster CA.
+
+httpx is imported when the first client is made, not at import: ``pasture --help`` and
+commands that never call the API do not pay for it.
+"""
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterator
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from scheduler.cli.config import ClientConfig
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class ApiError(Exception):
@@ -52,6 +56,10 @@ class ApiClient:
     """
 
     def __init__(self, config: ClientConfig, timeout: float = 30.0) -> None:
+        import ssl
+
+        import httpx
+
         self.config = config
         self._http = httpx.Client(
             base_url=config.endpoint,
@@ -64,6 +72,8 @@ class ApiClient:
         self._http.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -107,6 +117,8 @@ class ApiClient:
 
     def follow_logs(self, name: str, role: str | None, index: int | None) -> Iterator[bytes]:
         """Yield log bytes as the API streams them, until the job ends."""
+        import httpx
+
         params = {"follow": "true", "role": role, "index": index}
         params = {k: v for k, v in params.items() if v is not None}
         try:

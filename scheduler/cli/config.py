@@ -14,8 +14,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 
 class ConfigError(Exception):
     """No endpoint is configured, or the config file is unreadable."""
@@ -51,6 +49,8 @@ def save_login(endpoint: str, token: str, ca_cert: str | None = None) -> Path:
     """
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    import yaml
+
     data = {"endpoint": endpoint.rstrip("/"), "token": token}
     if ca_cert:
         data["ca_cert"] = str(Path(ca_cert).resolve())
@@ -62,6 +62,8 @@ def save_login(endpoint: str, token: str, ca_cert: str | None = None) -> Path:
 
 
 def _from_file(path: Path) -> dict:
+    import yaml  # here: a dev cluster or the environment need no YAML parser
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
