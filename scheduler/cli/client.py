@@ -6,7 +6,6 @@ commands that never call the API do not pay for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from scheduler.cli.config import ClientConfig
@@ -115,25 +114,18 @@ class ApiClient:
         params = {k: v for k, v in params.items() if v is not None}
         return self.request("GET", f"/api/v1/jobs/{name}/logs", params=params)
 
-    def follow_logs(self, name: str, role: str | None, index: int | None) -> Iterator[bytes]:
-        """Yield log bytes as the API streams them, until the job ends."""
+    def log_bytes(self, name: str, role: str, index: int, offset: int = 0) -> bytes:
+        """One task's log bytes from ``offset`` (bytes) to the end of what is written."""
         import httpx
 
-        params = {"follow": "true", "role": role, "index": index}
-        params = {k: v for k, v in params.items() if v is not None}
+        params = {"role": role, "index": index, "offset": offset}
         try:
-            with self._http.stream(
-                "GET",
-                f"/api/v1/jobs/{name}/logs",
-                params=params,
-                timeout=httpx.Timeout(30.0, read=None),
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise _error(response)
-                yield from response.iter_bytes()
+            response = self._http.get(f"/api/v1/jobs/{name}/logs", params=params)
         except httpx.HTTPError as exc:
-            raise ApiError(0, f"log stream from {self.config.endpoint} broke: {exc}") from None
+            raise ApiError(0, f"cannot reach {self.config.endpoint}: {exc}") from None
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.content
 
     # -- cluster ------------------------------------------------------------------------
     def nodes(self) -> list[dict]:

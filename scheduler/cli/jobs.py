@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +13,10 @@ from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
+from scheduler.cli.joblogs import JobLogs, LogOptions
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
+    NOT_FOUND,
     OK,
     JsonOpt,
     OutputFormat,
@@ -103,31 +104,6 @@ def wait_for(
     raise typer.Exit(JOB_NOT_SUCCEEDED)
 
 
-def _stream(client: ApiClient, name: str, role: str | None, index: int | None) -> None:
-    out = sys.stdout.buffer
-    for chunk in client.follow_logs(name, role, index):
-        out.write(chunk)
-        out.flush()
-
-
-def _log_matches(f: dict, role: str | None, index: int | None) -> bool:
-    """Whether log file ``f`` is the one the API serves for (role, index)."""
-    if role is None:
-        return index is None or f["index"] == index
-    return f["role"] == role and f["index"] == (index or 0)
-
-
-def _wait_for_log(client: ApiClient, name: str, role: str | None, index: int | None) -> bool:
-    """Wait (spinner) until the task's log exists; False when the job ended without one."""
-    with console.status(f"job {name}: waiting for the first log line", spinner="dots"):
-        while True:
-            if any(_log_matches(f, role, index) for f in client.log_files(name)):
-                return True
-            if client.job(name).get("state") in TERMINAL:
-                return False
-            time.sleep(0.5)
-
-
 def _final(job: dict) -> int:
     state = job.get("state")
     console.print(f"job {job.get('name')}: {styled(state)}")
@@ -142,7 +118,9 @@ def _final(job: dict) -> int:
 @handle_errors
 def submit(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec (YAML/JSON)"),
-    follow: bool = typer.Option(False, "--follow", "-f", help="stream the first task's log"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="stream every task's log (role-index | line)"
+    ),
     wait: bool = typer.Option(False, "--wait", "-w", help="exit 0 only if it succeeded"),
     timeout: float = typer.Option(0, help="with --wait: give up after seconds"),
     as_json: bool = typer.Option(False, "--json", help="print the stored job as JSON"),
@@ -155,8 +133,8 @@ def submit(
         print_json(job)
     else:
         console.print(f"submitted job [bold]{name}[/bold] to vc {job.get('vc')}")
-    if follow and _wait_for_log(client, name, None, None):
-        _stream(client, name, None, None)
+    if follow:
+        JobLogs(client, name, LogOptions()).follow()
     if wait or follow:
         raise typer.Exit(_final(wait_for(client, name, TERMINAL, timeout_s=timeout)))
 
@@ -279,18 +257,39 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
 @handle_errors
 def logs(
     name: str,
-    follow: bool = typer.Option(False, "--follow", "-f", help="stream until the job ends"),
-    role: str | None = typer.Option(None, "--role", "-r", help="task role (default: first)"),
-    index: int | None = typer.Option(None, "--index", "-i", help="task index (default: 0)"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="stream new lines, across attempts, until the job ends"
+    ),
+    role: str | None = typer.Option(None, "--role", "-r", help="only this task role"),
+    index: int | None = typer.Option(None, "--index", "-i", help="only this task index"),
+    tail: int | None = typer.Option(None, "--tail", min=0, help="last N lines of each task"),
+    attempt: int | None = typer.Option(None, "--attempt", min=1, help="only this attempt"),
+    prefix: bool | None = typer.Option(
+        None,
+        "--prefix/--no-prefix",
+        help="'role-index | ' before each line (default: unless --role and --index name one task)",
+    ),
 ) -> None:
-    """Print a task's stdout/stderr (<share>/jobs/<job>/logs/<role>-<index>.log)."""
+    """Every task's stdout/stderr, each line prefixed with its task (role-index).
+
+    Logs live in <share>/jobs/<job>/logs/<role>-<index>.log, every attempt of a task after
+    its "=== attempt N on NODE ===" line. A job that has not started says why it waits.
+    """
     client = _client()
-    if follow:
-        if _wait_for_log(client, name, role, index):
-            _stream(client, name, role, index)
-        return
-    sys.stdout.write(client.logs(name, role, index))
-    sys.stdout.flush()
+    options = LogOptions(role=role, index=index, attempt=attempt, tail=tail, prefix=prefix)
+    reader = JobLogs(client, name, options)
+    with job_hint(client, name):
+        if follow:
+            reader.follow()
+            return
+        if reader.show():
+            return
+        job = client.job(name)
+    if reader.waiting_reason(job) is None:
+        which = f" matching --role {role}" if role else ""
+        which += f" --index {index}" if index is not None else ""
+        err_console.print(f"job {name} ({job.get('state')}) has no task logs{which}")
+        raise typer.Exit(NOT_FOUND)
 
 
 @app.command()
