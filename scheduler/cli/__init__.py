@@ -21,7 +21,16 @@ import importlib
 import typer
 import typer.main
 
-from scheduler.cli import backup, cluster, data, dev, jobs, login, server
+from scheduler.cli import (
+    backup,
+    cluster,
+    data,
+    dev,
+    jobs,
+    jobspec,  # noqa: F401 - registers job validate and resubmit
+    login,
+    server,
+)
 
 app = typer.Typer(
     name="pasture",
@@ -55,7 +64,7 @@ def _root(
     """Run and manage training jobs on a pasture cluster."""
 
 
-app.add_typer(jobs.app, name="job")
+app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")
 app.command("status")(cluster.status)

@@ -124,10 +124,19 @@ def submit(
     wait: bool = typer.Option(False, "--wait", "-w", help="exit 0 only if it succeeded"),
     timeout: float = typer.Option(0, help="with --wait: give up after seconds"),
     as_json: bool = typer.Option(False, "--json", help="print the stored job as JSON"),
+    new_name: str | None = typer.Option(None, "--name", help="job name instead of the spec's"),
+    vc: str | None = typer.Option(None, "--vc", help="virtual cluster instead of the spec's"),
+    env: list[str] | None = typer.Option(
+        None, "--env", "-e", help="KEY=VALUE for every task (repeatable)"
+    ),
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v2 or MARO format)."""
+    from scheduler.cli.jobspec import submit_with_overrides
+
     client = _client()
-    job = client.submit(file.read_bytes(), json_body=file.suffix.lower() == ".json")
+    job = submit_with_overrides(client, file, new_name, vc, env) or client.submit(
+        file.read_bytes(), json_body=file.suffix.lower() == ".json"
+    )
     name = job.get("name")
     if as_json:
         print_json(job)
