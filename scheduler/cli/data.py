@@ -21,6 +21,7 @@ from scheduler.cli.output import (
     err_console,
     handle_errors,
 )
+from scheduler.units import format_bytes
 
 data_app = typer.Typer(help="Copy data into and out of the cluster share.", no_args_is_help=True)
 image_app = typer.Typer(help="Distribute container images to nodes.", no_args_is_help=True)
@@ -141,7 +142,7 @@ def push(
                 )
                 done += path.stat().st_size
             progress.update(bar, completed=total)
-    console.print(f"pushed {len(files)} file(s), {total} bytes to {dest}")
+    console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {dest}")
 
 
 def _remote_files(sftp, root: str) -> list[tuple[str, str, int]]:
@@ -202,7 +203,7 @@ def pull(
                 )
                 done += size
             progress.update(bar, completed=total)
-    console.print(f"pulled {len(files)} file(s), {total} bytes to {local}")
+    console.print(f"pulled {len(files)} file(s), {format_bytes(total)} to {local}")
 
 
 def _inventory_nodes(path: Path) -> list[tuple[str, str, str | None]]:
