@@ -1,7 +1,7 @@
 """``pasture``: the command line of a pasture cluster (Typer + Rich).
 
 ```
-pasture login | status | template job
+pasture login | context list|use | status | template job
 pasture job submit|list|show|logs|stop|delete -> REST API (httpx)
 pasture node list|cordon|uncordon|drain      -> REST API
 pasture vc list                              -> REST API
@@ -60,8 +60,17 @@ def _root(
         is_eager=True,
         help="Print the installed pasture package version and exit.",
     ),
+    context: str | None = typer.Option(
+        None,
+        "--context",
+        envvar="PASTURE_CONTEXT",
+        help="Use this cluster of the login file (pasture context list), not the current.",
+    ),
 ) -> None:
     """Run and manage training jobs on a pasture cluster."""
+    from scheduler.cli import config
+
+    config.context_override = context
 
 
 app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
@@ -69,6 +78,7 @@ app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")
 app.command("status")(cluster.status)
 app.command("login")(login.login)
+app.add_typer(login.context_app, name="context")
 app.add_typer(login.template_app, name="template")
 app.add_typer(data.data_app, name="data")
 app.add_typer(data.image_app, name="image")
