@@ -129,12 +129,15 @@ def submit(
     env: list[str] | None = typer.Option(
         None, "--env", "-e", help="KEY=VALUE for every task (repeatable)"
     ),
+    sets: list[str] | None = typer.Option(
+        None, "--set", help="PATH=VALUE in the spec, e.g. roles.worker.replicas=4 (repeatable)"
+    ),
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v2 or MARO format)."""
     from scheduler.cli.jobspec import submit_with_overrides
 
     client = _client()
-    job = submit_with_overrides(client, file, new_name, vc, env) or client.submit(
+    job = submit_with_overrides(client, file, new_name, vc, env, sets) or client.submit(
         file.read_bytes(), json_body=file.suffix.lower() == ".json"
     )
     name = job.get("name")

@@ -1,5 +1,5 @@
 """Before and around submit: ``pasture job validate FILE`` (offline) and
-``pasture job resubmit NAME``, and the ``--name/--vc/--env`` overrides both and
+``pasture job resubmit NAME``, and the ``--name/--vc/--env/--set`` overrides both and
 ``job submit`` take.
 
 Specs are parsed with the public :func:`scheduler.spec.load_job_spec` (pasture, OpenPAI
@@ -56,18 +56,75 @@ def parse_env(pairs: list[str] | None) -> dict[str, str]:
     return env
 
 
+SetOpt = typer.Option(
+    None,
+    "--set",
+    help="PATH=VALUE in the pasture-format spec, e.g. roles.worker.replicas=4 (repeatable;"
+    " VALUE is YAML: 4, true, '[a, b]')",
+)
+
+
+def set_path(spec: dict[str, Any], assignment: str) -> None:
+    """Apply ``"a.b.c=VALUE"`` to ``spec`` in place (VALUE parsed as YAML; missing
+    mappings on the way are created; a number indexes a list).
+
+    Raises:
+        typer.BadParameter: no ``=``, an empty path, or a step into a scalar / past a
+            list's end (the message names the step).
+    """
+    import yaml
+
+    path, sep, text = assignment.partition("=")
+    if not sep or not path.strip("."):
+        raise typer.BadParameter(f"expected PATH=VALUE, got {assignment!r}", param_hint="--set")
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError as exc:
+        raise typer.BadParameter(f"{path}: VALUE is not YAML: {exc}", param_hint="--set") from None
+    keys = path.split(".")
+    node: Any = spec
+    for i, key in enumerate(keys):
+        where = ".".join(keys[: i + 1])
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise typer.BadParameter(
+                    f"{where}: no item {key} in a list of {len(node)}", param_hint="--set"
+                )
+            if last:
+                node[int(key)] = value
+            node = node[int(key)]
+        elif isinstance(node, dict):
+            if last:
+                node[key] = value
+            elif node.get(key) is None:
+                node[key] = {}
+            node = node[key]
+        else:
+            raise typer.BadParameter(
+                f"{where}: cannot set inside a {type(node).__name__}", param_hint="--set"
+            )
+
+
 def apply_overrides(
-    spec: dict[str, Any], name: str | None, vc: str | None, env: dict[str, str]
+    spec: dict[str, Any],
+    name: str | None,
+    vc: str | None,
+    env: dict[str, str],
+    sets: list[str] | None = None,
 ) -> dict[str, Any]:
     """A copy of the pasture-format ``spec`` dict with the name, VC and job-level
-    environment (merged over the spec's ``env``) replaced where given."""
-    out = dict(spec)
+    environment (merged over the spec's ``env``) replaced where given, then each
+    ``--set PATH=VALUE`` applied in order."""
+    out = json.loads(json.dumps(spec))  # a deep copy
     if name:
         out["name"] = name
     if vc:
         out["vc"] = vc
     if env:
         out["env"] = {**(spec.get("env") or {}), **env}
+    for assignment in sets or []:
+        set_path(out, assignment)
     return out
 
 
@@ -106,14 +163,19 @@ def load_spec(path: Path) -> dict[str, Any]:
 
 
 def submit_with_overrides(
-    client: ApiClient, path: Path, name: str | None, vc: str | None, env: list[str] | None
+    client: ApiClient,
+    path: Path,
+    name: str | None,
+    vc: str | None,
+    env: list[str] | None,
+    sets: list[str] | None = None,
 ) -> dict | None:
     """Submit ``path`` with the overrides applied; None when there are none (the caller
     sends the file as it is)."""
     pairs = parse_env(env)
-    if not (name or vc or pairs):
+    if not (name or vc or pairs or sets):
         return None
-    spec = apply_overrides(load_spec(path), name, vc, pairs)
+    spec = apply_overrides(load_spec(path), name, vc, pairs, sets)
     return client.submit(json.dumps(spec).encode(), json_body=True)
 
 
@@ -171,12 +233,13 @@ def resubmit(
     new_name: str | None = NameOpt,
     vc: str | None = VcOpt,
     env: list[str] | None = EnvOpt,
+    sets: list[str] | None = SetOpt,
     replace: bool = typer.Option(
         False, "--replace", help="delete the old (finished) job and reuse its name"
     ),
 ) -> None:
     """Submit a job's stored spec again, as NAME-r2 (then -r3...) unless --name or
-    --replace. --vc and --env change the copy, not the original."""
+    --replace. --vc, --env and --set change the copy, not the original."""
     client = ApiClient(load())
     with job_hint(client, name):
         old = client.job(name)
@@ -188,7 +251,7 @@ def resubmit(
         target = new_name or name
     else:
         target = new_name or _free_name(client, name)
-    body = apply_overrides(spec, target, vc, parse_env(env))
+    body = apply_overrides(spec, target, vc, parse_env(env), sets)
     job = client.submit(json.dumps(body).encode(), json_body=True)
     console.print(
         f"resubmitted {name} as job [bold]{job.get('name')}[/bold] to vc {job.get('vc')}"

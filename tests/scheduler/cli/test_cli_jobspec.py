@@ -91,3 +91,27 @@ def test_resubmit_copies_the_spec_under_a_new_name(logged_in, cli, tmp_path):
     assert env.store.get_job("train") is not None
     r = cli("job", "resubmit", "trian")
     assert r.exit_code == NOT_FOUND and "did you mean: train" in r.output
+
+
+def test_submit_and_resubmit_set_paths(logged_in, cli, tmp_path):
+    _, env = logged_in
+    path = tmp_path / "job.yaml"
+    path.write_text(job_yaml("base"))
+    r = cli(
+        "job", "submit", str(path), "--name", "scaled", "--set", "roles.worker.replicas=3",
+        "--set", "roles.ps.env.MODE=eval", "--set", "priority=60",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    spec = env.store.get_job("scaled").spec
+    assert spec["roles"]["worker"]["replicas"] == 3  # YAML value: an int
+    assert spec["roles"]["ps"]["env"] == {"MODE": "eval"}
+    assert env.store.get_job("scaled").priority == 60
+    r = cli("job", "resubmit", "scaled", "--set", "roles.worker.replicas=1")
+    assert r.exit_code == 0, r.output
+    assert env.store.get_job("scaled-r2").spec["roles"]["worker"]["replicas"] == 1
+    r = cli("job", "submit", str(path), "--set", "roles.ps.replicas.x=1")
+    assert r.exit_code == 2 and "roles.ps.replicas.x" in r.output
+    r = cli("job", "submit", str(path), "--set", "roles.ps.replicas=-1")  # the API says why
+    assert r.exit_code == REJECTED and "roles.ps.replicas" in r.output
+    r = cli("job", "submit", str(path), "--set", "noequals")
+    assert r.exit_code == 2 and "PATH=VALUE" in r.output
