@@ -2,8 +2,9 @@
 
 ```
 pasture login | context list|use | status | template job
-pasture job submit|list|show|logs|stop|delete -> REST API (httpx)
-pasture node list|cordon|uncordon|drain      -> REST API
+pasture job submit|list|show|logs|stop|delete|resubmit -> REST API (httpx)
+pasture job validate FILE                    -> scheduler.spec, offline
+pasture node list|show|cordon|uncordon|drain -> REST API
 pasture vc list                              -> REST API
 pasture data push|pull, image push           -> SSH (paramiko) to the master / nodes
 pasture dev up|down                          -> scheduler.dev (local processes)

@@ -218,3 +218,11 @@ def test_unknown_job_names_get_a_did_you_mean(logged_in, cli, tmp_path):
         assert "did you mean: digits-ps-worker?" in r.output
     r = cli("job", "show", "zzz")
     assert r.exit_code == NOT_FOUND and "did you mean" not in r.output
+
+
+def test_wait_timeout_message_gets_its_own_line_in_a_terminal(logged_in, tmp_path):
+    path = tmp_path / "stuck.yaml"
+    path.write_text(job_yaml("stuck"))  # no loop runs in this test: it stays submitted
+    out = _pasture_in_pty("job", "submit", str(path), "--wait", "--timeout", "1.5")
+    lines = [line.split("\r")[-1] for line in out.replace("\r\n", "\n").split("\n")]
+    assert any(line.startswith("timeout: job stuck still submitted") for line in lines), out
