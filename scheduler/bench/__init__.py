@@ -11,4 +11,5 @@ BENCHMARKS: dict[str, str] = {
     "e2e": "scheduler.bench.e2e",
     "dashboard": "scheduler.bench.dashboard",
     "chaos": "scheduler.bench.chaos",
+    "cli": "scheduler.bench.cli",
 }

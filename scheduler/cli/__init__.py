@@ -1,9 +1,10 @@
 """``pasture``: the command line of a pasture cluster (Typer + Rich).
 
 ```
-pasture login | status | template job
-pasture job submit|list|show|logs|stop|delete -> REST API (httpx)
-pasture node list|cordon|uncordon|drain      -> REST API
+pasture login | context list|use | status | template job
+pasture job submit|list|show|logs|stop|delete|resubmit -> REST API (httpx)
+pasture job validate FILE                    -> scheduler.spec, offline
+pasture node list|show|cordon|uncordon|drain -> REST API
 pasture vc list                              -> REST API
 pasture data push|pull, image push           -> SSH (paramiko) to the master / nodes
 pasture dev up|down                          -> scheduler.dev (local processes)
@@ -19,8 +20,19 @@ from __future__ import annotations
 import importlib
 
 import typer
+import typer.main
 
-from scheduler.cli import backup, cluster, data, dev, jobs, login, server, tokens
+from scheduler.cli import (
+    backup,
+    cluster,
+    data,
+    dev,
+    jobs,
+    jobspec,  # noqa: F401 - registers job validate and resubmit
+    login,
+    server,
+    tokens,
+)
 
 app = typer.Typer(
     name="pasture",
@@ -28,11 +40,47 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(jobs.app, name="job")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"pasture {version('pasture')}")
+        except PackageNotFoundError:
+            typer.echo("pasture (not installed: version unknown)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _show_version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print the installed pasture package version and exit.",
+    ),
+    context: str | None = typer.Option(
+        None,
+        "--context",
+        envvar="PASTURE_CONTEXT",
+        help="Use this cluster of the login file (pasture context list), not the current.",
+    ),
+) -> None:
+    """Run and manage training jobs on a pasture cluster."""
+    from scheduler.cli import config
+
+    config.context_override = context
+
+
+app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")
 app.command("status")(cluster.status)
 app.command("login")(login.login)
+app.add_typer(login.context_app, name="context")
 app.add_typer(login.template_app, name="template")
 app.add_typer(data.data_app, name="data")
 app.add_typer(data.image_app, name="image")
@@ -44,8 +92,9 @@ server.admin_app.command("restore")(backup.restore)
 app.add_typer(server.admin_app, name="admin")
 server.admin_app.add_typer(tokens.token_app, name="token")
 
-# Groups written by others, imported inside a guard so that a missing or broken one only
-# breaks its own command: (name, module, attribute, help).
+# Groups written by others, mounted lazily: their module (the simulator loads numpy) is
+# imported only when the command runs, and a missing or broken one only breaks its own
+# command. (name, module, attribute, help).
 _MOUNTS = (
     ("sim", "scheduler.sim.cli", "app", "Trace-driven simulator of the scheduler core."),
     ("inventory", "scheduler.inventory", "app", "Ansible inventory from Pulumi stack outputs."),
@@ -53,27 +102,26 @@ _MOUNTS = (
 
 
 def _mount(name: str, module: str, attribute: str, help_text: str) -> None:
-    try:
-        sub = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as exc:
-        app.command(
-            name,
-            help=f"{help_text} (unavailable: {module} did not import)",
-            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-            add_help_option=False,
-        )(_missing(name, module, exc))
-        return
-    app.add_typer(sub, name=name, help=help_text)
+    """Register ``pasture NAME ...``: on use, import ``module.attribute`` (a Typer app)
+    and hand it every argument after NAME (``--help`` included)."""
 
-
-def _missing(name: str, module: str, exc: Exception):
     def command(ctx: typer.Context) -> None:
-        typer.echo(
-            f"error: 'pasture {name}' needs {module}, which is not available: {exc}", err=True
-        )
-        raise typer.Exit(1)
+        try:
+            sub = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as exc:
+            typer.echo(
+                f"error: 'pasture {name}' needs {module}, which is not available: {exc}",
+                err=True,
+            )
+            raise typer.Exit(1) from None
+        typer.main.get_command(sub).main(args=list(ctx.args), prog_name=f"pasture {name}")
 
-    return command
+    app.command(
+        name,
+        help=help_text,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )(command)
 
 
 for _args in _MOUNTS:

@@ -13,6 +13,7 @@ import typer
 
 from scheduler.cli.output import REJECTED, console, err_console
 from scheduler.cli.server import ConfigOpt, _settings
+from scheduler.units import format_bytes
 
 
 def backup(
@@ -30,7 +31,9 @@ def backup(
     except (store_backup.BackupError, redis.RedisError, OSError) as exc:
         err_console.print(f"[red]error:[/red] backup failed: {exc}")
         raise typer.Exit(1) from None
-    console.print(f"backed up {info.keys} key(s) ({info.payload_bytes} bytes) to {info.path}")
+    console.print(
+        f"backed up {info.keys} key(s) ({format_bytes(info.payload_bytes)}) to {info.path}"
+    )
 
 
 def restore(

@@ -2,10 +2,16 @@
 
 Order (first wins):
 1. ``PASTURE_ENDPOINT`` / ``PASTURE_TOKEN`` / ``PASTURE_CA_CERT`` environment variables;
-2. the state file of a running ``pasture dev up`` cluster (no login needed; ``pasture dev
+2. a context named by ``PASTURE_CONTEXT`` (or ``pasture --context NAME``) in the login file;
+3. the state file of a running ``pasture dev up`` cluster (no login needed; ``pasture dev
    down`` removes it, and the login file applies again);
-3. the login file ``config.yaml`` written by ``pasture login`` (mode 0600) in
-   ``$PASTURE_CONFIG_HOME``, else ``$XDG_CONFIG_HOME/pasture``, else ``~/.config/pasture``.
+4. the login file's current context (``pasture context use NAME``).
+
+The login file ``config.yaml`` (mode 0600, in ``$PASTURE_CONFIG_HOME``, else
+``$XDG_CONFIG_HOME/pasture``, else ``~/.config/pasture``) holds one entry per cluster:
+``{current: NAME, contexts: {NAME: {endpoint, token, ca_cert?}}}``; ``pasture login
+ENDPOINT --context NAME`` adds or replaces one and makes it current. A file of the older
+single-cluster form ``{endpoint, token, ca_cert?}`` reads as one context, ``default``.
 """
 
 from __future__ import annotations
@@ -13,8 +19,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 
 class ConfigError(Exception):
@@ -44,16 +48,19 @@ def config_path() -> Path:
     return config_dir() / "config.yaml"
 
 
-def save_login(endpoint: str, token: str, ca_cert: str | None = None) -> Path:
-    """Write the login file with mode 0600 (created that way, never world-readable).
+DEFAULT_CONTEXT = "default"
 
-    Returns the path written.
-    """
+# ``pasture --context NAME`` for this invocation (set by the root command; None: use
+# PASTURE_CONTEXT, the dev cluster or the current context).
+context_override: str | None = None
+
+
+def _write(data: dict) -> Path:
+    """Write the login file with mode 0600 (created that way, never world-readable)."""
+    import yaml
+
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = {"endpoint": endpoint.rstrip("/"), "token": token}
-    if ca_cert:
-        data["ca_cert"] = str(Path(ca_cert).resolve())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(data, f, sort_keys=False)
@@ -61,7 +68,57 @@ def save_login(endpoint: str, token: str, ca_cert: str | None = None) -> Path:
     return path
 
 
+def contexts() -> tuple[str | None, dict[str, dict]]:
+    """``(current context name, {name: {endpoint, token, ca_cert?}})`` of the login file
+    (``(None, {})`` when there is none).
+
+    Raises:
+        ConfigError: the file is unreadable or not a mapping.
+    """
+    path = config_path()
+    if not path.is_file():
+        return None, {}
+    data = _from_file(path)
+    if isinstance(data.get("contexts"), dict):
+        return data.get("current"), dict(data["contexts"])
+    if data.get("endpoint"):  # the single-cluster form
+        return DEFAULT_CONTEXT, {DEFAULT_CONTEXT: data}
+    return None, {}
+
+
+def save_login(
+    endpoint: str, token: str, ca_cert: str | None = None, context: str = DEFAULT_CONTEXT
+) -> Path:
+    """Add (or replace) ``context`` in the login file and make it current.
+
+    Returns the path written.
+    """
+    _, known = contexts()
+    entry = {"endpoint": endpoint.rstrip("/"), "token": token}
+    if ca_cert:
+        entry["ca_cert"] = str(Path(ca_cert).resolve())
+    known[context] = entry
+    return _write({"current": context, "contexts": known})
+
+
+def use_context(name: str) -> Path:
+    """Make ``name`` the current context.
+
+    Raises:
+        ConfigError: no context of that name (the message lists the known ones).
+    """
+    _, known = contexts()
+    if name not in known:
+        raise ConfigError(
+            f"no context {name!r} in {config_path()}; known: {', '.join(sorted(known)) or '-'}"
+            " (pasture login ENDPOINT --context NAME adds one)"
+        )
+    return _write({"current": name, "contexts": known})
+
+
 def _from_file(path: Path) -> dict:
+    import yaml  # here: a dev cluster or the environment need no YAML parser
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -87,11 +144,21 @@ def load() -> ClientConfig:
     """
     data: dict = {}
     source = ""
-    path = config_path()
-    if dev := _from_dev_state():
+    wanted = context_override or os.environ.get("PASTURE_CONTEXT")
+    if wanted:
+        current, known = contexts()
+        if wanted not in known:
+            raise ConfigError(
+                f"PASTURE_CONTEXT / --context: no context {wanted!r} in {config_path()};"
+                f" known: {', '.join(sorted(known)) or '-'}"
+            )
+        data, source = dict(known[wanted]), f"context {wanted}"
+    elif dev := _from_dev_state():
         data, source = dev, "pasture dev up"
-    elif path.is_file():
-        data, source = _from_file(path), str(path)
+    else:
+        current, known = contexts()
+        if current in known:
+            data, source = dict(known[current]), f"context {current}"
     env = {
         "endpoint": os.environ.get("PASTURE_ENDPOINT"),
         "token": os.environ.get("PASTURE_TOKEN"),

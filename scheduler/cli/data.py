@@ -11,18 +11,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import typer
-import yaml
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
 
-from scheduler.cli import ssh
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
     UNAVAILABLE,
@@ -31,6 +21,7 @@ from scheduler.cli.output import (
     err_console,
     handle_errors,
 )
+from scheduler.units import format_bytes
 
 data_app = typer.Typer(help="Copy data into and out of the cluster share.", no_args_is_help=True)
 image_app = typer.Typer(help="Distribute container images to nodes.", no_args_is_help=True)
@@ -50,14 +41,21 @@ ShareOpt = typer.Option(
 )
 
 
+def _ssh():  # noqa: ANN202 - the scheduler.cli.ssh module
+    """:mod:`scheduler.cli.ssh`, imported on first use (it loads paramiko, ~0.5 s)."""
+    from scheduler.cli import ssh
+
+    return ssh
+
+
 def ssh_errors(fn):
     """Bad REMOTE paths -> usage error (2); SSH/SFTP failures -> message and exit 7."""
     import functools
 
-    import paramiko
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import paramiko  # here, not at import: `import scheduler.cli` stays fast
+
         try:
             return fn(*args, **kwargs)
         except ValueError as exc:
@@ -70,7 +68,16 @@ def ssh_errors(fn):
     return wrapper
 
 
-def _progress() -> Progress:
+def _progress():  # noqa: ANN202 - rich.progress.Progress, imported here (slow import)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -86,7 +93,7 @@ def _master(host: str | None, port: int, user: str, key: str | None, known: str 
         from scheduler.cli.config import load
 
         host = urlparse(load().endpoint).hostname
-    return ssh.SshTarget(host=host, port=port, user=user, key_file=key, known_hosts=known)
+    return _ssh().SshTarget(host=host, port=port, user=user, key_file=key, known_hosts=known)
 
 
 def _local_files(local: Path) -> list[tuple[Path, str]]:
@@ -110,10 +117,10 @@ def push(
     share_dir: str = ShareOpt,
 ) -> None:
     """Upload LOCAL (file or directory, recursively) to REMOTE in the cluster share."""
-    dest = ssh.remote_path(share_dir, remote)
+    dest = _ssh().remote_path(share_dir, remote)
     files = _local_files(local)
     total = sum(f.stat().st_size for f, _ in files)
-    with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
+    with _ssh().connect(_master(host, port, user, key, known_hosts)) as client:
         sftp = client.open_sftp()
         with _progress() as progress:
             bar = progress.add_task(f"push {local.name}", total=total)
@@ -126,7 +133,7 @@ def push(
                             target = posixpath.join(dest, local.name)
                     except FileNotFoundError:
                         pass
-                ssh.makedirs(sftp, posixpath.dirname(target))
+                _ssh().makedirs(sftp, posixpath.dirname(target))
                 base = done
                 sftp.put(
                     str(path),
@@ -135,7 +142,7 @@ def push(
                 )
                 done += path.stat().st_size
             progress.update(bar, completed=total)
-    console.print(f"pushed {len(files)} file(s), {total} bytes to {dest}")
+    console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {dest}")
 
 
 def _remote_files(sftp, root: str) -> list[tuple[str, str, int]]:
@@ -169,8 +176,8 @@ def pull(
     share_dir: str = ShareOpt,
 ) -> None:
     """Download REMOTE (file or directory) from the cluster share to LOCAL."""
-    src = ssh.remote_path(share_dir, remote)
-    with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
+    src = _ssh().remote_path(share_dir, remote)
+    with _ssh().connect(_master(host, port, user, key, known_hosts)) as client:
         sftp = client.open_sftp()
         try:
             files = _remote_files(sftp, src)
@@ -196,11 +203,13 @@ def pull(
                 )
                 done += size
             progress.update(bar, completed=total)
-    console.print(f"pulled {len(files)} file(s), {total} bytes to {local}")
+    console.print(f"pulled {len(files)} file(s), {format_bytes(total)} to {local}")
 
 
 def _inventory_nodes(path: Path) -> list[tuple[str, str, str | None]]:
     """(name, ansible_host, ansible_user) of the ``nodes`` group of an inventory file."""
+    import yaml
+
     inv = yaml.safe_load(path.read_text()) or {}
     hosts = (((inv.get("all") or {}).get("children") or {}).get("nodes") or {}).get("hosts") or {}
     return [
@@ -284,10 +293,10 @@ def image_push(
 def _load_on(archive, host, user, port, key, known_hosts, remote_cli, progress, bar):
     """Stream ``archive`` into ``<remote_cli> load`` on one node; (ok, message)."""
     try:
-        target = ssh.SshTarget(
+        target = _ssh().SshTarget(
             host=host, port=port, user=user, key_file=key, known_hosts=known_hosts
         )
-        with ssh.connect(target) as client:
+        with _ssh().connect(target) as client:
             stdin, stdout, stderr = client.exec_command(f"{remote_cli} load")
             sent = 0
             with archive.open("rb") as f:

@@ -2,42 +2,81 @@
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import difflib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from scheduler.cli.client import ApiClient
+from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
+from scheduler.cli.joblogs import JobLogs, LogOptions
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
+    NOT_FOUND,
     OK,
+    JsonOpt,
+    OutputFormat,
+    OutputOpt,
     console,
+    emit,
     err_console,
+    fmt_age,
     fmt_time,
     handle_errors,
+    output_format,
     print_json,
-    reason_text,
     styled,
+)
+from scheduler.cli.views import (
+    TERMINAL,
+    WAITING,
+    job_gpus,
+    job_reason,
+    job_run_time,
+    reason_text,
+    task_nodes,
 )
 
 app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
-
-TERMINAL = {"succeeded", "failed", "stopped"}
-STARTED = {"running", *TERMINAL}
 
 
 def _client() -> ApiClient:
     return ApiClient(load())
 
 
-def _first(d: dict, *keys: str, default=None):
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return default
+def similar_jobs(client: ApiClient, name: str, limit: int = 1000) -> list[str]:
+    """Up to 3 visible job names close to ``name`` (difflib ratio >= 0.6), best first."""
+    try:
+        page = client.jobs(limit=limit)
+    except ApiError:
+        return []
+    names = [str(j.get("name")) for j in page.get("items", [])]
+    return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+
+
+@contextlib.contextmanager
+def job_hint(client: ApiClient, name: str) -> Iterator[None]:
+    """Re-raise a 404 about job ``name`` with "did you mean: ..." when the job does not
+    exist and similar names do (a 404 about something else, e.g. a log, passes as is)."""
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        try:
+            client.job(name)
+        except ApiError as again:
+            if again.status != 404:
+                raise exc from None
+            close = similar_jobs(client, name)
+            if close:
+                hint = f"{exc.message}; did you mean: {', '.join(close)}?"
+                raise ApiError(exc.status, hint, exc.errors) from None
+        raise
 
 
 def wait_for(
@@ -58,41 +97,18 @@ def wait_for(
             reason = reason_text(job.get("pending_reason"))
             status.update(f"job {name}: {state}" + (f" ({reason})" if reason else ""))
             if deadline and time.monotonic() > deadline:
-                err_console.print(f"[red]timeout:[/red] job {name} still {state}")
-                raise typer.Exit(JOB_NOT_SUCCEEDED)
+                break
             time.sleep(poll_s)
-
-
-def _stream(client: ApiClient, name: str, role: str | None, index: int | None) -> None:
-    out = sys.stdout.buffer
-    for chunk in client.follow_logs(name, role, index):
-        out.write(chunk)
-        out.flush()
-
-
-def _log_matches(f: dict, role: str | None, index: int | None) -> bool:
-    """Whether log file ``f`` is the one the API serves for (role, index)."""
-    if role is None:
-        return index is None or f["index"] == index
-    return f["role"] == role and f["index"] == (index or 0)
-
-
-def _wait_for_log(client: ApiClient, name: str, role: str | None, index: int | None) -> bool:
-    """Wait (spinner) until the task's log exists; False when the job ended without one."""
-    with console.status(f"job {name}: waiting for the first log line", spinner="dots"):
-        while True:
-            if any(_log_matches(f, role, index) for f in client.log_files(name)):
-                return True
-            if client.job(name).get("state") in TERMINAL:
-                return False
-            time.sleep(0.5)
+    # after the spinner has been cleared, so the message gets a line of its own
+    err_console.print(f"[red]timeout:[/red] job {name} still {state}")
+    raise typer.Exit(JOB_NOT_SUCCEEDED)
 
 
 def _final(job: dict) -> int:
     state = job.get("state")
     console.print(f"job {job.get('name')}: {styled(state)}")
     if state != "succeeded":
-        reason = reason_text(_first(job, "reason", "message", "pending_reason"))
+        reason = job_reason(job) or str(job.get("reason") or "")
         if reason:
             console.print(f"  reason: {reason}")
     return OK if state == "succeeded" else JOB_NOT_SUCCEEDED
@@ -102,16 +118,30 @@ def _final(job: dict) -> int:
 @handle_errors
 def submit(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec (YAML/JSON)"),
-    follow: bool = typer.Option(False, "--follow", "-f", help="stream the first task's log"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="stream every task's log (role-index | line)"
+    ),
     wait: bool = typer.Option(False, "--wait", "-w", help="exit 0 only if it succeeded"),
     timeout: float = typer.Option(0, help="with --wait: give up after seconds"),
     as_json: bool = typer.Option(False, "--json", help="print the stored job as JSON"),
+    new_name: str | None = typer.Option(None, "--name", help="job name instead of the spec's"),
+    vc: str | None = typer.Option(None, "--vc", help="virtual cluster instead of the spec's"),
+    env: list[str] | None = typer.Option(
+        None, "--env", "-e", help="KEY=VALUE for every task (repeatable)"
+    ),
+    sets: list[str] | None = typer.Option(
+        None, "--set", help="PATH=VALUE in the spec, e.g. roles.worker.replicas=4 (repeatable)"
+    ),
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
 
     Fields of a foreign format that have no effect here are printed as warnings."""
+    from scheduler.cli.jobspec import submit_with_overrides
+
     client = _client()
-    job = client.submit(file.read_bytes(), json_body=file.suffix.lower() == ".json")
+    job = submit_with_overrides(client, file, new_name, vc, env, sets) or client.submit(
+        file.read_bytes(), json_body=file.suffix.lower() == ".json"
+    )
     name = job.get("name")
     if as_json:
         print_json(job)
@@ -120,8 +150,8 @@ def submit(
             console.print(f"submitted job [bold]{other}[/bold] to vc {job.get('vc')}")
     for warning in job.get("warnings") or []:
         err_console.print(f"[yellow]warning:[/yellow] {warning}")
-    if follow and _wait_for_log(client, name, None, None):
-        _stream(client, name, None, None)
+    if follow:
+        JobLogs(client, name, LogOptions()).follow()
     if wait or follow:
         raise typer.Exit(_final(wait_for(client, name, TERMINAL, timeout_s=timeout)))
 
@@ -133,24 +163,50 @@ def list_jobs(
     state: str | None = typer.Option(None, help="only this state"),
     limit: int = typer.Option(100, help="at most this many"),
     offset: int = typer.Option(0, help="skip this many (newest first)"),
-    as_json: bool = typer.Option(False, "--json"),
+    output: OutputFormat = OutputOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
-    """List jobs (newest first) in a table."""
-    page = _client().jobs(vc=vc, state=state, limit=limit, offset=offset)
-    if as_json:
-        print_json(page)
+    """List jobs (newest first): state, GPUs, age, run time, pending or failure reason.
+
+    -o wide adds user, priority, submit time, exit code and the nodes of its tasks (one
+    more request per job); -o json|yaml print the API's page ({items, total, limit,
+    offset}); -o name one job name per line.
+    """
+    client = _client()
+    page = client.jobs(vc=vc, state=state, limit=limit, offset=offset)
+    fmt = output_format(output, as_json)
+    if emit(page, fmt, (str(j.get("name")) for j in page["items"])):
         return
-    table = Table("name", "vc", "state", "attempt", "user", "submitted", "pending reason")
+    wide = fmt is OutputFormat.wide
+    now = time.time()
+    columns = ["name", "vc", "state", "attempt", "gpus", "age", "run time", "reason"]
+    if wide:
+        columns[4:4] = ["user", "priority"]
+        columns += ["submitted", "exit code", "nodes"]
+    table = Table(*columns)
+    table.columns[0].no_wrap = True
     for j in page["items"]:
-        table.add_row(
+        row = [
             str(j.get("name")),
             str(j.get("vc")),
             styled(j.get("state")),
             str(j.get("attempt", "")),
-            str(j.get("user", "")),
-            fmt_time(_first(j, "submit_time", "submitted_at", "created")),
-            reason_text(j.get("pending_reason")),
-        )
+            str(job_gpus(j)),
+            fmt_age(j.get("created"), now),
+            job_run_time(j, now),
+            job_reason(j),
+        ]
+        if wide:
+            row[4:4] = [str(j.get("user", "")), str(j.get("priority", ""))]
+            placed = j.get("state") not in WAITING
+            tasks = client.job(str(j.get("name"))).get("tasks") if placed else []
+            exit_code = j.get("exit_code")
+            row += [
+                fmt_time(j.get("created")),
+                "" if exit_code is None else str(exit_code),
+                task_nodes(tasks),
+            ]
+        table.add_row(*row)
     console.print(table)
     shown = len(page["items"])
     if page.get("total", shown) > shown:
@@ -159,24 +215,39 @@ def list_jobs(
 
 @app.command()
 @handle_errors
-def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Show a job: state, tasks, events and why it is pending."""
+def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
+    """Show a job: state, times, GPUs, tasks, events and why it is pending or failed.
+
+    -o json|yaml print {"job": GET /jobs/NAME, "events": its event list}.
+    """
     client = _client()
-    job = client.job(name)
+    with job_hint(client, name):
+        job = client.job(name)
     events = client.events(name)
-    if as_json:
-        print_json({"job": job, "events": events["events"]})
+    fmt = output_format(output, as_json)
+    if emit({"job": job, "events": events["events"]}, fmt, [str(job.get("name"))]):
         return
+    now = time.time()
     console.print(
         f"[bold]{job.get('name')}[/bold]  vc={job.get('vc')}"
         f"  state={styled(job.get('state'))}  attempt={job.get('attempt', '')}"
-        f"  priority={job.get('priority', '')}"
+        f"  priority={job.get('priority', '')}  user={job.get('user', '')}"
+    )
+    console.print(
+        f"gpus={job_gpus(job)}  age={fmt_age(job.get('created'), now) or '-'}"
+        f"  run time={job_run_time(job, now) or '-'}"
+        f"  submitted={fmt_time(job.get('created')) or '-'}"
+        f"  ended={fmt_time(job.get('end_time')) or '-'}"
     )
     if events.get("pending_reason"):
         console.print(f"pending: [yellow]{reason_text(events['pending_reason'])}[/yellow]")
+    elif job.get("state") in ("failed", "stopped") and job.get("reason"):
+        console.print(f"reason: [red]{job['reason']}[/red]")
     tasks = job.get("tasks") or []
     if tasks:
-        table = Table("role", "index", "state", "node", "exit code", "restarts", title="tasks")
+        table = Table(
+            "role", "index", "state", "node", "exit code", "restarts", "message", title="tasks"
+        )
         for t in tasks:
             table.add_row(
                 str(t.get("role")),
@@ -185,6 +256,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
                 str(t.get("node") or ""),
                 "" if t.get("exit_code") is None else str(t.get("exit_code")),
                 str(t.get("restarts") or ""),
+                str(t.get("message") or ""),
             )
         console.print(table)
     attempts = job.get("attempts") or []
@@ -202,12 +274,13 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
                 str(at.get("reason", "")),
             )
         console.print(table)
-    table = Table("time", "state", "reason", title="events")
+    table = Table("time", "state", "attempt", "reason", title="events")
     for e in events["events"]:
         table.add_row(
-            fmt_time(_first(e, "time", "ts", "timestamp")),
-            styled(_first(e, "state", "to", "kind", default="")),
-            str(_first(e, "reason", "message", default="")),
+            fmt_time(e.get("time")),
+            styled(e.get("state", "")),
+            "" if e.get("attempt") is None else str(e["attempt"]),
+            str(e.get("reason") or ""),
         )
     console.print(table)
 
@@ -216,18 +289,39 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
 @handle_errors
 def logs(
     name: str,
-    follow: bool = typer.Option(False, "--follow", "-f", help="stream until the job ends"),
-    role: str | None = typer.Option(None, "--role", "-r", help="task role (default: first)"),
-    index: int | None = typer.Option(None, "--index", "-i", help="task index (default: 0)"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="stream new lines, across attempts, until the job ends"
+    ),
+    role: str | None = typer.Option(None, "--role", "-r", help="only this task role"),
+    index: int | None = typer.Option(None, "--index", "-i", help="only this task index"),
+    tail: int | None = typer.Option(None, "--tail", min=0, help="last N lines of each task"),
+    attempt: int | None = typer.Option(None, "--attempt", min=1, help="only this attempt"),
+    prefix: bool | None = typer.Option(
+        None,
+        "--prefix/--no-prefix",
+        help="'role-index | ' before each line (default: unless --role and --index name one task)",
+    ),
 ) -> None:
-    """Print a task's stdout/stderr (<share>/jobs/<job>/logs/<role>-<index>.log)."""
+    """Every task's stdout/stderr, each line prefixed with its task (role-index).
+
+    Logs live in <share>/jobs/<job>/logs/<role>-<index>.log, every attempt of a task after
+    its "=== attempt N on NODE ===" line. A job that has not started says why it waits.
+    """
     client = _client()
-    if follow:
-        if _wait_for_log(client, name, role, index):
-            _stream(client, name, role, index)
-        return
-    sys.stdout.write(client.logs(name, role, index))
-    sys.stdout.flush()
+    options = LogOptions(role=role, index=index, attempt=attempt, tail=tail, prefix=prefix)
+    reader = JobLogs(client, name, options)
+    with job_hint(client, name):
+        if follow:
+            reader.follow()
+            return
+        if reader.show():
+            return
+        job = client.job(name)
+    if reader.waiting_reason(job) is None:
+        which = f" matching --role {role}" if role else ""
+        which += f" --index {index}" if index is not None else ""
+        err_console.print(f"job {name} ({job.get('state')}) has no task logs{which}")
+        raise typer.Exit(NOT_FOUND)
 
 
 @app.command()
@@ -238,7 +332,8 @@ def stop(
 ) -> None:
     """Stop a job (its tasks get SIGTERM, then SIGKILL after the grace period)."""
     client = _client()
-    job = client.stop(name)
+    with job_hint(client, name):
+        job = client.stop(name)
     console.print(f"job {name}: stop requested (state {styled(job.get('state'))})")
     if wait:
         job = wait_for(client, name, TERMINAL)
@@ -257,7 +352,8 @@ def delete(
     """Delete a finished job's records (its logs on the share stay). A job that has not
     finished is refused unless --force, which stops it, waits, then deletes it."""
     client = _client()
-    out = client.delete(name, force=force)
+    with job_hint(client, name):
+        out = client.delete(name, force=force)
     if not out.get("deleted"):
         console.print(f"job {name}: stopping before delete (state {styled(out.get('state'))})")
         wait_for(client, name, TERMINAL, timeout_s=timeout)

@@ -1,4 +1,4 @@
-"""``pasture login`` and ``pasture template job``."""
+"""``pasture login``, ``pasture context list|use`` and ``pasture template job``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import typer
 
+from scheduler.cli import config as cfg
 from scheduler.cli.client import ApiClient
 from scheduler.cli.config import ClientConfig, save_login
-from scheduler.cli.output import console, handle_errors
+from scheduler.cli.output import NOT_CONFIGURED, console, err_console, handle_errors
 
 
 @handle_errors
@@ -29,15 +30,48 @@ def login(
         help="CA bundle that signed the API's certificate",
     ),
     check: bool = typer.Option(True, help="verify the token against the API first"),
+    context: str = typer.Option(
+        cfg.DEFAULT_CONTEXT, "--context", help="name of this cluster in the login file"
+    ),
 ) -> None:
-    """Save the endpoint and token to the config file (mode 0600)."""
+    """Save the endpoint and token as a context of the login file (mode 0600) and make
+    it the current one."""
     config = ClientConfig(endpoint.rstrip("/"), token, str(ca_cert) if ca_cert else None)
     if check:
         who = ApiClient(config).whoami()
         vcs = ", ".join(who["vcs"]) or "-"
         console.print(f"token {who['name']!r}: role {who['role']}, vcs {vcs}")
-    path = save_login(config.endpoint, token, config.ca_cert)
-    console.print(f"saved {path}")
+    path = save_login(config.endpoint, token, config.ca_cert, context=context)
+    console.print(f"saved context {context!r} in {path} (current)")
+
+
+context_app = typer.Typer(
+    help="Clusters saved by 'pasture login --context NAME'.", no_args_is_help=True
+)
+
+
+@context_app.command("list")
+@handle_errors
+def context_list() -> None:
+    """The login file's contexts: name, endpoint, and which is current (*)."""
+    current, known = cfg.contexts()
+    if not known:
+        console.print("no contexts: pasture login ENDPOINT --context NAME")
+        return
+    for name in sorted(known):
+        mark = "*" if name == current else " "
+        console.print(f"{mark} {name}\t{known[name].get('endpoint', '')}", highlight=False)
+
+
+@context_app.command("use")
+def context_use(name: str) -> None:
+    """Make NAME the current context (later commands talk to its cluster)."""
+    try:
+        path = cfg.use_context(name)
+    except cfg.ConfigError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(NOT_CONFIGURED) from None
+    console.print(f"current context: {name} ({path})")
 
 
 template_app = typer.Typer(help="Write commented example specs.", no_args_is_help=True)

@@ -16,22 +16,92 @@ Exit codes (scripts can rely on them; documented in docs/cli.md):
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from scheduler.cli.client import ApiError
 from scheduler.cli.config import ConfigError
+from scheduler.units import format_bytes, format_duration, format_resources
 
 OK, JOB_NOT_SUCCEEDED, USAGE, NOT_CONFIGURED, AUTH, NOT_FOUND, REJECTED, UNAVAILABLE = range(8)
 
-console = Console()
+# Width of the "page" when stdout is not a terminal: wide enough that no table cell is
+# cut or wrapped, so `pasture node list | grep NAME` finds every name in full.
+PIPE_WIDTH = 10_000
+
+
+class _Console(Console):
+    """A Rich console whose width is unbounded when its file is not a terminal (Rich
+    would otherwise lay tables out for 80 columns and cut cells)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if not self.is_terminal:
+            return ConsoleDimensions(PIPE_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = _Console()
 err_console = Console(stderr=True)
+
+
+class OutputFormat(enum.StrEnum):
+    """``-o/--output`` of list and show commands (kubectl's set)."""
+
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+    name = "name"
+
+
+OutputOpt = typer.Option(
+    OutputFormat.table,
+    "--output",
+    "-o",
+    help="table | wide (more columns) | json | yaml (the API's data) | name (one per line)",
+)
+JsonOpt = typer.Option(False, "--json", help="same as -o json")
+
+
+def output_format(output: OutputFormat, as_json: bool) -> OutputFormat:
+    """The effective format: ``--json`` is kept as a synonym of ``-o json``."""
+    return OutputFormat.json if as_json else output
+
+
+def emit(data: Any, fmt: OutputFormat, names: Iterable[str] = ()) -> bool:
+    """Print ``data`` for the machine formats; True when done (json, yaml, name), False
+    for table/wide (the caller draws its table).
+
+    ``json`` and ``yaml`` print the API's data as it came (so it round-trips); ``name``
+    prints ``names`` one per line.
+    """
+    if fmt is OutputFormat.json:
+        print_json(data)
+    elif fmt is OutputFormat.yaml:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    elif fmt is OutputFormat.name:
+        for name in names:
+            sys.stdout.write(f"{name}\n")
+    else:
+        return False
+    sys.stdout.flush()
+    return True
 
 
 def exit_code_for(status: int) -> int:
@@ -71,32 +141,31 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 def print_json(data: Any) -> None:
-    console.print_json(json.dumps(data, default=str))
+    """JSON of ``data``: coloured on a terminal, plain ``json.dumps`` when piped."""
+    text = json.dumps(data, default=str, indent=2)
+    if console.is_terminal:
+        console.print_json(text)
+    else:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def fmt_resources(r: Any) -> str:
-    """``{cpu_m, memory, gpu}`` (millicores, bytes, devices) -> '2 cpu, 4.0Gi, 1 gpu'."""
+    """``{cpu_m, memory, gpu}`` (millicores, bytes, devices) -> '2 cpu, 4Gi, 1 gpu'
+    (:func:`scheduler.units.format_resources`)."""
     if not isinstance(r, dict):
         return "" if r is None else str(r)
-    parts = []
-    cpu = r.get("cpu_m", r.get("cpu"))
-    if cpu is not None:
-        cores = cpu / 1000 if "cpu_m" in r else cpu
-        parts.append(f"{cores:g} cpu")
-    mem = r.get("memory")
-    if mem is not None:
-        parts.append(fmt_bytes(mem) if isinstance(mem, int | float) else str(mem))
-    if r.get("gpu"):
-        parts.append(f"{r['gpu']} gpu")
-    return ", ".join(parts)
+    return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"))
 
 
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "Ki", "Mi", "Gi", "Ti"):
-        if abs(n) < 1024 or unit == "Ti":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return str(n)
+def fmt_bytes(n: Any) -> str:
+    """Bytes -> '23.5Gi' (:func:`scheduler.units.format_bytes`); '' when unknown."""
+    return format_bytes(n) if isinstance(n, int | float) else ""
+
+
+def fmt_age(t: Any, now: float) -> str:
+    """Seconds since epoch time ``t`` as a duration ('3m20s'); '' when unknown."""
+    return format_duration(now - t) if isinstance(t, int | float) and t > 0 else ""
 
 
 def fmt_time(t: Any) -> str:
@@ -128,10 +197,3 @@ def styled(state: Any) -> str:
     s = str(state or "")
     style = STATE_STYLE.get(s)
     return f"[{style}]{s}[/{style}]" if style else s
-
-
-def reason_text(reason: Any) -> str:
-    """A pending reason (dict with message/kind, or text) as one line."""
-    if isinstance(reason, dict):
-        return str(reason.get("message") or reason.get("kind") or "")
-    return "" if reason is None else str(reason)

@@ -28,7 +28,10 @@ def test_login_writes_0600_config_and_later_commands_use_it(api, cli, isolated_c
     assert "role user" in r.output
     path = isolated_config / "pasture-config" / "config.yaml"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert yaml.safe_load(path.read_text()) == {"endpoint": url, "token": env.alice}
+    assert yaml.safe_load(path.read_text()) == {
+        "current": "default",
+        "contexts": {"default": {"endpoint": url, "token": env.alice}},
+    }
     r = cli("vc", "list")
     assert r.exit_code == 0
     assert "research" in r.output

@@ -1,0 +1,98 @@
+"""CLI start-up and ``job list`` latency against a real dev cluster (target: 0.3 s idle).
+
+Setup: ``scheduler.dev.up`` (redis-server, the API, the loop and ``--nodes`` agents as
+local processes, state in a temp dir) and ``--jobs`` submitted jobs, so ``job list`` has
+a page to fetch and render. Each command then runs ``--repeat`` times as a fresh process
+(``python -m scheduler.cli ...``, exactly what the ``pasture`` script runs), with stdout
+piped. Figures per command: the median and max wall-clock seconds, and the median CPU
+seconds (user + sys) of the child, which grows much less than wall time when other work
+shares the machine's cores. ``python_startup`` is the bare interpreter (``python -c
+pass``), the floor under every command. ``load_average_1m`` says how idle the machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+COMMANDS: dict[str, list[str]] = {
+    "python_startup": ["-c", "pass"],
+    "import_cli": ["-c", "import scheduler.cli"],
+    "help": ["-m", "scheduler.cli", "--help"],
+    "version": ["-m", "scheduler.cli", "--version"],
+    "job_list": ["-m", "scheduler.cli", "job", "list"],
+    "node_list": ["-m", "scheduler.cli", "node", "list"],
+}
+
+JOB = """\
+name: bench-cli-{i}
+roles:
+  main:
+    replicas: 1
+    resources: {{cpu: 100m, memory: 64Mi}}
+    command: "true"
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeat", type=int, default=15, help="runs per command")
+    parser.add_argument("--jobs", type=int, default=30, help="jobs submitted before timing")
+    parser.add_argument("--nodes", type=int, default=2, help="dev cluster agents")
+
+
+def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, child CPU seconds) of one run; raises when the command fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, *argv], env=env, capture_output=True, text=True, check=False
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Start a dev cluster, time each command ``args.repeat`` times, stop the cluster.
+
+    Returns ``{<command>_wall_median_s, <command>_wall_max_s, <command>_cpu_median_s, ...,
+    load_average_1m, jobs, repeat}``.
+    """
+    from scheduler import dev
+    from scheduler.cli.client import ApiClient
+    from scheduler.cli.config import ClientConfig
+
+    state_dir = Path(tempfile.mkdtemp(prefix="pasture-bench-cli-"))
+    cluster = dev.up(nodes=args.nodes, directory=state_dir)
+    try:
+        client = ApiClient(ClientConfig(cluster.endpoint, cluster.token))
+        for i in range(args.jobs):
+            client.submit(JOB.format(i=i).encode())
+        client.close()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PASTURE_")}
+        env.update(PASTURE_DEV_DIR=str(state_dir), COLUMNS="120")
+        result: dict = {}
+        for name, argv in COMMANDS.items():
+            _time(argv, env)  # warm the page cache and .pyc files
+            runs = [_time(argv, env) for _ in range(args.repeat)]
+            walls = [w for w, _ in runs]
+            result[f"{name}_wall_median_s"] = round(statistics.median(walls), 3)
+            result[f"{name}_wall_max_s"] = round(max(walls), 3)
+            result[f"{name}_cpu_median_s"] = round(statistics.median(c for _, c in runs), 3)
+        result["load_average_1m"] = round(os.getloadavg()[0], 2)
+        result["jobs"] = args.jobs
+        result["repeat"] = args.repeat
+        return result
+    finally:
+        dev.down(state_dir)
+        state_dir.rmdir() if state_dir.exists() and not any(state_dir.iterdir()) else None

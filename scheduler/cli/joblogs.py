@@ -1,0 +1,207 @@
+"""``pasture job logs``: every task's log, each line prefixed ``role-index |``.
+
+Built on the API's log endpoints as they are (``GET /jobs/NAME/logs/files`` lists
+``{role, index, size}``; ``GET /jobs/NAME/logs?role=&index=&offset=`` answers the bytes
+from ``offset`` to the end). Following polls both: a task's log is read only when its size
+grew, from where the last read stopped, so tasks that start later (a new attempt, a
+restarted task) join the stream, and it ends once the job is in a final state and every
+log has been read to its end. ``--tail`` and ``--attempt`` are applied here, on the
+client: each log file holds every attempt of its task, each after an agent header line
+``=== attempt N on NODE ===`` (scheduler/agent/agent.py).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scheduler.cli.client import ApiClient
+from scheduler.cli.views import TERMINAL, WAITING, reason_text
+
+ATTEMPT_HEADER = re.compile(rb"^=== attempt (\d+) on .* ===$")
+
+
+@dataclass
+class TaskLog:
+    """Where one task's log stands: bytes read so far, the unfinished last line, the
+    attempt its last header named, and the last lines kept for ``--tail``."""
+
+    role: str
+    index: int
+    offset: int = 0
+    partial: bytes = b""
+    attempt: int | None = None
+    kept: deque = field(default_factory=deque)
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass
+class LogOptions:
+    """What to show: ``role``/``index`` filters (None: all), ``attempt`` (None: all),
+    ``tail`` (last N lines per task, None: all), ``prefix`` (None: unless both ``role``
+    and ``index`` name one task)."""
+
+    role: str | None = None
+    index: int | None = None
+    attempt: int | None = None
+    tail: int | None = None
+    prefix: bool | None = None
+
+
+class JobLogs:
+    """Reads (and follows) the selected task logs of one job and writes their lines.
+
+    Args:
+        client: the API client. name: the job. options: see :class:`LogOptions`.
+        write: where lines go (bytes; default stdout). notice: where "waiting to start"
+            messages go (text; default stderr).
+        poll_s: seconds between polls while following.
+    """
+
+    def __init__(
+        self,
+        client: ApiClient,
+        name: str,
+        options: LogOptions,
+        write: Callable[[bytes], None] | None = None,
+        notice: Callable[[str], None] | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.options = options
+        self.write = write or _stdout
+        self.notice = notice or _stderr
+        self.poll_s = poll_s
+        self.tasks: dict[tuple[str, int], TaskLog] = {}
+        self.width = 0
+        self._last_notice = ""
+
+    # -- selection ------------------------------------------------------------------------
+    def _selected(self, files: list[dict]) -> list[dict]:
+        o = self.options
+        return [
+            f
+            for f in files
+            if (o.role is None or f["role"] == o.role)
+            and (o.index is None or f["index"] == o.index)
+        ]
+
+    def _prefix(self, task: TaskLog) -> bytes:
+        show = self.options.prefix
+        if show is None:  # a prefix unless one task was named (--role and --index)
+            show = self.options.role is None or self.options.index is None
+        if not show:
+            return b""
+        return f"{task.key:<{self.width}} | ".encode()
+
+    # -- lines ----------------------------------------------------------------------------
+    def _lines(self, task: TaskLog, data: bytes, final: bool) -> list[bytes]:
+        """Complete lines of ``data`` (after ``task.partial``) that pass the attempt
+        filter, each with its newline; the unfinished rest stays in ``task.partial``."""
+        data = task.partial + data
+        lines = data.split(b"\n")
+        task.partial = b"" if final else lines.pop()
+        if final and lines and lines[-1] == b"":
+            lines.pop()
+        out = []
+        for line in lines:
+            m = ATTEMPT_HEADER.match(line)
+            if m:
+                task.attempt = int(m.group(1))
+            if self.options.attempt is None or task.attempt == self.options.attempt:
+                out.append(line + b"\n")
+        return out
+
+    def _emit(self, task: TaskLog, lines: list[bytes]) -> None:
+        prefix = self._prefix(task)
+        if lines:
+            self.write(b"".join(prefix + line for line in lines))
+
+    def _read(self, f: dict, final: bool) -> tuple[TaskLog, list[bytes]]:
+        key = (f["role"], f["index"])
+        task = self.tasks.get(key)
+        if task is None:
+            task = self.tasks[key] = TaskLog(f["role"], f["index"])
+            self.width = max(self.width, len(task.key))
+        lines: list[bytes] = []
+        if f["size"] > task.offset or (final and task.partial):
+            data = b""
+            if f["size"] > task.offset:
+                data = self.client.log_bytes(self.name, task.role, task.index, task.offset)
+                task.offset += len(data)
+            lines = self._lines(task, data, final)
+        return task, lines
+
+    # -- commands -------------------------------------------------------------------------
+    def waiting_reason(self, job: dict) -> str | None:
+        """The line to show while the job has not started (None once it has)."""
+        if job.get("state") not in WAITING:
+            return None
+        reason = reason_text(job.get("pending_reason")) or job.get("reason") or "queued"
+        return f"job {self.name} is waiting to start ({job.get('state')}): {reason}"
+
+    def _say(self, text: str) -> None:
+        if text != self._last_notice:
+            self.notice(text)
+            self._last_notice = text
+
+    def show(self) -> bool:
+        """Print the selected logs once (per task, in role/index order). False when the
+        job has no selected log yet (a "waiting to start" notice was given if it waits)."""
+        files = self._selected(self.client.log_files(self.name))
+        if not files:
+            waiting = self.waiting_reason(self.client.job(self.name))
+            if waiting:
+                self._say(waiting)
+            return False
+        for f in files:
+            self.tasks.setdefault((f["role"], f["index"]), TaskLog(f["role"], f["index"]))
+        self.width = max(len(t.key) for t in self.tasks.values())
+        for f in files:
+            task, lines = self._read(f, final=True)
+            self._emit(task, self._tail(lines))
+        return True
+
+    def _tail(self, lines: list[bytes]) -> list[bytes]:
+        n = self.options.tail
+        return lines if n is None else lines[-n:] if n > 0 else []
+
+    def follow(self) -> dict:
+        """Stream new lines of every selected task until the job is in a final state and
+        every log is read to its end; returns the job's last record. Lines are written
+        as they arrive, interleaved across tasks; ``tail`` applies to what existed when
+        following began."""
+        first = True
+        while True:
+            job = self.client.job(self.name)
+            done = job.get("state") in TERMINAL
+            files = self._selected(self.client.log_files(self.name))
+            for f in files:  # width known before the first line is printed
+                self.width = max(self.width, len(f"{f['role']}-{f['index']}"))
+            if not files and (waiting := self.waiting_reason(job)):
+                self._say(waiting)
+            for f in files:
+                task, lines = self._read(f, final=done)
+                self._emit(task, self._tail(lines) if first else lines)
+            first = False
+            if done:
+                return job
+            time.sleep(self.poll_s)
+
+
+def _stdout(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()

@@ -1,0 +1,259 @@
+"""Before and around submit: ``pasture job validate FILE`` (offline) and
+``pasture job resubmit NAME``, and the ``--name/--vc/--env/--set`` overrides both and
+``job submit`` take.
+
+Specs are parsed with the public :func:`scheduler.spec.load_job_spec` (pasture, OpenPAI
+v2 or MARO; imported only when needed, it loads pydantic models). A spec with overrides is
+sent to the API as the pasture-format JSON of the parsed spec.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from scheduler.cli.client import ApiClient, ApiError
+from scheduler.cli.config import load
+from scheduler.cli.jobs import app, job_hint
+from scheduler.cli.output import (
+    REJECTED,
+    JsonOpt,
+    OutputFormat,
+    OutputOpt,
+    console,
+    emit,
+    err_console,
+    fmt_resources,
+    handle_errors,
+    output_format,
+    styled,
+)
+from scheduler.cli.views import job_gpus
+
+NameOpt = typer.Option(None, "--name", help="job name instead of the spec's")
+VcOpt = typer.Option(None, "--vc", help="virtual cluster instead of the spec's")
+EnvOpt = typer.Option(
+    None, "--env", "-e", help="KEY=VALUE set in every task's environment (repeatable)"
+)
+
+
+def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` -> dict.
+
+    Raises:
+        typer.BadParameter: an item without ``=`` or with an empty key.
+    """
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
+SetOpt = typer.Option(
+    None,
+    "--set",
+    help="PATH=VALUE in the pasture-format spec, e.g. roles.worker.replicas=4 (repeatable;"
+    " VALUE is YAML: 4, true, '[a, b]')",
+)
+
+
+def set_path(spec: dict[str, Any], assignment: str) -> None:
+    """Apply ``"a.b.c=VALUE"`` to ``spec`` in place (VALUE parsed as YAML; missing
+    mappings on the way are created; a number indexes a list).
+
+    Raises:
+        typer.BadParameter: no ``=``, an empty path, or a step into a scalar / past a
+            list's end (the message names the step).
+    """
+    import yaml
+
+    path, sep, text = assignment.partition("=")
+    if not sep or not path.strip("."):
+        raise typer.BadParameter(f"expected PATH=VALUE, got {assignment!r}", param_hint="--set")
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError as exc:
+        raise typer.BadParameter(f"{path}: VALUE is not YAML: {exc}", param_hint="--set") from None
+    keys = path.split(".")
+    node: Any = spec
+    for i, key in enumerate(keys):
+        where = ".".join(keys[: i + 1])
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise typer.BadParameter(
+                    f"{where}: no item {key} in a list of {len(node)}", param_hint="--set"
+                )
+            if last:
+                node[int(key)] = value
+            node = node[int(key)]
+        elif isinstance(node, dict):
+            if last:
+                node[key] = value
+            elif node.get(key) is None:
+                node[key] = {}
+            node = node[key]
+        else:
+            raise typer.BadParameter(
+                f"{where}: cannot set inside a {type(node).__name__}", param_hint="--set"
+            )
+
+
+def apply_overrides(
+    spec: dict[str, Any],
+    name: str | None,
+    vc: str | None,
+    env: dict[str, str],
+    sets: list[str] | None = None,
+) -> dict[str, Any]:
+    """A copy of the pasture-format ``spec`` dict with the name, VC and job-level
+    environment (merged over the spec's ``env``) replaced where given, then each
+    ``--set PATH=VALUE`` applied in order."""
+    out = json.loads(json.dumps(spec))  # a deep copy
+    if name:
+        out["name"] = name
+    if vc:
+        out["vc"] = vc
+    if env:
+        out["env"] = {**(spec.get("env") or {}), **env}
+    for assignment in sets or []:
+        set_path(out, assignment)
+    return out
+
+
+def spec_problems(exc: Exception) -> list[dict]:
+    """The ``{"loc", "msg", "input"}`` problems of a spec error (one entry otherwise)."""
+    errors = getattr(exc, "errors", None)
+    if isinstance(errors, list) and errors:
+        return [e for e in errors if isinstance(e, dict)]
+    return [{"loc": "", "msg": str(exc), "input": None}]
+
+
+def print_problems(source: str, problems: list[dict]) -> None:
+    """The field / problem / given table of an invalid spec, on stderr."""
+    err_console.print(f"[red]invalid job spec[/red] {source}:")
+    table = Table("field", "problem", "given", box=None)
+    for e in problems:
+        given = "" if e.get("input") is None else json.dumps(e["input"], default=str)
+        table.add_row(str(e.get("loc") or "(document)"), str(e.get("msg", "")), given[:60])
+    err_console.print(table)
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    """The pasture-format dict of the spec in ``path`` (any accepted format).
+
+    Raises:
+        typer.Exit(REJECTED): the spec is invalid (its problems are printed).
+    """
+    from scheduler.spec import load_job_spec
+
+    try:
+        spec = load_job_spec(path.read_bytes())
+    except ValueError as exc:  # scheduler.spec.SpecError
+        print_problems(str(path), spec_problems(exc))
+        raise typer.Exit(REJECTED) from None
+    return spec.model_dump(mode="json")
+
+
+def submit_with_overrides(
+    client: ApiClient,
+    path: Path,
+    name: str | None,
+    vc: str | None,
+    env: list[str] | None,
+    sets: list[str] | None = None,
+) -> dict | None:
+    """Submit ``path`` with the overrides applied; None when there are none (the caller
+    sends the file as it is)."""
+    pairs = parse_env(env)
+    if not (name or vc or pairs or sets):
+        return None
+    spec = apply_overrides(load_spec(path), name, vc, pairs, sets)
+    return client.submit(json.dumps(spec).encode(), json_body=True)
+
+
+@app.command()
+@handle_errors
+def validate(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec (YAML/JSON)"),
+    output: OutputFormat = OutputOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check a job spec offline (no cluster): fields, units, formats (pasture, OpenPAI
+    v2, MARO). Exit 0 when valid, 6 with a field / problem / given table when not.
+
+    -o json|yaml print the spec as pasture will store it (OpenPAI and MARO translated).
+    """
+    from scheduler.spec import parse_cpu
+
+    spec = load_spec(file)
+    fmt = output_format(output, as_json)
+    if emit(spec, fmt, [spec["name"]]):
+        return
+    console.print(
+        f"[green]valid[/green]: job [bold]{spec['name']}[/bold], vc {spec['vc']},"
+        f" priority {spec['priority']}, {job_gpus({'spec': spec})} gpu(s) in all"
+    )
+    table = Table("role", "replicas", "per task", "command")
+    table.columns[0].no_wrap = True
+    for role, r in spec["roles"].items():
+        res = r.get("resources") or {}
+        per_task = {"cpu_m": parse_cpu(res.get("cpu", 1)), "memory": res.get("memory")}
+        per_task["gpu"] = res.get("gpu", 0)
+        table.add_row(role, str(r.get("replicas", 1)), fmt_resources(per_task), r["command"])
+    console.print(table)
+
+
+def _free_name(client: ApiClient, base: str) -> str:
+    """``base-r2``, ``base-r3``... : the first name no job has (names are at most 61
+    characters, so ``base`` is shortened when needed)."""
+    for k in range(2, 1000):
+        suffix = f"-r{k}"
+        candidate = base[: 61 - len(suffix)].rstrip("-") + suffix
+        try:
+            client.job(candidate)
+        except ApiError as exc:
+            if exc.status == 404:
+                return candidate
+            raise
+    raise typer.BadParameter(f"no free name {base}-rN; give one with --name")
+
+
+@app.command()
+@handle_errors
+def resubmit(
+    name: str = typer.Argument(..., help="the job whose spec to submit again"),
+    new_name: str | None = NameOpt,
+    vc: str | None = VcOpt,
+    env: list[str] | None = EnvOpt,
+    sets: list[str] | None = SetOpt,
+    replace: bool = typer.Option(
+        False, "--replace", help="delete the old (finished) job and reuse its name"
+    ),
+) -> None:
+    """Submit a job's stored spec again, as NAME-r2 (then -r3...) unless --name or
+    --replace. --vc, --env and --set change the copy, not the original."""
+    client = ApiClient(load())
+    with job_hint(client, name):
+        old = client.job(name)
+    spec = old.get("spec") or {}
+    if not spec:
+        raise typer.BadParameter(f"job {name} has no stored spec", param_hint="NAME")
+    if replace:
+        client.delete(name)  # refused (exit 6) while it has not finished
+        target = new_name or name
+    else:
+        target = new_name or _free_name(client, name)
+    body = apply_overrides(spec, target, vc, parse_env(env), sets)
+    job = client.submit(json.dumps(body).encode(), json_body=True)
+    console.print(
+        f"resubmitted {name} as job [bold]{job.get('name')}[/bold] to vc {job.get('vc')}"
+        f" ({styled(job.get('state'))})"
+    )

@@ -1,0 +1,68 @@
+"""One formatter per unit, for everything people read (CLI tables, messages).
+
+- bytes -> binary units with one decimal: ``format_bytes(24684084 * 1024) == "23.5Gi"``,
+  ``format_bytes(512 * 2**20) == "512Mi"`` (a whole number of a unit drops the decimal),
+  ``format_bytes(900) == "900"`` (bytes, no suffix). The suffixes are the ones a spec accepts
+  (``scheduler.spec.quantity.parse_memory``), so a printed figure can be pasted back.
+- millicores -> cores: ``format_millicores(2000) == "2"``, ``format_millicores(500) ==
+  "500m"``, ``format_millicores(2500) == "2.5"``.
+- seconds -> a duration: ``format_duration(45) == "45s"``, ``format_duration(200) ==
+  "3m20s"``, ``format_duration(7500) == "2h5m"``, ``format_duration(200000) == "2d7h"``
+  (two most significant units, as kubectl prints ages).
+
+Pure functions of their arguments; no I/O. Negative or missing values are the callers'
+to handle (they print ``-``).
+"""
+
+from __future__ import annotations
+
+_BINARY = (("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
+
+def format_bytes(n_bytes: float) -> str:
+    """Bytes -> the largest binary unit (Ki..Pi) the value reaches, one decimal at most;
+    under 1Ki, the number of bytes."""
+    sign = "-" if n_bytes < 0 else ""
+    n = abs(n_bytes)
+    for suffix, size in _BINARY:
+        if n >= size:
+            value = round(n / size, 1)
+            text = f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+            return f"{sign}{text}{suffix}"
+    return f"{sign}{n:.0f}"
+
+
+def format_millicores(millicores: float) -> str:
+    """Millicores -> cores ('2', '2.5') or, under one core, millicores ('500m')."""
+    m = int(round(millicores))
+    if abs(m) < 1000 and m != 0:
+        return f"{m}m"
+    return f"{m / 1000:g}"
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds -> '45s', '3m20s', '2h5m', '2d7h' (the two largest units)."""
+    s = max(int(seconds), 0)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{s}s" if s else f"{minutes}m"
+    return f"{s}s"
+
+
+def format_resources(cpu_m: float | None, memory: float | None, gpu: float | None) -> str:
+    """``(millicores, bytes, devices)`` -> '2 cpu, 23.5Gi, 1 gpu' (None parts and 0 GPUs
+    left out)."""
+    parts = []
+    if cpu_m is not None:
+        parts.append(f"{format_millicores(cpu_m)} cpu")
+    if memory is not None:
+        parts.append(format_bytes(memory))
+    if gpu:
+        parts.append(f"{gpu:g} gpu")
+    return ", ".join(parts)

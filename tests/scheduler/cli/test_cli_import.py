@@ -1,0 +1,46 @@
+"""`import scheduler.cli` stays light: no numpy, paramiko, simulator or httpx until used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("numpy", "paramiko", "scheduler.sim", "httpx", "scheduler.api", "redis")
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_importing_the_cli_loads_no_heavy_module():
+    loaded = _loaded_after("import scheduler.cli")
+    assert "scheduler.cli.jobs" in loaded  # the probe did import the CLI
+    heavy = [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
+    assert heavy == []
+
+
+def test_help_and_version_load_no_heavy_module():
+    code = (
+        "import sys\nfrom scheduler.cli import app\n"
+        "for argv in (['--help'], ['job', '--help'], ['--version']):\n"
+        "    try:\n        app(argv)\n    except SystemExit:\n        pass"
+    )
+    loaded = _loaded_after(code)
+    assert [m for m in loaded if m.startswith(HEAVY)] == []
+
+
+def test_the_dev_state_file_is_where_scheduler_dev_writes_it(monkeypatch, tmp_path):
+    from scheduler import dev
+    from scheduler.cli import devstate
+
+    for value in (None, str(tmp_path / "dev")):
+        if value is None:
+            monkeypatch.delenv("PASTURE_DEV_DIR", raising=False)
+        else:
+            monkeypatch.setenv("PASTURE_DEV_DIR", value)
+        assert devstate.state_file() == dev.state_dir() / dev.STATE_NAME
