@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
+from scheduler.diagnosis import diagnose_task
 from scheduler.discovery import ordered_tasks
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
@@ -306,9 +307,12 @@ class Loop:
                 why, code = f"task {t.key} exited with code {t.exit_code} on {t.node}", t.exit_code
             attempts = job.failures + 1
             limit = spec.retry.max_attempts
+            diag = diagnose_task(t)  # issue 19: the class shows in the reason and retry_on
+            if diag is not None:
+                why = f"{why} [{diag.kind}: {diag.summary}]"
             if spec.policies.on_task_failure == "fail_job":
                 state, why = JobState.FAILED, f"{why}; on_task_failure is fail_job"
-            elif not spec.retry.retryable(code):
+            elif not spec.retry.retryable(code, diag.kind if diag else None):
                 state, why = JobState.FAILED, f"{why}; exit code {code} is not retried"
             elif attempts >= limit:
                 state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"

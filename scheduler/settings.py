@@ -171,6 +171,8 @@ class AgentSettings(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
     # seconds between SIGTERM and SIGKILL when a task is stopped or preempted
     stop_grace_s: float = Field(10.0, ge=0)
+    # operator's failure-diagnosis rules, tried before the shipped ones (docs/operations.md)
+    diagnosis_rules: Path | None = None
 
     @field_validator("port_range")
     @classmethod

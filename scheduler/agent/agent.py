@@ -28,6 +28,7 @@ from pathlib import Path
 
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, make_executor, task_id
 from scheduler.agent.resources import detect_capacity, usage
+from scheduler.diagnosis import diagnose_report
 from scheduler.discovery import mpi_hostfile, task_env
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
@@ -153,7 +154,18 @@ class Agent:
                 state, msg = TaskState.SUCCEEDED, "exited with code 0"
             else:
                 state, msg = TaskState.FAILED, f"exited with code {code}"
-            self.store.report_task(t.job, t.key, t.attempt, self.node, state, code, msg)
+            diag = None
+            if state == TaskState.FAILED:  # issue 19: classify the failure (rules are data)
+                diag = diagnose_report(
+                    Path(self.s.share_dir) / "jobs" / t.job / "logs" / f"{t.key}.log",
+                    code,
+                    msg,
+                    self.executor.evidence(t.handle),
+                    self.s.diagnosis_rules,
+                )
+            self.store.report_task(
+                t.job, t.key, t.attempt, self.node, state, code, msg, diagnosis=diag
+            )
             log.info("task %s %s (exit %s)", t.lid, state, code)
             self.executor.cleanup(t.handle)
             with self._lock:
@@ -256,8 +268,9 @@ class Agent:
 
     def _report_failed(self, job: str, rec: TaskRecord, message: str) -> None:
         """Report this attempt of ``rec`` failed before it ran (no exit code), with why."""
+        diag = diagnose_report(None, None, message, None, self.s.diagnosis_rules)
         self.store.report_task(
-            job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message
+            job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message, diagnosis=diag
         )
 
     def _stop(self, t: LocalTask, reason: str) -> None:

@@ -27,7 +27,9 @@ def node_list(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print_json(nodes)
         return
-    table = Table("name", "state", "address", "capacity", "gpu model", "labels", "heartbeat")
+    table = Table(
+        "name", "state", "address", "capacity", "gpu model", "labels", "heartbeat", "reason"
+    )
     for n in nodes:
         table.add_row(
             str(n.get("name")),
@@ -37,6 +39,7 @@ def node_list(as_json: bool = typer.Option(False, "--json")) -> None:
             str(n.get("gpu_model") or ""),
             ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items())),
             fmt_time(n.get("heartbeat")),
+            str(n.get("state_reason") or ""),  # why cordoned (by whom / GPU health)
         )
     console.print(table)
 

@@ -22,6 +22,7 @@ from scheduler.cli.output import (
     reason_text,
     styled,
 )
+from scheduler.diagnosis import diagnosis_text
 
 app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
 
@@ -171,7 +172,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(f"pending: [yellow]{reason_text(events['pending_reason'])}[/yellow]")
     tasks = job.get("tasks") or []
     if tasks:
-        table = Table("role", "index", "state", "node", "exit code", title="tasks")
+        table = Table("role", "index", "state", "node", "exit code", "diagnosis", title="tasks")
         for t in tasks:
             table.add_row(
                 str(t.get("role")),
@@ -179,6 +180,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
                 styled(t.get("state")),
                 str(t.get("node") or ""),
                 "" if t.get("exit_code") is None else str(t.get("exit_code")),
+                diagnosis_text(t),
             )
         console.print(table)
     table = Table("time", "state", "reason", title="events")

@@ -147,16 +147,23 @@ class RetrySpec(_Model):
     retry_on_exit_codes: when given, only these exit codes are retried.
     fail_on_exit_codes: these exit codes fail the job at once (ignored when
         retry_on_exit_codes is given). Node loss is always retryable.
+    retry_on: when given, only failures of these diagnosis classes are retried
+        (``[node_lost, nccl_error]``; see scheduler/diagnosis_rules.yaml and
+        docs/operations.md); a failure also retries when retry_on_exit_codes names its code.
     """
 
     max_attempts: int = Field(1, ge=1, le=100)
     retry_on_exit_codes: list[int] | None = None
     fail_on_exit_codes: list[int] = Field(default_factory=list)
+    retry_on: list[str] | None = None
 
-    def retryable(self, exit_code: int | None) -> bool:
-        """Whether a failure with ``exit_code`` (None = infrastructure failure) may retry."""
+    def retryable(self, exit_code: int | None, diagnosis: str | None = None) -> bool:
+        """Whether a failure with ``exit_code`` (None = infrastructure failure) and
+        diagnosis class ``diagnosis`` (:mod:`scheduler.diagnosis`) may retry."""
         if exit_code is None:
             return True
+        if self.retry_on is not None:
+            return diagnosis in self.retry_on or exit_code in (self.retry_on_exit_codes or [])
         if self.retry_on_exit_codes is not None:
             return exit_code in self.retry_on_exit_codes
         return exit_code not in self.fail_on_exit_codes

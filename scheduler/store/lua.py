@@ -99,7 +99,8 @@ end
 return {1, tostring(newv)}
 """
 
-# ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid
+# ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid,
+# diagnosis JSON ('' = none)
 # Applies an agent's report when it is about the task's current attempt on that node and
 # the task is not finished yet. Returns 1 when applied, 0 when stale.
 REPORT_TASK = r"""
@@ -116,6 +117,7 @@ local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
 t.state = ARGV[6]
 if ARGV[7] ~= '' then t.exit_code = tonumber(ARGV[7]) end
 if ARGV[8] ~= '' then t.message = ARGV[8] end
+if ARGV[10] and ARGV[10] ~= '' then t.diagnosis = cjson.decode(ARGV[10]) end
 if ARGV[6] == 'running' then
   t.started = now
   if ARGV[9] ~= '' then t.handle = ARGV[9] end

@@ -83,6 +83,8 @@ class TaskRecord:
     started: float | None = None
     finished: float | None = None
     handle: str = ""
+    # failure diagnosis {kind, summary, retry, hint} from scheduler.diagnosis (issue 19)
+    diagnosis: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -175,6 +177,8 @@ class NodeRecord:
     registered: float = 0.0
     usage: dict[str, Any] = field(default_factory=dict)
     executor: str = ""
+    # why the node is in its state (cordoned by whom / by the GPU health probe; issue 19)
+    state_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -470,9 +470,11 @@ class Store:
         exit_code: int | None = None,
         message: str = "",
         handle: str = "",
+        diagnosis: dict[str, Any] | None = None,
     ) -> bool:
         """An agent's report on a task. Ignored (returns False) when it is about another
-        attempt or node, or the task already finished. Wakes the loop."""
+        attempt or node, or the task already finished. Wakes the loop. ``diagnosis``:
+        :func:`scheduler.diagnosis.diagnose_report` of a failed task, kept in the record."""
         return bool(
             self._report(
                 args=[
@@ -485,6 +487,7 @@ class Store:
                     "" if exit_code is None else str(exit_code),
                     message,
                     handle,
+                    json.dumps(diagnosis) if diagnosis else "",
                 ]
             )
         )
@@ -688,6 +691,7 @@ class Store:
             registered=float(h.get("registered") or 0),
             usage=_j(h.get("usage")) or {},
             executor=h.get("executor", ""),
+            state_reason=h.get("state_reason", ""),
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
