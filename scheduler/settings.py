@@ -173,6 +173,9 @@ class AgentSettings(_Model):
     stop_grace_s: float = Field(10.0, ge=0)
     # operator's failure-diagnosis rules, tried before the shipped ones (docs/operations.md)
     diagnosis_rules: Path | None = None
+    # replay NVML answers from this JSON recording instead of the driver (tests, drills of
+    # the automatic cordon; scheduler/agent/gpu_health.py RecordedBackend)
+    nvml_recording: Path | None = None
 
     @field_validator("port_range")
     @classmethod

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, make_executor, task_id
+from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
 from scheduler.discovery import mpi_hostfile, task_env
@@ -78,6 +79,9 @@ class Agent:
         self._lock = threading.Lock()
         self._stoppers: dict[str, threading.Thread] = {}
         self._last_heartbeat = 0.0
+        self.gpu_health = GpuHealthMonitor(
+            RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
+        )
         self._load_state()
 
     # ---- local state ----------------------------------------------------------------
@@ -120,11 +124,14 @@ class Agent:
         return self.store.register_node(rec)
 
     def heartbeat(self) -> None:
-        """Send a heartbeat with usage; re-register when the store forgot this node."""
+        """Send a heartbeat with usage and GPU health; re-register when the store forgot
+        this node; cordon it when a GPU turned unhealthy (:mod:`.gpu_health`)."""
         self._last_heartbeat = time.monotonic()
-        if self.store.heartbeat(self.node, usage()) == "":
+        report = {**usage(), "gpu_health": self.gpu_health.report()}
+        if self.store.heartbeat(self.node, report) == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()
+        self.gpu_health.check(self.store, self.node, report["gpu_health"])
 
     # ---- reconcile ------------------------------------------------------------------
     def reconcile(self) -> None:

@@ -727,6 +727,23 @@ class Store:
         assert node is not None
         return node
 
+    # ---- node events (issue 19: automatic cordons) ------------------------------------
+    NODE_EVENTS = 100  # events kept per node
+
+    def add_node_event(self, name: str, reason: str) -> None:
+        """Append ``{time (s), state, reason}`` to the node's events (newest
+        ``NODE_EVENTS`` kept), e.g. the GPU health probe cordoning it."""
+        key = self.k("node", name, "events")
+        state = self.r.hget(self.k("node", name), "state")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps({"time": self.now(), "state": state, "reason": reason}))
+        pipe.ltrim(key, -self.NODE_EVENTS, -1)
+        pipe.execute()
+
+    def node_events(self, name: str) -> list[dict[str, Any]]:
+        """The node's events, oldest first (see :meth:`add_node_event`)."""
+        return [json.loads(e) for e in self.r.lrange(self.k("node", name, "events"), 0, -1)]
+
     # ---- virtual clusters ------------------------------------------------------------
     def apply_vcs(self, vcs: Iterable[Any]) -> None:
         """Replace the VCs with ``vcs`` (:class:`scheduler.settings.VirtualClusterSettings`).
