@@ -16,7 +16,12 @@ from pydantic import ValidationError
 from scheduler.api.auth import principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.limits import BodySizeLimit
-from scheduler.api.metrics import Metrics, MetricsMiddleware, SchedulerCollector
+from scheduler.api.metrics import (
+    HealthCollector,
+    Metrics,
+    MetricsMiddleware,
+    SchedulerCollector,
+)
 from scheduler.api.routers import cluster, jobs
 from scheduler.api.schemas import Health
 from scheduler.services import backend
@@ -78,6 +83,9 @@ def create_app(
     app.state.logs = LogService(share_dir)
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
+    app.state.metrics.registry.register(  # issue 19: what the alerting rules need
+        HealthCollector(store, getattr(api_settings, "tls_cert", None))
+    )
 
     app.include_router(jobs.router)
     app.include_router(cluster.router)
