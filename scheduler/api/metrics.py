@@ -9,6 +9,9 @@ Exposed at ``/metrics`` (bearer token needed, any role):
 - scheduler metrics (queue length per VC, pending reasons, cycle latency, placements,
   preemptions, GPUs per node and VC, heartbeat age, utilisation): :class:`SchedulerCollector`
   and docs/dashboard.md.
+- operations health for the alerting rules (store up, node state / cordon reason, per-GPU
+  health, oldest pending job per VC, API certificate expiry): :class:`HealthCollector` and
+  docs/operations.md.
 """
 
 from __future__ import annotations
