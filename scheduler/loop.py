@@ -3,10 +3,11 @@
 One cycle (:meth:`Loop.cycle`)::
 
     heartbeats      nodes silent for loop.heartbeat_timeout_s -> lost (their tasks: lost)
-    lifecycle       submitted -> queued; stop requests; task outcomes -> retry / fail /
-                    succeed / completion; draining nodes; when every task of an ending job
-                    is done: release its ledger entries, then requeue (attempt + 1) or
-                    finish it
+    lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.lifecycle
+                    (retry / fail / succeed / restart a task / release waiting tasks);
+                    draining nodes; when every task of an ending job is done: release its
+                    ledger entries, then requeue (attempt + 1) or finish it; delete
+                    finished jobs past their ttl
     snapshot        store -> Snapshot (version read first)
     core            scheduler.core.schedule(snapshot, policy, now) -> Decision
     commit          binds + preemptions + pending reasons in one Lua script, refused when
@@ -17,11 +18,11 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 ``loop.interval_s``. All lifecycle steps are idempotent, so a loop killed at any point
 resumes from the store.
 
-Retry semantics: a failed or lost task ends the attempt. With
-``policies.on_task_failure: restart_job`` the whole gang is stopped and requeued when the
-failure is retryable (``retry.retryable(exit_code)``; node loss always is) and fewer than
-``retry.max_attempts`` attempts have failed; otherwise (or with ``fail_job``) the job fails
-with the task's reason. Preemption and drains requeue without counting a failure.
+What ends a job, restarts a task in place, releases tasks held by ``depends_on`` or
+requeues it is decided by :func:`scheduler.lifecycle.decide` (completion rules, event
+policies, per-task restart, retry budget; docs/jobs.md); this module applies it.
+Preemption and drains requeue without counting a failure. Finished jobs are deleted
+``ttl_after_finished`` (else ``loop.finished_job_ttl_s``) seconds after they ended.
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from scheduler import lifecycle
+from scheduler.core.grow import growing
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
-from scheduler.diagnosis import diagnose_task
 from scheduler.discovery import ordered_tasks
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
 from scheduler.store.notify import Notifications
 from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
 from scheduler.store.snapshot import commit_payload, take_snapshot
-from scheduler.store.store import Store
+from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 
 log = logging.getLogger("pasture.loop")
 
@@ -128,6 +130,7 @@ class Loop:
         now = self.store.now()
         nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
         self._check_heartbeats(nodes, now)
+        self._clean_up_finished(now)
         active = self.store.active_jobs(with_spec=False)
         live = {(j.name, j.created) for j in active}
         for key in [k for k in self._specs if k not in live]:
@@ -176,7 +179,7 @@ class Loop:
         snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
-        if not snapshot.pending:
+        if not snapshot.pending and not growing(snapshot.running):
             return result
         decision = self.schedule(snapshot, self.policy, now)
         t3 = time.perf_counter()
@@ -188,10 +191,11 @@ class Loop:
             self._nominations = dict(decision.nominations)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
-            if payload["binds"] or payload["preemptions"]:
+            if payload["binds"] or payload["preemptions"] or payload["grows"]:
                 log.info(
-                    "committed %d binds, %d preemptions (version %s)",
+                    "committed %d binds, %d grows, %d preemptions (version %s)",
                     result.bound,
+                    len(payload["grows"]),
                     result.preempted,
                     detail,
                 )
@@ -253,17 +257,20 @@ class Loop:
             )
             job.start_time = now
             changed = True
-        ending = job.ending
+        ending = lifecycle.Ending.from_dict(job.ending) if job.ending else None
         if ending is None:
-            ending = self._outcome(job, spec, tasks, nodes)
-            if ending is None:
-                return changed
+            step = self._outcome(job, spec, tasks, nodes)
+            if step.ending is None:
+                return self._apply_step(job, tasks, step) or changed
+            ending = step.ending
             self._flush()  # queued transitions of this job go first
-            self.store.set_job_fields(job.name, ending=ending)
-            log.info("job %s ending -> %s: %s", job.name, ending["state"], ending["reason"])
+            self.store.set_job_fields(job.name, ending=ending.to_dict())
+            log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
         self._flush()
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
+            if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
+                t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
         self.store.update_tasks(job.name, stop)
         if not all(t.done for t in tasks):
@@ -289,71 +296,46 @@ class Loop:
 
     def _outcome(
         self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
-    ) -> dict | None:
-        """The state an attempt ends in (with reason), or None while it goes on."""
-        if job.stop_requested:
-            return {"state": JobState.STOPPED.value, "reason": job.stop_requested}
-        failed = [
-            t
-            for t in tasks
-            if t.state in (TaskState.FAILED, TaskState.LOST)
-            or (t.state == TaskState.STOPPED and t.desired != "stop")
-        ]
-        if failed:
-            t = failed[0]
-            if t.state == TaskState.LOST:
-                why, code = f"task {t.key} lost: {t.message}", None
-            else:
-                why, code = f"task {t.key} exited with code {t.exit_code} on {t.node}", t.exit_code
-            attempts = job.failures + 1
-            limit = spec.retry.max_attempts
-            diag = diagnose_task(t)  # issue 19: the class shows in the reason and retry_on
-            if diag is not None:
-                why = f"{why} [{diag.kind}: {diag.summary}]"
-            if spec.policies.on_task_failure == "fail_job":
-                state, why = JobState.FAILED, f"{why}; on_task_failure is fail_job"
-            elif not spec.retry.retryable(code, diag.kind if diag else None):
-                state, why = JobState.FAILED, f"{why}; exit code {code} is not retried"
-            elif attempts >= limit:
-                state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"
-            else:
-                state, why = (
-                    JobState.QUEUED,
-                    f"{why}; retrying ({attempts} of {limit} attempts failed)",
-                )
-            return {"state": state.value, "reason": why, "failure": True, "exit_code": code}
-        draining = sorted(
-            {
-                t.node
-                for t in tasks
-                if not t.done
-                and nodes.get(t.node) is not None
-                and nodes[t.node].state == "draining"
-            }
+    ) -> lifecycle.Step:
+        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`)."""
+        draining = [n for n, rec in nodes.items() if rec.state == "draining"]
+        return lifecycle.decide(
+            spec,
+            tasks,
+            failures=job.failures,
+            stop_requested=job.stop_requested,
+            draining=draining,
         )
-        if draining:
-            return {
-                "state": JobState.QUEUED.value,
-                "preempted": True,
-                "reason": f"node(s) {', '.join(draining)} draining; requeued",
-            }
-        comp = spec.policies.completion
-        if comp is not None:
-            mine = [t for t in tasks if t.role == comp.role]
-            ok = [t for t in mine if t.state == TaskState.SUCCEEDED]
-            if mine and (
-                (comp.when == "any" and ok) or (comp.when == "all" and len(ok) == len(mine))
-            ):
-                return {
-                    "state": JobState.SUCCEEDED.value,
-                    "reason": f"{comp.when} task(s) of role {comp.role} succeeded",
-                }
-        if tasks and all(t.state == TaskState.SUCCEEDED for t in tasks):
-            return {"state": JobState.SUCCEEDED.value, "reason": "all tasks succeeded"}
-        return None
+
+    def _apply_step(self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step) -> bool:
+        """Restart tasks in place, release waiting ones and give back finished tasks'
+        allocations (:class:`scheduler.lifecycle.Step`); True when any task changed."""
+        by_key = {t.key: t for t in tasks}
+        changed = []
+        for r in step.restart:
+            t = by_key[r.key]
+            t.state, t.desired, t.restarts, t.message = TaskState.SCHEDULED, "run", r.number, ""
+            t.exit_code = t.started = t.finished = None
+            t.handle = ""
+            changed.append(t)
+            self.store.add_event(job.name, f"task {r.key} restarted in place: {r.reason}")
+        for key in step.release:
+            by_key[key].desired = "run"
+            changed.append(by_key[key])
+        if changed:
+            self._flush()
+            self.store.update_tasks(job.name, changed)
+        if step.free:
+            self.store.free_tasks(job.name, step.free)
+        return bool(changed)
 
     def _finish(
-        self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], ending: dict, now: float
+        self,
+        job: JobRecord,
+        spec: JobSpec,
+        tasks: list[TaskRecord],
+        ending: lifecycle.Ending,
+        now: float,
     ) -> bool:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
@@ -361,13 +343,13 @@ class Loop:
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight
-        failures = job.failures + (1 if ending.get("failure") else 0)
-        state = JobState(ending["state"])
+        failures = job.failures + (1 if ending.failure else 0)
+        state = ending.state
         if state == JobState.QUEUED:
             self.store.transition(
                 job.name,
                 JobState.QUEUED,
-                ending["reason"],
+                ending.reason,
                 now=now,
                 attempt=job.attempt + 1,
                 failures=failures,
@@ -375,22 +357,36 @@ class Loop:
                 scheduled_time=None,
                 start_time=None,
                 attained_service=attained,
-                exit_code=ending.get("exit_code"),
+                exit_code=ending.exit_code,
             )
         else:
             self.store.transition(
                 job.name,
                 state,
-                ending["reason"],
+                ending.reason,
                 now=now,
                 attempt=job.attempt,
                 failures=failures,
                 ending=None,
                 end_time=now,
                 attained_service=attained,
-                exit_code=ending.get("exit_code"),
+                exit_code=ending.exit_code,
             )
+            ttl = spec.ttl_after_finished
+            ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
+            if ttl is not None:
+                self.store.expire_job_at(job.name, now + ttl)
         return True
+
+    def _clean_up_finished(self, now: float) -> None:
+        """Delete finished jobs whose ``ttl_after_finished`` (or the cluster's
+        ``loop.finished_job_ttl_s``) has passed since they ended."""
+        for name in self.store.expired_jobs(now):
+            try:
+                self.store.delete_job(name)
+                log.info("job %s deleted: finished longer ago than its ttl", name)
+            except (JobActiveError, JobNotFoundError):
+                self.store.drop_expiry(name)
 
     # ---- forever --------------------------------------------------------------------
     def run_forever(self, stop: threading.Event | None = None) -> None:

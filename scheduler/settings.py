@@ -120,6 +120,12 @@ class LoopSettings(_Model):
     interval_s: float = Field(1.0, gt=0)
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     policy: str = "pasture"
+    finished_job_ttl_s: float | None = Field(
+        None,
+        ge=0,
+        description="seconds a finished job's records are kept before the loop deletes them "
+        "(a job's own ttl_after_finished wins); None keeps them until `pasture job delete`",
+    )
 
 
 class SchedulerSettings(_Model):

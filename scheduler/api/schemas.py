@@ -37,6 +37,13 @@ class TaskOut(_Open):
     state: str = Field(description="scheduled | running | succeeded | failed | stopped | lost")
     exit_code: int | None = None
     message: str = ""
+    restarts: int = Field(0, description="in-place restarts of this task (max_task_retries)")
+
+
+class JobDeleteOut(_Open):
+    name: str
+    deleted: bool = Field(description="true: its records are gone; false: stopping first")
+    state: str = Field(description="the job's state when the request was answered")
 
 
 class JobOut(_Open):

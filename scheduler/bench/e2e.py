@@ -148,7 +148,7 @@ class SimulatedAgents:
                     job, key, task.attempt, node, "stopped", exit_code=143, message="stopped"
                 )
                 self._due.pop(ident, None)
-            elif task.state == "scheduled" and ident not in self._due:
+            elif task.state == "scheduled" and task.desired == "run" and ident not in self._due:
                 self.store.report_task(
                     job, key, task.attempt, node, "running", handle=f"sim-{job}-{key}"
                 )

@@ -2,7 +2,7 @@
 
 ```
 pasture login | status | template job
-pasture job submit|list|show|logs|stop       -> REST API (httpx)
+pasture job submit|list|show|logs|stop|delete -> REST API (httpx)
 pasture node list|cordon|uncordon|drain      -> REST API
 pasture vc list                              -> REST API
 pasture data push|pull, image push           -> SSH (paramiko) to the master / nodes

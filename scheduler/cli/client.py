@@ -92,6 +92,11 @@ class ApiClient:
     def stop(self, name: str) -> dict:
         return self.request("POST", f"/api/v1/jobs/{name}/stop")
 
+    def delete(self, name: str, force: bool = False) -> dict:
+        return self.request(
+            "DELETE", f"/api/v1/jobs/{name}", params={"force": "true" if force else "false"}
+        )
+
     def log_files(self, name: str) -> list[dict]:
         return self.request("GET", f"/api/v1/jobs/{name}/logs/files")
 

@@ -1,4 +1,4 @@
-"""``pasture job submit|list|show|logs|stop``."""
+"""``pasture job submit|list|show|logs|stop|delete``."""
 
 from __future__ import annotations
 
@@ -172,7 +172,9 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(f"pending: [yellow]{reason_text(events['pending_reason'])}[/yellow]")
     tasks = job.get("tasks") or []
     if tasks:
-        table = Table("role", "index", "state", "node", "exit code", "diagnosis", title="tasks")
+        table = Table(
+            "role", "index", "state", "node", "exit code", "restarts", "diagnosis", title="tasks"
+        )
         for t in tasks:
             table.add_row(
                 str(t.get("role")),
@@ -180,6 +182,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
                 styled(t.get("state")),
                 str(t.get("node") or ""),
                 "" if t.get("exit_code") is None else str(t.get("exit_code")),
+                str(t.get("restarts") or ""),
                 diagnosis_text(t),
             )
         console.print(table)
@@ -224,3 +227,23 @@ def stop(
     if wait:
         job = wait_for(client, name, TERMINAL)
         console.print(f"job {name}: {styled(job.get('state'))}")
+
+
+@app.command()
+@handle_errors
+def delete(
+    name: str,
+    force: bool = typer.Option(
+        False, "--force", "-f", help="stop the job first when it has not finished"
+    ),
+    timeout: float = typer.Option(120.0, help="seconds to wait for a forced stop"),
+) -> None:
+    """Delete a finished job's records (its logs on the share stay). A job that has not
+    finished is refused unless --force, which stops it, waits, then deletes it."""
+    client = _client()
+    out = client.delete(name, force=force)
+    if not out.get("deleted"):
+        console.print(f"job {name}: stopping before delete (state {styled(out.get('state'))})")
+        wait_for(client, name, TERMINAL, timeout_s=timeout)
+        out = client.delete(name)
+    console.print(f"job {name}: deleted")

@@ -173,6 +173,25 @@ class Placer:
                     extra -= 1
         return gp
 
+    def place_extra(
+        self,
+        role: TaskRole,
+        count: int,
+        near: dict[int, int],
+        ok: Callable[[tuple[int, int, int]], bool],
+    ) -> GangPlacement:
+        """Place up to ``count`` more tasks of ``role`` one at a time while ``ok(request)``
+        admits each (no rollback: what is placed stays journaled). ``near`` is
+        ``{node id: tasks of the job already there}`` (locality). Used for the replicas of
+        a running job placed at ``min_available`` that did not fit then."""
+        gp = GangPlacement()
+        on_node = dict(near)
+        req = role_request(role)
+        for _ in range(count):
+            if not ok(req) or self._place_tasks(role, 1, on_node, gp) < 1:
+                break
+        return gp
+
     def _place_tasks(
         self, role: TaskRole, count: int, on_node: dict[int, int], gp: GangPlacement
     ) -> int:

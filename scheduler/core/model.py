@@ -389,6 +389,9 @@ class Decision:
         nominations: for every job reported PREEMPTING, the what-if placement of its gang
             on the capacity its victims (this cycle's, or releasing ones) free. Give it
             back as the next Snapshot's ``nominations``.
+        grows: placements added to running jobs bound at ``min_available``: replicas that
+            did not fit at bind time, with their own replica indexes
+            (:mod:`scheduler.core.grow`).
     """
 
     binds: tuple[Bind, ...] = ()
@@ -396,3 +399,4 @@ class Decision:
     pending: Mapping[str, PendingReason] = field(default_factory=dict)
     version: int = 0
     nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)
+    grows: tuple[Bind, ...] = ()

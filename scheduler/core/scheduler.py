@@ -13,6 +13,7 @@ Pipeline (the order matters; see comments in :meth:`_Cycle.consider`):
         else preemption what-if (vc-reclaim, priority, queue-order) -> Preemption + PREEMPTING
         else reason (NO_FIT_EVER / INSUFFICIENT_RESOURCES / GANG_INCOMPLETE / RESERVATION),
           and the first job blocked for resources gets the EASY reservation
+    then running gangs placed at min_available get their other replicas as they fit (grow.py)
     ──> Decision(binds, preemptions, pending reasons, version)
 
 A job that preempts is reported pending with kind PREEMPTING and is bound in a later cycle,
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduler.core.gang import GangFailure, GangPlacement, Placer, role_request
+from scheduler.core.grow import grow, growing
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import (
     Bind,
@@ -40,6 +42,7 @@ from scheduler.core.model import (
     PendingReason,
     Preemption,
     ReasonKind,
+    RunningJob,
     Snapshot,
     TaskPlacement,
 )
@@ -69,7 +72,7 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
         ValueError: a policy naming unknown plugins, or a snapshot with duplicate node or
             pending job names.
     """
-    if not snapshot.pending:
+    if not snapshot.pending and not growing(snapshot.running):
         return Decision(version=snapshot.version)
     return _Cycle(snapshot, policy, now).run()
 
@@ -214,8 +217,10 @@ class _Cycle:
                 self.reasons[job.name] = blocked
                 continue
             self.consider(job)
+        grows = grow(growing(self.snapshot.running), self.index, self.placer, self._admit_one)
         return Decision(
             binds=tuple(self.binds),
+            grows=tuple(grows),
             preemptions=tuple(self.preemptions),
             pending=self.reasons,
             version=self.snapshot.version,
@@ -412,6 +417,14 @@ class _Cycle:
         est = job.estimated_duration_s
         end = self.now + est if est is not None else INF
         self.bound_ends.append((end, job.name, gp.per_node()))
+
+    def _admit_one(self, rj: RunningJob, req: tuple[int, int, int]) -> bool:
+        """One more task of running job ``rj`` (:mod:`scheduler.core.grow`): admitted and
+        charged against its VC, or False."""
+        if self.ledger.admit(rj.job, req, self.index.ready_free, self._block) is not None:
+            return False
+        self.ledger.charge(rj.vc, req)
+        return True
 
     def _try_place(self, job: Job) -> tuple[GangPlacement | GangFailure, bool]:
         """Place with the reservation's holds in force. Returns (result, held_back) where

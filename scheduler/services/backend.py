@@ -104,3 +104,10 @@ def not_found_errors() -> tuple[type[Exception], ...]:
     from scheduler.store import JobNotFoundError, NodeNotFoundError
 
     return (JobNotFoundError, NodeNotFoundError)
+
+
+def job_active_error() -> type[Exception]:
+    """The store's error for deleting a job that has not finished."""
+    from scheduler.store import JobActiveError
+
+    return JobActiveError

@@ -1,4 +1,5 @@
-"""Job service: parse and submit specs, list, show, stop, events (the API's job routes).
+"""Job service: parse and submit specs, list, show, stop, delete, events (the API's job
+routes).
 
 Visibility rule (documented in docs/api.md): an admin sees every job; a user token sees
 only jobs of its VCs, and a job of another VC answers exactly like an unknown job (404),
@@ -265,3 +266,31 @@ class JobService:
         except backend.not_found_errors():
             raise NotFoundError(f"job {name!r} not found") from None
         return as_dict(self.store.get_job(name))
+
+    def delete(self, principal: Principal, name: str, force: bool = False) -> dict:
+        """Delete a finished job's records: ``{"name", "deleted": True, "state"}``.
+
+        A job that has not finished is refused, unless ``force``: then it is asked to stop
+        and ``{"deleted": False, "state"}`` comes back (delete again once it stopped).
+
+        Raises:
+            NotFoundError: unknown job, or one the caller may not see.
+            ConflictError: the job has not finished and ``force`` is false.
+        """
+        job = self._visible(principal, name)
+        state = field(job, "state")
+        if state not in TERMINAL_STATES:
+            if not force:
+                raise ConflictError(
+                    f"job {name!r} is {state}; stop it first or delete with force=true"
+                )
+            self.stop(principal, name, reason=f"deleted by {principal.name}")
+            now = field(self.store.get_job(name), "state")
+            return {"name": name, "deleted": False, "state": now}
+        try:
+            self.store.delete_job(name)
+        except backend.not_found_errors():
+            raise NotFoundError(f"job {name!r} not found") from None
+        except backend.job_active_error() as exc:
+            raise ConflictError(str(exc)) from None
+        return {"name": name, "deleted": True, "state": state}

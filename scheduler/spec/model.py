@@ -10,7 +10,11 @@ Shape (YAML or JSON)::
       ps:     {replicas: 1, resources: {cpu: 1, memory: 1Gi}, command: "python3 ps.py"}
       worker: {replicas: 2, resources: {cpu: 2, memory: 4Gi, gpu: 1}, command: "..."}
     retry: {max_attempts: 3, retry_on_exit_codes: [...] | fail_on_exit_codes: [...]}
-    policies: {on_task_failure: restart_job | fail_job, completion: {role: worker, when: all}}
+    policies: {on_task_failure: restart_job | fail_job, completion: {role: worker, when: all},
+               on_events: [{event: task_completed, action: complete_job, role: worker}]}
+    ttl_after_finished: 3600   # seconds a finished job's records are kept (default: settings)
+    # per role: completion: {min_succeeded: 1, min_failed: 2}, max_task_retries: 3,
+    #           depends_on: [ps]   (see docs/jobs.md, "Lifecycle")
     mounts: [{source: datasets/mnist, target: /data}]   # paths inside the cluster share
     env: {KEY: value}
     mpi: false
@@ -41,6 +45,7 @@ MAX_CPU_M = 1024 * 1000  # 1024 cores
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 64
 MAX_REPLICAS = 10_000
+MAX_TTL_S = 10 * 365 * 86400  # ttl_after_finished: ten years
 NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 ROLE_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,8 +107,31 @@ class ResourceSpec(_Model):
         return Resources(cpu_m=self.cpu, memory=self.memory, gpu=self.gpu)
 
 
+class RoleCompletionSpec(_Model):
+    """When this role's tasks end the job (OpenPAI v2 ``completion.minSucceededInstances`` /
+    ``minFailedInstances``, v1 ``minSucceededTaskCount`` / ``minFailedTaskCount``; the
+    FrameworkController completion policy).
+
+    min_succeeded: the job succeeds as soon as this many tasks of the role succeeded (its
+        other tasks are stopped). None: no early success; the job succeeds when every task
+        of every role has ended within its failure tolerance.
+    min_failed: the job's attempt fails as soon as this many tasks of the role failed
+        (then ``retry`` decides). None: 1.
+    """
+
+    min_succeeded: int | None = Field(None, ge=1, le=MAX_REPLICAS)
+    min_failed: int | None = Field(None, ge=1, le=MAX_REPLICAS)
+
+
 class RoleSpec(_Model):
-    """One task role: ``replicas`` tasks each requesting ``resources`` and running ``command``."""
+    """One task role: ``replicas`` tasks each requesting ``resources`` and running ``command``.
+
+    Lifecycle fields (semantics in :mod:`scheduler.lifecycle`): ``completion`` (see
+    :class:`RoleCompletionSpec`), ``max_task_retries`` (a failed task of this role is
+    restarted in place up to this many times before its failure counts; None = 0, or
+    ``retry.max_attempts - 1`` for an ``on_events`` ``restart_task`` rule) and
+    ``depends_on`` (roles whose tasks must all be running before this role's tasks start).
+    """
 
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     resources: ResourceSpec = ResourceSpec()
@@ -113,6 +141,9 @@ class RoleSpec(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     ports: list[str] = Field(default_factory=list)
     node_selector: dict[str, str] = Field(default_factory=dict)
+    completion: RoleCompletionSpec | None = None
+    max_task_retries: int | None = Field(None, ge=0, le=100)
+    depends_on: list[str] = Field(default_factory=list)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -137,6 +168,13 @@ class RoleSpec(_Model):
             raise ValueError(
                 f"min_available ({self.min_available}) exceeds replicas ({self.replicas})"
             )
+        c = self.completion
+        for what in ("min_succeeded", "min_failed"):
+            n = getattr(c, what) if c is not None else None
+            if n is not None and n > self.replicas:
+                raise ValueError(
+                    f"completion.{what}: expected at most replicas ({self.replicas}), got {n}"
+                )
         return self
 
 
@@ -177,13 +215,38 @@ class CompletionSpec(_Model):
     when: Literal["all", "any"] = "all"
 
 
+EventName = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
+ActionName = Literal["complete_job", "restart_job", "restart_task", "fail_job", "terminate_job"]
+
+
+class EventPolicySpec(_Model):
+    """One Volcano-style lifecycle policy: when ``event`` happens to a task of ``role`` (any
+    role when None), take ``action`` (Volcano Job ``policies``: TaskCompleted, PodFailed,
+    PodEvicted, Unknown -> CompleteJob, RestartJob, RestartTask, AbortJob, TerminateJob).
+    Semantics of each event and action: :mod:`scheduler.lifecycle`."""
+
+    event: EventName
+    action: ActionName
+    role: str | None = None
+
+
 class PoliciesSpec(_Model):
     """on_task_failure: restart_job (stop the gang; retry per ``retry``) or fail_job (fail at
     once, no retry). completion: see :class:`CompletionSpec` (default: every task of every
-    role must succeed)."""
+    role must succeed). on_events: see :class:`EventPolicySpec`; the first rule that matches
+    an event wins over the defaults. min_succeeded: successes over all roles that end the
+    job (Volcano ``minSuccess``)."""
 
     on_task_failure: Literal["restart_job", "fail_job"] = "restart_job"
     completion: CompletionSpec | None = None
+    on_events: list[EventPolicySpec] = Field(default_factory=list, max_length=64)
+    min_succeeded: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="the job succeeds once this many of its tasks (any roles) succeeded "
+        "(Volcano spec.minSuccess)",
+    )
 
 
 class MountSpec(_Model):
@@ -211,6 +274,25 @@ class MountSpec(_Model):
 _PRIORITY_NAMES = {p.name.lower(): int(p) for p in PriorityClass}
 
 
+def _no_dependency_cycle(roles: dict[str, RoleSpec]) -> None:
+    """Raise ValueError naming a cycle in the roles' ``depends_on``."""
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = path[path.index(name) :] + [name]
+            raise ValueError(f"roles: depends_on has a cycle: {' -> '.join(cycle)}")
+        state[name] = 1
+        for dep in roles[name].depends_on:
+            visit(dep, path + [name])
+        state[name] = 2
+
+    for name in roles:
+        visit(name, [])
+
+
 class JobSpec(_Model):
     """A job as submitted (see the module docstring for the shape)."""
 
@@ -226,6 +308,12 @@ class JobSpec(_Model):
     mpi: bool = False
     preemptible: bool = True
     estimated_duration_s: float | None = Field(None, gt=0)
+    ttl_after_finished: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TTL_S,
+        description="seconds a finished job's records are kept; None: the default",
+    )
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -272,6 +360,26 @@ class JobSpec(_Model):
         if c is not None and c.role not in self.roles:
             raise ValueError(
                 f"policies.completion.role: unknown role {c.role!r}; roles are {list(self.roles)}"
+            )
+        for i, rule in enumerate(self.policies.on_events):
+            if rule.role is not None and rule.role not in self.roles:
+                raise ValueError(
+                    f"policies.on_events[{i}].role: unknown role {rule.role!r}; "
+                    f"roles are {list(self.roles)}"
+                )
+        for name, role in self.roles.items():
+            for dep in role.depends_on:
+                if dep not in self.roles or dep == name:
+                    raise ValueError(
+                        f"roles.{name}.depends_on: expected other roles of this job "
+                        f"{[r for r in self.roles if r != name]}, got {dep!r}"
+                    )
+        _no_dependency_cycle(self.roles)
+        n = self.policies.min_succeeded
+        if n is not None and n > self.task_count():
+            raise ValueError(
+                f"policies.min_succeeded: expected at most the job's {self.task_count()} "
+                f"tasks, got {n}"
             )
         return self
 

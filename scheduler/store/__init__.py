@@ -11,6 +11,7 @@ from scheduler.store.records import (
     VCUsage,
 )
 from scheduler.store.store import (
+    JobActiveError,
     JobExistsError,
     JobNotFoundError,
     NodeNotFoundError,
@@ -19,6 +20,7 @@ from scheduler.store.store import (
 
 __all__ = [
     "Allocation",
+    "JobActiveError",
     "JobExistsError",
     "JobNotFoundError",
     "JobRecord",

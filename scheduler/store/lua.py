@@ -7,6 +7,7 @@ heartbeats, the loop and the API agree on one clock.
 
 # ARGV: prefix, expected version, payload JSON
 #   payload = {binds: [{job, attempt, tasks: [{key, node, alloc, task}]}],
+#              grows: [same shape: tasks added to a scheduled/running job],
 #              preemptions: [{job, reason}], pending: {job: reason_json}}
 # Returns {ok, version_or_error}. All-or-nothing: any failed check aborts before a write.
 COMMIT = r"""
@@ -41,7 +42,45 @@ for _, b in ipairs(d.binds) do
     end
   end
 end
+-- grows: tasks added to a running gang (replicas beyond min_available placed later);
+-- a grow whose job moved on (other attempt, ending, stop) or whose task exists is dropped
+local grows = {}
+for _, b in ipairs(d.grows or {}) do
+  local jk = p .. 'job:' .. b.job
+  local st = redis.call('HGET', jk, 'state')
+  local ok = (st == 'scheduled' or st == 'running')
+    and tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(b.attempt)
+    and (redis.call('HGET', jk, 'ending') or '') == ''
+    and (redis.call('HGET', jk, 'stop_requested') or '') == ''
+  for _, t in ipairs(b.tasks) do
+    if ok and redis.call('HEXISTS', jk .. ':tasks', t.key) == 1 then ok = false end
+    if ok and nodes_ok[t.node] == nil then
+      local ns = redis.call('HGET', p .. 'node:' .. t.node, 'state')
+      if ns ~= 'ready' then
+        return {0, 'node ' .. t.node .. ' is ' .. tostring(ns)}
+      end
+      nodes_ok[t.node] = true
+    end
+  end
+  if ok then table.insert(grows, b) end
+end
 local notify = {}
+for _, b in ipairs(grows) do
+  local jk = p .. 'job:' .. b.job
+  for _, t in ipairs(b.tasks) do
+    local lk = b.job .. '/' .. t.key
+    redis.call('HSET', p .. 'ledger', lk, cjson.encode(t.alloc))
+    redis.call('SADD', p .. 'node:' .. t.node .. ':tasks', lk)
+    redis.call('SADD', jk .. ':alloc', lk)
+    local task = t.task
+    task['scheduled'] = now
+    redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
+    notify[t.node] = true
+  end
+  redis.call('RPUSH', jk .. ':events', cjson.encode({time = now,
+             state = redis.call('HGET', jk, 'state'), attempt = tonumber(b.attempt),
+             reason = #b.tasks .. ' more task(s) placed on ' .. b.nodes}))
+end
 for _, b in ipairs(d.binds) do
   local jk = p .. 'job:' .. b.job
   redis.call('DEL', jk .. ':tasks')
@@ -86,7 +125,7 @@ for job, reason in pairs(d.pending) do
   end
 end
 local newv = version
-if #d.binds > 0 then
+if #d.binds > 0 or #grows > 0 then
   newv = redis.call('INCR', p .. 'version')
   redis.call('HINCRBY', p .. 'stats', 'placements', #d.binds)
 end

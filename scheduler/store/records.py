@@ -63,6 +63,8 @@ class TaskRecord:
         message: human-readable detail of the last change.
         scheduled, started, finished: times (s).
         handle: executor handle reported by the agent (pid or container name).
+        restarts: times this task was restarted in place within its attempt (role
+            ``max_task_retries``; :mod:`scheduler.lifecycle`).
     """
 
     role: str
@@ -83,6 +85,7 @@ class TaskRecord:
     started: float | None = None
     finished: float | None = None
     handle: str = ""
+    restarts: int = 0
     # failure diagnosis {kind, summary, retry, hint} from scheduler.diagnosis (issue 19)
     diagnosis: dict[str, Any] | None = None
 

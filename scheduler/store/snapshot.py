@@ -26,6 +26,7 @@ from scheduler.core.model import (
     TaskPlacement,
     VirtualCluster,
 )
+from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
 from scheduler.store.store import Store
@@ -161,8 +162,9 @@ class PortsExhaustedError(RuntimeError):
 
 
 def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
-    """The commit script's payload for ``decision``: binds with ledger entries and task
-    records (ports and GPU indices chosen), preemptions and pending reasons.
+    """The commit script's payload for ``decision``: binds (and grows: tasks added to
+    running jobs placed at min_available) with ledger entries and task records (ports and
+    GPU indices chosen), preemptions and pending reasons.
 
     Binds whose ports cannot be assigned are left out (the job stays queued with a reason
     in ``payload['pending']``).
@@ -171,7 +173,8 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
     used_gpus = {k: set(v) for k, v in ctx.used_gpus.items()}
     binds = []
     pending = {job: _reason_json(r.kind.value, r.message) for job, r in decision.pending.items()}
-    for bind in decision.binds:
+    grows = []
+    for kind, bind in [("bind", b) for b in decision.binds] + [("grow", b) for b in decision.grows]:
         job = ctx.jobs.get(bind.job)
         spec = ctx.specs.get(bind.job)
         if job is None or spec is None or not bind.placements:
@@ -207,7 +210,7 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
                     "memory": pl.resources.memory,
                     "gpu": pl.resources.gpu,
                     "state": "scheduled",
-                    "desired": "run",
+                    "desired": initial_desired(spec, pl.role),
                     "exit_code": None,
                     "message": "",
                     "handle": "",
@@ -216,14 +219,16 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
                     {"key": f"{pl.role}-{pl.index}", "node": pl.node, "alloc": alloc, "task": task}
                 )
         except PortsExhaustedError as exc:
-            pending[bind.job] = _reason_json("insufficient-resources", str(exc))
+            if kind == "bind":
+                pending[bind.job] = _reason_json("insufficient-resources", str(exc))
             continue
         nodes = sorted({pl.node for pl in bind.placements})
-        binds.append(
+        (binds if kind == "bind" else grows).append(
             {"job": bind.job, "attempt": job.attempt, "tasks": tasks, "nodes": ", ".join(nodes)}
         )
     return {
         "binds": binds,
+        "grows": grows,
         "preemptions": [
             {"job": p.job, "reason": f"preempted for {p.for_job}: {p.reason}"}
             for p in decision.preemptions

@@ -97,6 +97,10 @@ class NodeNotFoundError(LookupError):
     """No node of that name."""
 
 
+class JobActiveError(RuntimeError):
+    """The job has not finished (deleting it needs a stop first)."""
+
+
 def _f(v: str | None) -> float | None:
     return None if v in (None, "") else float(v)
 
@@ -342,6 +346,41 @@ class Store:
         job.stop_requested = reason
         return job
 
+    def delete_job(self, name: str) -> None:
+        """Remove a finished job's records (job hash, events, tasks, expiry), atomically.
+
+        Raises JobNotFoundError (no such job) or JobActiveError (not finished: stop it
+        first). Task logs on the share are left alone.
+        """
+        jk = self.k("job", name)
+
+        def tx(pipe: redis.client.Pipeline) -> None:
+            state = pipe.hget(jk, "state")
+            if not state:
+                raise JobNotFoundError(f"no job named {name!r}")
+            if not JobState(state).terminal:
+                raise JobActiveError(f"job {name!r} is {state}; stop it before deleting it")
+            pipe.multi()
+            pipe.delete(jk, jk + ":events", jk + ":tasks", jk + ":alloc")
+            pipe.zrem(self.k("jobs"), name)
+            pipe.zrem(self.k("jobs", "expiry"), name)
+            pipe.srem(self.k("jobs", "active"), name)
+            pipe.srem(self.k("jobs", "dirty"), name)
+
+        self.r.transaction(tx, jk)
+
+    def expire_job_at(self, name: str, when: float) -> None:
+        """Mark a finished job for deletion at ``when`` (seconds since the epoch)."""
+        self.r.zadd(self.k("jobs", "expiry"), {name: when})
+
+    def drop_expiry(self, name: str) -> None:
+        """Forget a deletion time set by :meth:`expire_job_at`."""
+        self.r.zrem(self.k("jobs", "expiry"), name)
+
+    def expired_jobs(self, now: float, limit: int = 100) -> list[str]:
+        """Names of finished jobs whose deletion time is at most ``now`` (oldest first)."""
+        return list(self.r.zrangebyscore(self.k("jobs", "expiry"), "-inf", now, 0, limit))
+
     def events(self, name: str) -> list[dict[str, Any]]:
         """The job's event history, oldest first: ``{time, state, attempt, reason}``."""
         return [json.loads(e) for e in self.r.lrange(self.k("job", name) + ":events", 0, -1)]
@@ -530,6 +569,33 @@ class Store:
             return len(entries)
 
         return self.r.transaction(tx, jk + ":alloc", value_from_callable=True)
+
+    def free_tasks(self, job: str, keys: Iterable[str]) -> int:
+        """Zero the ledger entries of finished tasks of a job that goes on (their node
+        capacity, GPUs and ports come free; the entries stay, so the task keeps its replica
+        index). Bumps the version when anything changed. Returns the entries changed."""
+        lks = [f"{job}/{k}" for k in keys]
+        if not lks:
+            return 0
+        ledger = self.k("ledger")
+
+        def tx(pipe: redis.client.Pipeline) -> int:
+            raws = pipe.hmget(ledger, lks)
+            changed = {}
+            for lk, raw in zip(lks, raws, strict=True):
+                if not raw:
+                    continue
+                a = json.loads(raw)
+                if a.get("cpu_m") or a.get("memory") or a.get("gpu") or a.get("ports"):
+                    a.update(cpu_m=0, memory=0, gpu=0, gpus=[], ports=[])
+                    changed[lk] = json.dumps(a)
+            if changed:
+                pipe.multi()
+                pipe.hset(ledger, mapping=changed)
+                pipe.incr(self.k("version"))
+            return len(changed)
+
+        return self.r.transaction(tx, ledger, value_from_callable=True)
 
     def commit(self, version: int, payload: dict[str, Any]) -> tuple[bool, str]:
         """Run the commit script (see :mod:`scheduler.store.commit` for the payload).

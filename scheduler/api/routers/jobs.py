@@ -1,4 +1,4 @@
-"""Job routes: submit, list, show, events, stop, logs."""
+"""Job routes: submit, list, show, events, stop, delete, logs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.api.auth import principal
-from scheduler.api.schemas import JobEventsOut, JobOut, JobPage, LogFileOut
+from scheduler.api.schemas import JobDeleteOut, JobEventsOut, JobOut, JobPage, LogFileOut
 from scheduler.services.jobs import TERMINAL_STATES, JobStateName, parse_document
 from scheduler.services.records import field
 from scheduler.store.tokens import TokenInfo
@@ -66,6 +66,19 @@ def job_events(name: str, request: Request, who: TokenInfo = Depends(principal))
 def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Ask for the job to stop; agents stop its tasks (SIGTERM, grace, SIGKILL)."""
     return request.app.state.jobs.stop(who, name)
+
+
+@router.delete("/{name}", response_model=JobDeleteOut)
+def delete_job(
+    name: str,
+    request: Request,
+    force: bool = Query(False, description="stop a job that has not finished first"),
+    who: TokenInfo = Depends(principal),
+) -> dict:
+    """Delete a finished job's records (``deleted: true``). 409 when it has not finished;
+    with ``force=true`` it is asked to stop instead (``deleted: false``; delete again
+    once it has stopped). 404 when unknown or not visible."""
+    return request.app.state.jobs.delete(who, name, force=force)
 
 
 @router.get("/{name}/logs/files", response_model=list[LogFileOut])

@@ -1,0 +1,388 @@
+"""The job lifecycle in one place: from a job's spec and its tasks' states, what happens next.
+
+Pure: no Redis, no clock (``now`` is an argument). The loop reads the store, calls
+:func:`decide`, and applies the returned :class:`Step` (scheduler/loop.py ``_advance``).
+
+::
+
+    JobSpec + job facts (stop requested, failed attempts) + TaskRecords + draining nodes
+      -> events per task       task_failed    a task exited non-zero
+                               task_evicted   a task stopped without the loop asking
+                               unknown        a task's node stopped heartbeating (lost)
+                               task_completed every replica of a role succeeded
+      -> first matching ``policies.on_events`` rule, else the defaults below
+      -> Step(ending | restart these tasks | release these waiting tasks | keep running)
+
+Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile to):
+
+- A task that failed (or was evicted) is restarted in place while it has restarts left
+  (role ``max_task_retries``); the job's attempt is not charged.
+- Otherwise it counts towards its role's ``completion.min_failed`` (default 1): once that
+  many tasks of the role failed, the attempt fails and ``retry`` decides: requeued
+  (``attempt + 1``) while the exit code is retryable and fewer than ``retry.max_attempts``
+  attempts failed, else the job fails. ``policies.on_task_failure: fail_job`` fails it at
+  once. A lost task (its node stopped heartbeating) ends the attempt the same way, with no
+  exit code; the ending is marked ``infrastructure`` so that it can be left uncharged.
+- The job succeeds as soon as ``completion.min_succeeded`` tasks of some role succeeded
+  (legacy ``policies.completion {role, when: any|all}`` means 1 | all replicas of that
+  role), or ``policies.min_succeeded`` tasks of any roles (Volcano ``minSuccess``); its
+  other tasks are stopped.
+- Else it succeeds when every replica of every role, counted from the spec (not from the
+  tasks placed so far), has ended: succeeded, or failed within its role's tolerance.
+  A gang placed at ``min_available`` (fewer tasks than replicas) therefore keeps running
+  until the remaining replicas have been placed, run and ended (Volcano's Job reaches
+  ``Completed`` only when succeeded + failed == replicas, pkg/controllers/job/state/
+  running.go).
+- A task on a draining node requeues the job (not a failure).
+
+``on_events`` actions (Volcano Job policies; the first rule whose event matches and whose
+``role`` is the task's, or None, wins):
+
+- ``complete_job``: the job succeeds (Volcano CompleteJob); other tasks are stopped.
+- ``fail_job``: the job fails (Volcano AbortJob; no retry).
+- ``terminate_job``: the job is stopped (Volcano TerminateJob).
+- ``restart_job``: the attempt ends and the job is requeued while fewer than
+  ``retry.max_attempts`` attempts failed (Volcano RestartJob / maxRetry), whatever the exit
+  code; else it fails.
+- ``restart_task``: the task is restarted in place (same node, same allocation) while it
+  has restarts left: role ``max_task_retries``, or ``retry.max_attempts - 1`` when the
+  role sets none (Volcano bounds RestartTask by the job's maxRetry). A lost task cannot
+  restart in place (its node is gone): the job restarts instead.
+
+``depends_on``: tasks of a role with dependencies are bound ``desired: wait``; they are
+released (``desired: run``) once every placed task of each named role is running (or has
+succeeded) (Volcano ``dependsOn``: a task starts after the tasks it depends on run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from scheduler.diagnosis import Diagnosis, diagnose_task
+from scheduler.spec.model import EventPolicySpec, JobSpec
+from scheduler.store.records import JobState, TaskRecord, TaskState
+
+Event = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
+WAIT = "wait"
+"""``TaskRecord.desired`` of a task bound but held back until its role's dependencies run
+(the agent starts only ``desired: run`` tasks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How an attempt ends, kept on the job record (``ending``) while its tasks stop.
+
+    Attributes:
+        state: the job state it ends in: succeeded, failed, stopped, or queued (requeued
+            for another attempt).
+        reason: one sentence for ``job show``.
+        failure: the attempt counts as failed (``JobRecord.failures`` + 1 when finished).
+        exit_code: the exit code that decided it, when any.
+        preempted: requeued by preemption or a drain (not a failure).
+        infrastructure: caused by the cluster (node lost), not by the task itself.
+    """
+
+    state: JobState
+    reason: str
+    failure: bool = False
+    exit_code: int | None = None
+    preempted: bool = False
+    infrastructure: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form ``{"state", "reason", ...}`` (false / None extras left out)."""
+        out: dict[str, Any] = {"state": self.state.value, "reason": self.reason}
+        if self.failure:
+            out["failure"] = True
+            out["exit_code"] = self.exit_code
+        if self.preempted:
+            out["preempted"] = True
+        if self.infrastructure:
+            out["infrastructure"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ending:
+        """Inverse of :meth:`to_dict` (also reads the commit script's preemption ending).
+        Raises ValueError for an unknown state."""
+        return cls(
+            state=JobState(d["state"]),
+            reason=str(d.get("reason", "")),
+            failure=bool(d.get("failure")),
+            exit_code=d.get("exit_code"),
+            preempted=bool(d.get("preempted")),
+            infrastructure=bool(d.get("infrastructure")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Restart task ``key`` in place: its ``restarts`` count becomes ``number``."""
+
+    key: str
+    number: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What the loop does next with one job.
+
+    Attributes:
+        ending: the attempt ends (stop every task not done, then finish); None: it goes on.
+        restart: tasks to restart in place (only when ``ending`` is None).
+        release: keys of waiting tasks whose dependencies now run (set ``desired: run``).
+        missing: replicas of the spec not placed yet ({role: count}); the core places
+            them when they fit (scheduler/core/grow.py).
+        free: keys of finished tasks whose allocation may be given back while the job
+            goes on (only while replicas are missing: the rest of the gang may need it).
+    """
+
+    ending: Ending | None = None
+    restart: tuple[Restart, ...] = ()
+    release: tuple[str, ...] = ()
+    missing: dict[str, int] = field(default_factory=dict)
+    free: tuple[str, ...] = ()
+
+
+def task_event(task: TaskRecord) -> Event | None:
+    """The failure-type event a finished task raised, or None (running, or succeeded, or
+    stopped at the loop's request)."""
+    if task.state == TaskState.FAILED:
+        return "task_failed"
+    if task.state == TaskState.LOST:
+        return "unknown"
+    if task.state == TaskState.STOPPED and task.desired != "stop":
+        return "task_evicted"
+    return None
+
+
+def rule_for(spec: JobSpec, event: Event, role: str) -> EventPolicySpec | None:
+    """The first ``policies.on_events`` rule for ``event`` on a task of ``role``."""
+    for rule in spec.policies.on_events:
+        if rule.event == event and rule.role in (None, role):
+            return rule
+    return None
+
+
+def task_retry_limit(spec: JobSpec, role: str, explicit: bool) -> int:
+    """In-place restarts a task of ``role`` may have: ``max_task_retries``; when the role
+    sets none, 0 by default and ``retry.max_attempts - 1`` for an explicit ``restart_task``
+    rule."""
+    limit = spec.roles[role].max_task_retries
+    if limit is not None:
+        return limit
+    return spec.retry.max_attempts - 1 if explicit else 0
+
+
+def min_succeeded(spec: JobSpec, role: str) -> int | None:
+    """Successes of ``role`` that end the job early (role ``completion.min_succeeded``, or
+    the legacy ``policies.completion`` of that role), None when none."""
+    r = spec.roles[role]
+    if r.completion is not None and r.completion.min_succeeded is not None:
+        return r.completion.min_succeeded
+    legacy = spec.policies.completion
+    if legacy is not None and legacy.role == role:
+        return 1 if legacy.when == "any" else r.replicas
+    return None
+
+
+def min_failed(spec: JobSpec, role: str) -> int:
+    """Failures of ``role`` that end the attempt (role ``completion.min_failed``, default 1)."""
+    c = spec.roles[role].completion
+    return c.min_failed if c is not None and c.min_failed is not None else 1
+
+
+def _diagnosis(t: TaskRecord) -> Diagnosis | None:
+    """The failure class of ``t`` (issue 19, scheduler/diagnosis.py): the agent's, or
+    ``node_lost`` for a lost task; None otherwise."""
+    return diagnose_task(t) if t.diagnosis or t.state == TaskState.LOST else None
+
+
+def _failure_why(t: TaskRecord) -> str:
+    if t.state == TaskState.LOST:
+        why = f"task {t.key} lost: {t.message}"
+    elif t.state == TaskState.STOPPED:
+        why = f"task {t.key} stopped on {t.node} without a stop request"
+    else:
+        why = f"task {t.key} exited with code {t.exit_code} on {t.node}"
+    d = _diagnosis(t)
+    return f"{why} [{d.kind}: {d.summary}]" if d else why
+
+
+def _attempt_failed(
+    spec: JobSpec, failures: int, t: TaskRecord, why: str, *, force_retry: bool = False
+) -> Ending:
+    """The default ending of an attempt that failed because of task ``t``."""
+    code = None if t.state in (TaskState.LOST, TaskState.STOPPED) else t.exit_code
+    infra = t.state == TaskState.LOST
+    attempts = failures + 1
+    limit = spec.retry.max_attempts
+    if not force_retry and spec.policies.on_task_failure == "fail_job":
+        state, why = JobState.FAILED, f"{why}; on_task_failure is fail_job"
+    elif not force_retry and not spec.retry.retryable(code, getattr(_diagnosis(t), "kind", None)):
+        state, why = JobState.FAILED, f"{why}; exit code {code} is not retried"
+    elif attempts >= limit:
+        state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"
+    else:
+        state, why = JobState.QUEUED, f"{why}; retrying ({attempts} of {limit} attempts failed)"
+    return Ending(state, why, failure=True, exit_code=code, infrastructure=infra)
+
+
+def _by_action(
+    spec: JobSpec, failures: int, rule: EventPolicySpec, t: TaskRecord | None, why: str
+) -> Ending | None:
+    """The ending an ``on_events`` action gives (None for restart_task: handled apart)."""
+    because = f"{why}; policy {rule.event} -> {rule.action}"
+    if rule.action == "complete_job":
+        return Ending(JobState.SUCCEEDED, because)
+    if rule.action == "fail_job":
+        code = t.exit_code if t is not None and t.state == TaskState.FAILED else None
+        return Ending(JobState.FAILED, because, failure=t is not None, exit_code=code)
+    if rule.action == "terminate_job":
+        return Ending(JobState.STOPPED, because)
+    if rule.action == "restart_job":
+        if t is None:  # task_completed -> restart_job: another attempt, within the budget
+            if failures + 1 >= spec.retry.max_attempts:
+                return Ending(JobState.SUCCEEDED, f"{because}; no attempts left to restart")
+            return Ending(JobState.QUEUED, because, failure=True)
+        return _attempt_failed(spec, failures, t, because, force_retry=True)
+    return None
+
+
+def decide(
+    spec: JobSpec,
+    tasks: Sequence[TaskRecord],
+    *,
+    failures: int = 0,
+    stop_requested: str = "",
+    draining: Iterable[str] = (),
+) -> Step:
+    """What happens next to a placed job (see the module docstring for the rules).
+
+    Args:
+        spec: the job's spec.
+        tasks: its current attempt's task records (any order; only placed tasks exist).
+        failures: attempts that failed so far (``JobRecord.failures``).
+        stop_requested: non-empty: a user asked to stop it (the reason).
+        draining: names of nodes being drained.
+
+    Returns:
+        A :class:`Step`. Pure and deterministic: tasks are looked at in role declaration
+        order, then replica index.
+    """
+    if stop_requested:
+        return Step(ending=Ending(JobState.STOPPED, stop_requested))
+    order = {r: i for i, r in enumerate(spec.roles)}
+    tasks = sorted(tasks, key=lambda t: (order.get(t.role, len(order)), t.index))
+    by_role: dict[str, list[TaskRecord]] = {r: [] for r in spec.roles}
+    for t in tasks:
+        by_role.setdefault(t.role, []).append(t)
+    missing = {
+        r: spec.roles[r].replicas - len(ts)
+        for r, ts in by_role.items()
+        if r in spec.roles and len(ts) < spec.roles[r].replicas
+    }
+
+    # 1. failure-type events: restart in place, a policy's action, or the role's tolerance
+    restarts: list[Restart] = []
+    failed_count: dict[str, int] = {}
+    for t in tasks:
+        event = task_event(t)
+        if event is None or t.role not in spec.roles:
+            continue
+        why = _failure_why(t)
+        rule = rule_for(spec, event, t.role)
+        wants_restart = rule is None or rule.action == "restart_task"
+        limit = task_retry_limit(spec, t.role, explicit=rule is not None)
+        if wants_restart and event != "unknown" and t.restarts < limit:
+            restarts.append(
+                Restart(t.key, t.restarts + 1, f"{why}; restart {t.restarts + 1} of {limit}")
+            )
+            continue
+        if rule is not None and rule.action == "restart_task" and event == "unknown":
+            return Step(ending=_attempt_failed(spec, failures, t, why, force_retry=True))
+        if rule is not None and rule.action != "restart_task":
+            ending = _by_action(spec, failures, rule, t, why)
+            if ending is not None:
+                return Step(ending=ending)
+        failed_count[t.role] = failed_count.get(t.role, 0) + 1
+        tolerance = min_failed(spec, t.role)
+        if failed_count[t.role] >= tolerance:
+            if tolerance > 1:
+                why = f"{why}; {failed_count[t.role]} task(s) of role {t.role} failed"
+            return Step(ending=_attempt_failed(spec, failures, t, why))
+
+    # 2. a drain requeues the job without charging it
+    drain = set(draining)
+    on_draining = sorted({t.node for t in tasks if not t.done and t.node in drain})
+    if on_draining:
+        return Step(
+            ending=Ending(
+                JobState.QUEUED,
+                f"node(s) {', '.join(on_draining)} draining; requeued",
+                preempted=True,
+            )
+        )
+
+    # 3. successes: task_completed policies, then completion rules
+    for role, ts in by_role.items():
+        if role not in spec.roles:
+            continue
+        ok = sum(1 for t in ts if t.state == TaskState.SUCCEEDED)
+        if ok == spec.roles[role].replicas:
+            rule = rule_for(spec, "task_completed", role)
+            if rule is not None:
+                why = f"every task of role {role} succeeded"
+                ending = _by_action(spec, failures, rule, None, why)
+                if ending is not None:
+                    return Step(ending=ending)
+        need = min_succeeded(spec, role)
+        if need is not None and ok >= need:
+            replicas = spec.roles[role].replicas
+            why = f"{ok} of {replicas} task(s) of role {role} succeeded (completion needs {need})"
+            return Step(ending=Ending(JobState.SUCCEEDED, why))
+
+    need = spec.policies.min_succeeded
+    ok = sum(1 for t in tasks if t.state == TaskState.SUCCEEDED)
+    if need is not None and ok >= need:
+        why = f"{ok} task(s) succeeded (policies.min_succeeded is {need})"
+        return Step(ending=Ending(JobState.SUCCEEDED, why))
+
+    # 4. everything ended within tolerance (replicas counted from the spec)
+    restarting = {r.key for r in restarts}
+    if not missing and not restarting and tasks and all(t.done for t in tasks):
+        ok = sum(1 for t in tasks if t.state == TaskState.SUCCEEDED)
+        total = spec.task_count()
+        reason = (
+            "all tasks succeeded"
+            if ok == total
+            else f"all tasks ended: {ok} of {total} succeeded, the failures within tolerance"
+        )
+        return Step(ending=Ending(JobState.SUCCEEDED, reason))
+
+    # 5. dependencies: waiting tasks whose roles' dependencies run
+    release = tuple(t.key for t in tasks if t.desired == WAIT and _deps_running(spec, t, by_role))
+    free = tuple(t.key for t in tasks if t.done and t.key not in restarting) if missing else ()
+    return Step(restart=tuple(restarts), release=release, missing=missing, free=free)
+
+
+def _deps_running(spec: JobSpec, t: TaskRecord, by_role: dict[str, list[TaskRecord]]) -> bool:
+    for dep in spec.roles[t.role].depends_on:
+        ts = by_role.get(dep, [])
+        if not ts or any(x.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) for x in ts):
+            return False
+    return True
+
+
+def initial_desired(spec: JobSpec, role: str) -> str:
+    """``desired`` of a newly bound task of ``role``: ``wait`` when it has dependencies."""
+    return WAIT if spec.roles[role].depends_on else "run"
+
+
+def expired(end_time: float | None, ttl: float | None, now: float) -> bool:
+    """Whether a finished job's records are due for clean-up: ``ttl`` seconds after
+    ``end_time`` (None ttl: kept forever)."""
+    return end_time is not None and ttl is not None and now - end_time >= ttl
