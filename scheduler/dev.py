@@ -3,7 +3,9 @@
 ``up(nodes=2, gpus_per_node=0)`` starts, each as its own process (own session, logs in
 ``<base>/logs/``)::
 
-    redis-server (from PATH, port free at start, data in <base>/redis)
+    redis-server (from PATH, port free at start, data in <base>/redis; a password for
+                  the default user in <base>/redis.password and one ACL user per node,
+                  ``node-<name>``, as the redis role creates them: scheduler/store/acl.py)
     python -m scheduler.api  --config <base>/scheduler.yaml   (endpoint http://127.0.0.1:<port>)
     python -m scheduler.loop --config <base>/scheduler.yaml
     python -m scheduler.agent --config <base>/agent-<i>.yaml   x nodes (executor: process,
@@ -26,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import shutil
 import socket
 import subprocess
@@ -107,6 +110,8 @@ class DevCluster:
         endpoint: API base URL ("" when started without the API).
         token: admin token for the API.
         redis_url: Redis of the cluster. base_dir: its data. share_dir: the share.
+        redis_password_file: the password of its ``default`` user (0600, in base_dir);
+            each agent logs in as its own ACL user ``node-<name>`` (scheduler/store/acl.py).
         scheduler_config: scheduler.yaml path. agent_configs: one agent.yaml per node.
         _procs: started processes by name (redis, api, loop, agent-0...); private so that
             printing the public fields as JSON works; ``pids`` shows them.
@@ -121,6 +126,7 @@ class DevCluster:
     scheduler_config: str
     agent_configs: list[str]
     nodes: list[str]
+    redis_password_file: str = ""
     _procs: dict[str, Proc] = field(default_factory=dict)
 
     @property
@@ -151,7 +157,17 @@ class DevCluster:
 
         from scheduler.store import Store
 
-        return Store(redis.Redis.from_url(self.redis_url, decode_responses=True))
+        return Store(
+            redis.Redis.from_url(
+                self.redis_url, password=self.redis_password(), decode_responses=True
+            )
+        )
+
+    def redis_password(self) -> str | None:
+        """The ``default`` user's password (None for a cluster started without one)."""
+        if not self.redis_password_file:
+            return None
+        return Path(self.redis_password_file).read_text().strip()
 
     # ---- components (used by tests: kill the loop, kill an agent, restart) -----------
     def start_loop(self) -> Proc:
@@ -191,8 +207,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(data_dir: Path) -> Iterator[str]:
+def redis_server(
+    data_dir: Path, config: Path | None = None, password: str | None = None
+) -> Iterator[str]:
     """A private redis-server (from PATH) on a free port; yields its URL.
+
+    Args:
+        data_dir: its working directory (no persistence is configured).
+        config: a configuration file to start from (e.g. one the redis role rendered);
+            port, bind, dir and persistence are overridden on the command line.
+        password: the default user's password, for the readiness PING.
 
     Raises:
         RuntimeError: redis-server is not on PATH or does not answer within 10 s.
@@ -202,10 +226,12 @@ def redis_server(data_dir: Path) -> Iterator[str]:
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("redis-server not found on PATH (apt-get install redis-server)")
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
     port = free_port()
     proc = subprocess.Popen(
         [
             exe,
+            *([str(config)] if config is not None else []),
             "--port",
             str(port),
             "--bind",
@@ -225,11 +251,13 @@ def redis_server(data_dir: Path) -> Iterator[str]:
         deadline = time.monotonic() + 10
         while True:
             try:
-                redis.Redis.from_url(url).ping()
+                redis.Redis.from_url(url, password=password).ping()
                 break
             except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("redis-server did not answer within 10 s") from None
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(
+                        f"redis-server did not answer within 10 s (exit {proc.poll()})"
+                    ) from None
                 time.sleep(0.05)
         yield url
     finally:
@@ -390,12 +418,24 @@ def _up(
 ) -> None:
     import redis
 
+    from scheduler.store.acl import node_password, node_user, user_directive
+
     base = Path(cluster.base_dir)
     port = free_port()
+    names = [f"dev-node-{i}" for i in range(nodes)]
+    # Redis with a password and one ACL user per node, as the redis role sets it up; the
+    # secrets live only in 0600 files of this cluster's directory, never on a command line
+    password, agent_secret = secrets.token_hex(24), secrets.token_hex(24)
+    cluster.redis_password_file = str(base / "redis.password")
+    _secret_file(Path(cluster.redis_password_file), password)
+    conf = [f"requirepass {password}"]
+    conf += [user_directive(node_user(n), node_password(agent_secret, n), n) for n in names]
+    _secret_file(base / "redis" / "pasture.conf", "\n".join(conf))
     cluster._procs["redis"] = _spawn(
         "redis",
         [
             redis_exe,
+            str(base / "redis" / "pasture.conf"),
             "--port",
             str(port),
             "--bind",
@@ -413,13 +453,13 @@ def _up(
     )
     cluster.redis_url = f"redis://127.0.0.1:{port}/0"
     cluster.save(directory)
-    client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+    client = redis.Redis.from_url(cluster.redis_url, password=password, decode_responses=True)
     _wait("redis-server", client.ping, cluster._procs["redis"], timeout)
 
     api_port = free_port()
     settings = {
         "cluster_name": "dev",
-        "redis": {"url": cluster.redis_url},
+        "redis": {"url": cluster.redis_url, "password_file": cluster.redis_password_file},
         "share_dir": cluster.share_dir,
         "api": {"host": "127.0.0.1", "port": api_port},
         "loop": {
@@ -465,12 +505,17 @@ def _up(
 
     # disjoint port ranges: all nodes share 127.0.0.1
     first = random.randrange(20000, 60000 - 200 * nodes, 100)
-    for i in range(nodes):
-        name = f"dev-node-{i}"
+    for i, name in enumerate(names):
+        password_file = base / "agents" / f"{name}.password"
+        _secret_file(password_file, node_password(agent_secret, name))
         agent = {
             "node_name": name,
             "address": "127.0.0.1",
-            "redis": {"url": cluster.redis_url},
+            "redis": {
+                "url": cluster.redis_url,
+                "username": node_user(name),
+                "password_file": str(password_file),
+            },
             "share_dir": cluster.share_dir,
             "executor": "process",
             "heartbeat_interval_s": hb_interval,
@@ -498,6 +543,14 @@ def _up(
         None,
         timeout,
     )
+
+
+def _secret_file(path: Path, content: str) -> None:
+    """Write ``content`` to ``path`` readable by this user only (0600 from creation)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(content + "\n")
 
 
 def _cpu(cpu: Any) -> int | None:

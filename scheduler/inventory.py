@@ -1,6 +1,6 @@
 """ClusterOutputs (contract 1) and the Ansible inventory rendered from it.
 
-Every Pulumi stack (``stacks/azure_vm.py``, ``stacks/aks.py``, ``stacks/onprem.py``) exports
+Every Pulumi stack (``stacks/azure_vm.py``, ``stacks/aks/``, ``stacks/onprem.py``) exports
 the fields of :class:`ClusterOutputs` as top-level stack outputs. ``pulumi stack output
 --json`` prints them as one JSON object; :func:`parse_stack_output` validates it and
 :func:`render_inventory` turns it into the inventory shape written down in

@@ -25,7 +25,7 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   exit code; the ending is marked ``infrastructure`` so that it can be left uncharged.
 - The job succeeds as soon as ``completion.min_succeeded`` tasks of some role succeeded
   (legacy ``policies.completion {role, when: any|all}`` means 1 | all replicas of that
-  role), or ``policies.min_succeeded`` tasks of any roles (Volcano ``minSuccess``); its
+  role), or job ``min_succeeded`` tasks of any roles (Volcano ``minSuccess``); its
   other tasks are stopped.
 - Else it succeeds when every replica of every role, counted from the spec (not from the
   tasks placed so far), has ended: succeeded, or failed within its role's tolerance.
@@ -61,7 +61,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scheduler.diagnosis import Diagnosis, diagnose_task
-from scheduler.spec.model import EventPolicySpec, JobSpec
+from scheduler.spec.model import JobSpec
+from scheduler.spec.policies import EventRule
 from scheduler.store.records import JobState, TaskRecord, TaskState
 
 Event = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
@@ -159,7 +160,7 @@ def task_event(task: TaskRecord) -> Event | None:
     return None
 
 
-def rule_for(spec: JobSpec, event: Event, role: str) -> EventPolicySpec | None:
+def rule_for(spec: JobSpec, event: Event, role: str) -> EventRule | None:
     """The first ``policies.on_events`` rule for ``event`` on a task of ``role``."""
     for rule in spec.policies.on_events:
         if rule.event == event and rule.role in (None, role):
@@ -172,7 +173,7 @@ def task_retry_limit(spec: JobSpec, role: str, explicit: bool) -> int:
     sets none, 0 by default and ``retry.max_attempts - 1`` for an explicit ``restart_task``
     rule."""
     limit = spec.roles[role].max_task_retries
-    if limit is not None:
+    if limit:
         return limit
     return spec.retry.max_attempts - 1 if explicit else 0
 
@@ -190,7 +191,8 @@ def min_succeeded(spec: JobSpec, role: str) -> int | None:
 
 
 def min_failed(spec: JobSpec, role: str) -> int:
-    """Failures of ``role`` that end the attempt (role ``completion.min_failed``, default 1)."""
+    """Failures of ``role`` that end the attempt (role ``completion.min_failed``, default 1;
+    -1: never, OpenPAI's -1)."""
     c = spec.roles[role].completion
     return c.min_failed if c is not None and c.min_failed is not None else 1
 
@@ -232,7 +234,7 @@ def _attempt_failed(
 
 
 def _by_action(
-    spec: JobSpec, failures: int, rule: EventPolicySpec, t: TaskRecord | None, why: str
+    spec: JobSpec, failures: int, rule: EventRule, t: TaskRecord | None, why: str
 ) -> Ending | None:
     """The ending an ``on_events`` action gives (None for restart_task: handled apart)."""
     because = f"{why}; policy {rule.event} -> {rule.action}"
@@ -310,7 +312,7 @@ def decide(
                 return Step(ending=ending)
         failed_count[t.role] = failed_count.get(t.role, 0) + 1
         tolerance = min_failed(spec, t.role)
-        if failed_count[t.role] >= tolerance:
+        if tolerance > 0 and failed_count[t.role] >= tolerance:
             if tolerance > 1:
                 why = f"{why}; {failed_count[t.role]} task(s) of role {t.role} failed"
             return Step(ending=_attempt_failed(spec, failures, t, why))
@@ -345,10 +347,10 @@ def decide(
             why = f"{ok} of {replicas} task(s) of role {role} succeeded (completion needs {need})"
             return Step(ending=Ending(JobState.SUCCEEDED, why))
 
-    need = spec.policies.min_succeeded
+    need = spec.min_succeeded
     ok = sum(1 for t in tasks if t.state == TaskState.SUCCEEDED)
     if need is not None and ok >= need:
-        why = f"{ok} task(s) succeeded (policies.min_succeeded is {need})"
+        why = f"{ok} task(s) succeeded (min_succeeded is {need})"
         return Step(ending=Ending(JobState.SUCCEEDED, why))
 
     # 4. everything ended within tolerance (replicas counted from the spec)

@@ -44,6 +44,7 @@ from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
 from scheduler.store.notify import Notifications
 from scheduler.store.records import JobRecord, JobState, NodeRecord, TaskRecord, TaskState
+from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 
@@ -127,6 +128,7 @@ class Loop:
         """Run heartbeats, lifecycle, snapshot -> core -> commit once."""
         result = CycleResult()
         t0 = time.perf_counter()
+        apply_node_reports(self.store)  # agents' task reports, checked against the ledger
         now = self.store.now()
         nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
         self._check_heartbeats(nodes, now)

@@ -33,10 +33,14 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from scheduler.agent.taints import toleration
+
 NAMESPACE = "pasture"
 
 # Azure/Kubernetes/inventory-safe names: lower-case letters, digits, '-'.
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
+# Azure Files share names: 3-63 chars, no leading/trailing/double dash.
+_AZURE_FILE_SHARE = re.compile(r"^(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*$")
 _SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp\d+|sk-\S+) [A-Za-z0-9+/=]+( .*)?$")
 
 
@@ -132,12 +136,22 @@ class GpuPool(_Item):
             raise ValueError(f"expected an AKS pool name (a-z0-9, <= 12 chars), got {v!r}")
         return v
 
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, v: str | None) -> str | None:
+        # It becomes the node label pasture/gpu-model (Kubernetes label value rules).
+        if v is not None and not re.match(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$", v):
+            raise ValueError(
+                f"expected a GPU model usable as a node label value (letters, digits, "
+                f"'-', '_', '.', <= 63 chars, like 'A100'), got {v!r}"
+            )
+        return v
+
     @field_validator("taints")
     @classmethod
     def _taints(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for t in v:
-            if not re.match(r"^[\w./-]+(=[\w.-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$", t):
-                raise ValueError(f"expected taints like 'key=value:NoSchedule', got {t!r}")
+            toleration(t)  # the one taint parser; raises ValueError naming the taint
         return v
 
     @model_validator(mode="after")
@@ -235,7 +249,8 @@ class StackConfig(BaseModel):
     system_pool: SystemPool = Field(default_factory=SystemPool)
     gpu_pools: tuple[GpuPool, ...] = Field(default_factory=_default_gpu_pools)
     namespace: str = "pasture"
-    pasture_image: str = "pasture:0.1.0"
+    pasture_image: str = ""  # "": built from the Containerfile and pushed (stacks/aks/image.py)
+    pasture_image_base: str = "python:3.11-slim"
     redis_image: str = "redis:7.2"
     redis_storage_gb: int = Field(default=8, ge=1)
     device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
@@ -312,6 +327,12 @@ class StackConfig(BaseModel):
             names = [h.name for h in self.hosts]
             if self.master.name in names:
                 raise _KeyError("hosts", f"{self.master.name!r} is also the master")
+        if self.platform == "aks" and not _AZURE_FILE_SHARE.match(self.share_name):
+            raise _KeyError(
+                "shareName",
+                "expected an Azure Files share name for platform aks (3-63 lower-case "
+                f"letters, digits and single dashes), got {self.share_name!r}",
+            )
         if self.converge and self.platform == "aks":
             raise _KeyError(
                 "converge", "site.yml does not converge an aks cluster (Pulumi deploys it)"

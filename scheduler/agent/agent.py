@@ -33,6 +33,7 @@ from scheduler.diagnosis import diagnose_report
 from scheduler.discovery import mpi_hostfile, task_env
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
+from scheduler.store.agent_store import NodeStore
 from scheduler.store.notify import Notifications
 from scheduler.store.records import NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import Store
@@ -61,16 +62,21 @@ class Agent:
 
     Args:
         settings: agent settings (node name, address, share, executor, work_dir...).
-        store: the Redis store (default: from ``settings.redis``).
+        store: the store (default: a :class:`NodeStore` of this node from
+            ``settings.redis``, whose writes go only to this node's keys; tests may pass a
+            full :class:`Store`, which applies reports directly).
         executor: the executor (default: ``settings.executor``).
     """
 
     def __init__(
-        self, settings: AgentSettings, store: Store | None = None, executor: Executor | None = None
+        self,
+        settings: AgentSettings,
+        store: NodeStore | Store | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.s = settings
         self.node = settings.node_name
-        self.store = store or Store.from_settings(settings.redis)
+        self.store = store or NodeStore.from_settings(settings.redis, settings.node_name)
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
         )

@@ -378,21 +378,19 @@ class GpuHealthMonitor:
             return []
 
     def check(self, store: Any, node: str, report: list[dict[str, Any]]) -> bool:
-        """Cordon ``node`` (with the reason and a node event) when ``report`` has an
-        unhealthy GPU and the node is ready; once per distinct set of problems, so an
-        operator's uncordon sticks until something new goes wrong. Returns True when it
-        cordoned."""
+        """Ask to cordon ``node`` (with the reason and a node event) when ``report`` has an
+        unhealthy GPU (``store.request_cordon``: the loop cordons it if it is ready); once
+        per distinct set of problems, so an operator's uncordon sticks until something new
+        goes wrong. Returns True when it asked."""
         reason = unhealthy_reason(report)
         if not reason or reason == self._cordoned_for:
             return False
-        rec = store.get_node(node)
-        if rec is None or rec.state != "ready":
-            return False
         why = f"cordoned by the GPU health probe: {reason}"
-        store.set_node_state(node, "cordoned", why)
-        store.add_node_event(node, why)
+        # a NodeStore queues the request for the loop; a full Store applies it (only a
+        # ready node is cordoned: an operator's drain or cordon stays)
+        store.request_cordon(node, why)
         self._cordoned_for = reason
-        log.warning("node %s %s", node, why)
+        log.warning("node %s: %s", node, why)
         return True
 
 

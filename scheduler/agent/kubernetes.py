@@ -14,7 +14,14 @@ the GPU pool taints, the cluster share (an Azure Files PVC) mounted at the agent
 Settings come from the agent's environment, set by the aks stack's DaemonSet:
 ``PASTURE_K8S_NAMESPACE`` (default: the pod's own namespace), ``PASTURE_K8S_SHARE_CLAIM``
 (PVC of the share), ``PASTURE_K8S_IMAGE`` (image of tasks that name none),
-``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate).
+``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate: the
+pool's taints, plus ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` on a Spot
+pool; parsed by :mod:`scheduler.agent.taints`). The node's capacity comes from its node
+object (:mod:`scheduler.agent.k8s_capacity`), not from NVML in the agent's container.
+
+Spot eviction: Azure deletes the node and the agent's pod with it, so the agent's
+heartbeat stops; the loop marks the node ``lost`` and its tasks ``lost`` (the
+infrastructure-fault path), it does not see a task failure.
 
 Only :func:`build_pod`, :func:`pod_name` and :func:`exit_code` hold logic; they are pure
 and tested against the Kubernetes client's models. The executor class is a thin wrapper
@@ -25,15 +32,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import client as k8s
 
+from scheduler.agent import taints
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
+
+log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
@@ -114,18 +126,6 @@ def pod_name(task_id: str) -> str:
     return f"{cleaned[:54].rstrip('-')}-{digest}"
 
 
-def _toleration(taint: str) -> k8s.V1Toleration:
-    """``key=value:Effect`` -> toleration (operator Equal), ``key:Effect`` -> Exists."""
-    try:
-        key_value, effect = taint.rsplit(":", 1)
-    except ValueError:
-        raise ValueError(f"taint must be 'key[=value]:Effect', got {taint!r}") from None
-    if "=" in key_value:
-        key, value = key_value.split("=", 1)
-        return k8s.V1Toleration(key=key, operator="Equal", value=value, effect=effect)
-    return k8s.V1Toleration(key=key_value, operator="Exists", effect=effect)
-
-
 def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
     """The Pod that runs one task on the node the core chose.
 
@@ -191,7 +191,8 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
             enable_service_links=False,
             automount_service_account_token=False,
             service_account_name=settings.service_account,
-            tolerations=[_toleration(t) for t in settings.tolerations] or None,
+            tolerations=[k8s.V1Toleration(**t) for t in taints.tolerations(settings.tolerations)]
+            or None,
             containers=[container],
             volumes=volumes or None,
         ),
@@ -214,6 +215,30 @@ def exit_code(pod: k8s.V1Pod) -> int | None:
     return None
 
 
+# How long a task pod that the infrastructure ended (drain, eviction, node shutdown) or
+# that vanished is still reported as running: AKS drains a Spot node on its preemption
+# notice and Azure deletes the VM about 30 s later, taking this agent with it, so the
+# node's loss (an infrastructure fault) reaches the loop before any task failure would.
+DISRUPTION_HOLD_S = 120.0
+
+
+def disruption(pod: k8s.V1Pod | None) -> str | None:
+    """Why the infrastructure ended a task pod, or None when it did not.
+
+    Returns the reason of the pod's ``DisruptionTarget`` condition (Kubernetes >= 1.26:
+    ``EvictionByEvictionAPI`` for a drain, such as AKS node auto-drain on a Spot
+    preemption notice; ``DeletionByTaintManager``; ``TerminationByKubelet`` for a node
+    shutdown; ``PreemptionByScheduler``; ``DeletionByPodGC``), or ``"pod deleted"`` for a
+    pod that no longer exists (``pod`` None).
+    """
+    if pod is None:
+        return "pod deleted"
+    for cond in (pod.status.conditions or []) if pod.status else []:
+        if cond.type == "DisruptionTarget" and cond.status == "True":
+            return cond.reason or "DisruptionTarget"
+    return None
+
+
 class KubernetesExecutor(Executor):
     """Runs tasks as pods bound to this agent's node (see the module docstring).
 
@@ -222,6 +247,10 @@ class KubernetesExecutor(Executor):
         settings: pod settings; default from the environment (:meth:`PodSettings.from_env`).
         api: a ``CoreV1Api``; default from the in-cluster service account (or kubeconfig).
         cli: ignored (the agent passes the container CLI to every executor).
+        disruption_hold_s: seconds a pod ended by the infrastructure, or gone, is still
+            reported as running (:data:`DISRUPTION_HOLD_S`, see :func:`disruption`);
+            then its exit code (-1 when gone) is reported.
+        clock: monotonic clock in seconds.
     """
 
     kind = "kubernetes"
@@ -231,9 +260,15 @@ class KubernetesExecutor(Executor):
         network: str = "host",
         settings: PodSettings | None = None,
         api: k8s.CoreV1Api | None = None,
+        disruption_hold_s: float = DISRUPTION_HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
         **_ignored: object,
     ) -> None:
         self.settings = settings or PodSettings.from_env(network=network)
+        self.disruption_hold_s = disruption_hold_s
+        self._clock = clock
+        self._disrupted: dict[str, float] = {}  # handle -> when first seen disrupted
+        self._deleted: set[str] = set()  # handles this executor deleted
         if api is None:
             from kubernetes import config as k8s_config
 
@@ -257,16 +292,37 @@ class KubernetesExecutor(Executor):
         return f"{self.settings.namespace}/{pod.metadata.name}"
 
     def poll(self, handle: str) -> int | None:
+        """Exit code of the task pod (-1: gone), None while it runs; a pod the
+        infrastructure ended counts as running for ``disruption_hold_s`` (see
+        :data:`DISRUPTION_HOLD_S`), unless this executor deleted it."""
         namespace, name = handle.split("/", 1)
         try:
-            return exit_code(self.api.read_namespaced_pod(name, namespace))
+            pod = self.api.read_namespaced_pod(name, namespace)
         except k8s.ApiException as exc:
-            if exc.status == 404:
-                return -1
-            raise
+            if exc.status != 404:
+                raise
+            pod = None
+        code = -1 if pod is None else exit_code(pod)
+        why = None if code is None or handle in self._deleted else disruption(pod)
+        if why is None:
+            return code
+        now = self._clock()
+        since = self._disrupted.setdefault(handle, now)
+        if since == now:
+            log.warning(
+                "task pod %s ended by the infrastructure (%s): reported as running for %.0f s "
+                "so that a node going away is seen as lost, not as the task's failure",
+                handle,
+                why,
+                self.disruption_hold_s,
+            )
+        if now - since < self.disruption_hold_s:
+            return None
+        return code
 
     def stop(self, handle: str, grace_s: float) -> None:
         namespace, name = handle.split("/", 1)
+        self._deleted.add(handle)
         try:
             self.api.delete_namespaced_pod(
                 name, namespace, grace_period_seconds=max(int(grace_s), 0)
@@ -287,6 +343,8 @@ class KubernetesExecutor(Executor):
 
     def cleanup(self, handle: str) -> None:
         namespace, name = handle.split("/", 1)
+        self._disrupted.pop(handle, None)
+        self._deleted.discard(handle)
         try:
             self.api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         except k8s.ApiException as exc:

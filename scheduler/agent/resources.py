@@ -1,4 +1,5 @@
-"""What this node has and uses: psutil for CPU and memory, nvidia-ml-py for GPUs.
+"""What this node has and uses: psutil for CPU and memory, nvidia-ml-py for GPUs (in a
+Kubernetes pod: the node object, see :mod:`scheduler.agent.k8s_capacity`).
 
 GPU detection is guarded: without the NVIDIA driver (``libnvidia-ml.so`` missing, as on
 this build machine) or without the ``pynvml`` module, the node has 0 GPUs and usage reports
@@ -7,7 +8,7 @@ an empty GPU list.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
@@ -53,15 +54,26 @@ def detect_gpus() -> tuple[int, str | None]:
 
 
 def detect_capacity(overrides: Any = None) -> Capacity:
-    """Capacity from psutil / NVML; fields of ``overrides`` (settings ``resources``) that
-    are not None win."""
-    gpu, model = detect_gpus()
-    cap = {
-        "cpu_m": (psutil.cpu_count() or 1) * 1000,
-        "memory": psutil.virtual_memory().total,
-        "gpu": gpu,
-        "gpu_model": model,
-    }
+    """Capacity from psutil / NVML, or in a Kubernetes pod (``PASTURE_K8S_NODE_NAME`` set)
+    from the node object (:mod:`scheduler.agent.k8s_capacity`); fields of ``overrides``
+    (settings ``resources``) that are not None win.
+
+    Raises:
+        NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
+    """
+    from scheduler.agent.k8s_capacity import capacity_from_env  # imports this module
+
+    node = capacity_from_env()
+    if node is not None:
+        cap = asdict(node)
+    else:
+        gpu, model = detect_gpus()
+        cap = {
+            "cpu_m": (psutil.cpu_count() or 1) * 1000,
+            "memory": psutil.virtual_memory().total,
+            "gpu": gpu,
+            "gpu_model": model,
+        }
     if overrides is not None:
         for src, dst in (
             ("cpu", "cpu_m"),

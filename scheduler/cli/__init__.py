@@ -8,6 +8,7 @@ pasture vc list                              -> REST API
 pasture data push|pull, image push           -> SSH (paramiko) to the master / nodes
 pasture dev up|down                          -> scheduler.dev (local processes)
 pasture serve api|loop, agent run, admin ... -> server side, Redis directly
+  (admin backup|restore FILE: scheduler.cli.backup)
 pasture sim ..., inventory ...               -> scheduler.sim.cli, scheduler.inventory
 ```
 Exit codes: see :mod:`scheduler.cli.output`.
@@ -19,7 +20,7 @@ import importlib
 
 import typer
 
-from scheduler.cli import cluster, data, dev, jobs, login, server
+from scheduler.cli import backup, cluster, data, dev, jobs, login, server
 
 app = typer.Typer(
     name="pasture",
@@ -38,6 +39,8 @@ app.add_typer(data.image_app, name="image")
 app.add_typer(dev.dev_app, name="dev")
 app.add_typer(server.serve_app, name="serve")
 app.add_typer(server.agent_app, name="agent")
+server.admin_app.command("backup")(backup.backup)
+server.admin_app.command("restore")(backup.restore)
 app.add_typer(server.admin_app, name="admin")
 
 # Groups written by others, imported inside a guard so that a missing or broken one only

@@ -37,7 +37,10 @@ def up(
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
     state = cluster.to_dict()
-    info = {k: state[k] for k in ("endpoint", "token", "redis_url", "share_dir", "nodes")}
+    info = {
+        k: state[k]
+        for k in ("endpoint", "token", "redis_url", "redis_password_file", "share_dir", "nodes")
+    }
     if as_json:
         typer.echo(json.dumps(info))
         return
@@ -45,6 +48,7 @@ def up(
     console.print(f"token:    {info['token']}")
     console.print(f"nodes:    {', '.join(info['nodes'])}")
     console.print(f"share:    {info['share_dir']}")
+    console.print(f"redis:    {info['redis_url']} (password in {info['redis_password_file']})")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")
 
 

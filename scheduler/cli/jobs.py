@@ -108,14 +108,19 @@ def submit(
     timeout: float = typer.Option(0, help="with --wait: give up after seconds"),
     as_json: bool = typer.Option(False, "--json", help="print the stored job as JSON"),
 ) -> None:
-    """Submit a job spec (pasture, OpenPAI v2 or MARO format)."""
+    """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
+
+    Fields of a foreign format that have no effect here are printed as warnings."""
     client = _client()
     job = client.submit(file.read_bytes(), json_body=file.suffix.lower() == ".json")
     name = job.get("name")
     if as_json:
         print_json(job)
     else:
-        console.print(f"submitted job [bold]{name}[/bold] to vc {job.get('vc')}")
+        for other in job.get("jobs") or [name]:
+            console.print(f"submitted job [bold]{other}[/bold] to vc {job.get('vc')}")
+    for warning in job.get("warnings") or []:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}")
     if follow and _wait_for_log(client, name, None, None):
         _stream(client, name, None, None)
     if wait or follow:

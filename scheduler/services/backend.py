@@ -39,7 +39,7 @@ def open_store(settings: Any, client: Any | None = None) -> Any:
 
 
 def parse_job_spec(document: Any) -> Any:
-    """Validate a parsed job document (pasture, OpenPAI v2 or MARO) into the job spec.
+    """Validate a parsed job document (pasture, OpenPAI v1/v2, MARO, Volcano) into one job spec.
 
     Raises:
         scheduler.spec.SpecError: ``errors`` lists ``{"loc": "roles.worker.cpu", "msg",
@@ -48,6 +48,31 @@ def parse_job_spec(document: Any) -> Any:
     from scheduler import spec
 
     return spec.parse_job_spec(document)
+
+
+def parse_job(document: Any) -> Any:
+    """Translate (any supported format) and validate a parsed job document once.
+
+    Returns:
+        :class:`scheduler.spec.ParsedJob` (``specs``, ``format``, ``warnings``).
+
+    Raises:
+        scheduler.spec.SpecError: as :func:`parse_job_spec`.
+    """
+    from scheduler import spec
+
+    return spec.parse_job(document)
+
+
+def load_document(body: bytes | str, as_json: bool = False) -> Any:
+    """The bounded YAML/JSON parse of a job spec's text (size, depth and alias limits).
+
+    Raises:
+        scheduler.spec.DocumentError: malformed or over a limit (``errors`` as SpecError).
+    """
+    from scheduler import spec
+
+    return spec.load_document(body, as_json=as_json)
 
 
 def job_template() -> str:

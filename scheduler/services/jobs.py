@@ -12,7 +12,6 @@ import json
 import time
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import ValidationError
 
 from scheduler.services import backend
@@ -34,7 +33,9 @@ JOB_STATES: tuple[str, ...] = get_args(JobStateName)
 
 
 def parse_document(body: bytes, content_type: str | None = None) -> dict:
-    """Parse a request body holding a job spec as YAML or JSON.
+    """Parse a request body holding a job spec as YAML or JSON, within the spec's bounds
+    (size, nesting depth, YAML aliases: :mod:`scheduler.spec.bounded`). This is the one
+    parse of the text; :meth:`JobService.submit` validates the result once.
 
     Args:
         body: raw bytes (UTF-8).
@@ -45,29 +46,16 @@ def parse_document(body: bytes, content_type: str | None = None) -> dict:
         The top-level mapping.
 
     Raises:
-        BadRequestError: not UTF-8, or malformed YAML/JSON (the message gives the line).
+        BadRequestError: not UTF-8, empty, malformed YAML/JSON (the message gives the
+            line), or over a bound (too large, too deep, too many aliases).
         InvalidSpecError: the document is not a mapping.
     """
+    as_json = bool(content_type and "json" in content_type.lower())
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequestError(f"job spec: expected UTF-8 text, got bytes ({exc})") from None
-    if not text.strip():
-        raise BadRequestError("job spec: expected a YAML or JSON document, got an empty body")
-    try:
-        if content_type and "json" in content_type.lower():
-            document = json.loads(text)
-        else:
-            document = yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise BadRequestError(
-            f"job spec: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise BadRequestError(f"job spec: malformed YAML{where}: {problem}") from None
+        document = backend.load_document(body, as_json=as_json)
+    except ValueError as exc:  # scheduler.spec.DocumentError
+        errors = getattr(exc, "errors", None) or [{"msg": str(exc)}]
+        raise BadRequestError("job spec: " + "; ".join(e["msg"] for e in errors)) from None
     if not isinstance(document, dict):
         raise InvalidSpecError(
             "job spec: expected a mapping at the top level",
@@ -143,13 +131,17 @@ class JobService:
 
     # -- submit -------------------------------------------------------------------------
     def validate(self, document: dict) -> Any:
-        """Validate a parsed document into the backend's job spec.
+        """Translate (OpenPAI v1/v2, MARO, Volcano) and validate a parsed document once.
+
+        Returns:
+            The backend's parsed job: ``.specs`` (one job spec; several for a MARO
+            schedule), ``.format`` and ``.warnings`` (fields accepted without effect).
 
         Raises:
             InvalidSpecError: with one entry per problem and its field path.
         """
         try:
-            return backend.parse_job_spec(document)
+            return backend.parse_job(document)
         except ValidationError as exc:  # before ValueError: it is one
             errors = validation_errors(exc)
             raise InvalidSpecError(_summary(errors), errors) from None
@@ -161,27 +153,61 @@ class JobService:
                 f"invalid job spec: {exc}", [{"loc": [], "msg": str(exc), "type": "value_error"}]
             ) from None
 
+    def _check_vc(self, vc: str) -> None:
+        """Refuse a VC the store does not know (skipped while no VC is configured yet)."""
+        known = self.store.vcs()
+        if known and vc not in known:
+            raise InvalidSpecError(
+                f"invalid job spec: vc: no virtual cluster {vc!r}; known: {sorted(known)}",
+                [
+                    {
+                        "loc": ["vc"],
+                        "msg": f"no virtual cluster {vc!r}; known: {sorted(known)}",
+                        "type": "unknown_vc",
+                        "input": vc,
+                    }
+                ],
+            )
+
     def submit(self, principal: Principal, document: dict) -> dict:
-        """Validate and store a new job; returns the stored job record.
+        """Validate and store a new job; returns the stored job record with ``warnings``
+        (list of sentences: fields of a foreign format accepted without effect). A MARO
+        schedule stores one job per name (all checked before any is stored) and the answer
+        is the first job's record with ``jobs`` listing every name.
 
         Raises:
-            InvalidSpecError (422), ForbiddenError (403, VC not allowed),
-            ConflictError (409, a job of that name exists).
+            InvalidSpecError (422: invalid, unknown VC, can never be placed),
+            ForbiddenError (403, VC not allowed), ConflictError (409, a job of that name
+            exists).
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
-        spec = self.validate(document)
-        require_vc(principal, field(spec, "vc", default="default"))
-        reason = self.fit_reason(spec)
-        if reason is not None:
-            raise InvalidSpecError(
-                f"job can never be placed: {reason}",
-                [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
-            )
-        try:
-            job = self.store.create_job(spec, user=principal.name)
-        except backend.job_exists_error() as exc:
-            raise ConflictError(str(exc)) from None
-        return as_dict(job)
+        parsed = self.validate(document)
+        specs = list(getattr(parsed, "specs", [parsed]))
+        for spec in specs:
+            vc = field(spec, "vc", default="default")
+            require_vc(principal, vc)
+            self._check_vc(vc)
+            reason = self.fit_reason(spec)
+            if reason is not None:
+                raise InvalidSpecError(
+                    f"job can never be placed: {reason}",
+                    [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
+                )
+        if len(specs) > 1:
+            for spec in specs:
+                if self.store.get_job(spec.name) is not None:
+                    raise ConflictError(f"job {spec.name!r} already exists")
+        jobs = []
+        for spec in specs:
+            try:
+                jobs.append(self.store.create_job(spec, user=principal.name))
+            except backend.job_exists_error() as exc:
+                raise ConflictError(str(exc)) from None
+        out = as_dict(jobs[0])
+        out["warnings"] = list(getattr(parsed, "warnings", []))
+        if len(jobs) > 1:
+            out["jobs"] = [field(j, "name") for j in jobs]
+        return out
 
     # -- read ---------------------------------------------------------------------------
     def _visible(self, principal: Principal, name: str) -> Any:

@@ -1,31 +1,39 @@
-"""Job specs: the pasture format, OpenPAI v2 and MARO translation, quantities, template.
+"""Job specs: the pasture format, the formats of other systems, quantities, template.
 
-Entry points:
-    load_job_spec(text) -> JobSpec      parse YAML/JSON text of any supported format
-    parse_job_spec(doc) -> JobSpec      the same from an already parsed mapping
-    unfittable_reason(spec, nodes)      why no node of the cluster could ever hold the gang
-    JOB_TEMPLATE                        commented example for ``pasture template job``
+Entry points (each request parses and validates once):
+    load_job(text, as_json=False) -> ParsedJob   bounded YAML/JSON parse + parse_job
+    parse_job(doc, fmt=None) -> ParsedJob         detect format, translate, validate
+    load_job_spec(text) / parse_job_spec(doc)     the same, one JobSpec (no warnings)
+    load_document(text, as_json=False)            the bounded parse alone
+    unfittable_reason(spec, nodes)                why no node of the cluster could ever hold it
+    JOB_TEMPLATE                                  commented example for ``pasture template job``
+
+Formats: pasture, OpenPAI protocol v1 and v2, MARO job/schedule, Volcano Job (see
+:mod:`scheduler.spec.formats` and docs/compat.md).
 
 Errors: :class:`SpecError` carries ``errors``: a list of ``{"loc": "roles.worker.resources
-.memory", "msg": ..., "input": ...}`` dicts (the API answers 422 with them).
+.memory", "msg": ..., "input": ...}`` dicts (the API answers 422 with them);
+:class:`DocumentError` (malformed or over a limit) answers 400.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
 
-import yaml
 from pydantic import ValidationError
 
+from scheduler.spec.bounded import MAX_SPEC_BYTES, load_document
+from scheduler.spec.errors import DocumentError, SpecError, safe_input
 from scheduler.spec.fit import unfittable_reason
-from scheduler.spec.model import (
+from scheduler.spec.formats import TranslateError, translate
+from scheduler.spec.model import JobSpec, ResourceSpec, RoleSpec
+from scheduler.spec.policies import (
     CompletionSpec,
-    JobSpec,
+    EventRule,
     MountSpec,
     PoliciesSpec,
-    ResourceSpec,
     RetrySpec,
-    RoleSpec,
+    RoleCompletionSpec,
 )
 from scheduler.spec.quantity import (
     QuantityError,
@@ -35,63 +43,57 @@ from scheduler.spec.quantity import (
     parse_memory,
 )
 from scheduler.spec.template import JOB_TEMPLATE
-from scheduler.spec.translate import TranslateError, from_maro, from_openpai, is_maro, is_openpai
-
-MAX_SPEC_BYTES = 1024 * 1024
 
 __all__ = [
     "JOB_TEMPLATE",
+    "MAX_SPEC_BYTES",
     "CompletionSpec",
+    "DocumentError",
+    "EventRule",
     "JobSpec",
     "MountSpec",
+    "ParsedJob",
     "PoliciesSpec",
     "QuantityError",
     "ResourceSpec",
     "RetrySpec",
+    "RoleCompletionSpec",
     "RoleSpec",
     "SpecError",
     "format_cpu",
     "format_memory",
+    "load_document",
+    "load_job",
     "load_job_spec",
     "parse_cpu",
+    "parse_job",
     "parse_job_spec",
     "parse_memory",
     "unfittable_reason",
 ]
 
 
-class SpecError(ValueError):
-    """A job spec is invalid. ``errors`` lists ``{"loc", "msg", "input"}`` dicts; ``loc`` is a
-    dotted field path ('' for the document itself)."""
+@dataclass
+class ParsedJob:
+    """A validated submission: ``specs`` (one JobSpec; several for a MARO schedule), the
+    source ``format`` key ('pasture', 'openpai-v1', 'openpai-v2', 'maro', 'volcano') and
+    ``warnings`` (fields accepted without effect, one sentence each)."""
 
-    def __init__(self, errors: list[dict[str, Any]]) -> None:
-        self.errors = errors
-        lines = [f"{e['loc'] or '(document)'}: {e['msg']}" for e in errors]
-        super().__init__("invalid job spec: " + "; ".join(lines))
+    format: str
+    specs: list[JobSpec]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def spec(self) -> JobSpec:
+        """The first (usually only) job."""
+        return self.specs[0]
 
 
 def _loc(parts: tuple) -> str:
     return ".".join(str(p) for p in parts)
 
 
-def parse_job_spec(doc: object, *, fmt: str | None = None) -> JobSpec:
-    """Validate a parsed document (pasture, OpenPAI v2 or MARO; auto-detected unless ``fmt``
-    is 'pasture' | 'openpai' | 'maro'). Raises SpecError."""
-    if not isinstance(doc, dict):
-        raise SpecError(
-            [{"loc": "", "msg": f"expected a mapping, got {type(doc).__name__}", "input": None}]
-        )
-    if fmt is None:
-        fmt = "openpai" if is_openpai(doc) else "maro" if is_maro(doc) else "pasture"
-    try:
-        if fmt == "openpai":
-            doc = from_openpai(doc)
-        elif fmt == "maro":
-            doc = from_maro(doc)
-        elif fmt != "pasture":
-            raise SpecError([{"loc": "", "msg": f"unknown format {fmt!r}", "input": fmt}])
-    except TranslateError as exc:
-        raise SpecError([{"loc": exc.loc, "msg": exc.message, "input": _safe(exc.given)}]) from exc
+def _validate(doc: dict, prefix: str) -> JobSpec:
     try:
         return JobSpec.model_validate(doc)
     except ValidationError as exc:
@@ -101,38 +103,56 @@ def parse_job_spec(doc: object, *, fmt: str | None = None) -> JobSpec:
             if e["type"] == "extra_forbidden":
                 msg = "unknown field"
             msg = msg.removeprefix("Value error, ")
-            errors.append({"loc": _loc(e["loc"]), "msg": msg, "input": _safe(e.get("input"))})
+            loc = _loc(e["loc"])
+            if prefix:
+                msg = f"{msg} (the translated pasture field; see docs/compat.md)"
+                loc = f"{prefix}{loc}"
+            errors.append({"loc": loc, "msg": msg, "input": safe_input(e.get("input"))})
         raise SpecError(errors) from exc
 
 
-def _safe(value: object) -> object:
-    """A JSON-friendly, short rendering of an offending input."""
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
+def parse_job(doc: object, *, fmt: str | None = None) -> ParsedJob:
+    """Detect the format of a parsed document, translate it and validate the result.
+
+    Args:
+        doc: the parsed document (a mapping).
+        fmt: force a format key ('pasture', 'openpai-v1', 'openpai-v2', 'maro', 'volcano').
+
+    Raises:
+        SpecError: not a mapping, none of the formats, a field refused by name (``loc`` is
+            the source format's path), or an invalid pasture field.
+    """
+    if not isinstance(doc, dict):
+        raise SpecError.one("", f"expected a mapping, got {type(doc).__name__}")
+    try:
+        result = translate(doc, fmt)
+    except TranslateError as exc:
+        raise SpecError(
+            [{"loc": exc.loc, "msg": exc.message, "input": safe_input(exc.given)}]
+        ) from exc
+    prefix = "" if result.fmt == "pasture" else "(translated) "
+    specs = [_validate(d, prefix) for d in result.documents]
+    return ParsedJob(result.fmt, specs, result.warnings)
+
+
+def load_job(text: str | bytes, *, as_json: bool = False, fmt: str | None = None) -> ParsedJob:
+    """Parse job text within the limits of :mod:`scheduler.spec.bounded`, then
+    :func:`parse_job`. Raises DocumentError / SpecError."""
+    return parse_job(load_document(text, as_json=as_json), fmt=fmt)
+
+
+def parse_job_spec(doc: object, *, fmt: str | None = None) -> JobSpec:
+    """:func:`parse_job` for callers that want the one JobSpec (a MARO schedule of several
+    jobs is refused here). Raises SpecError."""
+    parsed = parse_job(doc, fmt=fmt)
+    if len(parsed.specs) != 1:
+        raise SpecError.one(
+            "job_names", f"a MARO schedule of {len(parsed.specs)} jobs; submit it through the API"
+        )
+    return parsed.spec
 
 
 def load_job_spec(text: str | bytes, *, fmt: str | None = None) -> JobSpec:
-    """Parse YAML (JSON is YAML) job text of at most 1 MiB. Raises SpecError (malformed
-    YAML, too large, or invalid fields)."""
-    if len(text) > MAX_SPEC_BYTES:
-        raise SpecError(
-            [
-                {
-                    "loc": "",
-                    "msg": f"spec is {len(text)} bytes; at most {MAX_SPEC_BYTES} allowed",
-                    "input": None,
-                }
-            ]
-        )
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(
-            [{"loc": "", "msg": f"malformed YAML{where}: {problem}", "input": None}]
-        ) from exc
-    return parse_job_spec(doc, fmt=fmt)
+    """Parse YAML (JSON is YAML) job text of at most 1 MiB into one JobSpec. Raises
+    SpecError (malformed YAML, too large, or invalid fields)."""
+    return parse_job_spec(load_document(text), fmt=fmt)

@@ -2,8 +2,11 @@
 
 Only the static shape of the cluster counts (each node's capacity, labels, GPU model; not
 what is free now, and lost nodes are ignored): a task fits a node when its request fits in
-the node's capacity and the node matches its selector and GPU model. The gang's minimum
-(``min_available`` of every role) must also fit in the whole cluster's capacity.
+the node's capacity and the node passes the core's own static filters
+(:data:`scheduler.core.plugins.FILTERS` ``gpu-model`` and ``node-selector``, so submit and
+placement never disagree: a role with ``gpu_model`` needs a node of that model even when it
+asks for no GPU). The gang's minimum (the core's ``Job.gang_request()``: ``min_available``
+of every role) must also fit in the whole cluster's capacity.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from scheduler.core.model import Node, NodeState, Resources
+from scheduler.core.plugins import FILTERS
 from scheduler.spec.model import JobSpec
 from scheduler.spec.quantity import format_cpu, format_memory
 
@@ -35,15 +39,20 @@ def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
     total = Resources()
     for n in usable:
         total = total + n.capacity
-    gang = Resources()
+    static = [FILTERS["gpu-model"].check, FILTERS["node-selector"].check]
+    core_job = spec.to_core()
+    core_roles = {r.name: r for r in core_job.roles}
     for name, role in spec.roles.items():
         req = role.resources.to_core()
         model = role.resources.gpu_model
+        core_role = core_roles[name]
         candidates = [
             n
             for n in usable
-            if all(n.labels.get(k) == v for k, v in role.node_selector.items())
-            and (model is None or req.gpu == 0 or n.gpu_model == model)
+            if all(
+                check(n, (n.capacity.cpu_m, n.capacity.memory, n.capacity.gpu), core_role)
+                for check in static
+            )
         ]
         if not candidates:
             what = []
@@ -60,7 +69,7 @@ def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
                 f"role {name}: a task needs {_describe(req)}; the largest matching node "
                 f"({biggest.name}) has {_describe(biggest.capacity)}"
             )
-        gang = gang + req * (role.min_available or role.replicas)
+    gang = core_job.gang_request()  # the core's own minimum gang, so the two agree
     if not gang.fits_in(total):
         return (
             f"the gang needs {_describe(gang)} in total; the whole cluster has {_describe(total)}"

@@ -3,30 +3,34 @@
 Shape (YAML or JSON)::
 
     name: mnist-ddp            # [a-z0-9-], 1..63 chars, unique in the cluster
-    vc: default                # virtual cluster charged
+    vc: default                # virtual cluster charged (must exist)
     priority: normal           # int 0..100 or opportunistic|low|normal|high|critical
     image: localhost/pasture-base:bookworm   # default image of every role
     roles:                     # declaration order = rank order
       ps:     {replicas: 1, resources: {cpu: 1, memory: 1Gi}, command: "python3 ps.py"}
-      worker: {replicas: 2, resources: {cpu: 2, memory: 4Gi, gpu: 1}, command: "..."}
+      worker: {replicas: 2, resources: {cpu: 2, memory: 4Gi, gpu: 1}, command: "...",
+               completion: {min_succeeded: 1}, max_task_retries: 2, shm: 1Gi,
+               depends_on: [ps]}
+    min_available: 2           # job-wide gang minimum (Volcano spec.minAvailable)
+    min_succeeded: 2           # job succeeds once this many tasks (any role) succeeded
     retry: {max_attempts: 3, retry_on_exit_codes: [...] | fail_on_exit_codes: [...]}
     policies: {on_task_failure: restart_job | fail_job, completion: {role: worker, when: all},
                on_events: [{event: task_completed, action: complete_job, role: worker}]}
-    ttl_after_finished: 3600   # seconds a finished job's records are kept (default: settings)
-    # per role: completion: {min_succeeded: 1, min_failed: 2}, max_task_retries: 3,
-    #           depends_on: [ps]   (see docs/jobs.md, "Lifecycle")
     mounts: [{source: datasets/mnist, target: /data}]   # paths inside the cluster share
+    code_dir: code/mnist       # share dir copied into each task's working dir ./code
     env: {KEY: value}
-    mpi: false
+    mpi: false                 # write an MPI hostfile
+    ssh: false                 # ssh between the job's tasks (implied by mpi)
+    ttl_after_finished: 86400  # seconds after the job ended before its records go
 
-Units after validation: cpu in millicores, memory in bytes, gpu whole devices.
-Unknown fields are errors. See :func:`scheduler.spec.load_job_spec` for parsing text.
+Units after validation: cpu in millicores, memory and shm in bytes, gpu whole devices.
+Unknown fields are errors. See :func:`scheduler.spec.load_job_spec` for parsing text and
+docs/compat.md for what each field means at run time and which format fields map to it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -38,6 +42,15 @@ from pydantic import (
 )
 
 from scheduler.core.model import Job, PriorityClass, Resources, TaskRole
+from scheduler.spec.policies import (
+    MAX_COMMAND,
+    MountSpec,
+    PoliciesSpec,
+    RetrySpec,
+    RoleCompletionSpec,
+    check_env,
+    check_share_path,
+)
 from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
 
 # Limits beyond which a request is a typo rather than a machine (per task).
@@ -45,10 +58,22 @@ MAX_CPU_M = 1024 * 1000  # 1024 cores
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 64
 MAX_REPLICAS = 10_000
-MAX_TTL_S = 10 * 365 * 86400  # ttl_after_finished: ten years
+MAX_ROLES = 64
+MAX_MOUNTS = 32
+MAX_TTL_S = 366 * 86400
 NAME_RE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 ROLE_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
-ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+PORT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
+IMAGE_RE = re.compile(r"[^\s]{1,512}")
+LABEL_RE = re.compile(r"[A-Za-z0-9._/-]{1,253}")
+LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9._-]{0,63}")
+
+
+def env_name(name: str) -> str:
+    """A role name as it appears inside environment variable names (``a-b`` -> ``A_B``):
+    two roles whose names give the same ``env_name`` are refused."""
+    return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
 class _Model(BaseModel):
@@ -107,43 +132,29 @@ class ResourceSpec(_Model):
         return Resources(cpu_m=self.cpu, memory=self.memory, gpu=self.gpu)
 
 
-class RoleCompletionSpec(_Model):
-    """When this role's tasks end the job (OpenPAI v2 ``completion.minSucceededInstances`` /
-    ``minFailedInstances``, v1 ``minSucceededTaskCount`` / ``minFailedTaskCount``; the
-    FrameworkController completion policy).
-
-    min_succeeded: the job succeeds as soon as this many tasks of the role succeeded (its
-        other tasks are stopped). None: no early success; the job succeeds when every task
-        of every role has ended within its failure tolerance.
-    min_failed: the job's attempt fails as soon as this many tasks of the role failed
-        (then ``retry`` decides). None: 1.
-    """
-
-    min_succeeded: int | None = Field(None, ge=1, le=MAX_REPLICAS)
-    min_failed: int | None = Field(None, ge=1, le=MAX_REPLICAS)
-
-
 class RoleSpec(_Model):
     """One task role: ``replicas`` tasks each requesting ``resources`` and running ``command``.
 
-    Lifecycle fields (semantics in :mod:`scheduler.lifecycle`): ``completion`` (see
-    :class:`RoleCompletionSpec`), ``max_task_retries`` (a failed task of this role is
-    restarted in place up to this many times before its failure counts; None = 0, or
-    ``retry.max_attempts - 1`` for an ``on_events`` ``restart_task`` rule) and
-    ``depends_on`` (roles whose tasks must all be running before this role's tasks start).
+    Besides the basics: ``min_available`` (gang minimum of this role: the job starts when
+    this many of its tasks fit; the rest start when they fit), ``completion`` (per-role
+    success/failure counts, :class:`RoleCompletionSpec`), ``max_task_retries`` (a failed task
+    of this role is restarted alone up to this many times before the failure counts),
+    ``shm`` (bytes of /dev/shm), ``depends_on`` (roles whose tasks must all be running
+    before this role's tasks start).
     """
 
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     resources: ResourceSpec = ResourceSpec()
-    command: str = Field(min_length=1)
-    image: str | None = None
+    command: str = Field(min_length=1, max_length=MAX_COMMAND)
+    image: str | None = Field(None, min_length=1, max_length=512)
     min_available: int | None = Field(None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
-    ports: list[str] = Field(default_factory=list)
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    ports: list[str] = Field(default_factory=list, max_length=16)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
     completion: RoleCompletionSpec | None = None
     max_task_retries: int | None = Field(None, ge=0, le=100)
-    depends_on: list[str] = Field(default_factory=list)
+    shm: int | None = Field(None, description="bytes of /dev/shm; accepts '64Mi'")
+    depends_on: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -152,145 +163,69 @@ class RoleSpec(_Model):
             return "\n".join(str(x) for x in v)
         return v
 
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not IMAGE_RE.fullmatch(v):
+            raise ValueError(f"expected an image reference without spaces, got {v!r}")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env(v)
+
     @field_validator("ports")
     @classmethod
     def _ports(cls, v: list[str]) -> list[str]:
         for name in v:
-            if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", name):
-                raise ValueError(f"port names must be identifiers, got {name!r}")
-        if len(set(v)) != len(v):
-            raise ValueError(f"port names must be unique, got {v}")
+            if not PORT_RE.fullmatch(name):
+                raise ValueError(f"port names must be identifiers (<= 63 chars), got {name!r}")
+        mangled = [n.upper() for n in v]
+        if len(set(mangled)) != len(v):
+            raise ValueError(f"port names must be unique (ignoring case), got {v}")
+        return v
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not LABEL_RE.fullmatch(key) or not LABEL_VALUE_RE.fullmatch(value):
+                raise ValueError(
+                    f"node_selector: expected label key/value of [A-Za-z0-9._/-], got {key!r}: "
+                    f"{value!r}"
+                )
+        return v
+
+    @field_validator("shm", mode="before")
+    @classmethod
+    def _shm(cls, v: object) -> object:
+        return None if v is None else parse_memory(v)
+
+    @field_validator("shm")
+    @classmethod
+    def _shm_range(cls, v: int | None) -> int | None:
+        if v is not None and not 0 < v <= MAX_MEMORY:
+            raise ValueError(f"expected more than 0 and at most 64Ti bytes, got {v} bytes")
         return v
 
     @model_validator(mode="after")
-    def _min_available(self) -> RoleSpec:
+    def _counts(self) -> RoleSpec:
         if self.min_available is not None and self.min_available > self.replicas:
             raise ValueError(
                 f"min_available ({self.min_available}) exceeds replicas ({self.replicas})"
             )
         c = self.completion
-        for what in ("min_succeeded", "min_failed"):
-            n = getattr(c, what) if c is not None else None
+        for what, n in (
+            ("min_succeeded", c and c.min_succeeded),
+            ("min_failed", c and c.min_failed),
+        ):
             if n is not None and n > self.replicas:
-                raise ValueError(
-                    f"completion.{what}: expected at most replicas ({self.replicas}), got {n}"
-                )
+                raise ValueError(f"completion.{what} ({n}) exceeds replicas ({self.replicas})")
         return self
 
 
-class RetrySpec(_Model):
-    """Retry policy of a job attempt that failed.
-
-    max_attempts: attempts that may fail before the job fails (1 = no retry).
-    retry_on_exit_codes: when given, only these exit codes are retried.
-    fail_on_exit_codes: these exit codes fail the job at once (ignored when
-        retry_on_exit_codes is given). Node loss is always retryable.
-    retry_on: when given, only failures of these diagnosis classes are retried
-        (``[node_lost, nccl_error]``; see scheduler/diagnosis_rules.yaml and
-        docs/operations.md); a failure also retries when retry_on_exit_codes names its code.
-    """
-
-    max_attempts: int = Field(1, ge=1, le=100)
-    retry_on_exit_codes: list[int] | None = None
-    fail_on_exit_codes: list[int] = Field(default_factory=list)
-    retry_on: list[str] | None = None
-
-    def retryable(self, exit_code: int | None, diagnosis: str | None = None) -> bool:
-        """Whether a failure with ``exit_code`` (None = infrastructure failure) and
-        diagnosis class ``diagnosis`` (:mod:`scheduler.diagnosis`) may retry."""
-        if exit_code is None:
-            return True
-        if self.retry_on is not None:
-            return diagnosis in self.retry_on or exit_code in (self.retry_on_exit_codes or [])
-        if self.retry_on_exit_codes is not None:
-            return exit_code in self.retry_on_exit_codes
-        return exit_code not in self.fail_on_exit_codes
-
-
-class CompletionSpec(_Model):
-    """The job succeeds when ``all`` / ``any`` task(s) of ``role`` succeeded; the rest are
-    stopped."""
-
-    role: str
-    when: Literal["all", "any"] = "all"
-
-
-EventName = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
-ActionName = Literal["complete_job", "restart_job", "restart_task", "fail_job", "terminate_job"]
-
-
-class EventPolicySpec(_Model):
-    """One Volcano-style lifecycle policy: when ``event`` happens to a task of ``role`` (any
-    role when None), take ``action`` (Volcano Job ``policies``: TaskCompleted, PodFailed,
-    PodEvicted, Unknown -> CompleteJob, RestartJob, RestartTask, AbortJob, TerminateJob).
-    Semantics of each event and action: :mod:`scheduler.lifecycle`."""
-
-    event: EventName
-    action: ActionName
-    role: str | None = None
-
-
-class PoliciesSpec(_Model):
-    """on_task_failure: restart_job (stop the gang; retry per ``retry``) or fail_job (fail at
-    once, no retry). completion: see :class:`CompletionSpec` (default: every task of every
-    role must succeed). on_events: see :class:`EventPolicySpec`; the first rule that matches
-    an event wins over the defaults. min_succeeded: successes over all roles that end the
-    job (Volcano ``minSuccess``)."""
-
-    on_task_failure: Literal["restart_job", "fail_job"] = "restart_job"
-    completion: CompletionSpec | None = None
-    on_events: list[EventPolicySpec] = Field(default_factory=list, max_length=64)
-    min_succeeded: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_REPLICAS,
-        description="the job succeeds once this many of its tasks (any roles) succeeded "
-        "(Volcano spec.minSuccess)",
-    )
-
-
-class MountSpec(_Model):
-    """A directory of the cluster share mounted into a task's container at ``target``
-    (container executor; the process executor reads the share at PASTURE_SHARE_DIR)."""
-
-    source: str = ""
-    target: str
-
-    @field_validator("source")
-    @classmethod
-    def _source(cls, v: str) -> str:
-        if v.startswith("/") or ".." in v.split("/"):
-            raise ValueError(f"expected a path relative to the share without '..', got {v!r}")
-        return v
-
-    @field_validator("target")
-    @classmethod
-    def _target(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"expected an absolute path, got {v!r}")
-        return v
-
-
 _PRIORITY_NAMES = {p.name.lower(): int(p) for p in PriorityClass}
-
-
-def _no_dependency_cycle(roles: dict[str, RoleSpec]) -> None:
-    """Raise ValueError naming a cycle in the roles' ``depends_on``."""
-    state: dict[str, int] = {}  # 1 visiting, 2 done
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = path[path.index(name) :] + [name]
-            raise ValueError(f"roles: depends_on has a cycle: {' -> '.join(cycle)}")
-        state[name] = 1
-        for dep in roles[name].depends_on:
-            visit(dep, path + [name])
-        state[name] = 2
-
-    for name in roles:
-        visit(name, [])
 
 
 class JobSpec(_Model):
@@ -299,21 +234,20 @@ class JobSpec(_Model):
     name: str = Field(pattern=NAME_RE)
     vc: str = "default"
     priority: int = int(PriorityClass.NORMAL)
-    image: str | None = None
-    roles: dict[str, RoleSpec] = Field(min_length=1)
+    image: str | None = Field(None, min_length=1, max_length=512)
+    roles: dict[str, RoleSpec] = Field(min_length=1, max_length=MAX_ROLES)
+    min_available: int | None = Field(None, ge=1)
+    min_succeeded: int | None = Field(None, ge=1)
     retry: RetrySpec = RetrySpec()
     policies: PoliciesSpec = PoliciesSpec()
-    mounts: list[MountSpec] = Field(default_factory=list)
+    mounts: list[MountSpec] = Field(default_factory=list, max_length=MAX_MOUNTS)
+    code_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     mpi: bool = False
+    ssh: bool = False
     preemptible: bool = True
-    estimated_duration_s: float | None = Field(None, gt=0)
-    ttl_after_finished: int | None = Field(
-        None,
-        ge=0,
-        le=MAX_TTL_S,
-        description="seconds a finished job's records are kept; None: the default",
-    )
+    estimated_duration_s: float | None = Field(None, gt=0, le=10 * 366 * 86400)
+    ttl_after_finished: int | None = Field(None, ge=0, le=MAX_TTL_S)
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -333,12 +267,39 @@ class JobSpec(_Model):
             raise ValueError(f"expected 0..100, got {v}")
         return v
 
+    @field_validator("vc")
+    @classmethod
+    def _vc(cls, v: str) -> str:
+        if not VC_RE.fullmatch(v):
+            raise ValueError(f"expected a VC name of [A-Za-z0-9_.-] (<= 63 chars), got {v!r}")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not IMAGE_RE.fullmatch(v):
+            raise ValueError(f"expected an image reference without spaces, got {v!r}")
+        return v
+
+    @field_validator("code_dir")
+    @classmethod
+    def _code_dir(cls, v: str | None) -> str | None:
+        return None if v is None else check_share_path(v, "code_dir")
+
     @field_validator("roles")
     @classmethod
     def _roles(cls, v: dict[str, RoleSpec]) -> dict[str, RoleSpec]:
+        seen: dict[str, str] = {}
         for name in v:
-            if not re.match(ROLE_RE, name):
+            if not re.fullmatch(ROLE_RE, name):
                 raise ValueError(f"role names must match {ROLE_RE}, got {name!r}")
+            key = env_name(name)
+            if key in seen:
+                raise ValueError(
+                    f"roles {seen[key]!r} and {name!r} give the same environment variable "
+                    f"names (…_{key}_…); rename one"
+                )
+            seen[key] = name
         total = sum(r.replicas for r in v.values())
         if total > MAX_REPLICAS:
             raise ValueError(f"at most {MAX_REPLICAS} tasks per job, got {total}")
@@ -347,41 +308,56 @@ class JobSpec(_Model):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not ENV_RE.match(key):
-                raise ValueError(
-                    f"environment variable names must match [A-Za-z_][A-Za-z0-9_]*, got {key!r}"
-                )
-        return v
+        return check_env(v)
 
     @model_validator(mode="after")
-    def _completion_role(self) -> JobSpec:
+    def _references(self) -> JobSpec:
+        roles = list(self.roles)
         c = self.policies.completion
         if c is not None and c.role not in self.roles:
             raise ValueError(
-                f"policies.completion.role: unknown role {c.role!r}; roles are {list(self.roles)}"
+                f"policies.completion.role: unknown role {c.role!r}; roles are {roles}"
             )
         for i, rule in enumerate(self.policies.on_events):
             if rule.role is not None and rule.role not in self.roles:
                 raise ValueError(
-                    f"policies.on_events[{i}].role: unknown role {rule.role!r}; "
-                    f"roles are {list(self.roles)}"
+                    f"policies.on_events[{i}].role: unknown role {rule.role!r}; roles are {roles}"
                 )
         for name, role in self.roles.items():
             for dep in role.depends_on:
                 if dep not in self.roles or dep == name:
                     raise ValueError(
-                        f"roles.{name}.depends_on: expected other roles of this job "
-                        f"{[r for r in self.roles if r != name]}, got {dep!r}"
+                        f"roles.{name}.depends_on: expected other roles of {roles}, got {dep!r}"
                     )
-        _no_dependency_cycle(self.roles)
-        n = self.policies.min_succeeded
-        if n is not None and n > self.task_count():
+        self._no_cycle()
+        if self.min_succeeded is not None and self.min_succeeded > self.task_count():
             raise ValueError(
-                f"policies.min_succeeded: expected at most the job's {self.task_count()} "
-                f"tasks, got {n}"
+                f"min_succeeded ({self.min_succeeded}) exceeds the job's {self.task_count()} tasks"
             )
+        if self.min_available is not None:
+            floor = sum(r.min_available or 0 for r in self.roles.values())
+            if not floor <= self.min_available <= self.task_count():
+                raise ValueError(
+                    f"min_available ({self.min_available}) must be between the roles' "
+                    f"min_available sum ({floor}) and the job's tasks ({self.task_count()})"
+                )
         return self
+
+    def _no_cycle(self) -> None:
+        state: dict[str, int] = {}
+
+        def visit(name: str, path: list[str]) -> None:
+            if state.get(name) == 2:
+                return
+            if state.get(name) == 1:
+                raise ValueError(f"depends_on forms a cycle: {' -> '.join([*path, name])}")
+            state[name] = 1
+            for dep in self.roles[name].depends_on:
+                visit(dep, [*path, name])
+            state[name] = 2
+
+        for name in self.roles:
+            visit(name, [])
 
     def role_image(self, role: str) -> str | None:
         """The role's image, else the job's."""
@@ -389,6 +365,31 @@ class JobSpec(_Model):
 
     def task_count(self) -> int:
         return sum(r.replicas for r in self.roles.values())
+
+    def role_minima(self) -> dict[str, int | None]:
+        """Each role's gang minimum as the core sees it (``TaskRole.min_available``; None =
+        all replicas).
+
+        Without a job-wide ``min_available`` these are the roles' own. With one (Volcano's
+        ``spec.minAvailable``: the job starts once that many of its tasks, of any roles, can
+        run), it is spread over the roles in declaration order: each role first gets its own
+        minimum (or 1 task, while the budget lasts), then the remainder fills roles up to
+        their replicas. This is one of the task sets Volcano would accept; the job starts
+        when that set fits, and the remaining replicas start as room frees up
+        (scheduler/core/grow.py)."""
+        if self.min_available is None:
+            return {name: r.min_available for name, r in self.roles.items()}
+        budget = self.min_available
+        out: dict[str, int] = {}
+        for name, r in self.roles.items():
+            take = min(r.min_available or 1, budget)
+            out[name] = take
+            budget -= take
+        for name, r in self.roles.items():
+            extra = min(r.replicas - out[name], budget)
+            out[name] += extra
+            budget -= extra
+        return {name: out[name] for name in self.roles}
 
     def to_core(
         self,
@@ -399,6 +400,7 @@ class JobSpec(_Model):
         attained_service: float = 0.0,
     ) -> Job:
         """The core's view of this job (resources in millicores / bytes / devices)."""
+        minima = self.role_minima()
         return Job(
             name=self.name,
             vc=self.vc,
@@ -409,7 +411,7 @@ class JobSpec(_Model):
                     resources=r.resources.to_core(),
                     command=r.command,
                     image=r.image or self.image,
-                    min_available=r.min_available,
+                    min_available=minima[name],
                     node_selector=dict(r.node_selector),
                     gpu_model=r.resources.gpu_model,
                 )

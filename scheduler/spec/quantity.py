@@ -33,6 +33,10 @@ _MEMORY_SUFFIX = {
 _NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
 
 
+# Any number above this is a typo (and 1e308 * 1000 is infinite: round() would raise).
+_MAX_NUMBER = 1e18
+
+
 class QuantityError(ValueError):
     """A quantity could not be parsed (message names expected forms and the given value)."""
 
@@ -43,6 +47,8 @@ def _split(value: object, what: str) -> tuple[float, str]:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise QuantityError(f"{what}: expected a finite number, got {value!r}")
+        if value > _MAX_NUMBER:
+            raise QuantityError(f"{what}: expected at most {_MAX_NUMBER:.0e}, got {value!r}")
         if value < 0:
             raise QuantityError(f"{what}: must not be negative, got {value!r}")
         return float(value), ""
@@ -53,6 +59,8 @@ def _split(value: object, what: str) -> tuple[float, str]:
     m = _NUMBER.match(value)
     if not m:
         raise QuantityError(f"{what}: expected a quantity like '2', '500m', '4Gi', got {value!r}")
+    if len(m.group(1)) > 24 or float(m.group(1)) > _MAX_NUMBER:
+        raise QuantityError(f"{what}: expected at most {_MAX_NUMBER:.0e}, got {value!r}")
     return float(m.group(1)), m.group(2)
 
 

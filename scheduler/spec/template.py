@@ -23,10 +23,11 @@ roles:                        # task roles; declaration order is rank order (ps 
       gpu: 0
       # gpu_model: A100       # only nodes with this GPU model
     command: python3 -m scheduler.examples.hello_gang
-    # min_available: 1        # start when 1 fits; the rest start as they fit (default: all)
-    # completion: {min_succeeded: 1, min_failed: 2}   # end the job early (docs/jobs.md)
-    # max_task_retries: 2     # restart a failed task in place up to 2 times
-    # depends_on: [ps]        # start after every ps task runs
+    # min_available: 2        # gang minimum (default: all replicas)
+    # completion: {min_succeeded: 1}   # job succeeds once 1 worker succeeded
+    # max_task_retries: 2     # restart a failed task alone up to 2 times
+    # shm: 1Gi                # /dev/shm size
+    # depends_on: [ps]        # start after every ps task is running
     # image: my/image:tag     # overrides the job's image
     # env: {LOG_LEVEL: info}
     # node_selector: {pool: gpu}
@@ -40,12 +41,14 @@ retry:
 policies:
   on_task_failure: restart_job   # restart_job (retry the whole gang) | fail_job
   # completion: {role: worker, when: all}   # succeed when all|any worker succeeded
-  # on_events:                # Volcano-style: event -> action (docs/jobs.md)
-  #   - {event: task_completed, role: worker, action: complete_job}
-# ttl_after_finished: 86400   # seconds the records of a finished job are kept
+  # on_events:                # Volcano-style rules, first match wins
+  #   - {event: task_completed, action: complete_job, role: worker}
 
 # mounts:                     # directories of the cluster share inside containers
 #   - {source: datasets/mnist, target: /data}
 env: {}                       # environment of every task
 # mpi: true                   # write an MPI hostfile (PASTURE_MPI_HOSTFILE)
+# ssh: true                   # ssh between the job's tasks (mpi implies it)
+# code_dir: code/mnist        # share dir (pasture data push) copied to ./code
+# ttl_after_finished: 86400   # delete the job's records a day after it ended
 """

@@ -526,6 +526,7 @@ class Store:
                     "" if exit_code is None else str(exit_code),
                     message,
                     handle,
+                    "",  # ARGV[10]: infrastructure cause (reports.py)
                     json.dumps(diagnosis) if diagnosis else "",
                 ]
             )
@@ -805,6 +806,16 @@ class Store:
         pipe.rpush(key, json.dumps({"time": self.now(), "state": state, "reason": reason}))
         pipe.ltrim(key, -self.NODE_EVENTS, -1)
         pipe.execute()
+
+    def request_cordon(self, name: str, reason: str) -> bool:
+        """Cordon node ``name`` with ``reason`` and a node event when it is ``ready`` (the
+        GPU health probe's request, issue 19; a node another state keeps it). Returns True
+        when it cordoned."""
+        if self.r.hget(self.k("node", name), "state") != "ready":
+            return False
+        self.set_node_state(name, "cordoned", reason)
+        self.add_node_event(name, reason)
+        return True
 
     def node_events(self, name: str) -> list[dict[str, Any]]:
         """The node's events, oldest first (see :meth:`add_node_event`)."""

@@ -46,12 +46,11 @@ class Cluster:
     """The dev cluster plus tokens: admin, alice (vc default), bob (vc research)."""
 
     def __init__(self, c: dev.DevCluster) -> None:
-        import redis
 
         self.dev = c
         self.endpoint = c.endpoint
         self.admin = c.token
-        tokens = TokenStore(redis.Redis.from_url(c.redis_url, decode_responses=True))
+        tokens = TokenStore(c.store().r)
         self.alice = tokens.create("alice", "user", ["default"])
         self.bob = tokens.create("bob", "user", ["research"])
 

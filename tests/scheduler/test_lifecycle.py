@@ -84,17 +84,17 @@ CASES = [
     # Volcano minSuccess: successes of any roles
     (
         {"a": role(1), "b": role(2)},
-        {"policies": {"min_succeeded": 2}},
+        {"min_succeeded": 2},
         {"a": "O", "b": "RR"},
         None,
         "",
     ),
     (
         {"a": role(1), "b": role(2)},
-        {"policies": {"min_succeeded": 2}},
+        {"min_succeeded": 2},
         {"a": "O", "b": "OR"},
         OK,
-        "policies.min_succeeded is 2",
+        "min_succeeded is 2",
     ),
     # Volcano TaskCompleted -> CompleteJob on the worker role
     (
@@ -315,7 +315,7 @@ def test_an_ending_never_succeeds_with_a_failure_beyond_tolerance(letters, toler
         ({"roles": {"a": role(1, max_task_retries=-1)}}, "max_task_retries"),
         ({"roles": {"a": role(1)}, "ttl_after_finished": -1}, "ttl_after_finished"),
         ({"roles": {"a": role(1)}, "ttl_after_finished": 10**400}, "ttl_after_finished"),
-        ({"roles": {"a": role(2)}, "policies": {"min_succeeded": 3}}, "policies.min_succeeded"),
+        ({"roles": {"a": role(2)}, "min_succeeded": 3}, "min_succeeded"),
     ],
 )
 def test_bad_lifecycle_fields_are_refused_by_name(doc, fragment):

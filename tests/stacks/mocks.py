@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import ipaddress
 import json
 import runpy
@@ -38,6 +39,13 @@ users:
 """
 
 
+# Inputs that name an Azure resource explicitly (instead of azure-native's auto-naming).
+EXPLICIT_NAMES = {
+    "azure-native:containerregistry:Registry": "registryName",
+    "azure-native:storage:StorageAccount": "accountName",
+}
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Echo inputs as outputs, plus what Azure/Kubernetes would compute (addresses)."""
 
@@ -50,7 +58,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.resources.append(args)
         out: dict[str, Any] = dict(args.inputs)
         if args.typ.startswith("azure-native:"):
-            out.setdefault("name", args.name)
+            # Azure's name: the explicit one when the program gives it, else the resource's.
+            out.setdefault("name", args.inputs.get(EXPLICIT_NAMES.get(args.typ, ""), args.name))
         if args.typ == "azure-native:network:NetworkInterface":
             confs = [dict(c) for c in out.get("ipConfigurations", [])]
             confs[0]["privateIPAddress"] = str(self._next_ip)
@@ -63,7 +72,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "kubeletidentity": {"objectId": "kubelet-object-id", "clientId": "c"}
             }
         elif args.typ == "azure-native:containerregistry:Registry":
-            out["loginServer"] = f"{args.name}.azurecr.io"
+            out["loginServer"] = f"{args.inputs.get('registryName', args.name).lower()}.azurecr.io"
+        elif args.typ == "docker-build:index:Image":
+            # What the provider returns after a push: the manifest digest of the image.
+            out["digest"] = "sha256:" + hashlib.sha256(args.name.encode()).hexdigest()
         elif args.typ == "pulumi-python:dynamic:Resource" and "ssh_user" in args.inputs:
             # What stacks.onprem_host.HostProvider.create records (create never runs here).
             out["facts"] = self.host_facts(args.inputs)
@@ -95,6 +107,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "tenantId": "t",
                 "objectId": "o",
                 "clientId": "c",
+            }
+        if args.token == "azure-native:containerregistry:listRegistryCredentials":
+            return {
+                "username": args.args["registryName"],
+                "passwords": [{"name": "password", "value": "acr-admin-password"}],
             }
         if args.token == "azure-native:storage:listStorageAccountKeys":
             return {

@@ -1,21 +1,38 @@
 """Policies of the aks stack under mocks: GPU pools (size, taints, autoscaler bounds),
 ACR attached, the share, workloads on the AKS provider, kubeconfig secret, and agent
-settings that the kubernetes executor and the settings models accept."""
+settings that the kubernetes executor and the settings models accept; the defects of
+issue 18: the image built and pushed in the same run with the workloads on its digest,
+the Spot taint tolerated by every DaemonSet and task pod of a Spot pool, Azure names that
+fit for the longest clusterName, ``gpuPools: []``, and every Kubernetes object valid
+(kubernetes-validate, strict, 1.30-1.34)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from inventory_checks import check_inventory_listing, run_preflight
 
 from scheduler.agent.executor import TaskLaunch
+from scheduler.agent.k8s_capacity import NODE_ENV
 from scheduler.agent.kubernetes import PodSettings, build_pod
+from scheduler.agent.taints import SPOT_TAINT
 from scheduler.inventory import parse_stack_output, write_inventory
 from scheduler.settings import AgentSettings, SchedulerSettings
 from stacks.aks import ACR_PULL_ROLE
-from tests.stacks.mocks import build_stack
+from stacks.aks.agents import ADDRESS_ENV, START_AGENT
+from stacks.aks.image import CONTAINERFILE, REPO_ROOT
+from stacks.aks.names import registry_name, storage_account_name
+from stacks.config import ConfigError, parse_config
+from tests.k8s_manifests import manifest, validate
+from tests.stacks.mocks import SSH_KEY, Built, build_stack
 
 pytestmark = pytest.mark.stacks
 
@@ -42,23 +59,45 @@ POOLS = [
 ]
 
 
+def stack(config: dict) -> Built:
+    """Build the aks program; ``prefix`` is the cluster name, ``image`` the reference the
+    workloads must run (the pushed digest when the stack builds the image)."""
+    built = build_stack({"platform": "aks", **config}, SECRETS)
+    built.prefix = config.get("clusterName", "pasture")
+    if config.get("pastureImage"):
+        built.image = config["pastureImage"]
+    else:
+        (registry,) = built.of_type("azure-native:containerregistry:Registry")
+        digest = hashlib.sha256(f"{built.prefix}-image".encode()).hexdigest()
+        built.image = f"{registry.inputs['registryName']}.azurecr.io/pasture@sha256:{digest}"
+    return built
+
+
 @pytest.fixture(scope="module")
 def aks():
-    return build_stack(
+    return stack(
         {
-            "platform": "aks",
             "clusterName": "aks-dev",
             "allowedCidrs": ["203.0.113.0/24"],
             "gpuPools": POOLS,
             "systemPool": {"vm_size": "Standard_D8s_v5", "count": 3},
-        },
-        SECRETS,
+        }
     )
 
 
 @pytest.fixture(scope="module")
 def aks_default():
-    return build_stack({"platform": "aks"}, SECRETS)
+    return stack({})
+
+
+# The longest clusterName config accepts (32 chars), no GPU pool, an image of the user's.
+LONGEST = "training-cluster-0123456789abcde"
+OWN_IMAGE = "registry.example.com/team/pasture@sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def aks_bare():
+    return stack({"clusterName": LONGEST, "gpuPools": [], "pastureImage": OWN_IMAGE})
 
 
 def k8s_resource(built, name: str):
@@ -84,7 +123,12 @@ def test_gpu_pools_follow_config_with_taints_and_autoscaler_bounds(aks):
         assert pool["resourceName"] == "aks-dev-aks"  # attached to the cluster
     assert a100["nodeTaints"] == ["nvidia.com/gpu=present:NoSchedule"]
     assert t4["nodeTaints"] == ["nvidia.com/gpu=present:NoSchedule", "dedicated=t4:NoExecute"]
-    assert a100["nodeLabels"] == {"accelerator": "a100", "pool": "a100", "pasture/pool": "a100"}
+    assert a100["nodeLabels"] == {
+        "accelerator": "a100",
+        "pool": "a100",
+        "pasture/pool": "a100",
+        "pasture/gpu-model": "A100",
+    }
     assert a100["scaleSetPriority"] == "Spot" and "scaleSetPriority" not in t4
 
 
@@ -111,16 +155,14 @@ def test_no_service_is_open_to_the_world_unless_configured(aks, aks_default):
 
 def test_registry_is_attached_to_the_kubelet_identity(aks):
     (registry,) = aks.of_type("azure-native:containerregistry:Registry")
-    assert registry.inputs["adminUserEnabled"] is False
+    assert registry.inputs["adminUserEnabled"] is True  # the build pushes with it
     (assignment,) = aks.of_type("azure-native:authorization:RoleAssignment")
     assert assignment.inputs["principalId"] == "kubelet-object-id"
     assert assignment.inputs["roleDefinitionId"].endswith(f"/roleDefinitions/{ACR_PULL_ROLE}")
     assert assignment.inputs["roleDefinitionId"].startswith(
         "/subscriptions/00000000-0000-0000-0000-000000000001/"
     )
-    assert assignment.inputs["scope"] == "/mock/azure-native:containerregistry:Registry/aksdevacr"
-    image = k8s_resource(aks, "aks-dev-scheduler")["spec"]["template"]["spec"]["containers"][0]
-    assert image["image"] == "aksdevacr.azurecr.io/pasture:0.1.0"
+    assert assignment.inputs["scope"] == "/mock/azure-native:containerregistry:Registry/aks-dev-acr"
 
 
 def test_workloads_use_the_aks_provider_and_kubeconfig_stays_secret(aks):
@@ -174,7 +216,7 @@ def test_redis_statefulset_keeps_its_data_and_requires_the_password(aks):
     assert redis["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "pasture-redis"
 
 
-def test_scheduler_runs_api_and_loop_with_contract_settings(aks):
+def test_scheduler_runs_api_and_loop_with_contract_settings(aks, tmp_path):
     dep = k8s_resource(aks, "aks-dev-scheduler")["spec"]
     assert dep["strategy"]["type"] == "Recreate"  # never two loops at once
     commands = [c["command"] for c in dep["template"]["spec"]["containers"]]
@@ -186,36 +228,40 @@ def test_scheduler_runs_api_and_loop_with_contract_settings(aks):
     data = k8s_resource(aks, "aks-dev-config")["data"]
     settings = SchedulerSettings.model_validate(yaml.safe_load(data["scheduler.yaml"]))
     assert settings.api.port == 8443 and settings.cluster_name == "aks-dev"
-    agent = yaml.safe_load(
-        data["agent.yaml"]
-        .replace("__NODE_NAME__", "aks-a100-12345678-vmss000000")
-        .replace("__NODE_ADDRESS__", "10.224.0.5")
+    # The agent container's start script, run by a real shell on the ConfigMap's text
+    # (paths moved under tmp_path; `cat` instead of starting the agent).
+    etc = tmp_path / "etc" / "pasture"
+    (etc / "config").mkdir(parents=True)
+    (etc / "config" / "agent.yaml").write_text(data["agent.yaml"])
+    script = START_AGENT.replace("/etc/pasture", str(etc)).replace(
+        "exec pasture agent run --config", "cat"
     )
-    agent_settings = AgentSettings.model_validate(agent)
+    env = {
+        NODE_ENV: "aks-a100-12345678-vmss000000",
+        ADDRESS_ENV: "10.224.0.5",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    agent_settings = AgentSettings.model_validate(yaml.safe_load(out.stdout))
+    assert agent_settings.node_name == "aks-a100-12345678-vmss000000"
+    assert agent_settings.address == "10.224.0.5"
     assert agent_settings.executor == "kubernetes"
     assert str(agent_settings.share_dir) == "/mnt/pasture"
+    # the agents' own ACL user and password, never the admin password
+    assert agent_settings.redis.username == "pasture-agent"
+    assert agent_settings.redis.password_file == Path("/etc/pasture/secrets/agent-password")
 
 
-def test_agent_daemonset_configures_the_kubernetes_executor(aks, tmp_path):
-    ds = k8s_resource(aks, "aks-dev-agent")["spec"]["template"]["spec"]
-    assert ds["serviceAccountName"] == "pasture-agent" and ds["hostNetwork"] is True
-    terms = ds["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    (expr,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
-    assert expr == {"key": "pasture/pool", "operator": "In", "values": ["a100", "t4"]}
-    (container,) = ds["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    settings = PodSettings.from_env({k: v for k, v in env.items() if v is not None})
-    assert settings.namespace == "pasture" and settings.share_claim == "pasture-share"
-    assert settings.default_image == "aksdevacr.azurecr.io/pasture:0.1.0"
-    # a task pod built with these settings tolerates every GPU pool taint
-    taints = {t for p in POOLS for t in p.get("taints", ["nvidia.com/gpu=present:NoSchedule"])}
-    launch = TaskLaunch(
+def task_launch(tmp_path, node: str) -> TaskLaunch:
+    return TaskLaunch(
         task_id="j-worker-0-a1",
         job="j",
         role="worker",
         index=0,
         attempt=1,
-        node="aks-t4-1-vmss000000",
+        node=node,
         command="true",
         image=None,
         env={},
@@ -226,25 +272,95 @@ def test_agent_daemonset_configures_the_kubernetes_executor(aks, tmp_path):
         share_dir=tmp_path,
         state_dir=tmp_path,
     )
-    pod = build_pod(launch, settings)
-    tolerated = {
-        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-        for t in pod.spec.tolerations
-    }
-    assert taints <= tolerated
-    assert json.loads(env["PASTURE_K8S_TOLERATIONS"]) == sorted(taints)
-    role = k8s_resource(aks, "aks-dev-agent-role")["rules"][0]
-    assert role["resources"] == ["pods"] and "create" in role["verbs"]
 
 
-def test_nvidia_device_plugin_runs_on_gpu_pools(aks):
-    ds = k8s_resource(aks, "aks-dev-nvidia-device-plugin")["spec"]["template"]["spec"]
+def agent_env(built, pool: str) -> dict[str, str]:
+    ds = k8s_resource(built, f"{built.prefix}-agent-{pool}")["spec"]["template"]["spec"]
     (container,) = ds["containers"]
-    assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in ds[
-        "tolerations"
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def as_taints(tolerations) -> set[str]:
+    """Tolerations (wire dicts or V1Toleration) back to ``key[=value]:Effect``."""
+    out = set()
+    for t in tolerations:
+        t = t if isinstance(t, dict) else t.to_dict()
+        out.add(
+            f"{t['key']}={t['value']}:{t['effect']}"
+            if t.get("value")
+            else f"{t['key']}:{t['effect']}"
+        )
+    return out
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: p["name"])
+def test_each_pool_has_an_agent_daemonset_that_configures_the_executor(aks, pool, tmp_path):
+    name = pool["name"]
+    ds = k8s_resource(aks, f"aks-dev-agent-{name}")
+    assert ds["metadata"]["name"] == f"pasture-agent-{name}"
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "pasture-agent" and spec["hostNetwork"] is True
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (expr,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert expr == {"key": "pasture/pool", "operator": "In", "values": [name]}
+    env = agent_env(aks, name)
+    settings = PodSettings.from_env(env)
+    assert settings.namespace == "pasture" and settings.share_claim == "pasture-share"
+    assert settings.default_image == aks.image
+    # the agent and the task pods it binds tolerate exactly this pool's taints
+    taints = set(pool.get("taints", ["nvidia.com/gpu=present:NoSchedule"]))
+    if pool.get("spot"):
+        taints.add(SPOT_TAINT)
+    assert as_taints(spec["tolerations"]) == taints
+    pod = build_pod(task_launch(tmp_path, f"aks-{name}-1-vmss000000"), settings)
+    assert as_taints(pod.spec.tolerations) == taints
+    assert set(json.loads(env["PASTURE_K8S_TOLERATIONS"])) == taints
+
+
+def test_spot_pool_tolerates_the_aks_spot_taint_everywhere_and_others_do_not(aks, tmp_path):
+    """AKS taints Spot nodes kubernetes.azure.com/scalesetpriority=spot:NoSchedule: the
+    agent, the device plugin and the task pods of a Spot pool must tolerate it."""
+    spot = {
+        "key": "kubernetes.azure.com/scalesetpriority",
+        "operator": "Equal",
+        "value": "spot",
+        "effect": "NoSchedule",
+    }
+    for pool, is_spot in (("a100", True), ("t4", False)):
+        for ds in (f"aks-dev-agent-{pool}", f"aks-dev-nvidia-device-plugin-{pool}"):
+            tolerations = k8s_resource(aks, ds)["spec"]["template"]["spec"]["tolerations"]
+            assert (spot in tolerations) is is_spot, ds
+        pod = build_pod(task_launch(tmp_path, "n"), PodSettings.from_env(agent_env(aks, pool)))
+        assert (SPOT_TAINT in as_taints(pod.spec.tolerations)) is is_spot, pool
+
+
+def test_agents_may_read_their_node_object(aks):
+    """The agent reads its capacity from the node object: a ClusterRole with get on nodes
+    bound to the agents' service account; the DaemonSet gives it the node's name."""
+    role = k8s_resource(aks, "aks-dev-agent-nodes")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = k8s_resource(aks, "aks-dev-agent-nodes-binding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "pasture-agent-nodes"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "pasture-agent", "namespace": "pasture"}
     ]
+    ds = k8s_resource(aks, "aks-dev-agent-a100")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in ds["containers"][0]["env"]}
+    assert env[NODE_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    pods = k8s_resource(aks, "aks-dev-agent-role")["rules"][0]
+    assert pods["resources"] == ["pods"] and "create" in pods["verbs"]
+
+
+def test_nvidia_device_plugin_runs_on_each_gpu_pool(aks):
+    for pool in ("a100", "t4"):
+        ds = k8s_resource(aks, f"aks-dev-nvidia-device-plugin-{pool}")["spec"]["template"]["spec"]
+        (container,) = ds["containers"]
+        assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        assert gpu in ds["tolerations"]
+        terms = ds["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [pool]
 
 
 def test_outputs_match_the_contract(aks):
@@ -265,3 +381,124 @@ def test_inventory_is_listed_and_preflight_refuses_to_converge_it(aks, tmp_path)
     proc = run_preflight(path, tmp_path)
     assert proc.returncode != 0
     assert "group `nodes` with at least one host" in proc.stdout
+
+
+def test_agents_use_their_own_restricted_redis_user_not_the_admin_password(aks):
+    from scheduler.store.acl import agent_rules
+
+    (redis,) = k8s_resource(aks, "aks-dev-redis")["spec"]["template"]["spec"]["containers"]
+    user = redis["args"][redis["args"].index("--user") :]
+    assert user[1:5] == ["pasture-agent", "reset", "on", ">$(AGENT_PASSWORD)"]
+    assert user[5:] == ["resetchannels", *agent_rules("*")]
+    assert "-@all" in user and "+@all" not in user
+    agent_secret = k8s_resource(aks, "aks-dev-redis-agent-secret")["stringData"]
+    assert SECRET_SIG in agent_secret
+    derived = agent_secret["value"]["agent-password"]
+    assert len(derived) == 64 and derived != SECRETS["redisPassword"]
+    ds = k8s_resource(aks, "aks-dev-agent-a100")["spec"]["template"]["spec"]
+    secret_names = {v["secret"]["secretName"] for v in ds["volumes"] if "secret" in v}
+    assert "pasture-redis" not in secret_names  # never the admin password
+    assert "pasture-redis-agent" in secret_names
+    data = k8s_resource(aks, "aks-dev-config")["data"]
+    agent = AgentSettings.model_validate(
+        yaml.safe_load(
+            data["agent.yaml"].replace("__NODE_NAME__", "n").replace("__NODE_ADDRESS__", "1.2.3.4")
+        )
+    )
+    assert agent.redis.username == "pasture-agent"
+    assert str(agent.redis.password_file) == "/etc/pasture/secrets/agent-password"
+
+
+def workload_images(built) -> set[str]:
+    images = set()
+    for res in built.mocks.resources:
+        if res.typ in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:DaemonSet"):
+            for c in res.inputs["spec"]["template"]["spec"]["containers"]:
+                if c["name"] != "nvidia-device-plugin":
+                    images.add(c["image"])
+    return images
+
+
+def test_first_up_builds_and_pushes_the_image_the_workloads_run(aks_default):
+    """One ``pulumi up``: the Containerfile is built and pushed to the stack's registry,
+    and the scheduler and agents run the pushed digest (they depend on the push)."""
+    (image,) = aks_default.of_type("docker-build:index:Image")
+    inputs = image.inputs
+    assert inputs["push"] is True
+    assert inputs["context"] == {"location": str(REPO_ROOT)}
+    assert inputs["dockerfile"] == {"location": str(CONTAINERFILE)} and CONTAINERFILE.is_file()
+    assert inputs["buildArgs"] == {"BASE_IMAGE": "python:3.11-slim"}
+    (registry,) = aks_default.of_type("azure-native:containerregistry:Registry")
+    server = f"{registry.inputs['registryName']}.azurecr.io"
+    assert inputs["tags"][0].startswith(f"{server}/pasture:")
+    assert SECRET_SIG in inputs["registries"]  # the admin password stays secret
+    (creds,) = inputs["registries"]["value"]
+    assert creds["address"] == server and creds["username"] == registry.inputs["registryName"]
+    assert creds["password"] == "acr-admin-password"
+    assert aks_default.image.startswith(f"{server}/pasture@sha256:")
+    assert workload_images(aks_default) == {aks_default.image}
+    env = agent_env(aks_default, "gpu")
+    assert env["PASTURE_K8S_IMAGE"] == aks_default.image  # task pods without an image
+
+
+def test_an_image_given_by_reference_is_not_built(aks_bare):
+    assert aks_bare.of_type("docker-build:index:Image") == []
+    (registry,) = aks_bare.of_type("azure-native:containerregistry:Registry")
+    assert registry.inputs["adminUserEnabled"] is False
+    assert workload_images(aks_bare) == {OWN_IMAGE}
+
+
+def test_no_gpu_pool_gives_no_daemonset_and_valid_objects(aks_bare):
+    assert aks_bare.of_type("azure-native:containerservice:AgentPool") == []
+    assert aks_bare.of_type("kubernetes:apps/v1:DaemonSet") == []
+    kinds = {
+        r.typ.rsplit(":", 1)[1] for r in aks_bare.mocks.resources if r.typ.startswith("kubernetes:")
+    }
+    assert {"Deployment", "StatefulSet", "Service", "ServiceAccount"} <= kinds
+
+
+def test_azure_names_fit_for_the_longest_cluster_name(aks_bare):
+    (account,) = aks_bare.of_type("azure-native:storage:StorageAccount")
+    assert re.fullmatch(r"[a-z0-9]{3,24}", account.inputs["accountName"])
+    (registry,) = aks_bare.of_type("azure-native:containerregistry:Registry")
+    assert re.fullmatch(r"[a-zA-Z0-9]{5,50}", registry.inputs["registryName"])
+    assert account.inputs["accountName"].startswith("trainingcluster0")
+
+
+@given(st.from_regex(r"[a-z][a-z0-9-]{0,30}[a-z0-9]|[a-z]", fullmatch=True), st.text(max_size=40))
+def test_names_fit_for_every_cluster_name_config_accepts(cluster, scope):
+    parse_config({"platform": "aks", "clusterName": cluster})  # accepted by config
+    assert re.fullmatch(r"[a-z0-9]{3,24}", storage_account_name(cluster, scope))
+    assert re.fullmatch(r"[a-zA-Z0-9]{5,50}", registry_name(cluster, scope))
+    # stable for one stack, different between stacks
+    assert storage_account_name(cluster, scope) == storage_account_name(cluster, scope)
+    assert storage_account_name(cluster, scope) != storage_account_name(cluster, scope + "x")
+
+
+@pytest.mark.parametrize("share", ["a", "ab", "a--b", "team--share"])
+def test_config_refuses_share_names_azure_files_cannot_take(share):
+    """Names config accepts in general (clusterName rules) that Azure Files refuses."""
+    with pytest.raises(ConfigError, match="pasture:shareName: expected an Azure Files share name"):
+        parse_config({"platform": "aks", "shareName": share})
+    parse_config({"platform": "azure", "shareName": share, "sshPublicKey": SSH_KEY})
+
+
+def test_config_refuses_a_gpu_model_that_cannot_be_a_node_label():
+    pool = {"name": "a100", "vm_size": "Standard_NC24ads_A100_v4", "gpu_model": "A100 80GB"}
+    with pytest.raises(ConfigError, match=r"pasture:gpuPools\[0\]\.gpu_model: .*node label"):
+        parse_config({"platform": "aks", "gpuPools": [pool]})
+
+
+@pytest.mark.parametrize("variant", ["aks", "aks_default", "aks_bare"])
+def test_every_kubernetes_object_is_valid(variant, request):
+    """Each object the stack registers passes kubernetes-validate --strict on 1.30-1.34
+    (and has no empty In selector)."""
+    built = request.getfixturevalue(variant)
+    objects = [
+        manifest(r)
+        for r in built.mocks.resources
+        if r.typ.startswith("kubernetes:") and "/" in r.typ
+    ]
+    assert len(objects) >= 14
+    for obj in objects:
+        validate(obj)

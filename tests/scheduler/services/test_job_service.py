@@ -130,7 +130,73 @@ def test_a_raw_pydantic_error_keeps_its_field_path(store, monkeypatch):
     class Strict(BaseModel):
         replicas: int
 
-    monkeypatch.setattr(backend, "parse_job_spec", lambda d: Strict.model_validate(d))
+    monkeypatch.setattr(backend, "parse_job", lambda d: Strict.model_validate(d))
     with pytest.raises(InvalidSpecError) as info:
         JobService(store).validate({"replicas": "many"})
     assert info.value.errors[0]["loc"] == ["replicas"]
+
+
+def test_a_job_for_an_unknown_vc_is_refused_at_submit(store):
+    with pytest.raises(InvalidSpecError) as info:
+        JobService(store).submit(ADMIN, doc("lost", vc="nowhere"))
+    assert info.value.errors[0]["loc"] == ["vc"]
+    assert "nowhere" in info.value.errors[0]["msg"]
+    assert store.get_job("lost") is None
+
+
+def test_submit_answers_the_warnings_of_a_foreign_format(store):
+    openpai = {
+        "protocolVersion": 2,
+        "name": "hello_pai",
+        "type": "job",
+        "description": "says hello",
+        "prerequisites": [{"type": "dockerimage", "name": "img", "uri": "debian:12"}],
+        "taskRoles": {"main": {"instances": 1, "dockerImage": "img", "commands": ["true"]}},
+    }
+    job = JobService(store).submit(ADMIN, openpai)
+    assert job["name"] == "hello-pai"
+    assert any("description" in w for w in job["warnings"])
+    assert store.get_job("hello-pai").spec["roles"]["main"]["command"] == "true"
+    native = JobService(store).submit(ADMIN, doc("plain"))
+    assert native["warnings"] == []
+
+
+def test_a_maro_schedule_stores_one_job_per_name_or_none(store):
+    schedule = {
+        "mode": "process",
+        "name": "sched",
+        "job_names": ["one", "two"],
+        "components": {"actor": {"num": 2, "command": "true"}},
+    }
+    jobs = JobService(store)
+    out = jobs.submit(ADMIN, schedule)
+    assert out["jobs"] == ["one", "two"]
+    assert store.get_job("two").spec["roles"]["actor"]["replicas"] == 2
+    again = {**schedule, "job_names": ["three", "two"]}
+    with pytest.raises(ConflictError):
+        jobs.submit(ADMIN, again)
+    assert store.get_job("three") is None  # checked before any was stored
+
+
+def test_parse_document_refuses_an_alias_bomb_as_a_bad_request():
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    with pytest.raises(BadRequestError, match="aliases"):
+        parse_document(bomb.encode())
+    with pytest.raises(BadRequestError, match="nested deeper"):
+        parse_document(b"[" * 3000 + b"]" * 3000, "application/json")
+
+
+def test_a_cpu_only_role_with_a_gpu_model_is_checked_like_the_core_does(store):
+    """The core's gpu-model filter applies to a role with gpu 0 too: submit agrees."""
+    jobs = JobService(store, node_cache_s=0)
+    cpu_only = doc("cpu-model")
+    cpu_only["roles"]["w"]["resources"]["gpu_model"] = "A100"
+    with pytest.raises(InvalidSpecError, match="A100"):
+        jobs.submit(ADMIN, cpu_only)
+    store.register_node(
+        NodeRecord(name="a100", address="10.0.0.2", cpu_m=8000, memory=32 << 30, gpu_model="A100")
+    )
+    assert jobs.submit(ADMIN, cpu_only)["state"] == "submitted"

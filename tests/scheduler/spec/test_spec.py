@@ -265,3 +265,27 @@ def test_no_fit_by_gang_total_and_selector_and_model():
 def test_lost_nodes_do_not_count():
     spec = parse_job_spec({"name": "x", "roles": {"w": {"command": "t"}}})
     assert "no nodes" in unfittable_reason(spec, [node("n1", 4, 8, state=NodeState.LOST)])
+
+
+def test_the_gang_checked_at_submit_is_the_cores_gang():
+    doc = {
+        "name": "v",
+        "roles": {
+            "w": {"command": "t", "replicas": 4, "min_available": 2, "resources": {"cpu": 4}}
+        },
+    }
+    two_nodes = [node("n1", 4, 8), node("n2", 4, 8)]
+    spec = parse_job_spec(doc)
+    assert spec.to_core().gang_request().cpu_m == 8000
+    assert unfittable_reason(spec, two_nodes) is None
+    doc["roles"]["w"]["min_available"] = 3
+    assert "whole cluster" in unfittable_reason(parse_job_spec(doc), two_nodes)
+
+
+def test_a_cpu_only_role_with_a_gpu_model_needs_a_node_of_that_model():
+    """As the core's gpu-model filter does (it does not skip roles with gpu 0)."""
+    spec = parse_job_spec(
+        {"name": "m", "roles": {"w": {"command": "t", "resources": {"gpu_model": "H100"}}}}
+    )
+    assert "H100" in unfittable_reason(spec, [node("n1", 4, 8, 2, model="A100")])
+    assert unfittable_reason(spec, [node("n1", 4, 8, 0, model="H100")]) is None

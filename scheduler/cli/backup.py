@@ -1,0 +1,58 @@
+"""``pasture admin backup FILE`` / ``pasture admin restore FILE [--force]``.
+
+Run on the master (or anywhere the scheduler settings reach Redis with the admin
+credential). The snapshot and the file format: :mod:`scheduler.store.backup`; the
+recovery point: docs/ansible.md "Backup and recovery".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from scheduler.cli.output import REJECTED, console, err_console
+from scheduler.cli.server import ConfigOpt, _settings
+
+
+def backup(
+    file: Path = typer.Argument(..., help="backup file to write (gzip JSON, mode 0600)"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Write a consistent snapshot of the store (every pasture:* key) to FILE."""
+    import redis
+
+    from scheduler.store import backup as store_backup
+
+    client = store_backup.raw_client(_settings(config).redis)
+    try:
+        info = store_backup.backup(client, file)
+    except (store_backup.BackupError, redis.RedisError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] backup failed: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"backed up {info.keys} key(s) ({info.payload_bytes} bytes) to {info.path}")
+
+
+def restore(
+    file: Path = typer.Argument(..., help="backup file written by 'pasture admin backup'"),
+    force: bool = typer.Option(
+        False, "--force", help="replace a store that is not empty (its pasture:* keys)"
+    ),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Restore FILE into the store; refuses a non-empty store unless --force. Stop the
+    loop and the API first (systemctl stop pasture-loop pasture-api), start them after."""
+    import redis
+
+    from scheduler.store import backup as store_backup
+
+    client = store_backup.raw_client(_settings(config).redis)
+    try:
+        info = store_backup.restore(client, file, force=force)
+    except store_backup.BackupError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(REJECTED) from None
+    except (redis.RedisError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] restore failed: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"restored {info.keys} key(s) from {info.path}")

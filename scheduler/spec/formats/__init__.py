@@ -1,0 +1,103 @@
+"""Job files from elsewhere, detected and translated into the pasture spec's dict shape.
+
+    detect(doc) -> "pasture" | "openpai-v1" | "openpai-v2" | "maro" | "volcano"
+    translate(doc) -> Translation(fmt, documents=[spec dict, ...], warnings=[...])
+
+One module per format (openpai_v1, openpai_v2, maro, volcano); each documents its field
+map and refuses, by name, what it cannot honour (:class:`TranslateError`: "OpenPAI v1 field
+codeDir: ..."). A MARO schedule gives several documents (one job per name); every other
+format gives one. A document that is none of the formats is refused with "not a pasture,
+OpenPAI v1/v2, MARO or Volcano job: ...".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano
+from scheduler.spec.formats.common import Context, TranslateError
+
+__all__ = ["FORMATS", "TranslateError", "Translation", "detect", "translate"]
+
+FORMATS = {
+    "pasture": "pasture",
+    "openpai-v1": openpai_v1.FORMAT,
+    "openpai-v2": openpai_v2.FORMAT,
+    "maro": maro.FORMAT,
+    "volcano": volcano.FORMAT,
+}
+NOT_A_JOB = "not a pasture, OpenPAI v1/v2, MARO or Volcano job"
+
+
+@dataclass
+class Translation:
+    """What a document became: its format key, the pasture spec dicts (one per job) and
+    the warnings for fields accepted without effect."""
+
+    fmt: str
+    documents: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+
+def detect(doc: dict) -> str:
+    """The format key of a parsed document. Raises TranslateError (loc '') when it is none
+    of them, saying what was looked for."""
+    if "roles" in doc and "taskRoles" not in doc:
+        return "pasture"
+    if "apiVersion" in doc or "kind" in doc:
+        if volcano.is_volcano(doc):
+            return "volcano"
+        raise TranslateError(
+            "",
+            f"{NOT_A_JOB}: apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r} "
+            f"(a Volcano job is apiVersion {volcano.API_VERSION}, kind Job)",
+            f"{doc.get('apiVersion')}/{doc.get('kind')}",
+        )
+    if "protocol_version" in doc and "tasks" in doc:
+        raise TranslateError(
+            "protocol_version",
+            f"{NOT_A_JOB}: this is the OpenPAI marketplace draft format (protocol_version, "
+            "tasks list, $$name$$ references), not OpenPAI job protocol v2 (protocolVersion: "
+            "2, taskRoles mapping); convert it with OpenPAI's marketplace or write it as v2",
+            doc.get("protocol_version"),
+        )
+    if openpai_v1.is_openpai_v1(doc):
+        return "openpai-v1"
+    if openpai_v2.is_openpai_v2(doc):
+        return "openpai-v2"
+    if maro.is_maro(doc):
+        return "maro"
+    keys = sorted(str(k) for k in doc)[:8]
+    raise TranslateError(
+        "",
+        f"{NOT_A_JOB}: found top-level fields {keys}; expected 'roles' (pasture), "
+        "'jobName' + 'taskRoles' list (OpenPAI v1), 'protocolVersion: 2' + 'taskRoles' "
+        "(OpenPAI v2), 'components' (MARO) or 'apiVersion: batch.volcano.sh/v1alpha1' "
+        "(Volcano)",
+        keys,
+    )
+
+
+def translate(doc: dict, fmt: str | None = None) -> Translation:
+    """Translate a parsed document (format auto-detected unless ``fmt`` is one of
+    :data:`FORMATS`' keys). A pasture document passes through unchanged.
+
+    Raises:
+        TranslateError: not a known format, or a field that cannot be honoured.
+    """
+    fmt = fmt or detect(doc)
+    if fmt not in FORMATS:
+        raise TranslateError("", f"unknown format {fmt!r}; expected one of {list(FORMATS)}", fmt)
+    ctx = Context(FORMATS[fmt])
+    if fmt == "pasture":
+        return Translation(fmt, [doc])
+    if fmt == "openpai-v1":
+        docs = [openpai_v1.translate(doc, ctx)]
+    elif fmt == "openpai-v2":
+        docs = [openpai_v2.translate(doc, ctx)]
+    elif fmt == "maro":
+        docs = maro.translate(doc, ctx)
+    else:
+        docs = [volcano.translate(doc, ctx)]
+    return Translation(fmt, docs, ctx.warnings)

@@ -1,0 +1,146 @@
+"""Helpers shared by the format translators: the error they raise, the warning list they
+fill, and field walkers that refuse what a format documents but pasture cannot honour.
+
+A translator turns a parsed document into a plain dict in the pasture spec's shape (the
+caller validates it with :class:`scheduler.spec.model.JobSpec`, so pasture's own limits
+apply to every format) and a list of warnings for fields accepted but meaningless here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+class TranslateError(ValueError):
+    """A field of a foreign job file cannot be honoured.
+
+    Attributes:
+        loc: dotted path of the field in the source document (``taskRoles.worker.shmMB``).
+        message: what is wrong, starting with the format's name.
+        given: the offending value (never a secret's value).
+    """
+
+    def __init__(self, loc: str, message: str, given: object = None) -> None:
+        super().__init__(f"{loc}: {message}")
+        self.loc = loc
+        self.message = message
+        self.given = given
+
+
+@dataclass
+class Context:
+    """One translation: the format's display name and the warnings gathered so far."""
+
+    fmt: str
+    warnings: list[str] = field(default_factory=list)
+
+    def refuse(self, loc: str, why: str, given: object = None) -> TranslateError:
+        """The error for a field that cannot be honoured (raise it)."""
+        return TranslateError(loc, f"{self.fmt} field {loc}: {why}", given)
+
+    def warn(self, loc: str, why: str) -> None:
+        """Record that ``loc`` was accepted but has no effect here."""
+        self.warnings.append(f"{self.fmt} field {loc}: {why}")
+
+    def mapping(self, value: object, loc: str) -> dict:
+        """``value`` as a dict ({} for None); refuses anything else."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.refuse(loc, f"expected a mapping, got {type(value).__name__}", value)
+        return value
+
+    def sequence(self, value: object, loc: str) -> list:
+        """``value`` as a list ([] for None); refuses anything else."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.refuse(loc, f"expected a list, got {type(value).__name__}", value)
+        return value
+
+    def check_fields(
+        self,
+        d: dict,
+        loc: str,
+        *,
+        honoured: Iterable[str],
+        ignored: dict[str, str] | None = None,
+        refused: dict[str, str] | None = None,
+    ) -> None:
+        """Walk the keys of ``d``: honoured ones pass, ``ignored`` ones (key -> why it means
+        nothing here) give a warning when set, ``refused`` ones (key -> why and what to do
+        instead) and unknown ones are refused by name."""
+        known = set(honoured)
+        ignored = ignored or {}
+        refused = refused or {}
+        for key, value in d.items():
+            path = f"{loc}.{key}" if loc else str(key)
+            if key in known:
+                continue
+            if key in ignored:
+                if value not in (None, "", [], {}):
+                    self.warn(path, ignored[key])
+                continue
+            if key in refused:
+                raise self.refuse(path, refused[key], value)
+            expected = sorted(known | set(ignored) | set(refused))
+            raise self.refuse(path, f"unknown field; expected one of {expected}", value)
+
+
+def job_name(name: object, ctx: Context, loc: str) -> str:
+    """A foreign job name as a pasture name (DNS label: ``mnist_024`` -> ``mnist-024``);
+    warns when it had to change. Refuses a missing or empty name."""
+    if not isinstance(name, str) or not name.strip():
+        raise ctx.refuse(loc, "expected a job name", name)
+    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].strip("-")
+    if not out:
+        raise ctx.refuse(loc, "no letter or digit in the job name", name)
+    if out != name:
+        ctx.warn(loc, f"job name {name!r} is {out!r} here (lowercase letters, digits, '-')")
+    return out
+
+
+def as_int(value: object, ctx: Context, loc: str, *, minimum: int | None = None) -> int:
+    """An integer field (bools and fractions refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if (
+            isinstance(value, float)
+            and value.is_integer()
+            and abs(value) < 2**53
+            or isinstance(value, str)
+            and re.fullmatch(r"-?[0-9]{1,12}", value.strip())
+        ):
+            value = int(value)
+        else:
+            raise ctx.refuse(loc, f"expected a whole number, got {value!r}", value)
+    if minimum is not None and value < minimum:
+        raise ctx.refuse(loc, f"expected at least {minimum}, got {value}", value)
+    return value
+
+
+_HDFS = re.compile(r"^(hdfs://|webhdfs://|\$\{?PAI_DEFAULT_FS_URI\}?)", re.IGNORECASE)
+
+
+def is_hdfs(path: str) -> bool:
+    """Whether a path names HDFS (``hdfs://...`` or OpenPAI's ``$PAI_DEFAULT_FS_URI/...``)."""
+    return bool(_HDFS.match(path.strip()))
+
+
+def code_dir(value: object, ctx: Context, loc: str) -> str:
+    """A ``codeDir``: a directory of the cluster share (as given to ``pasture data push``),
+    copied into each task's working directory as ``./code``. Refuses HDFS and URLs."""
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.refuse(loc, "expected a directory of the cluster share", value)
+    path = value.strip()
+    how = (
+        "pasture has the cluster share, not HDFS: push the code with "
+        "`pasture data push ./mnist code/mnist` and set this field to code/mnist "
+        "(a path inside the share)"
+    )
+    if is_hdfs(path):
+        raise ctx.refuse(loc, how, value)
+    if "://" in path:
+        raise ctx.refuse(loc, "URLs are not fetched; " + how.split(": ", 1)[1], value)
+    return path.removeprefix("./")

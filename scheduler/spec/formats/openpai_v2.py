@@ -1,0 +1,487 @@
+"""OpenPAI job protocol v2 (``protocolVersion: 2``).
+
+Source: microsoft/openpai-protocol schemas/v2/schema.yaml and microsoft/pai
+docs/manual/cluster-user (runtime plugins). Every field of the schema is honoured or
+refused by name; see docs/compat.md for the table. In short:
+
+- ``parameters`` and the selected prerequisites (``$data``, ``$output``, ``$script``: name,
+  uri, uri[i], version, contributor...) are substituted into ``<% ... %>`` references of
+  commands and deployment commands; a reference left unresolved is refused.
+- ``secrets`` are refused by name: pasture has no secret store yet, and substituting them
+  into commands would store them in the job record in clear.
+- ``deployments`` + ``defaults.deployment``: the chosen deployment's preCommands run before
+  and postCommands after the role's commands (one shell script; post only when the
+  commands succeeded, the task's exit code stays theirs).
+- ``prerequisites`` with ``plugin: com.microsoft.pai.runtimeplugin.cmd`` (``callbacks``
+  taskStarts / taskSucceeds, ``require``, ``failurePolicy``) referenced by a role's
+  ``prerequisites`` list: taskStarts commands first (in order, required ones before),
+  taskSucceeds commands last (reverse order), ``failurePolicy: ignore`` -> ``|| true``.
+- ``completion`` -> role completion; ``taskRetryCount`` -> max_task_retries;
+  ``jobRetryCount`` -> retry.max_attempts - 1; ``extraContainerOptions.shmMB`` -> shm;
+  ``extras.gangAllocation: false`` -> every role's min_available 1;
+  ``extras.hivedScheduler``: jobPriorityClass -> priority, taskRoles.<r>.skuType (or the
+  older gpuType) -> gpu_model;
+  ``extras.com.microsoft.pai.runtimeplugin``: ssh -> ssh, teamwise_storage -> mounts of the
+  share directory named like each storage config at /mnt/<name>, tensorboard warned, others
+  refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from scheduler.spec.formats.common import Context, as_int, job_name
+
+FORMAT = "OpenPAI v2"
+
+_REF = re.compile(r"<%\s*\$([A-Za-z_]+)((?:\.[A-Za-z0-9_]+|\[[0-9]+\])*)\s*%>")
+_CMD_PLUGIN = "com.microsoft.pai.runtimeplugin.cmd"
+_CALLBACK_EVENTS = ["taskStarts", "taskSucceeds"]
+_PRIORITY = {"crit": "critical", "prod": "high", "test": "low", "oppo": "opportunistic"}
+_INFO_IGNORED = {
+    "version": "component version: documentation only",
+    "contributor": "documentation only",
+    "description": "documentation only",
+}
+
+
+def is_openpai_v2(doc: dict) -> bool:
+    """A v2 job: ``protocolVersion`` 2 (or ``taskRoles`` given as a mapping)."""
+    return str(doc.get("protocolVersion", "")) == "2" or isinstance(doc.get("taskRoles"), dict)
+
+
+def translate(doc: dict, ctx: Context) -> dict[str, Any]:
+    """OpenPAI v2 job -> pasture spec dict. Raises TranslateError naming the v2 field."""
+    if doc.get("secrets") is not None:  # refused before anything could echo its values
+        raise ctx.refuse(
+            "secrets",
+            "pasture has no secret store yet: secret values would be kept in the job record "
+            "in clear. Put the value in a file of your share directory (`pasture data push`) "
+            "and read it from the command, or leave secrets out",
+        )
+    ctx.check_fields(
+        doc,
+        "",
+        honoured={
+            "protocolVersion",
+            "name",
+            "type",
+            "prerequisites",
+            "parameters",
+            "jobRetryCount",
+            "taskRoles",
+            "defaults",
+            "extras",
+            "deployments",
+        },
+        ignored=_INFO_IGNORED,
+    )
+    if doc.get("type") not in (None, "job"):
+        raise ctx.refuse("type", "expected 'job'", doc.get("type"))
+    if str(doc.get("protocolVersion", "2")) != "2":
+        raise ctx.refuse("protocolVersion", "expected 2", doc.get("protocolVersion"))
+    params = ctx.mapping(doc.get("parameters"), "parameters")
+    prereqs = _prerequisites(doc, ctx)
+    defaults = ctx.mapping(doc.get("defaults"), "defaults")
+    ctx.check_fields(defaults, "defaults", honoured={"virtualCluster", "deployment"})
+    deployment = _deployment(doc, defaults, ctx)
+    extras = ctx.mapping(doc.get("extras"), "extras")
+    hived = _extras(extras, ctx)
+    spec: dict[str, Any] = {"name": job_name(doc.get("name"), ctx, "name"), "roles": {}}
+    if defaults.get("virtualCluster"):
+        spec["vc"] = defaults["virtualCluster"]
+    if doc.get("jobRetryCount") is not None:
+        n = as_int(doc["jobRetryCount"], ctx, "jobRetryCount", minimum=0)
+        spec["retry"] = {"max_attempts": n + 1}
+    if hived.get("priority"):
+        spec["priority"] = hived["priority"]
+        if hived["priority"] == "opportunistic":
+            spec["preemptible"] = True
+    if hived.get("ssh"):
+        spec["ssh"] = True
+    if hived.get("mounts"):
+        spec["mounts"] = hived["mounts"]
+    task_roles = ctx.mapping(doc.get("taskRoles"), "taskRoles")
+    if not task_roles:
+        raise ctx.refuse("taskRoles", "expected at least one task role")
+    for name, tr in task_roles.items():
+        loc = f"taskRoles.{name}"
+        role = _role(
+            str(name), ctx.mapping(tr, loc), loc, ctx, params, prereqs, deployment.get(name, {})
+        )
+        sku = hived.get("sku", {}).get(name)
+        if sku:
+            role["resources"]["gpu_model"] = sku
+        if extras.get("gangAllocation") is False:
+            role["min_available"] = 1
+        spec["roles"][str(name)] = role
+    for name in deployment:
+        if name not in task_roles:
+            raise ctx.refuse(
+                f"deployments.taskRoles.{name}", f"no task role {name!r}", list(task_roles)
+            )
+    return spec
+
+
+def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for i, pre in enumerate(ctx.sequence(doc.get("prerequisites"), "prerequisites")):
+        loc = f"prerequisites[{i}]"
+        pre = ctx.mapping(pre, loc)
+        ctx.check_fields(
+            pre,
+            loc,
+            honoured={
+                "protocolVersion",
+                "name",
+                "type",
+                "uri",
+                "plugin",
+                "callbacks",
+                "require",
+                "failurePolicy",
+            },
+            ignored=_INFO_IGNORED,
+            refused={
+                "auth": "private registry credentials are not read; make the image available "
+                "to the nodes with `pasture image push IMAGE`",
+            },
+        )
+        _cmd_plugin(pre, loc, ctx)
+        kind = pre.get("type")
+        if kind not in ("dockerimage", "data", "script", "output"):
+            raise ctx.refuse(f"{loc}.type", "expected dockerimage, data, script or output", kind)
+        name = pre.get("name")
+        if not isinstance(name, str) or not name:
+            raise ctx.refuse(f"{loc}.name", "expected a name", name)
+        if name in out:
+            raise ctx.refuse(f"{loc}.name", f"duplicate prerequisite {name!r}", name)
+        if kind == "dockerimage" and not isinstance(pre.get("uri"), str):
+            raise ctx.refuse(f"{loc}.uri", "expected an image reference", pre.get("uri"))
+        out[name] = pre
+    return out
+
+
+def _cmd_plugin(pre: dict, loc: str, ctx: Context) -> None:
+    """Check a prerequisite's ``plugin: com.microsoft.pai.runtimeplugin.cmd`` fields:
+    callbacks [{event: taskStarts | taskSucceeds, commands}], require, failurePolicy."""
+    plugin = pre.get("plugin")
+    if plugin is None:
+        for key in ("callbacks", "require", "failurePolicy"):
+            if pre.get(key) is not None:
+                raise ctx.refuse(f"{loc}.{key}", f"needs plugin: {_CMD_PLUGIN}", pre[key])
+        return
+    if plugin != _CMD_PLUGIN:
+        raise ctx.refuse(f"{loc}.plugin", f"only {_CMD_PLUGIN} is known here", plugin)
+    if pre.get("failurePolicy") not in (None, "fail", "ignore"):
+        raise ctx.refuse(f"{loc}.failurePolicy", "expected fail or ignore", pre["failurePolicy"])
+    for j, cb in enumerate(ctx.sequence(pre.get("callbacks"), f"{loc}.callbacks")):
+        cloc = f"{loc}.callbacks[{j}]"
+        cb = ctx.mapping(cb, cloc)
+        ctx.check_fields(cb, cloc, honoured={"event", "commands"})
+        if cb.get("event") not in _CALLBACK_EVENTS:
+            raise ctx.refuse(
+                f"{cloc}.event", f"expected one of {_CALLBACK_EVENTS}", cb.get("event")
+            )
+        ctx.sequence(cb.get("commands"), f"{cloc}.commands")
+    for name in ctx.sequence(pre.get("require"), f"{loc}.require"):
+        if not isinstance(name, str):
+            raise ctx.refuse(f"{loc}.require", "expected prerequisite names", name)
+
+
+def _callbacks(
+    names: list, prereqs: dict[str, dict], ctx: Context, loc: str
+) -> tuple[list[str], list[str]]:
+    """A role's ``prerequisites`` (with what they ``require``, first) as (taskStarts
+    commands in order, taskSucceeds commands in reverse order)."""
+    ordered: list[str] = []
+
+    def visit(name: object, path: tuple[str, ...]) -> None:
+        if not isinstance(name, str) or name not in prereqs:
+            raise ctx.refuse(loc, f"no prerequisite named {name!r}", name)
+        if name in path:
+            raise ctx.refuse(loc, f"prerequisites require each other: {' -> '.join(path)}", name)
+        for dep in prereqs[name].get("require") or []:
+            visit(dep, (*path, name))
+        if name not in ordered:
+            ordered.append(name)
+
+    for name in names:
+        visit(name, ())
+    starts: list[str] = []
+    succeeds: list[str] = []
+    for name in ordered:
+        pre = prereqs[name]
+        ignore = pre.get("failurePolicy") == "ignore"
+        for cb in pre.get("callbacks") or []:
+            cmds = [str(c) for c in cb.get("commands") or []]
+            if ignore:
+                cmds = [f"{{ {c}\n}} || true" for c in cmds]
+            (starts if cb["event"] == "taskStarts" else succeeds).append("\n".join(cmds))
+    return [c for c in starts if c], [c for c in reversed(succeeds) if c]
+
+
+def _script(pre: list[str], main: list[str], post: list[str]) -> str:
+    """One shell script: ``pre``, the role's commands, then ``post`` only when the last
+    command succeeded; the task's exit code is that of the role's commands (or of post)."""
+    if not post:
+        return "\n".join([*pre, *main])
+    guard = '__pasture_rc=$?; if [ "$__pasture_rc" -ne 0 ]; then exit "$__pasture_rc"; fi'
+    return "\n".join([*pre, *main, guard, *post])
+
+
+def _deployment(doc: dict, defaults: dict, ctx: Context) -> dict[str, dict]:
+    deployments = ctx.sequence(doc.get("deployments"), "deployments")
+    chosen = defaults.get("deployment")
+    by_name: dict[str, dict] = {}
+    for i, d in enumerate(deployments):
+        loc = f"deployments[{i}]"
+        d = ctx.mapping(d, loc)
+        ctx.check_fields(d, loc, honoured={"name", "taskRoles"}, ignored=_INFO_IGNORED)
+        roles = ctx.mapping(d.get("taskRoles"), f"{loc}.taskRoles")
+        for rname, r in roles.items():
+            rloc = f"{loc}.taskRoles.{rname}"
+            ctx.check_fields(ctx.mapping(r, rloc), rloc, honoured={"preCommands", "postCommands"})
+        by_name[str(d.get("name"))] = roles
+    if chosen is None:
+        if deployments:
+            ctx.warn(
+                "deployments",
+                "defaults.deployment names none, so none applies (as in OpenPAI)",
+            )
+        return {}
+    if str(chosen) not in by_name:
+        raise ctx.refuse("defaults.deployment", f"no deployment named {chosen!r}", list(by_name))
+    return {str(k): v or {} for k, v in by_name[str(chosen)].items()}
+
+
+def _extras(extras: dict, ctx: Context) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in extras.items():
+        loc = f"extras.{key}"
+        if key == "gangAllocation":
+            if not isinstance(value, bool):
+                raise ctx.refuse(loc, "expected true or false", value)
+        elif key == "hivedScheduler":
+            h = ctx.mapping(value, loc)
+            ctx.check_fields(
+                h,
+                loc,
+                honoured={"jobPriorityClass", "taskRoles"},
+            )
+            if h.get("jobPriorityClass") is not None:
+                if h["jobPriorityClass"] not in _PRIORITY:
+                    raise ctx.refuse(
+                        f"{loc}.jobPriorityClass",
+                        f"expected one of {sorted(_PRIORITY)}",
+                        h["jobPriorityClass"],
+                    )
+                out["priority"] = _PRIORITY[h["jobPriorityClass"]]
+            sku: dict[str, str] = {}
+            for rname, r in ctx.mapping(h.get("taskRoles"), f"{loc}.taskRoles").items():
+                rloc = f"{loc}.taskRoles.{rname}"
+                r = ctx.mapping(r, rloc)
+                ctx.check_fields(
+                    r,
+                    rloc,
+                    honoured={"skuType", "gpuType"},
+                    ignored={"skuNum": "HiveD SKU count; resourcePerInstance is what is requested"},
+                    refused={
+                        "affinityGroupName": "HiveD affinity groups are not supported; "
+                        "pasture places a job's tasks as one gang"
+                    },
+                )
+                model = r.get("skuType") or r.get("gpuType")
+                if model:
+                    sku[str(rname)] = str(model)
+            out["sku"] = sku
+        elif key == "com.microsoft.pai.runtimeplugin":
+            for i, plugin in enumerate(ctx.sequence(value, loc)):
+                ploc = f"{loc}[{i}]"
+                plugin = ctx.mapping(plugin, ploc)
+                name = plugin.get("plugin")
+                if name == "ssh":
+                    out["ssh"] = True
+                    params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
+                    if params.get("sshbarrier"):
+                        ctx.warn(
+                            f"{ploc}.parameters.sshbarrier",
+                            "commands start when their own task is up, not when every task's "
+                            "sshd answers; wait in the command (or use depends_on) if needed",
+                        )
+                    if params.get("userssh"):
+                        ctx.warn(
+                            f"{ploc}.parameters.userssh",
+                            "user ssh keys are not installed; use `pasture job ssh`",
+                        )
+                elif name == "tensorboard":
+                    ctx.warn(ploc, "the tensorboard runtime plugin is not run here")
+                elif name == "teamwise_storage":
+                    params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
+                    names = ctx.sequence(
+                        params.get("storageConfigNames"), f"{ploc}.parameters.storageConfigNames"
+                    )
+                    for storage in names:
+                        out.setdefault("mounts", []).append(
+                            {"source": str(storage), "target": f"/mnt/{storage}"}
+                        )
+                    ctx.warn(
+                        ploc,
+                        f"team storage {[str(n) for n in names]} is the share directory of the "
+                        "same name, mounted at /mnt/<name> as OpenPAI does",
+                    )
+                else:
+                    raise ctx.refuse(
+                        f"{ploc}.plugin",
+                        "only the ssh, teamwise_storage and tensorboard runtime plugins are "
+                        "known here",
+                        name,
+                    )
+        elif key in ("submitFrom", "jobStatusChangeNotification", "virtualGroup"):
+            ctx.warn(loc, "OpenPAI web portal / notification data; no meaning here")
+        else:
+            raise ctx.refuse(loc, "unknown extras field", value)
+    return out
+
+
+def _role(
+    name: str,
+    tr: dict,
+    loc: str,
+    ctx: Context,
+    params: dict,
+    prereqs: dict[str, dict],
+    deployment: dict,
+) -> dict[str, Any]:
+    ctx.check_fields(
+        tr,
+        loc,
+        honoured={
+            "instances",
+            "completion",
+            "taskRetryCount",
+            "dockerImage",
+            "data",
+            "output",
+            "script",
+            "extraContainerOptions",
+            "resourcePerInstance",
+            "commands",
+            "prerequisites",
+        },
+    )
+    scope: dict[str, Any] = {"parameters": params}
+    for kind in ("data", "output", "script"):
+        ref = tr.get(kind)
+        if ref is None:
+            continue
+        if ref not in prereqs or prereqs[ref].get("type") != kind:
+            raise ctx.refuse(f"{loc}.{kind}", f"no {kind} prerequisite named {ref!r}", ref)
+        scope[kind] = prereqs[ref]
+
+    def subst(text: object, where: str) -> str:
+        return _substitute(str(text), scope, ctx, where)
+
+    if isinstance(tr.get("commands"), str):
+        commands = [tr["commands"]]
+    else:
+        commands = ctx.sequence(tr.get("commands"), f"{loc}.commands")
+    if not commands:
+        raise ctx.refuse(f"{loc}.commands", "expected at least one command")
+    lines = [subst(c, f"{loc}.commands[{i}]") for i, c in enumerate(commands)]
+    pre = [subst(c, f"deployments.{name}.preCommands") for c in deployment.get("preCommands") or []]
+    post = [
+        subst(c, f"deployments.{name}.postCommands") for c in deployment.get("postCommands") or []
+    ]
+    starts, succeeds = _callbacks(
+        ctx.sequence(tr.get("prerequisites"), f"{loc}.prerequisites"),
+        prereqs,
+        ctx,
+        f"{loc}.prerequisites",
+    )
+    res = ctx.mapping(tr.get("resourcePerInstance"), f"{loc}.resourcePerInstance")
+    ctx.check_fields(
+        res, f"{loc}.resourcePerInstance", honoured={"cpu", "memoryMB", "gpu", "ports"}
+    )
+    memory = as_int(
+        res.get("memoryMB", 1024), ctx, f"{loc}.resourcePerInstance.memoryMB", minimum=1
+    )
+    role: dict[str, Any] = {
+        "replicas": as_int(tr.get("instances", 1), ctx, f"{loc}.instances", minimum=1),
+        "resources": {"cpu": res.get("cpu", 1), "memory": f"{memory}Mi", "gpu": res.get("gpu", 0)},
+        "command": _script([*starts, *pre], lines, [*post, *succeeds]),
+    }
+    ports = ctx.mapping(res.get("ports"), f"{loc}.resourcePerInstance.ports")
+    for label, count in ports.items():
+        if as_int(count, ctx, f"{loc}.resourcePerInstance.ports.{label}", minimum=0) > 1:
+            raise ctx.refuse(
+                f"{loc}.resourcePerInstance.ports.{label}",
+                "one port per label here; declare one label per port",
+                count,
+            )
+    if ports:
+        role["ports"] = [str(p) for p, n in ports.items() if n != 0]
+    image_ref = tr.get("dockerImage")
+    if image_ref is not None:
+        pre_img = prereqs.get(str(image_ref))
+        if pre_img is None or pre_img.get("type") != "dockerimage":
+            raise ctx.refuse(
+                f"{loc}.dockerImage", f"no dockerimage prerequisite named {image_ref!r}", image_ref
+            )
+        role["image"] = pre_img["uri"]
+    completion = ctx.mapping(tr.get("completion"), f"{loc}.completion")
+    ctx.check_fields(
+        completion, f"{loc}.completion", honoured={"minSucceededInstances", "minFailedInstances"}
+    )
+    out: dict[str, Any] = {}
+    ms = completion.get("minSucceededInstances")
+    if ms is not None and ms != -1:
+        out["min_succeeded"] = as_int(ms, ctx, f"{loc}.completion.minSucceededInstances", minimum=1)
+    mf = completion.get("minFailedInstances")
+    if mf is not None:
+        out["min_failed"] = as_int(mf, ctx, f"{loc}.completion.minFailedInstances", minimum=-1)
+    if out:
+        role["completion"] = out
+    if tr.get("taskRetryCount") is not None:
+        role["max_task_retries"] = as_int(
+            tr["taskRetryCount"], ctx, f"{loc}.taskRetryCount", minimum=0
+        )
+    extra = ctx.mapping(tr.get("extraContainerOptions"), f"{loc}.extraContainerOptions")
+    ctx.check_fields(
+        extra,
+        f"{loc}.extraContainerOptions",
+        honoured={"shmMB"},
+        refused={"infiniband": "InfiniBand devices are not passed to tasks here"},
+    )
+    if extra.get("shmMB") is not None:
+        role["shm"] = (
+            f"{as_int(extra['shmMB'], ctx, f'{loc}.extraContainerOptions.shmMB', minimum=1)}Mi"
+        )
+    return role
+
+
+def _substitute(text: str, scope: dict[str, Any], ctx: Context, loc: str) -> str:
+    """Replace ``<% $parameters.x %>``, ``<% $data.uri[0] %>``... references."""
+
+    def repl(m: re.Match) -> str:
+        root, path = m.group(1), m.group(2)
+        if root == "secrets":
+            raise ctx.refuse(loc, "references a secret; secrets are not supported here", None)
+        if root not in scope:
+            raise ctx.refuse(loc, f"unresolved reference {m.group(0)!r}", m.group(0))
+        value: Any = scope[root]
+        for part in re.findall(r"\.([A-Za-z0-9_]+)|\[([0-9]+)\]", path):
+            key, index = part
+            try:
+                value = value[key] if key else value[int(index)]
+            except (KeyError, IndexError, TypeError):
+                raise ctx.refuse(loc, f"unresolved reference {m.group(0)!r}", m.group(0)) from None
+        if isinstance(value, dict | list):
+            raise ctx.refuse(loc, f"reference {m.group(0)!r} is not a single value", m.group(0))
+        return str(value)
+
+    out = _REF.sub(repl, text)
+    if "<%" in out:
+        raise ctx.refuse(loc, "a '<% ... %>' reference could not be read", text)
+    return out

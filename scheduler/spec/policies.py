@@ -1,0 +1,224 @@
+"""Job- and role-level policy models of the pasture spec: retry, completion, event rules,
+mounts and the shared string checks (caps on names, env, commands, paths).
+
+Shapes (YAML)::
+
+    retry: {max_attempts: 3, retry_on_exit_codes: [1] | fail_on_exit_codes: [2]}
+    policies:
+      on_task_failure: restart_job | fail_job
+      completion: {role: worker, when: all | any}      # job-level shorthand (kept)
+      on_events:                                        # Volcano-style event -> action rules
+        - {event: task_completed, action: complete_job, role: worker}
+    roles:
+      worker:
+        completion: {min_succeeded: 1, min_failed: 1}   # OpenPAI v2 per-role completion
+    mounts: [{source: datasets/mnist, target: /data}]
+
+Semantics of the rules are documented in docs/compat.md ("Spec fields for other formats");
+the loop implements them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_NAME = 63
+MAX_ENV_VARS = 256
+MAX_ENV_KEY = 128
+MAX_ENV_VALUE = 32 * 1024
+MAX_ENV_TOTAL = 256 * 1024
+MAX_COMMAND = 64 * 1024
+MAX_EXIT_CODES = 256
+MAX_PATH = 1024
+MAX_RULES = 64
+
+ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class StrictModel(BaseModel):
+    """Base of every spec model: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """Validate an environment mapping: at most 256 names matching ``[A-Za-z_][A-Za-z0-9_]*``
+    of at most 128 characters, values of at most 32 KiB, 256 KiB in all. Raises ValueError."""
+    if len(env) > MAX_ENV_VARS:
+        raise ValueError(f"at most {MAX_ENV_VARS} environment variables, got {len(env)}")
+    total = 0
+    for key, value in env.items():
+        if len(key) > MAX_ENV_KEY or not ENV_RE.fullmatch(key):
+            raise ValueError(
+                "environment variable names must match [A-Za-z_][A-Za-z0-9_]* "
+                f"(at most {MAX_ENV_KEY} characters), got {key[:140]!r}"
+            )
+        if len(value) > MAX_ENV_VALUE:
+            raise ValueError(
+                f"environment variable {key}: at most {MAX_ENV_VALUE} characters, got {len(value)}"
+            )
+        total += len(key) + len(value)
+    if total > MAX_ENV_TOTAL:
+        raise ValueError(f"environment: at most {MAX_ENV_TOTAL} characters in all, got {total}")
+    return env
+
+
+def check_share_path(v: str, what: str) -> str:
+    """A path relative to the cluster share: no leading '/', no '..', no ':' ',' or control
+    characters (they would change a container runtime's ``-v`` option). Raises ValueError."""
+    if len(v) > MAX_PATH:
+        raise ValueError(f"{what}: at most {MAX_PATH} characters, got {len(v)}")
+    if v.startswith("/") or ".." in v.split("/"):
+        raise ValueError(f"{what}: expected a path relative to the share without '..', got {v!r}")
+    _no_option_chars(v, what)
+    return v
+
+
+def _no_option_chars(v: str, what: str) -> None:
+    bad = sorted({c for c in v if c in ":," or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise ValueError(f"{what}: must not contain {bad!r} (':' ',' or control characters)")
+
+
+class RetrySpec(StrictModel):
+    """Retry policy of a job attempt that failed.
+
+    max_attempts: attempts that may fail before the job fails (1 = no retry).
+    retry_on_exit_codes: when given, only these exit codes are retried.
+    fail_on_exit_codes: these exit codes fail the job at once (ignored when
+        retry_on_exit_codes is given). Node loss is always retryable.
+    Exit-code lists hold at most 256 codes, each 0..255.
+    retry_on: when given, only failures of these diagnosis classes are retried
+        (``[node_lost, nccl_error]``: scheduler/diagnosis_rules.yaml, docs/operations.md);
+        a failure also retries when retry_on_exit_codes names its code (issue 19).
+    """
+
+    max_attempts: int = Field(1, ge=1, le=100)
+    retry_on_exit_codes: list[int] | None = Field(None, max_length=MAX_EXIT_CODES)
+    fail_on_exit_codes: list[int] = Field(default_factory=list, max_length=MAX_EXIT_CODES)
+    retry_on: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]] | None = Field(
+        None, max_length=64
+    )
+
+    @field_validator("retry_on_exit_codes", "fail_on_exit_codes")
+    @classmethod
+    def _codes(cls, v: list[int] | None) -> list[int] | None:
+        for code in v or ():
+            if not 0 <= code <= 255:
+                raise ValueError(f"exit codes are 0..255, got {code}")
+        return v
+
+    def retryable(self, exit_code: int | None, diagnosis: str | None = None) -> bool:
+        """Whether a failure with ``exit_code`` (None = infrastructure failure) and
+        diagnosis class ``diagnosis`` (:mod:`scheduler.diagnosis`) may retry."""
+        if exit_code is None:
+            return True
+        if self.retry_on is not None:
+            return diagnosis in self.retry_on or exit_code in (self.retry_on_exit_codes or [])
+        if self.retry_on_exit_codes is not None:
+            return exit_code in self.retry_on_exit_codes
+        return exit_code not in self.fail_on_exit_codes
+
+
+class CompletionSpec(StrictModel):
+    """Job-level shorthand: the job succeeds when ``all`` / ``any`` task(s) of ``role``
+    succeeded; the rest are stopped. (``any`` equals the role's
+    ``completion: {min_succeeded: 1}``.)"""
+
+    role: str
+    when: Literal["all", "any"] = "all"
+
+
+class RoleCompletionSpec(StrictModel):
+    """Per-role completion counts (OpenPAI v2 ``completion``; FrameworkLauncher's
+    ApplicationCompletionPolicy).
+
+    min_succeeded: the job succeeds (remaining tasks are stopped) as soon as this many
+        tasks of the role succeeded. None: every task of every role must succeed.
+    min_failed: the job fails (subject to ``retry``) as soon as this many tasks of the role
+        failed. None: 1 (the first failure). -1: failures of this role never fail the job
+        (OpenPAI's -1); the job then ends when every task has ended.
+    """
+
+    min_succeeded: int | None = Field(None, ge=1)
+    min_failed: int | None = Field(None, ge=-1)
+
+    @field_validator("min_failed")
+    @classmethod
+    def _min_failed(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("expected -1 (never) or at least 1, got 0")
+        return v
+
+
+EventName = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
+ActionName = Literal[
+    "complete_job", "restart_job", "restart_task", "restart_role", "fail_job", "terminate_job"
+]
+
+
+class EventRule(StrictModel):
+    """``on_events`` entry: when ``event`` happens to a task (of ``role``, or of any role),
+    do ``action`` (Volcano ``LifecyclePolicy``: event -> action).
+
+    Events: task_completed (a task exited 0), task_failed (exited non-zero),
+    task_evicted (preempted, drained or its node lost), unknown (its state cannot be known).
+    Actions: complete_job (succeed the job, stop the rest), restart_job (restart every task,
+    one attempt of ``retry``), restart_task (restart only that task, within the role's
+    ``max_task_retries``), restart_role (restart every task of that task's role),
+    fail_job (fail now, no retry), terminate_job (stop every task; the job ends stopped).
+    """
+
+    event: EventName
+    action: ActionName
+    role: str | None = None
+
+    @field_validator("action")
+    @classmethod
+    def _action(cls, v: str) -> str:
+        if v == "restart_role":
+            raise ValueError(
+                "restart_role (Volcano RestartTask: restart every task of the role, running "
+                "ones included) is not supported yet; use restart_task (only the task that "
+                "failed) or restart_job"
+            )
+        return v
+
+
+class PoliciesSpec(StrictModel):
+    """on_task_failure: restart_job (stop the gang; retry per ``retry``) or fail_job (fail at
+    once, no retry). completion: see :class:`CompletionSpec` (default: every task of every
+    role must succeed). on_events: :class:`EventRule` list, first match wins; a matching
+    rule overrides ``on_task_failure`` for that event."""
+
+    on_task_failure: Literal["restart_job", "fail_job"] = "restart_job"
+    completion: CompletionSpec | None = None
+    on_events: list[EventRule] = Field(default_factory=list, max_length=MAX_RULES)
+
+
+class MountSpec(StrictModel):
+    """A directory of the cluster share mounted into a task's container at ``target``
+    (container executor; the process executor reads the share at PASTURE_SHARE_DIR).
+    ``source`` is relative to the share; ``target`` absolute; neither may hold ``..``,
+    ``:``, ``,`` or control characters."""
+
+    source: str = ""
+    target: str
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return check_share_path(v, "source")
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"expected an absolute path, got {v!r}")
+        if ".." in v.split("/") or len(v) > MAX_PATH:
+            raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
+        _no_option_chars(v, "target")
+        return v

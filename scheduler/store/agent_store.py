@@ -1,0 +1,274 @@
+"""The agent's side of the store: the only reads and writes a node's credential needs.
+
+:class:`NodeStore` is what :class:`scheduler.agent.agent.Agent` uses. It works with the
+per-node Redis ACL user of :mod:`scheduler.store.acl` (``node-<name>``), so every write
+goes to this node's own keys::
+
+    register_node  HSET node:<n> (state kept; lost -> ready), SADD nodes,
+                   XADD node:<n>:reports {kind: register}, PUBLISH notify:loop
+    heartbeat      script: HSET node:<n> heartbeat/usage, usage history and the
+                   cluster's per-minute sums; lost -> ready with a {kind: node} report
+    report_task    XADD node:<n>:reports {kind: task, job, key, attempt, state, ...},
+                   PUBLISH notify:loop
+    (every XADD)   SADD reports:pending <n> in the same transaction, so the loop reads
+                   only the streams of nodes with something queued
+    reads          node:<n>:tasks (bindings), job:<job> (spec), job:<job>:tasks, TIME
+
+The loop applies the reports (:func:`scheduler.store.reports.apply_node_reports`) only for
+tasks the ledger binds to this node, so a stolen node credential cannot change another
+node's tasks, a job, a VC, a token or the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from scheduler.store.records import JobRecord, NodeRecord, TaskRecord, TaskState
+from scheduler.store.store import USAGE_SAMPLE_S, USAGE_SAMPLES, Store, usage_sample
+
+# Entries a node's report stream keeps at most (approximate trim at XADD): a loop that is
+# down for long loses the oldest reports beyond this, never memory.
+REPORTS_MAXLEN = 10000
+
+# ARGV: prefix, node, usage JSON, usage sample JSON ('' = none), sample interval s, samples
+# kept. The agent's heartbeat (the same as lua.HEARTBEAT, minus the version bump a node
+# may not make: a lost node that heartbeats becomes ready and leaves a {kind: node}
+# report, on which the loop bumps the version). Returns the node's state, '' when the
+# node is not registered.
+NODE_HEARTBEAT = r"""
+local p = ARGV[1]
+local nk = p .. 'node:' .. ARGV[2]
+local st = redis.call('HGET', nk, 'state')
+if not st then return '' end
+local now_t = redis.call('TIME')
+local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
+redis.call('HSET', nk, 'heartbeat', now, 'usage', ARGV[3])
+if ARGV[4] ~= '' then
+  local last = tonumber(redis.call('HGET', nk, 'usage_sampled') or '0')
+  if now - last >= tonumber(ARGV[5]) then
+    local sample = cjson.decode(ARGV[4])
+    sample['t'] = now
+    local hk = nk .. ':usage'
+    redis.call('RPUSH', hk, cjson.encode(sample))
+    redis.call('LTRIM', hk, -tonumber(ARGV[6]), -1)
+    redis.call('EXPIRE', hk, math.max(3600, math.ceil(tonumber(ARGV[5]) * tonumber(ARGV[6]) * 2)))
+    redis.call('HSET', nk, 'usage_sampled', now)
+    local ck = p .. 'usage:cluster:' .. tostring(math.floor(now / 60) * 60)
+    for _, f in ipairs({'cpu', 'mem', 'gpu'}) do
+      if type(sample[f]) == 'number' then
+        redis.call('HINCRBYFLOAT', ck, f .. '_sum', sample[f])
+        redis.call('HINCRBY', ck, f .. '_n', 1)
+      end
+    end
+    redis.call('EXPIRE', ck, 7200)
+  end
+end
+if st == 'lost' then
+  redis.call('HSET', nk, 'state', 'ready')
+  redis.call('XADD', nk .. ':reports', 'MAXLEN', '~', ARGV[7], '*', 'kind', 'node')
+  redis.call('SADD', p .. 'reports:pending', ARGV[2])
+  redis.call('PUBLISH', p .. 'notify:loop', 'node')
+  return 'ready'
+end
+return st
+"""
+
+# Node fields whose change the loop must see as a new ledger version (capacity, labels,
+# state, address, ports): a registration that changes one says so in its report.
+_VERSIONED = ("address", "cpu_m", "memory", "gpu", "gpu_model", "labels", "state", "port_range")
+
+
+class NodeStore:
+    """One node's narrow view of the store (see the module docstring).
+
+    Args:
+        client: a redis-py client (``decode_responses=True``), normally logged in as the
+            node's ACL user ``node-<node>``.
+        node: this node's name; every write is to this node's keys.
+        prefix: key prefix (default ``pasture:``).
+    """
+
+    def __init__(self, client: redis.Redis, node: str, prefix: str | None = None) -> None:
+        self._s = Store(client) if prefix is None else Store(client, prefix)
+        self.r = client
+        self.p = self._s.p
+        self.node = node
+        self._heartbeat = client.register_script(NODE_HEARTBEAT)
+
+    @classmethod
+    def from_settings(cls, redis_settings: Any, node: str, **kwargs: Any) -> NodeStore:
+        """NodeStore of ``node`` for a :class:`scheduler.settings.RedisSettings`."""
+        return cls(redis_settings.client(**kwargs), node)
+
+    # ---- keys and channels ----------------------------------------------------------
+    def reports_key(self, node: str | None = None) -> str:
+        """The report stream of ``node`` (default this node): ``node:<node>:reports``."""
+        return self._s.k("node", node or self.node, "reports")
+
+    @property
+    def loop_channel(self) -> str:
+        return self._s.loop_channel
+
+    def node_channel(self, node: str) -> str:
+        return self._s.node_channel(node)
+
+    def subscribe(self, *channels: str) -> redis.client.PubSub:
+        """A PubSub on ``channels`` (only this node's channel is permitted)."""
+        return self._s.subscribe(*channels)
+
+    # ---- reads ----------------------------------------------------------------------
+    def now(self) -> float:
+        """Redis server time in seconds."""
+        return self._s.now()
+
+    def node_bindings(self, node: str) -> list[tuple[str, str]]:
+        """(job, task key) pairs the ledger binds to ``node`` (this node's set)."""
+        return self._s.node_bindings(node)
+
+    def task(self, job: str, key: str) -> TaskRecord | None:
+        """The task record ``key`` (``<role>-<index>``) of ``job``, or None."""
+        return self._s.task(job, key)
+
+    def tasks(self, job: str) -> list[TaskRecord]:
+        """Tasks of the job's current attempt, in role declaration order."""
+        return self._s.tasks(job)
+
+    def get_job(self, name: str) -> JobRecord | None:
+        """The job (with its spec), or None."""
+        return self._s.get_job(name)
+
+    # ---- writes (own keys only) -----------------------------------------------------
+    def register_node(self, node: NodeRecord) -> NodeRecord:
+        """Create or update this node's record from its agent. Keeps a cordoned / draining
+        state; a lost node becomes ready. The loop bumps the version on the register
+        report when capacity, labels, address, ports or state changed.
+
+        Raises ValueError when ``node.name`` is not this store's node.
+        """
+        self._own(node.name)
+        nk = self._s.k("node", node.name)
+        now = self.now()
+        old = self.r.hgetall(nk)
+        state = old.get("state", "ready")
+        if state == "lost" or state not in ("ready", "cordoned", "draining"):
+            state = "ready"
+        node.state, node.heartbeat, node.registered = state, now, now
+        fields = {
+            "name": node.name,
+            "address": node.address,
+            "cpu_m": str(node.cpu_m),
+            "memory": str(node.memory),
+            "gpu": str(node.gpu),
+            "gpu_model": node.gpu_model or "",
+            "labels": json.dumps(node.labels),
+            "state": state,
+            "port_range": json.dumps(list(node.port_range)),
+            "heartbeat": str(now),
+            "registered": str(now),
+            "usage": json.dumps(node.usage),
+            "executor": node.executor,
+        }
+        changed = any(old.get(k) != fields[k] for k in _VERSIONED)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping=fields)
+        pipe.sadd(self._s.k("nodes"), node.name)
+        pipe.xadd(
+            self.reports_key(),
+            {"kind": "register", "changed": "1" if changed else "0"},
+            maxlen=REPORTS_MAXLEN,
+            approximate=True,
+        )
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
+        pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+        return node
+
+    def heartbeat(self, node: str, usage: dict[str, Any]) -> str:
+        """Record a heartbeat with a usage report (``{cpu_percent, memory_used, ...}``);
+        returns the node's state ('' when not registered). Usage sampling as
+        :meth:`scheduler.store.store.Store.heartbeat`."""
+        self._own(node)
+        sample = usage_sample(usage)
+        return str(
+            self._heartbeat(
+                args=[
+                    self.p,
+                    node,
+                    json.dumps(usage),
+                    json.dumps(sample) if sample else "",
+                    USAGE_SAMPLE_S,
+                    USAGE_SAMPLES,
+                    REPORTS_MAXLEN,
+                ]
+            )
+        )
+
+    def report_task(
+        self,
+        job: str,
+        key: str,
+        attempt: int,
+        node: str,
+        state: TaskState | str,
+        exit_code: int | None = None,
+        message: str = "",
+        handle: str = "",
+        cause: str = "",
+        diagnosis: dict[str, Any] | None = None,
+    ) -> bool:
+        """Queue a report on a task of this node (state running / succeeded / failed /
+        stopped / lost, exit code, message, executor handle, infrastructure cause or "")
+        for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
+        to this node. Returns True (queued; whether it applies is the loop's decision).
+        Raises ValueError for another node."""
+        self._own(node)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(
+            self.reports_key(),
+            {
+                "kind": "task",
+                "job": job,
+                "key": key,
+                "attempt": str(attempt),
+                "state": str(state),
+                "exit_code": "" if exit_code is None else str(exit_code),
+                "message": message,
+                "handle": handle,
+                "cause": cause,
+                # issue 19: the failure's class (scheduler.diagnosis), JSON
+                "diagnosis": json.dumps(diagnosis) if diagnosis else "",
+            },
+            maxlen=REPORTS_MAXLEN,
+            approximate=True,
+        )
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
+        pipe.publish(self.loop_channel, "task")
+        pipe.execute()
+        return True
+
+    def request_cordon(self, node: str, reason: str) -> bool:
+        """Ask the loop to cordon this node with ``reason`` (the GPU health probe, issue
+        19): a ``{kind: cordon}`` report; the loop cordons it if it is ready
+        (:meth:`scheduler.store.store.Store.request_cordon`). Returns True (queued)."""
+        self._own(node)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(
+            self.reports_key(),
+            {"kind": "cordon", "reason": reason[:1000]},
+            maxlen=REPORTS_MAXLEN,
+            approximate=True,
+        )
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
+        pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+        return True
+
+    def _own(self, node: str) -> None:
+        if node != self.node:
+            raise ValueError(f"this store writes only node {self.node!r}'s records, got {node!r}")
+
+
+__all__ = ["NODE_HEARTBEAT", "REPORTS_MAXLEN", "NodeStore"]

@@ -1,0 +1,137 @@
+"""The agents: one DaemonSet per GPU pool (``pasture-agent-<pool>``), each on its pool's
+nodes only, tolerating exactly that pool's taints (with the AKS Spot taint for a Spot
+pool), and giving the same tolerations to the task pods it binds (env
+``PASTURE_K8S_TOLERATIONS`` of the kubernetes executor).
+
+    ServiceAccount pasture-agent ── Role: pods create/get/list/watch/delete, pods/log get
+                                 └─ ClusterRole <namespace>-agent-nodes: nodes get
+                                    (capacity from the node object, scheduler.agent.k8s_capacity)
+    DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>])
+
+No GPU pool, no agent DaemonSet (an empty ``In`` list is refused by the API server).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from scheduler.agent.k8s_capacity import NODE_ENV
+from scheduler.agent.taints import pool_taints, tolerations
+from stacks.aks.common import (
+    SHARE_CLAIM,
+    Workloads,
+    app_labels,
+    pasture_mounts,
+    pasture_volumes,
+    pool_affinity,
+)
+from stacks.aks.redis import AGENT_REDIS_SECRET, SECRETS_DIR
+from stacks.aks.scheduler import AGENT_CONFIG
+from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER
+from stacks.config import GpuPool
+
+AGENT_NAME = "pasture-agent"
+ADDRESS_ENV = "PASTURE_K8S_NODE_ADDRESS"
+# agent.yaml from the ConfigMap template, with this node's name and address.
+START_AGENT = (
+    f'mkdir -p /etc/pasture && sed -e "s/{NODE_NAME_PLACEHOLDER}/${NODE_ENV}/" '
+    f'-e "s/{NODE_ADDRESS_PLACEHOLDER}/${ADDRESS_ENV}/" {AGENT_CONFIG} '
+    "> /etc/pasture/agent.yaml && exec pasture agent run --config /etc/pasture/agent.yaml"
+)
+
+
+def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
+    """ServiceAccount of the agents with its Role (task pods in the namespace) and
+    ClusterRole (read node objects)."""
+    sa = k8s.core.v1.ServiceAccount(
+        f"{w.prefix}-agent-sa", metadata=w.meta(AGENT_NAME), opts=w.opts
+    )
+    subjects = [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": w.namespace}]
+    k8s.rbac.v1.Role(
+        f"{w.prefix}-agent-role",
+        metadata=w.meta(AGENT_NAME),
+        rules=[
+            {
+                "api_groups": [""],
+                "resources": ["pods"],
+                "verbs": ["create", "get", "list", "watch", "delete"],
+            },
+            {"api_groups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        ],
+        opts=w.opts,
+    )
+    k8s.rbac.v1.RoleBinding(
+        f"{w.prefix}-agent-binding",
+        metadata=w.meta(AGENT_NAME),
+        role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_NAME},
+        subjects=subjects,
+        opts=w.opts,
+    )
+    nodes_role = f"{w.namespace}-agent-nodes"  # cluster-wide: named after the namespace
+    k8s.rbac.v1.ClusterRole(
+        f"{w.prefix}-agent-nodes",
+        metadata={"name": nodes_role},
+        rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        opts=w.opts,
+    )
+    k8s.rbac.v1.ClusterRoleBinding(
+        f"{w.prefix}-agent-nodes-binding",
+        metadata={"name": nodes_role},
+        role_ref={
+            "api_group": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": nodes_role,
+        },
+        subjects=subjects,
+        opts=w.opts,
+    )
+    return sa
+
+
+def _field(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "value_from": {"field_ref": {"field_path": path}}}
+
+
+def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8s.apps.v1.DaemonSet:
+    """DaemonSet ``pasture-agent-<pool>`` of ``image`` on the nodes of ``pool``."""
+    labels = {**app_labels(AGENT_NAME), "pasture/pool": pool.name}
+    taints = pool_taints(pool.taints, spot=pool.spot)
+    env = [
+        _field(NODE_ENV, "spec.nodeName"),
+        _field(ADDRESS_ENV, "status.hostIP"),
+        {"name": "PASTURE_K8S_NAMESPACE", "value": w.namespace},
+        {"name": "PASTURE_K8S_SHARE_CLAIM", "value": SHARE_CLAIM},
+        {"name": "PASTURE_K8S_IMAGE", "value": image},
+        {"name": "PASTURE_K8S_TOLERATIONS", "value": json.dumps(list(taints))},
+    ]
+    container = {
+        "name": "agent",
+        "image": image,
+        "command": ["/bin/sh", "-c", START_AGENT],
+        "env": env,
+        "volume_mounts": pasture_mounts(SECRETS_DIR),
+    }
+    return k8s.apps.v1.DaemonSet(
+        f"{w.prefix}-agent-{pool.name}",
+        metadata=w.meta(f"{AGENT_NAME}-{pool.name}"),
+        spec={
+            "selector": {"match_labels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "service_account_name": AGENT_NAME,
+                    "host_network": True,
+                    "dns_policy": "ClusterFirstWithHostNet",
+                    "affinity": pool_affinity(pool),
+                    "tolerations": tolerations(taints),
+                    "containers": [container],
+                    "volumes": pasture_volumes(AGENT_REDIS_SECRET),
+                },
+            },
+        },
+        opts=w.opts,
+    )
