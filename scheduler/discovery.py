@@ -1,22 +1,29 @@
 """Discovery environment of a task, computed from its job's placements.
 
-The variables (see docs/internals/conventions.md, "Discovery environment"):
+Every job's tasks get every family below, whatever format the job was written in (the
+names do not collide, and a job translated from OpenPAI, MARO or Volcano then finds what it
+reads; see docs/runtime-env.md for the full table with sources):
 
-- identity: PASTURE_JOB_NAME, PASTURE_TASK_ROLE, PASTURE_TASK_INDEX, PASTURE_ATTEMPT
-- PASTURE_ROLES (declaration order), PASTURE_ROLE_<ROLE>_REPLICAS,
-  PASTURE_ROLE_<ROLE>_HOSTS (``host:port`` of each task's first port, by index)
-- PASTURE_TASK_HOST / PASTURE_TASK_PORT, PASTURE_PORT_<NAME>
-- PyTorch: WORLD_SIZE, RANK (over roles in declaration order, then index), LOCAL_RANK
-  (rank among the job's tasks on the same node), MASTER_ADDR / MASTER_PORT (rank 0)
-- OpenPAI aliases with the role name as written: PAI_TASK_ROLE_LIST,
-  PAI_CURRENT_TASK_ROLE_NAME, PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
-  PAI_TASK_ROLE_TASK_COUNT_<role>, PAI_TASK_ROLE_<role>_HOST_LIST, PAI_HOST_IP_<role>_<i>,
-  PAI_PORT_LIST_<role>_<i>_<port>
-- PASTURE_SHARE_DIR, PASTURE_JOB_DIR, and PASTURE_MPI_HOSTFILE when the job sets mpi.
+- pasture: PASTURE_JOB_NAME, PASTURE_TASK_ROLE, PASTURE_TASK_INDEX, PASTURE_ATTEMPT,
+  PASTURE_ROLES, PASTURE_ROLE_<ROLE>_REPLICAS / _HOSTS, PASTURE_TASK_HOST / _PORT,
+  PASTURE_PORT_<NAME>, PASTURE_SHARE_DIR, PASTURE_JOB_DIR, PASTURE_MPI_HOSTFILE;
+- PyTorch: WORLD_SIZE, RANK (roles in declaration order, then index), LOCAL_RANK (rank
+  among the job's tasks on the same node), MASTER_ADDR / MASTER_PORT (rank 0's main port);
+- OpenPAI protocol v2, its kube-runtime and protocol v1 (``PAI_*``): :func:`openpai_env`;
+- MARO (grass / k8s containers): :func:`maro_env`;
+- Volcano env and svc plugins: :func:`volcano_env` and :func:`volcano_host_files`.
 
-``<ROLE>`` is the role name upper-cased with every non-alphanumeric character replaced by
-``_``. Only placed tasks count (a gang placed at ``min_available`` has fewer tasks than
-replicas); REPLICAS reports the placed count.
+Ports: a role's ports are :func:`port_names` (declared order; ``main`` when none is
+declared, plus ``ssh`` when the job asks for ssh). The FIRST is the role's main port: the
+one in host lists, PASTURE_TASK_PORT, PAI_CURRENT_CONTAINER_PORT and MASTER_PORT. Records
+keep ports as a mapping whose order the store does not preserve, so the order always comes
+from the spec.
+
+Names: ``<ROLE>`` in PASTURE_ names is :func:`env_name` (upper-cased, every character
+outside ``[A-Za-z0-9]`` -> ``_``); OpenPAI names use the role as written and, when that is
+not a shell identifier (e.g. ``worker-gpu``), also :func:`shell_name` (``worker_gpu``, case
+kept); Volcano's are its own rule (``-`` -> ``_``, upper-cased for variables). Only placed
+tasks count (a gang placed at ``min_available`` has fewer tasks than replicas).
 """
 
 from __future__ import annotations
@@ -25,17 +32,54 @@ import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from scheduler import lifecycle
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
+SHELL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
 
 def env_name(role: str) -> str:
-    """``worker-a.b`` -> ``WORKER_A_B``."""
+    """``worker-a.b`` -> ``WORKER_A_B`` (pasture's variables)."""
     return re.sub(r"[^A-Za-z0-9]", "_", role).upper()
 
 
-def _first_port(t: TaskRecord) -> int:
-    return next(iter(t.ports.values())) if t.ports else 0
+def shell_name(role: str) -> str:
+    """``worker-a.b`` -> ``worker_a_b``: the role as written with every character a shell
+    variable name may not hold replaced by ``_`` (OpenPAI aliases)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", role)
+
+
+def wants_ssh(spec: JobSpec) -> bool:
+    """Whether the job's tasks get sshd, a key pair and host aliases: job-level ``ssh`` or
+    ``mpi``."""
+    return spec.ssh or spec.mpi
+
+
+def port_names(spec: JobSpec, role: str) -> list[str]:
+    """The named ports every task of ``role`` gets, in order: the role's declared ports
+    (``main`` when none), plus ``ssh`` when :func:`wants_ssh` and not declared. The first
+    is the main port. The loop assigns one port of the node's range per name."""
+    names = list(spec.roles[role].ports) or ["main"]
+    if wants_ssh(spec) and "ssh" not in names:
+        names.append("ssh")
+    return names
+
+
+def main_port(spec: JobSpec, t: TaskRecord) -> int:
+    """Task ``t``'s main port (the first of :func:`port_names`); 0 when it has none."""
+    if t.role in spec.roles:
+        for name in port_names(spec, t.role):
+            if name in t.ports:
+                return t.ports[name]
+    return next(iter(t.ports.values()), 0)
+
+
+def ordered_ports(spec: JobSpec, t: TaskRecord) -> list[tuple[str, int]]:
+    """``(name, port)`` of task ``t`` in declaration order (unknown names last, sorted)."""
+    declared = port_names(spec, t.role) if t.role in spec.roles else []
+    known = [(n, t.ports[n]) for n in declared if n in t.ports]
+    return known + sorted((n, p) for n, p in t.ports.items() if n not in declared)
 
 
 def ordered_tasks(spec: JobSpec, tasks: Sequence[TaskRecord]) -> list[TaskRecord]:
@@ -44,10 +88,192 @@ def ordered_tasks(spec: JobSpec, tasks: Sequence[TaskRecord]) -> list[TaskRecord
     return sorted(tasks, key=lambda t: (order.get(t.role, len(order)), t.index))
 
 
+def hosts_with_slots(spec: JobSpec, tasks: Sequence[TaskRecord]) -> list[tuple[str, int]]:
+    """``(address, number of the job's tasks there)`` per host, hosts in the rank order of
+    their first task."""
+    slots: dict[str, int] = {}
+    for t in ordered_tasks(spec, tasks):
+        slots[t.address] = slots.get(t.address, 0) + 1
+    return list(slots.items())
+
+
 def mpi_hostfile(spec: JobSpec, tasks: Sequence[TaskRecord]) -> str:
-    """An MPI hostfile (``host slots=1`` per task, rank order), as LSF/OpenLava users
-    expect."""
-    return "".join(f"{t.address} slots=1\n" for t in ordered_tasks(spec, tasks))
+    """An Open MPI / MPICH hostfile: ONE ``<address> slots=<n>`` line per host, ``n`` the
+    job's tasks on that host (Open MPI 4.1 refuses a host listed twice), hosts in rank
+    order. ``ssh <address>`` reaches the first of the job's tasks on that host (see
+    :mod:`scheduler.agent.ssh`)."""
+    return "".join(f"{host} slots={n}\n" for host, n in hosts_with_slots(spec, tasks))
+
+
+def _by_role(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, list[TaskRecord]]:
+    by_role: dict[str, list[TaskRecord]] = {}
+    for t in ordered_tasks(spec, tasks):
+        by_role.setdefault(t.role, []).append(t)
+    return {r: by_role[r] for r in spec.roles if r in by_role}
+
+
+def _completion_counts(spec: JobSpec, role: str) -> tuple[int, int]:
+    """(min failed, min succeeded) task counts of ``role`` in OpenPAI's terms (-1: not a
+    rule), as :mod:`scheduler.lifecycle` applies them."""
+    return lifecycle.min_failed(spec, role), lifecycle.min_succeeded(spec, role) or -1
+
+
+def _with_shell_alias(env: dict[str, str], name: str, role: str, value: str) -> None:
+    """Set ``name`` (holding ``role`` as written) and, when that is not a shell identifier,
+    the same name with :func:`shell_name` of the role."""
+    env[name] = value
+    alias = name.replace(role, shell_name(role))
+    if alias != name and SHELL_NAME_RE.match(alias):
+        env.setdefault(alias, value)
+
+
+def openpai_env(
+    job: str,
+    spec: JobSpec,
+    tasks: Sequence[TaskRecord],
+    me: TaskRecord,
+    *,
+    user: str,
+    dirs: dict[str, str],
+) -> dict[str, str]:
+    """OpenPAI's runtime variables (protocol v2 and its kube-runtime, protocol v1).
+
+    Sources (microsoft/pai): docs/manual/cluster-user/how-to-use-advanced-job-settings.md
+    (v2), the rest-lite / kube-runtime design's "Legacy environment variables" table, and
+    docs/job_tutorial.md "Runtime environment" (v1). Table: docs/runtime-env.md.
+
+    Args:
+        dirs: ``{"code", "data", "output", "work"}`` -> path as the task sees it.
+    Returns:
+        ``{name: value}``; role names as written (see :func:`_with_shell_alias`).
+    """
+    by_role = _by_role(spec, tasks)
+    roles = list(by_role)
+    role = spec.roles[me.role]
+    res = role.resources
+    shm_mb = (role.shm or 0) // 2**20 or 64
+    mem_mb = res.memory // 2**20
+    cpus = max(1, res.cpu // 1000)
+    failed, succeeded = _completion_counts(spec, me.role)
+    ports = ordered_ports(spec, me)
+    env: dict[str, str] = {
+        "PAI_JOB_NAME": job,
+        "PAI_USER_NAME": user,
+        "PAI_USERNAME": user,
+        "PAI_DEFAULT_FS_URI": dirs["share"],
+        "PAI_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_TASK_ROLES_NUM": str(len(roles)),
+        "PAI_TASK_ROLE_LIST": ",".join(roles),
+        "PAI_TASKS_NUM": str(len(tasks)),
+        "PAI_CURRENT_TASK_ROLE_NAME": me.role,
+        "PAI_TASK_ROLE_NAME": me.role,
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(me.index),
+        "PAI_TASK_INDEX": str(me.index),
+        "PAI_TASK_ROLE_INDEX": str(me.index),
+        "PAI_TASK_ROLE_NO": str(roles.index(me.role)) if me.role in roles else "0",
+        "PAI_CURRENT_TASK_ROLE_TASK_COUNT": str(len(by_role.get(me.role, []))),
+        "PAI_TASK_ROLE_NUM": str(len(by_role.get(me.role, []))),
+        "PAI_CURRENT_TASK_ROLE_CPU_COUNT": str(cpus),
+        "PAI_TASK_CPU_NUM": str(cpus),
+        "PAI_CURRENT_TASK_ROLE_MEM_MB": str(mem_mb),
+        "PAI_TASK_MEM_MB": str(mem_mb),
+        "PAI_CURRENT_TASK_ROLE_SHM_MB": str(shm_mb),
+        "PAI_CURRENT_TASK_ROLE_GPU_COUNT": str(res.gpu),
+        "PAI_TASK_GPU_NUM": str(res.gpu),
+        "PAI_GPU_COUNT": str(res.gpu),
+        "PAI_CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT": str(failed),
+        "PAI_CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT": str(succeeded),
+        # v1 killAllOnCompletedTaskNumber is translated to the job's min_succeeded
+        "PAI_KILL_ALL_ON_COMPLETED_TASK_NUM": str(spec.min_succeeded or 0),
+        "PAI_CURRENT_CONTAINER_IP": me.address,
+        "PAI_CURRENT_CONTAINER_PORT": str(main_port(spec, me)),
+        "PAI_CONTAINER_ID": f"{job}-{me.role}-{me.index}-a{me.attempt}",
+        "PAI_CODE_DIR": dirs["code"],
+        "PAI_DATA_DIR": dirs["data"],
+        "PAI_OUTPUT_DIR": dirs["output"],
+        "PAI_WORK_DIR": dirs["work"],
+    }
+    if "ssh" in me.ports:
+        env["PAI_CONTAINER_SSH_PORT"] = str(me.ports["ssh"])
+    for pname, port in ports:
+        env[f"PAI_CONTAINER_HOST_{pname}_PORT_LIST"] = str(port)
+    for i, r in enumerate(roles):
+        members = by_role[r]
+        rs = spec.roles[r].resources
+        r_shm_mb = (spec.roles[r].shm or 0) // 2**20 or 64
+        r_failed, r_succeeded = _completion_counts(spec, r)
+        hosts = ",".join(f"{t.address}:{main_port(spec, t)}" for t in members)
+        env[f"PAI_TASK_ROLE_{i}_HOST_LIST"] = hosts  # v1: by role number
+        _with_shell_alias(env, f"PAI_TASK_ROLE_{r}_HOST_LIST", r, hosts)
+        _with_shell_alias(env, f"PAI_TASK_ROLE_TASK_COUNT_{r}", r, str(len(members)))
+        _with_shell_alias(
+            env,
+            f"PAI_RESOURCE_{r}",
+            r,
+            f"{rs.gpu},{max(1, rs.cpu // 1000)},{rs.memory // 2**20},{r_shm_mb}",
+        )
+        _with_shell_alias(env, f"PAI_MIN_FAILED_TASK_COUNT_{r}", r, str(r_failed))
+        _with_shell_alias(env, f"PAI_MIN_SUCCEEDED_TASK_COUNT_{r}", r, str(r_succeeded))
+        for t in members:
+            _with_shell_alias(env, f"PAI_HOST_IP_{r}_{t.index}", r, t.address)
+            for pname, port in ordered_ports(spec, t):
+                _with_shell_alias(env, f"PAI_PORT_LIST_{r}_{t.index}_{pname}", r, str(port))
+                _with_shell_alias(env, f"PAI_{r}_{t.index}_{pname}_PORT", r, str(port))
+    return env
+
+
+def maro_env(job: str, me: TaskRecord, *, container_name: str) -> dict[str, str]:
+    """MARO's container variables (microsoft/maro maro/cli/grass/lib/agents/master_agent.py,
+    ``_start_container``): JOB_NAME, JOB_ID, COMPONENT_TYPE / _ID (the role),
+    COMPONENT_INDEX, COMPONENT_NAME (``<role>-<index>``), CONTAINER_NAME, NODE_NAME /
+    NODE_ID, CLUSTER_NAME / CLUSTER_ID (``pasture``)."""
+    return {
+        "CLUSTER_NAME": "pasture",
+        "CLUSTER_ID": "pasture",
+        "NODE_NAME": me.node,
+        "NODE_ID": me.node,
+        "JOB_NAME": job,
+        "JOB_ID": job,
+        "COMPONENT_TYPE": me.role,
+        "COMPONENT_ID": me.role,
+        "COMPONENT_INDEX": str(me.index),
+        "COMPONENT_NAME": f"{me.role}-{me.index}",
+        "CONTAINER_NAME": container_name,
+    }
+
+
+def volcano_key(role: str) -> str:
+    """Volcano's role key: ``-`` -> ``_`` (svc plugin, ``formateENVKey``)."""
+    return role.replace("-", "_")
+
+
+def volcano_env(
+    spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, *, hosts_dir: str
+) -> dict[str, str]:
+    """Volcano's env plugin (VC_TASK_INDEX, VK_TASK_INDEX) and svc plugin (VC_<TASK>_HOSTS
+    comma-separated, VC_<TASK>_NUM; volcano-sh/volcano pkg/controllers/job/plugins/env and
+    svc). Hosts are task addresses, not ``<job>-<task>-<i>.<job>`` DNS names (pasture has
+    no cluster DNS). PASTURE_VOLCANO_HOSTS_DIR names the directory holding the
+    ``<task>.host`` files (mounted at /etc/volcano in containers)."""
+    env = {
+        "VC_TASK_INDEX": str(me.index),
+        "VK_TASK_INDEX": str(me.index),
+        "PASTURE_VOLCANO_HOSTS_DIR": hosts_dir,
+    }
+    for r, members in _by_role(spec, tasks).items():
+        key = volcano_key(r).upper()
+        env[f"VC_{key}_HOSTS"] = ",".join(t.address for t in members)
+        env[f"VC_{key}_NUM"] = str(len(members))
+    return env
+
+
+def volcano_host_files(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, str]:
+    """Volcano svc plugin's ``/etc/volcano/<task>.host`` files: ``{file name: one address
+    per line}`` (no trailing newline, as Volcano writes them)."""
+    return {
+        f"{volcano_key(r)}.host": "\n".join(t.address for t in members)
+        for r, members in _by_role(spec, tasks).items()
+    }
 
 
 def task_env(
@@ -57,6 +283,12 @@ def task_env(
     me: TaskRecord,
     share_dir: str,
     hostfile: str | None = None,
+    *,
+    user: str = "",
+    work_dir: str | None = None,
+    code_dir: str | None = None,
+    container_name: str = "",
+    volcano_hosts_dir: str = "/etc/volcano",
 ) -> dict[str, str]:
     """The discovery environment of task ``me`` (shape: see module docstring).
 
@@ -64,13 +296,25 @@ def task_env(
         job: job name. spec: the job's spec. tasks: every placed task of the attempt
         (including ``me``). share_dir: the cluster share as seen by the task.
         hostfile: path of the MPI hostfile (set when ``spec.mpi``).
+        user: the submitting user. work_dir: the task's working directory (default: the
+        job directory). code_dir: where the job's code was copied from (default: the
+        working directory). container_name: the task's container name (MARO).
+        volcano_hosts_dir: where the Volcano ``<task>.host`` files are, as the task sees it.
     """
     ranked = ordered_tasks(spec, tasks)
-    by_role: dict[str, list[TaskRecord]] = {}
-    for t in ranked:
-        by_role.setdefault(t.role, []).append(t)
-    roles = [r for r in spec.roles if r in by_role]
+    by_role = _by_role(spec, tasks)
+    roles = list(by_role)
     job_dir = str(PurePosixPath(share_dir) / "jobs" / job)
+    work = work_dir or job_dir
+    dirs = {
+        "share": share_dir,
+        "code": code_dir or work,
+        # OpenPAI v1 dataDir/outputDir arrive as the job's env PAI_DATA_DIR/PAI_OUTPUT_DIR,
+        # which win over these defaults (user env wins over the runtime's variables)
+        "data": share_dir,
+        "output": f"{job_dir}/output",
+        "work": work,
+    }
     env: dict[str, str] = {
         "PASTURE_JOB_NAME": job,
         "PASTURE_TASK_ROLE": me.role,
@@ -78,25 +322,17 @@ def task_env(
         "PASTURE_ATTEMPT": str(me.attempt),
         "PASTURE_ROLES": ",".join(roles),
         "PASTURE_TASK_HOST": me.address,
-        "PASTURE_TASK_PORT": str(_first_port(me)),
+        "PASTURE_TASK_PORT": str(main_port(spec, me)),
         "PASTURE_SHARE_DIR": share_dir,
         "PASTURE_JOB_DIR": job_dir,
-        "PAI_TASK_ROLE_LIST": ",".join(roles),
-        "PAI_CURRENT_TASK_ROLE_NAME": me.role,
-        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(me.index),
+        "PASTURE_WORK_DIR": work,
     }
     for role in roles:
         members = by_role[role]
-        hosts = ",".join(f"{t.address}:{_first_port(t)}" for t in members)
+        hosts = ",".join(f"{t.address}:{main_port(spec, t)}" for t in members)
         env[f"PASTURE_ROLE_{env_name(role)}_REPLICAS"] = str(len(members))
         env[f"PASTURE_ROLE_{env_name(role)}_HOSTS"] = hosts
-        env[f"PAI_TASK_ROLE_TASK_COUNT_{role}"] = str(len(members))
-        env[f"PAI_TASK_ROLE_{role}_HOST_LIST"] = hosts
-        for t in members:
-            env[f"PAI_HOST_IP_{role}_{t.index}"] = t.address
-            for pname, port in t.ports.items():
-                env[f"PAI_PORT_LIST_{role}_{t.index}_{pname}"] = str(port)
-    for pname, port in me.ports.items():
+    for pname, port in ordered_ports(spec, me):
         env[f"PASTURE_PORT_{env_name(pname)}"] = str(port)
     rank = next(i for i, t in enumerate(ranked) if t.role == me.role and t.index == me.index)
     same_node = [t for t in ranked if t.node == me.node]
@@ -106,7 +342,12 @@ def task_env(
         next(i for i, t in enumerate(same_node) if t.role == me.role and t.index == me.index)
     )
     env["MASTER_ADDR"] = ranked[0].address
-    env["MASTER_PORT"] = str(_first_port(ranked[0]))
+    env["MASTER_PORT"] = str(main_port(spec, ranked[0]))
     if spec.mpi and hostfile:
         env["PASTURE_MPI_HOSTFILE"] = hostfile
-    return env
+    compat = {
+        **openpai_env(job, spec, tasks, me, user=user, dirs=dirs),
+        **maro_env(job, me, container_name=container_name),
+        **volcano_env(spec, tasks, me, hosts_dir=volcano_hosts_dir),
+    }
+    return {**compat, **env}

@@ -108,11 +108,22 @@ class ApiSettings(_Model):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     max_body_bytes: int = Field(1048576, gt=0)
+    # API tokens: lifetime of a new token unless given, and the longest allowed (days).
+    token_ttl_days: float = Field(90.0, gt=0)
+    token_max_ttl_days: float = Field(365.0, gt=0)
+    # Failed authentications allowed per client address and window before 429.
+    auth_failures_per_window: int = Field(20, gt=0)
+    auth_failure_window_s: int = Field(60, gt=0)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiSettings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("api.tls_cert and api.tls_key must be set together")
+        if self.token_ttl_days > self.token_max_ttl_days:
+            raise ValueError(
+                f"api.token_ttl_days ({self.token_ttl_days:g}) must not exceed "
+                f"api.token_max_ttl_days ({self.token_max_ttl_days:g})"
+            )
         return self
 
 

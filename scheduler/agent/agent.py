@@ -4,8 +4,9 @@ Pipeline of one pass (:meth:`Agent.reconcile`, run on every notification of the 
 channel and at least twice a second)::
 
     bindings (ledger set of this node) + task records
-        -> start tasks that are scheduled here and desired to run (discovery env, log
-           header "=== attempt N on NODE ===", executor.start, report running)
+        -> start tasks that are scheduled here and desired to run (start-up: job dir,
+           hostfile, ssh, code dir, env in agent/startup.py; log header
+           "=== attempt N on NODE ==="; executor.start; report running)
         -> stop local tasks whose record says stop, moved on (other attempt), finished, or
            vanished (SIGTERM, grace, SIGKILL in a thread)
         -> poll local tasks; report exit codes (succeeded / failed / stopped)
@@ -26,11 +27,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from scheduler.agent import startup
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, make_executor, task_id
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
-from scheduler.discovery import mpi_hostfile, task_env
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
 from scheduler.store.agent_store import NodeStore
@@ -203,27 +204,6 @@ class Agent:
                     "agent restarted without a record of this task",
                 )
 
-    def _prepare_job_dir(
-        self, job_dir: Path, spec: JobSpec, tasks, rec: TaskRecord, log_path: Path
-    ) -> str | None:
-        """Create the job's log dir on the share, write the MPI hostfile (when the job asks
-        for one) and the attempt header of the task's log; returns the hostfile path.
-
-        Raises:
-            OSError: the share is not writable (e.g. the mount failed).
-        """
-        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        hostfile = None
-        if spec.mpi:
-            hostfile = str(job_dir / f"hostfile-{rec.attempt}")
-            tmp = Path(hostfile + f".{self.node}.tmp")
-            tmp.write_text(mpi_hostfile(spec, tasks))
-            os.replace(tmp, hostfile)
-        # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
-        with open(log_path, "a+") as f:
-            f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
-        return hostfile
-
     def _start(self, job: str, rec: TaskRecord) -> None:
         job_rec = self.store.get_job(job)
         if job_rec is None:
@@ -231,19 +211,38 @@ class Agent:
         spec = JobSpec.model_validate(job_rec.spec)
         tasks = self.store.tasks(job)
         share = Path(self.s.share_dir)
-        job_dir = share / "jobs" / job
-        log_path = job_dir / "logs" / f"{rec.role}-{rec.index}.log"
+        log_path = share / "jobs" / job / "logs" / f"{rec.role}-{rec.index}.log"
+        tid = task_id(job, rec.role, rec.index, rec.attempt)
+        state_dir = Path(self.s.work_dir) / "tasks" / tid
         try:
-            hostfile = self._prepare_job_dir(job_dir, spec, tasks, rec, log_path)
+            # start-up: job dir, hostfile, ssh, code dir, environment (agent/startup.py)
+            boot = startup.prepare(
+                job=job,
+                user=job_rec.user,
+                spec=spec,
+                tasks=tasks,
+                me=rec,
+                node=self.node,
+                share=share,
+                task_dir=state_dir,
+                task_id=tid,
+                executor_kind=self.executor.kind,
+            )
+            # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
+            with open(log_path, "a+") as f:
+                f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
         except OSError as exc:
             # A broken share mount must fail this task (so the job's retry policy acts),
             # not crash every agent pass while the task stays `scheduled` forever.
             log.warning("task %s/%s: cannot write to the share: %s", job, rec.key, exc)
             self._report_failed(job, rec, f"cannot write to the cluster share at {share}: {exc}")
             return
-        role = spec.roles[rec.role]
-        env = {**spec.env, **role.env, **task_env(job, spec, tasks, rec, str(share), hostfile)}
-        tid = task_id(job, rec.role, rec.index, rec.attempt)
+        except startup.StartupError as exc:
+            log.warning("task %s/%s cannot start: %s", job, rec.key, exc)
+            with open(log_path, "a+") as f:
+                f.write(f"pasture: could not start the task: {exc}\n")
+            self._report_failed(job, rec, f"could not start: {exc}")
+            return
         launch = TaskLaunch(
             task_id=tid,
             job=job,
@@ -251,16 +250,16 @@ class Agent:
             index=rec.index,
             attempt=rec.attempt,
             node=self.node,
-            command=role.command,
+            command=boot.command,
             image=spec.role_image(rec.role),
-            env=env,
+            env=boot.env,
             cpu_m=rec.cpu_m,
             memory=rec.memory,
             gpus=list(rec.gpus),
             log_path=log_path,
             share_dir=share,
-            state_dir=Path(self.s.work_dir) / "tasks" / tid,
-            mounts=[(str(share / m.source), m.target) for m in spec.mounts],
+            state_dir=state_dir,
+            mounts=[(str(share / m.source), m.target) for m in spec.mounts] + boot.mounts,
         )
         try:
             handle = self.executor.start(launch)

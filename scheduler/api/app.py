@@ -8,10 +8,13 @@ from typing import Any
 
 import redis
 from fastapi import Depends, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from scheduler.api.auth import principal
 from scheduler.api.dashboard import router as dashboard_router
@@ -22,14 +25,18 @@ from scheduler.api.metrics import (
     MetricsMiddleware,
     SchedulerCollector,
 )
-from scheduler.api.routers import cluster, jobs
+from scheduler.api.ratelimit import AuthFailureLimiter
+from scheduler.api.responses import INVALID, UNAVAILABLE, errors
+from scheduler.api.routers import admin, cluster, jobs
 from scheduler.api.schemas import Health
+from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
 from scheduler.services.errors import InvalidSpecError, ServiceError
 from scheduler.services.jobs import JobService, validation_errors
 from scheduler.services.logs import LogService
 from scheduler.services.nodes import NodeService
 from scheduler.services.status import StatusService
+from scheduler.services.tokens import TokenService
 from scheduler.services.vcs import VcService
 from scheduler.store.tokens import TokenInfo, TokenStore
 
@@ -51,19 +58,21 @@ def create_app(
             ``redis``.
         store: the backend store; None opens one from ``settings.redis``.
         tokens: the token store; None uses the store's Redis client (``store.r``) or a
-            new client from the settings.
+            new client from the settings, with the token lifetimes of ``settings.api``.
 
     Returns:
-        A FastAPI app; OpenAPI at ``/openapi.json``, docs at ``/docs``.
+        A FastAPI app; the OpenAPI document at ``/openapi.json`` (any valid token). No
+        ``/docs`` page: Swagger UI would load its scripts from a CDN, and a browser
+        cannot send the bearer token it needs (docs/api.md says how to view the document).
     """
     client = None
     if store is None or tokens is None:
         client = getattr(store, "r", None) or backend.redis_client(settings)
     if store is None:
         store = backend.open_store(settings, client)
-    if tokens is None:
-        tokens = TokenStore(client)
     api_settings = getattr(settings, "api", None)
+    if tokens is None:
+        tokens = TokenStore.from_settings(client, api_settings)
     max_body = int(getattr(api_settings, "max_body_bytes", None) or DEFAULT_MAX_BODY)
     share_dir = Path(getattr(settings, "share_dir", ".") or ".")
 
@@ -72,6 +81,9 @@ def create_app(
         version="1",
         description="Jobs, nodes, virtual clusters and status of a pasture cluster. "
         "Every endpoint but /healthz needs 'Authorization: Bearer <token>'.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     status_service = StatusService(store, getattr(settings, "cluster_name", ""))
     app.state.store = store
@@ -81,17 +93,35 @@ def create_app(
     app.state.vcs = VcService(store)
     app.state.status = status_service
     app.state.logs = LogService(share_dir)
+    app.state.token_service = TokenService(tokens)
+    app.state.auth_limiter = AuthFailureLimiter(
+        int(getattr(api_settings, "auth_failures_per_window", None) or 20),
+        int(getattr(api_settings, "auth_failure_window_s", None) or 60),
+    )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
     app.state.metrics.registry.register(  # issue 19: what the alerting rules need
         HealthCollector(store, getattr(api_settings, "tls_cert", None))
     )
 
-    app.include_router(jobs.router)
-    app.include_router(cluster.router)
+    strict = [Depends(no_unknown_query)]
+    app.include_router(jobs.router, dependencies=strict)
+    app.include_router(cluster.router, dependencies=strict)
+    app.include_router(admin.router, dependencies=strict)
     app.include_router(dashboard_router)
 
-    @app.get("/healthz", tags=["cluster"], response_model=Health)
+    @app.get("/openapi.json", tags=["cluster"], include_in_schema=False, dependencies=strict)
+    def openapi(who: TokenInfo = Depends(principal)) -> JSONResponse:
+        """The OpenAPI document (any valid token)."""
+        return JSONResponse(app.openapi())
+
+    @app.get(
+        "/healthz",
+        tags=["cluster"],
+        response_model=Health,
+        responses={**UNAVAILABLE, **INVALID},
+        dependencies=strict,
+    )
     def healthz() -> dict:
         """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
         answer."""
@@ -101,7 +131,13 @@ def create_app(
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["cluster"], response_class=Response)
+    @app.get(
+        "/metrics",
+        tags=["cluster"],
+        response_class=Response,
+        responses=errors(),
+        dependencies=strict,
+    )
     def metrics(who: TokenInfo = Depends(principal)) -> Response:
         """Prometheus metrics (text exposition format); any valid token."""
         return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -126,6 +162,30 @@ def create_app(
     async def pydantic_error(request: Request, exc: ValidationError) -> JSONResponse:
         errors = validation_errors(exc)
         return JSONResponse({"detail": errors, "message": "invalid input"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code != 405:
+            return await http_exception_handler(request, exc)
+        # Starlette's Allow names only the methods of the one route that matched the path;
+        # a path served by several routes (GET and POST /api/v1/jobs) allows all of theirs.
+        allowed = set()
+        for route in app.router.routes:
+            if route.matches(request.scope)[0] is not Match.NONE:
+                allowed |= getattr(route, "methods", None) or set()
+        headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(allowed))}
+        return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
+
+    @app.exception_handler(RecursionError)
+    @app.exception_handler(OverflowError)
+    async def input_too_deep(request: Request, exc: Exception) -> JSONResponse:
+        # A backstop: the routes map these to 400/422 where they can arise; one that
+        # escapes is still the input's fault, and is logged so that the route gets fixed.
+        log.warning("unmapped %s on %s", type(exc).__name__, request.url.path)
+        return JSONResponse(
+            {"detail": f"the request could not be processed: {type(exc).__name__}"},
+            status_code=400,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -11,6 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# A VC name as the settings allow it (``virtual_clusters[].name``), at most 64 characters.
+VC_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -131,3 +134,29 @@ class WhoAmI(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class TokenOut(BaseModel):
+    """A token's public facts; the secret is never shown after creation."""
+
+    name: str
+    role: str = Field(description="admin | user | agent")
+    vcs: list[str]
+    created: float = Field(description="seconds since the epoch")
+    expires: float = Field(description="seconds since the epoch")
+    expired: bool
+
+
+class RotateIn(BaseModel):
+    """Options of a rotation."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttl_days: float | None = Field(
+        None, gt=0, le=36500, description="lifetime of the new secret; default api.token_ttl_days"
+    )
+
+
+class TokenSecretOut(TokenOut):
+    """A token with its new secret: the only time the secret is shown."""
+
+    token: str = Field(description="the secret; send it as 'Authorization: Bearer <token>'")

@@ -20,7 +20,7 @@ import importlib
 
 import typer
 
-from scheduler.cli import backup, cluster, data, dev, jobs, login, server
+from scheduler.cli import backup, cluster, data, dev, jobs, login, server, tokens
 
 app = typer.Typer(
     name="pasture",
@@ -42,6 +42,7 @@ app.add_typer(server.agent_app, name="agent")
 server.admin_app.command("backup")(backup.backup)
 server.admin_app.command("restore")(backup.restore)
 app.add_typer(server.admin_app, name="admin")
+server.admin_app.add_typer(tokens.token_app, name="token")
 
 # Groups written by others, imported inside a guard so that a missing or broken one only
 # breaks its own command: (name, module, attribute, help).

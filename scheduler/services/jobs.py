@@ -234,10 +234,11 @@ class JobService:
         *,
         vc: str | None = None,
         state: str | None = None,
+        user: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> dict:
-        """Jobs visible to the caller, newest first.
+        """Jobs visible to the caller, newest first (``user``: only jobs submitted by it).
 
         Returns:
             ``{"items": [job...], "total": n matching, "limit": n, "offset": n}``.
@@ -253,12 +254,12 @@ class JobService:
             return {"items": [], "total": 0, "limit": limit, "offset": offset}
         if vcs is None or len(vcs) == 1:
             items, total = self.store.list_jobs(
-                vc=vcs[0] if vcs else None, state=state, limit=limit, offset=offset
+                vc=vcs[0] if vcs else None, state=state, user=user, limit=limit, offset=offset
             )
         else:  # several VCs: merge each VC's newest offset+limit jobs, newest first
             items, total = [], 0
             for one in vcs:
-                page, n = self.store.list_jobs(vc=one, state=state, limit=offset + limit)
+                page, n = self.store.list_jobs(vc=one, state=state, user=user, limit=offset + limit)
                 items.extend(page)
                 total += n
             items.sort(key=lambda j: field(j, "created", default=0.0), reverse=True)

@@ -8,8 +8,9 @@ share may be a network file system where inotify sees no remote writes.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from scheduler.services.errors import NotFoundError
@@ -67,12 +68,60 @@ class LogService:
             raise NotFoundError(f"no log for task {role}-{int(index or 0)} of job {job!r} yet")
         return p
 
-    def read(self, job: str, role: str | None, index: int | None, offset: int = 0) -> bytes:
-        """The log's bytes from ``offset`` (bytes; past the end gives b"") to its end."""
-        path = self.path(job, role, index)
+    def read(
+        self, job: str, role: str | None, index: int | None, offset: int = 0, limit: int = CHUNK
+    ) -> bytes:
+        """At most ``limit`` bytes of the log from ``offset`` (bytes; past the end gives b"").
+
+        The whole answer is in memory, so ``limit`` is what bounds it; use :meth:`stream`
+        for more than a chunk.
+        """
+        return b"".join(self.stream(self.path(job, role, index), offset, limit))
+
+    @staticmethod
+    def stream(path: Path, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
+        """Yield the file's bytes from ``offset`` in chunks of at most ``CHUNK`` bytes,
+        ``limit`` bytes in all (None: to the end as it is when the read starts), so that
+        memory stays bounded whatever the file's size."""
         with path.open("rb") as f:
-            f.seek(min(max(offset, 0), path.stat().st_size))
-            return f.read()
+            end = os.fstat(f.fileno()).st_size
+            start = min(max(offset, 0), end)
+            left = end - start if limit is None else min(max(limit, 0), end - start)
+            f.seek(start)
+            while left > 0:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:
+                    return
+                left -= len(chunk)
+                yield chunk
+
+    @staticmethod
+    def tail_offset(path: Path, lines: int) -> int:
+        """The byte offset where the last ``lines`` lines of the file start.
+
+        Reads backwards from the end in ``CHUNK``-byte blocks and keeps only a count of
+        the newlines seen, so memory is bounded by one block whatever the file's size or
+        the lines' length. A final line without a newline counts as a line.
+        """
+        with path.open("rb") as f:
+            pos = end = os.fstat(f.fileno()).st_size
+            if lines <= 0 or end == 0:
+                return end
+            f.seek(end - 1)
+            wanted = lines + 1 if f.read(1) == b"\n" else lines  # skip the final newline
+            while pos > 0:
+                size = min(CHUNK, pos)
+                pos -= size
+                f.seek(pos)
+                block = f.read(size)
+                count = block.count(b"\n")
+                if count >= wanted:
+                    cut = len(block)
+                    for _ in range(wanted):
+                        cut = block.rindex(b"\n", 0, cut)
+                    return pos + cut + 1
+                wanted -= count
+            return 0
 
     async def follow(
         self,
@@ -81,24 +130,28 @@ class LogService:
         index: int | None,
         finished: Callable[[], bool],
         offset: int = 0,
+        limit: int | None = None,
     ) -> AsyncIterator[bytes]:
-        """Yield the log's bytes as they are written, until ``finished()`` and EOF.
+        """Yield the log's bytes as they are written, until ``finished()`` and EOF, or
+        until ``limit`` bytes (None: no limit) were yielded.
 
         Args:
             finished: called between polls; True once the job reached a final state.
                 The file is read to its end once more after that.
         """
         path = self.path(job, role, index)
+        left = float("inf") if limit is None else max(limit, 0)
         with path.open("rb") as f:
             f.seek(min(max(offset, 0), path.stat().st_size))
-            while True:
-                chunk = f.read(CHUNK)
+            done = False
+            while left > 0:
+                chunk = await asyncio.to_thread(f.read, int(min(CHUNK, left)))
                 if chunk:
+                    left -= len(chunk)
                     yield chunk
                     continue
-                if await asyncio.to_thread(finished):
-                    rest = f.read()
-                    if rest:
-                        yield rest
+                if done:
                     return
-                await asyncio.sleep(self.poll_s)
+                done = await asyncio.to_thread(finished)  # then read to the end once more
+                if not done:
+                    await asyncio.sleep(self.poll_s)

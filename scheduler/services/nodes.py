@@ -36,6 +36,34 @@ class NodeService:
             raise NotFoundError(f"node {name!r} not found")
         return {**as_dict(node), "events": self.store.node_events(name)}
 
+    def allocations(self, principal: Principal, name: str) -> dict:
+        """What is allocated on node ``name``, as far as the caller may see it.
+
+        The API's visibility rule (:meth:`TokenInfo.may_use_vc`, as in
+        :class:`scheduler.services.jobs.JobService`): tasks of jobs in the caller's VCs are
+        listed one by one; tasks of other VCs' jobs are only summed, with no job name.
+
+        Returns:
+            ``{"tasks": [Allocation...] sorted by (job, role, index), "others": {"tasks": n,
+            "cpu_m": millicores, "memory": bytes, "gpu": devices}}``.
+
+        Raises:
+            NotFoundError: unknown node.
+        """
+        self.get(principal, name)
+        mine = [a for a in self.store.ledger().values() if a.node == name]
+        vcs = {j.name: j.vc for j in self.store.get_jobs({a.job for a in mine}, with_spec=False)}
+        tasks, others = [], {"tasks": 0, "cpu_m": 0, "memory": 0, "gpu": 0}
+        for a in mine:
+            if principal.may_use_vc(vcs.get(a.job, "")):
+                tasks.append(a)
+            else:
+                others["tasks"] += 1
+                others["cpu_m"] += a.cpu_m
+                others["memory"] += a.memory
+                others["gpu"] += a.gpu
+        return {"tasks": sorted(tasks, key=lambda a: (a.job, a.role, a.index)), "others": others}
+
     def set_state(self, principal: Principal, name: str, action: str) -> dict:
         """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off).
 

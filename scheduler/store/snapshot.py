@@ -26,6 +26,7 @@ from scheduler.core.model import (
     TaskPlacement,
     VirtualCluster,
 )
+from scheduler.discovery import port_names
 from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
@@ -183,7 +184,7 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
         try:
             for pl in bind.placements:
                 node = ctx.nodes[pl.node]
-                names = spec.roles[pl.role].ports or ["main"]
+                names = port_names(spec, pl.role)
                 ports = _take_ports(node, used_ports.setdefault(pl.node, set()), len(names))
                 gpus = _take_gpus(node, used_gpus.setdefault(pl.node, set()), pl.resources.gpu)
                 alloc = {

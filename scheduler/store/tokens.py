@@ -1,4 +1,4 @@
-"""API tokens in Redis: create, verify, list, revoke.
+"""API tokens in Redis: create, verify, list, revoke, rotate; every token expires.
 
 A token is ``secrets.token_urlsafe(32)`` (256 random bits). Only its SHA-256 digest is
 stored. A plain, unsalted hash is enough here because the secret is high-entropy and
@@ -6,9 +6,15 @@ machine-generated: nobody can brute-force 2**256 inputs, and a salted slow hash 
 argon2) exists to protect low-entropy, human-chosen passwords, which tokens are not. The
 digest also makes verification one O(1) key lookup.
 
+Every token has an expiry (``expires``, epoch seconds): ``default_ttl_s`` after creation
+unless asked otherwise, never more than ``max_ttl_s`` (settings ``api.token_ttl_days`` and
+``api.token_max_ttl_days``). An expired token verifies as None (the API answers 401) and
+is listed as expired until it is revoked or rotated. A token stored before expiries
+existed (no ``expires`` field) expires ``max_ttl_s`` after its creation.
+
 Keys (prefix ``pasture:`` by default)::
 
-    pasture:token:<sha256 hex>   hash  {name, role, vcs (JSON list), created (epoch s)}
+    pasture:token:<sha256 hex>   hash  {name, role, vcs (JSON list), created, expires (epoch s)}
     pasture:token-names          hash  name -> sha256 hex   (names are unique)
 
 Roles:
@@ -24,12 +30,16 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import redis
 
 TOKEN_BYTES = 32
+DAY_S = 86400.0
+DEFAULT_TTL_S = 90 * DAY_S
+MAX_TTL_S = 365 * DAY_S
 
 
 class TokenRole(StrEnum):
@@ -52,22 +62,42 @@ class TokenInfo:
         name: unique, human-chosen name ("alice", "ci", "pulumi-onprem").
         role: see :class:`TokenRole`.
         vcs: virtual clusters a ``user`` token may use; ignored for admin and agent.
-        created: epoch seconds.
+        created: epoch seconds (reset by a rotation).
+        expires: epoch seconds after which the token no longer verifies.
     """
 
     name: str
     role: TokenRole
     vcs: tuple[str, ...] = field(default_factory=tuple)
     created: float = 0.0
+    expires: float = float("inf")
 
     def may_use_vc(self, vc: str) -> bool:
         """True when this token may submit to / read jobs of ``vc``."""
         return self.role is TokenRole.ADMIN or (self.role is TokenRole.USER and vc in self.vcs)
 
+    def expired(self, now: float) -> bool:
+        """True when ``now`` (epoch s) is past the expiry."""
+        return now >= self.expires
+
 
 def hash_token(token: str) -> str:
     """SHA-256 hex digest of a token (64 characters)."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return hashlib.sha256(token.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` when it is a valid token name (1..64 printable characters, no
+    surrounding blanks); raise ValueError naming the field otherwise."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > 64
+        or not name.isprintable()
+        or name.strip() != name
+    ):
+        raise ValueError(f"token name: expected 1..64 printable characters, got {name!r}")
+    return name
 
 
 class TokenStore:
@@ -76,15 +106,57 @@ class TokenStore:
     Args:
         client: a redis-py client (``decode_responses`` may be either).
         prefix: key prefix, ``pasture:`` unless several clusters share one Redis.
+        default_ttl_s: lifetime (seconds) of a token created without one.
+        max_ttl_s: the longest lifetime (seconds) a token may be given.
+        clock: epoch seconds now (tests pass a fake one).
+
+    Raises:
+        ValueError: a lifetime that is not positive, or a default over the maximum.
     """
 
-    def __init__(self, client: redis.Redis, prefix: str = "pasture:") -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "pasture:",
+        *,
+        default_ttl_s: float = DEFAULT_TTL_S,
+        max_ttl_s: float = MAX_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not 0 < default_ttl_s <= max_ttl_s:
+            raise ValueError(
+                f"token lifetime: expected 0 < default ({default_ttl_s} s) <= max ({max_ttl_s} s)"
+            )
         self._r = client
         self._prefix = prefix
         self._names_key = f"{prefix}token-names"
+        self.default_ttl_s = float(default_ttl_s)
+        self.max_ttl_s = float(max_ttl_s)
+        self._clock = clock
+
+    @classmethod
+    def from_settings(cls, client: redis.Redis, api_settings: object | None) -> TokenStore:
+        """A store with the lifetimes of ``api_settings`` (``token_ttl_days``,
+        ``token_max_ttl_days``; the defaults when missing)."""
+        ttl = getattr(api_settings, "token_ttl_days", None)
+        most = getattr(api_settings, "token_max_ttl_days", None)
+        return cls(
+            client,
+            default_ttl_s=float(ttl) * DAY_S if ttl else DEFAULT_TTL_S,
+            max_ttl_s=float(most) * DAY_S if most else MAX_TTL_S,
+        )
 
     def _token_key(self, digest: str) -> str:
         return f"{self._prefix}token:{digest}"
+
+    def _expiry(self, now: float, ttl_s: float | None) -> float:
+        ttl = self.default_ttl_s if ttl_s is None else float(ttl_s)
+        if not 0 < ttl <= self.max_ttl_s:
+            raise ValueError(
+                f"token lifetime: expected more than 0 and at most {self.max_ttl_s / DAY_S:g} "
+                f"days, got {ttl / DAY_S:g} days"
+            )
+        return now + ttl
 
     def create(
         self,
@@ -93,6 +165,7 @@ class TokenStore:
         vcs: list[str] | tuple[str, ...] = (),
         *,
         if_missing: bool = False,
+        ttl_s: float | None = None,
     ) -> str | None:
         """Create a token and return its secret (shown once, never stored).
 
@@ -100,15 +173,15 @@ class TokenStore:
             name: unique token name, 1..64 characters.
             role: ``admin``, ``user`` or ``agent``.
             vcs: VCs a user token may use (at least one for role ``user``).
-            if_missing: when a token of that name exists, do nothing and return None
-                (idempotent playbooks).
+            if_missing: when a live token of that name exists, do nothing and return None
+                (idempotent playbooks); an expired one is replaced by a new token.
+            ttl_s: lifetime in seconds (``default_ttl_s`` when None, at most ``max_ttl_s``).
 
         Raises:
-            ValueError: bad name, unknown role, or a user token without VCs.
+            ValueError: bad name, unknown role, a user token without VCs, a bad lifetime.
             TokenExistsError: the name is taken and ``if_missing`` is False.
         """
-        if not name or len(name) > 64 or not name.isprintable() or name.strip() != name:
-            raise ValueError(f"token name: expected 1..64 printable characters, got {name!r}")
+        check_name(name)
         try:
             role = TokenRole(role)
         except ValueError:
@@ -117,52 +190,70 @@ class TokenStore:
         vcs = tuple(dict.fromkeys(vcs))
         if role is TokenRole.USER and not vcs:
             raise ValueError("token vcs: a user token needs at least one VC (--vc NAME)")
+        now = self._clock()
+        expires = self._expiry(now, ttl_s)
+        if if_missing:
+            old = self.get(name, include_expired=True)
+            if old is not None and old.expired(now):
+                self.revoke(name)
         token = secrets.token_urlsafe(TOKEN_BYTES)
         digest = hash_token(token)
         # HSETNX on the name index makes "create unless the name exists" atomic.
         if not self._r.hsetnx(self._names_key, name, digest):
             if if_missing:
                 return None
-            raise TokenExistsError(f"token name {name!r} exists; revoke it first")
+            raise TokenExistsError(f"token name {name!r} exists; revoke or rotate it")
         self._r.hset(
             self._token_key(digest),
             mapping={
                 "name": name,
                 "role": role.value,
                 "vcs": json.dumps(list(vcs)),
-                "created": repr(time.time()),
+                "created": repr(now),
+                "expires": repr(expires),
             },
         )
         return token
+
+    def now(self) -> float:
+        """The store's clock: epoch seconds that expiries are compared with."""
+        return self._clock()
 
     def ping(self) -> bool:
         """True when Redis answers (raises redis.ConnectionError otherwise)."""
         return bool(self._r.ping())
 
     def verify(self, token: str) -> TokenInfo | None:
-        """The token's info, or None when the token is unknown or revoked."""
-        if not token:
+        """The token's info, or None when the token is unknown, revoked or expired."""
+        if not token or len(token) > 256:
             return None
         raw = self._r.hgetall(self._token_key(hash_token(token)))
         if not raw:
             return None
-        return _info(raw)
+        info = self._info(raw)
+        return None if info.expired(self._clock()) else info
 
-    def get(self, name: str) -> TokenInfo | None:
-        """Info of the token called ``name``, None when there is none."""
+    def get(self, name: str, *, include_expired: bool = False) -> TokenInfo | None:
+        """Info of the token called ``name``; None when there is none (or it expired,
+        unless ``include_expired``)."""
         digest = self._r.hget(self._names_key, name)
         if digest is None:
             return None
         raw = self._r.hgetall(self._token_key(_s(digest)))
-        return _info(raw) if raw else None
+        if not raw:
+            return None
+        info = self._info(raw)
+        if info.expired(self._clock()) and not include_expired:
+            return None
+        return info
 
     def list(self) -> list[TokenInfo]:
-        """Every token's info, sorted by name."""
+        """Every token's info, expired ones included, sorted by name."""
         out = []
         for _, digest in sorted(self._r.hgetall(self._names_key).items()):
             raw = self._r.hgetall(self._token_key(_s(digest)))
             if raw:
-                out.append(_info(raw))
+                out.append(self._info(raw))
         return sorted(out, key=lambda t: t.name)
 
     def revoke(self, name: str) -> bool:
@@ -176,16 +267,62 @@ class TokenStore:
         pipe.execute()
         return True
 
+    def rotate(self, name: str, *, ttl_s: float | None = None) -> str | None:
+        """Replace the secret of the token called ``name`` (expired or not) with a new one.
+
+        The old secret stops verifying at once; name, role and VCs are kept; ``created``
+        is now (dashboard sessions of the old secret end) and ``expires`` is ``ttl_s``
+        (``default_ttl_s`` when None) from now.
+
+        Returns:
+            The new secret (shown once), or None when there is no token of that name.
+
+        Raises:
+            ValueError: a bad lifetime.
+        """
+        now = self._clock()
+        expires = self._expiry(now, ttl_s)
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        digest = hash_token(token)
+
+        def tx(pipe: redis.client.Pipeline) -> bool:
+            old = pipe.hget(self._names_key, name)
+            if old is None:
+                return False
+            raw = pipe.hgetall(self._token_key(_s(old)))
+            if not raw:
+                return False
+            info = self._info(raw)
+            pipe.multi()
+            pipe.delete(self._token_key(_s(old)))
+            pipe.hset(self._names_key, name, digest)
+            pipe.hset(
+                self._token_key(digest),
+                mapping={
+                    "name": info.name,
+                    "role": info.role.value,
+                    "vcs": json.dumps(list(info.vcs)),
+                    "created": repr(now),
+                    "expires": repr(expires),
+                },
+            )
+            return True
+
+        done = self._r.transaction(tx, self._names_key, value_from_callable=True)
+        return token if done else None
+
+    def _info(self, raw: dict) -> TokenInfo:
+        d = {_s(k): _s(v) for k, v in raw.items()}
+        created = float(d.get("created") or 0.0)
+        expires = d.get("expires")
+        return TokenInfo(
+            name=d["name"],
+            role=TokenRole(d["role"]),
+            vcs=tuple(json.loads(d.get("vcs") or "[]")),
+            created=created,
+            expires=float(expires) if expires else created + self.max_ttl_s,
+        )
+
 
 def _s(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def _info(raw: dict) -> TokenInfo:
-    d = {_s(k): _s(v) for k, v in raw.items()}
-    return TokenInfo(
-        name=d["name"],
-        role=TokenRole(d["role"]),
-        vcs=tuple(json.loads(d.get("vcs") or "[]")),
-        created=float(d.get("created") or 0.0),
-    )

@@ -9,15 +9,17 @@ VC's job is "not found") and only admins may change nodes.
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from scheduler.api.auth import client_address, refuse_if_blocked
 from scheduler.api.dashboard import views
 from scheduler.api.dashboard.sessions import (
     COOKIE,
@@ -26,13 +28,14 @@ from scheduler.api.dashboard.sessions import (
     SessionStore,
     csrf_ok,
 )
+from scheduler.api.schemas import VC_NAME
 from scheduler.services.errors import NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
 from scheduler.services.records import as_dict
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
-LOG_TAIL_BYTES = 64 * 1024  # the first poll of a log shows at most its last 64 KiB
+LOG_TAIL_BYTES = 64 * 1024  # one poll of a log returns at most 64 KiB (the first: the last)
 PAGE_SIZE = 50
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -126,8 +129,15 @@ def login(
 ) -> Response:
     if not csrf_ok(request.cookies.get(LOGIN_COOKIE), csrf_token):
         return error(request, None, 403, "The login form's CSRF token is missing or wrong.")
+    try:
+        refuse_if_blocked(request)
+    except HTTPException as exc:
+        resp = error(request, None, exc.status_code, str(exc.detail))
+        resp.headers.update(exc.headers or {})
+        return resp
     s = sessions(request).login(token)
     if s is None:
+        request.app.state.auth_limiter.failed(client_address(request))
         fresh = secrets.token_urlsafe(24)
         resp = render(
             request, "login.html", None, 401, next=safe_next(next), csrf_login=fresh, failed=True
@@ -229,6 +239,8 @@ def node_page(name: str, request: Request) -> Response:
     store = request.app.state.store
     try:
         node = request.app.state.nodes.get(s.who, name)
+        # The API's visibility rule: other VCs' tasks are summed, never named.
+        held = request.app.state.nodes.allocations(s.who, name)
     except NotFoundError as exc:
         return error(request, s, 404, exc.message)
     now = store.now()
@@ -241,7 +253,8 @@ def node_page(name: str, request: Request) -> Response:
         s,
         node=node,
         row=row,
-        allocations=sorted(ledger, key=lambda a: (a.job, a.role, a.index)),
+        allocations=held["tasks"],
+        others=held["others"],
         chart=views.usage_chart(history, now),
         admin=s.who.role.value == "admin",
     )
@@ -286,23 +299,12 @@ def jobs_page(
         )
     jobs = request.app.state.jobs
     store = request.app.state.store
-    if user is None:
-        listing = jobs.list(
-            s.who, vc=vc, state=state, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-        )
-        items, total = listing["items"], listing["total"]
-    else:  # the job service has no user filter; the store does (same visibility rule)
-        if vc is not None:
-            scopes = [vc] if s.who.may_use_vc(vc) else []
-        else:
-            scopes = [None] if s.who.role.value == "admin" else list(s.who.vcs)
-        found, total = [], 0
-        for one in scopes:
-            got, n = store.list_jobs(vc=one, state=state, user=user, limit=page * PAGE_SIZE)
-            found.extend(as_dict(got))
-            total += n
-        found.sort(key=lambda j: j.get("created") or 0.0, reverse=True)
-        items = found[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    if vc is not None and not re.match(VC_NAME, vc):
+        return error(request, s, 400, f"vc: expected a VC name, got {vc!r}")
+    listing = jobs.list(
+        s.who, vc=vc, state=state, user=user, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+    )
+    items, total = listing["items"], listing["total"]
     tasks = store.tasks_of([j["name"] for j in items])
     now = store.now()
     rows = [views.job_row(j, as_dict(tasks.get(j["name"], [])), now) for j in items]
@@ -392,7 +394,7 @@ def job_log(
         path = state.logs.path(name, role, index)
         size = path.stat().st_size
         start = max(0, size - LOG_TAIL_BYTES) if offset < 0 else min(offset, size)
-        data = state.logs.read(name, role, index, start)
+        data = state.logs.read(name, role, index, start, LOG_TAIL_BYTES)
     except (NotFoundError, FileNotFoundError):
         start, data = 0, b""
     return JSONResponse(

@@ -7,25 +7,31 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Request
 
 from scheduler.api.auth import principal
+from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, errors
 from scheduler.api.schemas import NodeOut, StatusOut, VcOut, WhoAmI
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1")
 
 
-@router.get("/nodes", tags=["nodes"], response_model=list[NodeOut])
+@router.get("/nodes", tags=["nodes"], response_model=list[NodeOut], responses=errors())
 def list_nodes(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
     """Every node with its state, capacity, allocated resources and last heartbeat."""
     return request.app.state.nodes.list(who)
 
 
-@router.get("/nodes/{name}", tags=["nodes"], response_model=NodeOut)
+@router.get("/nodes/{name}", tags=["nodes"], response_model=NodeOut, responses=errors(NOT_FOUND))
 def get_node(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """One node. 404 when unknown."""
     return request.app.state.nodes.get(who, name)
 
 
-@router.post("/nodes/{name}/{action}", tags=["nodes"], response_model=NodeOut)
+@router.post(
+    "/nodes/{name}/{action}",
+    tags=["nodes"],
+    response_model=NodeOut,
+    responses=errors(FORBIDDEN, NOT_FOUND, INVALID),
+)
 def node_action(
     name: str,
     action: Literal["cordon", "uncordon", "drain"],
@@ -33,23 +39,24 @@ def node_action(
     who: TokenInfo = Depends(principal),
 ) -> dict:
     """Cordon (no new tasks), uncordon (ready again) or drain (cordon and move its tasks
-    off). Admin or agent tokens only (403 for user tokens); 404 for an unknown node."""
+    off). Admin or agent tokens only (403 for user tokens); 404 for an unknown node; 422
+    for another action."""
     return request.app.state.nodes.set_state(who, name, action)
 
 
-@router.get("/vcs", tags=["vcs"], response_model=list[VcOut])
+@router.get("/vcs", tags=["vcs"], response_model=list[VcOut], responses=errors(FORBIDDEN))
 def list_vcs(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
     """Virtual clusters with guarantee, max, used and borrowed resources."""
     return request.app.state.vcs.list(who)
 
 
-@router.get("/status", tags=["cluster"], response_model=StatusOut)
+@router.get("/status", tags=["cluster"], response_model=StatusOut, responses=errors())
 def cluster_status(request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Cluster summary: nodes and jobs by state, capacity and allocation."""
     return request.app.state.status.status(who)
 
 
-@router.get("/whoami", tags=["cluster"], response_model=WhoAmI)
+@router.get("/whoami", tags=["cluster"], response_model=WhoAmI, responses=errors())
 def whoami(who: TokenInfo = Depends(principal)) -> dict:
     """The calling token's name, role and VCs (``pasture login`` checks a token with it)."""
     return {"name": who.name, "role": who.role.value, "vcs": list(who.vcs)}

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from scheduler.api.auth import principal
-from scheduler.api.schemas import JobDeleteOut, JobEventsOut, JobOut, JobPage, LogFileOut
-from scheduler.services.jobs import TERMINAL_STATES, JobStateName, parse_document
+from scheduler.api.bounds import check_document
+from scheduler.api.responses import (
+    BAD_BODY,
+    CONFLICT,
+    FORBIDDEN,
+    INVALID,
+    NOT_FOUND,
+    TOO_LARGE,
+    errors,
+)
+from scheduler.api.schemas import VC_NAME, JobDeleteOut, JobEventsOut, JobOut, JobPage, LogFileOut
+from scheduler.services.errors import BadRequestError, InvalidSpecError
+from scheduler.services.jobs import TERMINAL_STATES, JobService, JobStateName, parse_document
 from scheduler.services.records import field
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
+# Spec parsing and validation are CPU-bound: they run in worker threads, at most this many
+# at once, so a flood of slow submits neither blocks the event loop (/healthz keeps
+# answering) nor takes every thread of the pool the other routes share.
+SPEC_WORKERS = 4
+MAX_TAIL_LINES = 1_000_000
 
 _SPEC_BODY = {
     "requestBody": {
@@ -27,48 +43,94 @@ _SPEC_BODY = {
 }
 
 
-@router.post("", status_code=201, openapi_extra=_SPEC_BODY, response_model=JobOut)
+def parse_and_submit(
+    jobs: JobService, who: TokenInfo, body: bytes, content_type: str | None
+) -> dict:
+    """Parse ``body`` and submit it (runs in a worker thread).
+
+    The parsed document must pass :func:`check_document` (size with aliases expanded,
+    depth) before it is validated. Input that defeats the parser or the validator (nesting
+    past the interpreter's recursion limit, numbers that overflow a conversion) is the
+    client's error: 400 while parsing, 422 while validating; never a 500.
+    """
+    try:
+        document = parse_document(body, content_type)
+    except RecursionError:
+        raise BadRequestError("job spec: the document is nested too deeply to parse") from None
+    check_document(document)
+    try:
+        return jobs.submit(who, document)
+    except (RecursionError, OverflowError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number too large"
+        raise InvalidSpecError(
+            f"invalid job spec: {what}", [{"loc": [], "msg": what, "type": "value_error"}]
+        ) from None
+
+
+def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
+    state = request.app.state
+    if getattr(state, "spec_limiter", None) is None:
+        state.spec_limiter = anyio.CapacityLimiter(SPEC_WORKERS)
+    return state.spec_limiter
+
+
+@router.post(
+    "",
+    status_code=201,
+    openapi_extra=_SPEC_BODY,
+    response_model=JobOut,
+    responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
+)
 async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Submit a job. 201 with the stored job; 400 malformed YAML/JSON; 422 invalid spec
     (``detail`` lists each problem with its field path in ``loc``); 403 VC not allowed;
-    409 a job of that name exists; 413 body over ``api.max_body_bytes``."""
+    409 a job of that name exists; 413 body over ``api.max_body_bytes`` (refused by the
+    body size limit before it is read)."""
     body = await request.body()
-    document = parse_document(body, request.headers.get("content-type"))
-    return await run_in_threadpool(request.app.state.jobs.submit, who, document)
+    return await anyio.to_thread.run_sync(
+        parse_and_submit,
+        request.app.state.jobs,
+        who,
+        body,
+        request.headers.get("content-type"),
+        limiter=_spec_limiter(request),
+    )
 
 
-@router.get("", response_model=JobPage)
+@router.get("", response_model=JobPage, responses=errors(FORBIDDEN, INVALID))
 def list_jobs(
     request: Request,
-    vc: str | None = Query(None, description="only jobs of this VC"),
+    vc: str | None = Query(None, description="only jobs of this VC", pattern=VC_NAME),
     state: JobStateName | None = Query(None, description="only jobs in this state"),
     limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=1_000_000),
     who: TokenInfo = Depends(principal),
 ) -> dict:
-    """Jobs the caller may see, newest first: ``{items, limit, offset}``."""
+    """Jobs the caller may see, newest first: ``{items, total, limit, offset}``."""
     return request.app.state.jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
 
 
-@router.get("/{name}", response_model=JobOut)
+@router.get("/{name}", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
 def get_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """One job with its tasks, attempt and pending reason. 404 when unknown or not visible."""
     return request.app.state.jobs.get(who, name)
 
 
-@router.get("/{name}/events", response_model=JobEventsOut)
+@router.get("/{name}/events", response_model=JobEventsOut, responses=errors(FORBIDDEN, NOT_FOUND))
 def job_events(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """The job's state transitions (time, state, reason) and its current pending reason."""
     return request.app.state.jobs.events(who, name)
 
 
-@router.post("/{name}/stop", response_model=JobOut)
+@router.post("/{name}/stop", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
 def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
     """Ask for the job to stop; agents stop its tasks (SIGTERM, grace, SIGKILL)."""
     return request.app.state.jobs.stop(who, name)
 
 
-@router.delete("/{name}", response_model=JobDeleteOut)
+@router.delete(
+    "/{name}", response_model=JobDeleteOut, responses=errors(FORBIDDEN, NOT_FOUND, CONFLICT)
+)
 def delete_job(
     name: str,
     request: Request,
@@ -81,14 +143,31 @@ def delete_job(
     return request.app.state.jobs.delete(who, name, force=force)
 
 
-@router.get("/{name}/logs/files", response_model=list[LogFileOut])
+@router.get(
+    "/{name}/logs/files", response_model=list[LogFileOut], responses=errors(FORBIDDEN, NOT_FOUND)
+)
 def log_files(name: str, request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
     """The job's task log files: ``[{role, index, size}]`` (size in bytes)."""
     request.app.state.jobs.get(who, name)
     return request.app.state.logs.files(name)
 
 
-@router.get("/{name}/logs", response_class=PlainTextResponse)
+@router.get(
+    "/{name}/logs",
+    response_class=PlainTextResponse,
+    responses={
+        **errors(FORBIDDEN, NOT_FOUND, INVALID),
+        200: {
+            "description": "the log's bytes (text/plain), streamed",
+            "headers": {
+                "X-Log-Size": {
+                    "description": "the file's size in bytes when the read started",
+                    "schema": {"type": "integer"},
+                }
+            },
+        },
+    },
+)
 def job_logs(
     name: str,
     request: Request,
@@ -96,18 +175,34 @@ def job_logs(
     index: int | None = Query(None, ge=0, description="task index within the role"),
     follow: bool = Query(False, description="stream until the job finishes"),
     offset: int = Query(0, ge=0, description="start at this byte"),
+    limit: int | None = Query(None, ge=0, description="at most this many bytes"),
+    tail: int | None = Query(
+        None, ge=0, le=MAX_TAIL_LINES, description="start at the last N lines (not before offset)"
+    ),
     who: TokenInfo = Depends(principal),
 ):
-    """A task's stdout/stderr (``<share>/jobs/<job>/logs/<role>-<index>.log``) as text.
+    """A task's stdout/stderr (``<share>/jobs/<job>/logs/<role>-<index>.log``) as text,
+    streamed in 64 KiB chunks (memory stays bounded whatever the file's size).
 
-    With ``follow=true`` the answer is streamed and ends when the job is in a final
-    state and the file is read to its end."""
+    ``offset``/``limit`` select a byte range; ``tail=N`` starts at the last N lines (found
+    by reading backwards from the end), or at ``offset`` when that is later (the last N
+    lines not seen yet). The ``X-Log-Size`` header gives the file's size in bytes when the
+    read started; the next poll starts at the start plus the bytes received. With
+    ``follow=true`` the answer streams until the job is in a final state and the file is
+    read to its end, or until ``limit`` bytes were sent."""
     jobs = request.app.state.jobs
     logs = request.app.state.logs
     jobs.get(who, name)
+    path = logs.path(name, role, index)  # 404 before the stream starts
+    size = path.stat().st_size
+    start = min(offset, size)
+    if tail is not None:
+        start = max(start, logs.tail_offset(path, tail))
+    headers = {"X-Log-Size": str(size), "Cache-Control": "no-store"}
     if not follow:
-        return PlainTextResponse(logs.read(name, role, index, offset))
-    logs.path(name, role, index)  # 404 before the stream starts
+        return StreamingResponse(
+            logs.stream(path, start, limit), media_type="text/plain", headers=headers
+        )
 
     def finished() -> bool:
         try:
@@ -116,5 +211,7 @@ def job_logs(
             return True
 
     return StreamingResponse(
-        logs.follow(name, role, index, finished, offset), media_type="text/plain"
+        logs.follow(name, role, index, finished, start, limit),
+        media_type="text/plain",
+        headers=headers,
     )

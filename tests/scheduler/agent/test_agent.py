@@ -200,7 +200,8 @@ def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):
 
     until(finished)
     log = (tmp_path / "share/jobs/mpi/logs/w-0.log").read_text().splitlines()
-    assert log[1:] == ["127.0.0.1 slots=1", "127.0.0.1 slots=1"]
+    # two tasks on one host: one line with slots=2 (Open MPI 4.1 refuses repeated hosts)
+    assert log[1:] == ["127.0.0.1 slots=2"]
     assert (tmp_path / "share/jobs/mpi/hostfile-1").exists()
 
 

@@ -30,13 +30,20 @@ ENDPOINTS = [
     ("GET", "/api/v1/status"),
     ("GET", "/api/v1/whoami"),
     ("GET", "/metrics"),
+    ("GET", "/api/v1/admin/tokens"),
+    ("DELETE", "/api/v1/admin/tokens/alice"),
+    ("POST", "/api/v1/admin/tokens/alice/rotate"),
+    ("GET", "/openapi.json"),
 ]
 
 
-def test_endpoint_list_covers_the_openapi_document(http):
-    paths = http(None).get("/openapi.json").json()["paths"]
+def test_endpoint_list_covers_the_openapi_document(api, http):
+    _, env = api
+    paths = http(env.alice).get("/openapi.json").json()["paths"]
     templated = {p.replace("{name}", "x").replace("{action}", "cordon") for p in paths}
-    listed = {p.replace("hello", "x").replace("node-1", "x") for _, p in ENDPOINTS}
+    listed = {
+        p.replace("hello", "x").replace("node-1", "x").replace("alice", "x") for _, p in ENDPOINTS
+    }
     listed |= {"/api/v1/nodes/x/cordon"}
     assert templated - {"/healthz"} <= listed | {"/api/v1/nodes/x/cordon"}
 
@@ -381,8 +388,12 @@ def test_fuzzed_bodies_never_500(api, http):
     assert any(s in (400, 422) for s in statuses)
 
 
-def test_openapi_and_docs_are_served(http):
-    r = http(None).get("/openapi.json")
+def test_openapi_needs_a_token_and_docs_are_not_served(api, http):
+    _, env = api
+    assert http(None).get("/openapi.json").status_code == 401
+    assert http(None).get("/docs").status_code == 404
+    assert http(env.admin).get("/docs").status_code == 404
+    r = http(env.agent).get("/openapi.json")
     assert r.status_code == 200
     doc = r.json()
     assert "/api/v1/jobs/{name}/logs" in doc["paths"]
@@ -396,6 +407,8 @@ def test_openapi_check_with_httpx_without_server_errors(api, http):
     _, env = api
     c = http(env.admin)
     for path, ops in c.get("/openapi.json").json()["paths"].items():
+        if path.startswith("/api/v1/admin/tokens/"):
+            continue
         if "get" in ops:
             r = c.get(path.replace("{name}", "zz-unknown"))
             assert r.status_code < 500, (path, r.text)

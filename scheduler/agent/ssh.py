@@ -1,0 +1,295 @@
+"""ssh between a job's tasks: the job's key pair, each task's sshd and client config.
+
+Wiring (one job attempt; every agent computes the same files from the same inputs):
+
+- Key pair: ``<share>/jobs/<job>/.ssh/attempt-<n>.key`` (ECDSA P-256, PEM, made with
+  paramiko), created once per attempt by the first agent that starts one of the attempt's
+  tasks (``O_CREAT|O_EXCL``, mode 0600, directory 0700; agents that lose the race read the
+  winner's file). The same key is every task's host key and client identity, so clients
+  check the server's host key against it (``StrictHostKeyChecking yes`` with a
+  known_hosts line ``* <public key>``): only the job's own tasks are trusted.
+- Per task, in a directory private to the task on the node (``<work_dir>/tasks/<id>/ssh``,
+  0700, mounted at ``/run/pasture/ssh`` in containers): the key (0600: ssh refuses keys
+  other users may read, and a share mounted over SMB does not keep modes, so the key is
+  copied here), ``authorized_keys``, ``known_hosts``, ``sshd_config``, ``config`` (host
+  aliases), ``bin/ssh`` (``ssh -F config``, first on the task's PATH) and
+  ``bin/pasture-ssh-barrier``.
+- sshd listens on the task's ``ssh`` port (:func:`scheduler.discovery.port_names` adds
+  one to every role of a job that asks for ssh) and runs in the foreground in the task's
+  process group; the start-up script kills it when the command ends.
+- Host aliases, one ``Host`` block per task: ``<role>-<index>`` (and the role's shell name,
+  ``worker_gpu-0``, when the role has other characters), with HostName, Port, IdentityFile,
+  known_hosts; plus one block per host address pointing at the first of the job's tasks
+  on that host, so the MPI hostfile's ``<address> slots=n`` lines reach an sshd. No
+  ``User``: ssh logs in as the local user, who is the user every task of the job runs as.
+
+The task's own ``~/.ssh/config`` is written only in containers (a process-mode task shares
+the node's home directory, and OpenSSH reads ``~`` from the passwd entry, not $HOME), hence
+the ``bin/ssh`` wrapper on PATH in both modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import paramiko
+
+from scheduler.discovery import ordered_tasks, shell_name
+from scheduler.spec.model import JobSpec
+from scheduler.store.records import TaskRecord
+
+KEY_NAME = "id_job"
+READ_RETRY_S = 10.0
+"""Seconds an agent that lost the key-creation race waits for the winner's complete file."""
+
+
+def job_key_path(job_dir: Path, attempt: int) -> Path:
+    """Where the job attempt's private key lives on the share."""
+    return job_dir / ".ssh" / f"attempt-{attempt}.key"
+
+
+def ensure_job_key(job_dir: Path, attempt: int) -> tuple[str, str]:
+    """The job attempt's key pair, created when missing (see the module docstring).
+
+    Returns:
+        (private key in PEM, public key line ``ecdsa-sha2-nistp256 AAAA...``).
+    Raises:
+        OSError: the share is not writable, or another agent's key file stayed unreadable
+            for READ_RETRY_S seconds.
+    """
+    path = job_key_path(job_dir, attempt)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # SMB mounts (smbnetfs) may not support chmod
+        os.chmod(path.parent, 0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return _read_key(path)
+    key = paramiko.ECDSAKey.generate(bits=256)
+    buf = io.StringIO()
+    key.write_private_key(buf)
+    with os.fdopen(fd, "w") as f:
+        f.write(buf.getvalue())
+    for old in path.parent.glob("attempt-*.key"):  # earlier attempts' keys are dead
+        if old != path:
+            old.unlink(missing_ok=True)
+    return buf.getvalue(), f"{key.get_name()} {key.get_base64()}"
+
+
+def _read_key(path: Path) -> tuple[str, str]:
+    deadline = time.monotonic() + READ_RETRY_S
+    while True:
+        text = path.read_text()
+        try:
+            key = paramiko.ECDSAKey.from_private_key(io.StringIO(text))
+            return text, f"{key.get_name()} {key.get_base64()}"
+        except (paramiko.SSHException, ValueError) as exc:
+            if time.monotonic() > deadline:
+                raise OSError(f"job key {path} is unreadable: {exc}") from exc
+            time.sleep(0.1)
+
+
+def aliases(job: str, t: TaskRecord) -> list[str]:
+    """Host aliases of task ``t``: ``<role>-<index>``, its shell-name form when different
+    and ``<job>-<role>-<index>`` (Volcano's pod name)."""
+    names = [f"{t.role}-{t.index}", f"{shell_name(t.role)}-{t.index}", f"{job}-{t.role}-{t.index}"]
+    return list(dict.fromkeys(names))
+
+
+def client_config(job: str, spec: JobSpec, tasks: Sequence[TaskRecord], task_dir: str) -> str:
+    """The ``ssh -F`` config of every task of the job (shape: module docstring).
+
+    Args:
+        task_dir: the per-task ssh directory as the task sees it.
+    """
+    common = (
+        f"  IdentityFile {task_dir}/{KEY_NAME}\n"
+        "  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {task_dir}/known_hosts\n"
+        "  GlobalKnownHostsFile /dev/null\n"
+        "  StrictHostKeyChecking yes\n"
+        "  CheckHostIP no\n"
+        "  BatchMode yes\n"
+        "  LogLevel ERROR\n"
+    )
+    out = [f"# ssh aliases of job {job} (written by the pasture agent)\n"]
+    first_on_host: dict[str, TaskRecord] = {}
+    for t in ordered_tasks(spec, tasks):
+        if "ssh" not in t.ports:
+            continue
+        first_on_host.setdefault(t.address, t)
+        out.append(
+            f"Host {' '.join(aliases(job, t))}\n  HostName {t.address}\n"
+            f"  Port {t.ports['ssh']}\n{common}"
+        )
+    for address, t in first_on_host.items():
+        out.append(f"Host {address}\n  HostName {address}\n  Port {t.ports['ssh']}\n{common}")
+    return "\n".join(out)
+
+
+def sshd_config(port: int, task_dir: str) -> str:
+    """The task's sshd configuration: key-only login with the job key on ``port``."""
+    return (
+        f"Port {port}\n"
+        f"HostKey {task_dir}/{KEY_NAME}\n"
+        f"AuthorizedKeysFile {task_dir}/authorized_keys\n"
+        f"PidFile {task_dir}/sshd.pid\n"
+        "PubkeyAuthentication yes\n"
+        "PasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\n"
+        "StrictModes no\n"
+        "UsePAM no\n"
+        "PrintMotd no\n"
+        "Subsystem sftp internal-sftp\n"
+    )
+
+
+def _wrapper(task_dir: str) -> str:
+    cfg = shlex.quote(f"{task_dir}/config")
+    return (
+        "#!/bin/sh\n# ssh with the job's host aliases (pasture)\n"
+        "for d in /usr/bin /bin /usr/local/bin; do\n"
+        f'  [ -x "$d/ssh" ] && exec "$d/ssh" -F {cfg} "$@"\n'
+        "done\n"
+        'echo "pasture: no ssh client in this image (install openssh-client)" >&2\n'
+        "exit 127\n"
+    )
+
+
+def _barrier(task_dir: str, hosts: Sequence[str]) -> str:
+    ssh = shlex.quote(f"{task_dir}/bin/ssh")
+    return (
+        "#!/bin/sh\n# pasture-ssh-barrier [TIMEOUT_S]: wait until every other task of the job\n"
+        "# accepts ssh (OpenPAI's sshbarrier). Exit 1 when one is not reachable in time.\n"
+        "deadline=$(( $(date +%s) + ${1:-300} ))\n"
+        'self="${PASTURE_TASK_ROLE}-${PASTURE_TASK_INDEX}"\n'
+        f"for h in {' '.join(shlex.quote(h) for h in hosts)}; do\n"
+        '  [ "$h" = "$self" ] && continue\n'
+        f'  until {ssh} -o ConnectTimeout=5 "$h" true 2>/dev/null; do\n'
+        '    if [ "$(date +%s)" -ge "$deadline" ]; then\n'
+        '      echo "pasture-ssh-barrier: $h is not reachable over ssh" >&2; exit 1\n'
+        "    fi\n"
+        "    sleep 1\n"
+        "  done\n"
+        "done\n"
+    )
+
+
+def write_task_files(
+    dest: Path,
+    job: str,
+    spec: JobSpec,
+    tasks: Sequence[TaskRecord],
+    me: TaskRecord,
+    key: tuple[str, str],
+    task_dir: str,
+) -> None:
+    """Write task ``me``'s ssh directory at ``dest`` on the node (seen as ``task_dir``
+    by the task). Raises OSError when the node's work dir is not writable."""
+    private, public = key
+    dest.mkdir(parents=True, exist_ok=True)
+    os.chmod(dest, 0o700)
+    (dest / "bin").mkdir(exist_ok=True)
+    files = {
+        KEY_NAME: (private, 0o600),
+        f"{KEY_NAME}.pub": (public + "\n", 0o644),
+        "authorized_keys": (public + "\n", 0o600),
+        "known_hosts": (f"* {public}\n", 0o644),
+        "sshd_config": (sshd_config(me.ports["ssh"], task_dir), 0o600),
+        "config": (client_config(job, spec, tasks, task_dir), 0o644),
+        "bin/ssh": (_wrapper(task_dir), 0o755),
+        "bin/pasture-ssh-barrier": (
+            _barrier(task_dir, [f"{t.role}-{t.index}" for t in ordered_tasks(spec, tasks)]),
+            0o755,
+        ),
+    }
+    for name, (text, mode) in files.items():
+        path = dest / name
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+
+
+def ssh_env(spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir: str) -> dict:
+    """Variables of a task with ssh: PASTURE_SSH_DIR / _PORT / _CONFIG / _HOSTS, and Open
+    MPI's (run as root allowed, ssh = the wrapper, no tree spawn: remote daemons do not
+    have the wrapper on PATH)."""
+    ranked = ordered_tasks(spec, tasks)
+    return {
+        "PASTURE_SSH_DIR": task_dir,
+        "PASTURE_SSH_PORT": str(me.ports["ssh"]),
+        "PASTURE_SSH_CONFIG": f"{task_dir}/config",
+        "PASTURE_SSH_HOSTS": ",".join(f"{t.role}-{t.index}" for t in ranked),
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_MCA_plm_rsh_agent": f"{task_dir}/bin/ssh",
+        "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+    }
+
+
+USER_SSHD_RE = re.compile(
+    r"(?:^|[;&|(`])\s*(?:exec\s+)?(?:/usr(?:/local)?)?(?:/s?bin/)?sshd(?=\s|;|&|\)|$)", re.M
+)
+"""A command that starts its own sshd (Volcano's MPI examples: ``/usr/sbin/sshd -D``)."""
+
+
+def starts_own_sshd(command: str) -> bool:
+    """Whether ``command`` runs sshd itself (see :func:`sshd_script`)."""
+    return bool(USER_SSHD_RE.search(command))
+
+
+def sshd_script(
+    task_dir: str, *, required: bool, in_container: bool, user_sshd: bool = False
+) -> str:
+    """Shell lines (``/bin/sh``) that start the task's sshd in the background before its
+    command, stop it when the script exits and put the wrapper first on PATH.
+
+    Args:
+        required: the job asked for ssh explicitly: no sshd in the image fails the task
+            (exit 127); otherwise (``mpi`` only) a warning line is logged.
+        in_container: the task has a filesystem of its own: also write ``~/.ssh/config``.
+        user_sshd: the command starts sshd itself (:func:`starts_own_sshd`). In a
+            container the job's sshd_config is then installed as ``/etc/ssh/sshd_config``
+            and no second sshd is started, so the command's own ``sshd`` serves the job's
+            port and key (a second one could not bind the port). In process mode the
+            node's ``/etc/ssh`` is not touched and pasture's sshd starts as usual.
+    """
+    d = shlex.quote(task_dir)
+    missing = (
+        'echo "pasture: this job asks for ssh but the image has no sshd'
+        ' (install openssh-server)" >&2'
+    )
+    lines = [f'export PATH={d}/bin:"$PATH"', "mkdir -p /run/sshd 2>/dev/null"]
+    if in_container and user_sshd:
+        lines += [
+            "# the command starts its own sshd: make it the job's",
+            f"mkdir -p /etc/ssh && cp {d}/sshd_config /etc/ssh/sshd_config",
+        ]
+    else:
+        lines += [
+            "_pasture_sshd=$(command -v sshd 2>/dev/null || ls /usr/sbin/sshd 2>/dev/null)",
+            'if [ -n "$_pasture_sshd" ]; then',
+            f'  "$_pasture_sshd" -D -e -f {d}/sshd_config 2>>{d}/sshd.log &',
+            "  _pasture_sshd_pid=$!",
+            "  trap 'kill $_pasture_sshd_pid 2>/dev/null' EXIT",
+            "else",
+            f"  {missing}",
+            "  exit 127" if required else "  :",
+            "fi",
+        ]
+    if in_container:
+        lines += [
+            'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"',
+            f'[ -e "$HOME/.ssh/config" ] || cp {d}/config "$HOME/.ssh/config"',
+        ]
+    return "\n".join(lines)

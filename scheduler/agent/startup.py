@@ -1,0 +1,190 @@
+"""A task's start-up: what the agent prepares before the task's command runs.
+
+:func:`prepare` is called by the agent for every task it starts and returns a
+:class:`Startup`: the complete environment, the script to run (start-up lines, then the
+job's command) and extra mounts. In order:
+
+1. the job directory on the share (``logs/``, ``output/``), the MPI hostfile
+   (``hostfile-<attempt>``, when the job sets ``mpi``) and the Volcano host files
+   (``volcano-<attempt>/<task>.host``; mounted read-only at ``/etc/volcano`` in
+   containers, named by PASTURE_VOLCANO_HOSTS_DIR in both modes);
+2. ssh (jobs with ``ssh`` or ``mpi``; see :mod:`scheduler.agent.ssh`): the job key, the
+   task's ssh directory, the sshd lines of the script;
+3. code dir (job-level ``code_dir``: a directory of the share, relative to it or
+   absolute inside it, e.g. one pushed with ``pasture data push``): the script copies its
+   content into a fresh per-task working directory ``<job dir>/work/<role>-<index>``
+   (PAI_WORK_DIR) and runs the command there; PAI_CODE_DIR names the source;
+4. the environment: discovery (:func:`scheduler.discovery.task_env`), then the job's and
+   the role's ``env`` (the user's values win over the OpenPAI / MARO / Volcano aliases),
+   then the PASTURE_ variables again (they are the agent's contract) and ssh's.
+
+Executors (process, container) run the returned script as the task's command: nothing
+executor-specific here beyond where the task sees its ssh directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from scheduler.agent import ssh
+from scheduler.discovery import mpi_hostfile, task_env, volcano_host_files, wants_ssh
+from scheduler.spec.model import JobSpec
+from scheduler.store.records import TaskRecord
+
+CONTAINER_SSH_DIR = "/run/pasture/ssh"
+"""Where a container task sees its ssh directory."""
+VOLCANO_DIR = "/etc/volcano"
+"""Where a container task sees the Volcano host files (Volcano's own mount path)."""
+
+
+class StartupError(RuntimeError):
+    """The task cannot start (bad code_dir, ...): the message says why, for the task record."""
+
+
+@dataclass
+class Startup:
+    """What :func:`prepare` returns.
+
+    Attributes:
+        env: the task's complete added environment.
+        command: the script to run (start-up lines, then the job's command).
+        mounts: (host path, path in the task) pairs to add (container executor).
+        hostfile: the MPI hostfile path, when written.
+    """
+
+    env: dict[str, str]
+    command: str
+    mounts: list[tuple[str, str]] = field(default_factory=list)
+    hostfile: str | None = None
+
+
+def _atomic_write(path: Path, text: str, tag: str) -> None:
+    tmp = path.with_name(f"{path.name}.{tag}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def code_dir_of(spec: JobSpec, share: Path) -> Path | None:
+    """The job's ``code_dir`` as a path on the share (None when the job has none).
+
+    Raises:
+        StartupError: the path leaves the share or is not a directory there.
+    """
+    raw = spec.code_dir
+    if not raw:
+        return None
+    p = PurePosixPath(raw)
+    path = Path(p) if p.is_absolute() else share / p
+    resolved = path.resolve()
+    if resolved != share.resolve() and share.resolve() not in resolved.parents:
+        raise StartupError(f"code_dir {raw!r} is outside the cluster share {share}")
+    if not resolved.is_dir():
+        raise StartupError(
+            f"code_dir {raw!r}: no such directory on the cluster share ({path}); copy the"
+            " code there first, e.g. `pasture data push ./code <dir>`"
+        )
+    return path
+
+
+def prepare(
+    *,
+    job: str,
+    user: str,
+    spec: JobSpec,
+    tasks: Sequence[TaskRecord],
+    me: TaskRecord,
+    node: str,
+    share: Path,
+    task_dir: Path,
+    task_id: str,
+    executor_kind: str,
+) -> Startup:
+    """Prepare task ``me`` of ``job`` (see the module docstring).
+
+    Args:
+        share: the cluster share on this node (tasks see it at the same path).
+        task_dir: the node-local directory private to the task (the executor's state_dir).
+        task_id: the task's id (container name ``task-<id>``).
+        executor_kind: ``process``, ``container`` or ``kubernetes`` (ssh and the Volcano
+            mount need process or container).
+    Raises:
+        OSError: the share or the node's work dir is not writable.
+        StartupError: the job's own settings prevent the start (message says which).
+    """
+    job_dir = share / "jobs" / job
+    (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (job_dir / "output").mkdir(exist_ok=True)
+    in_container = executor_kind == "container"
+    mounts: list[tuple[str, str]] = []
+    lines: list[str] = []
+
+    hostfile = None
+    if spec.mpi:
+        hostfile = str(job_dir / f"hostfile-{me.attempt}")
+        _atomic_write(Path(hostfile), mpi_hostfile(spec, tasks), node)
+    vdir = job_dir / f"volcano-{me.attempt}"
+    vdir.mkdir(exist_ok=True)
+    for name, text in volcano_host_files(spec, tasks).items():
+        _atomic_write(vdir / name, text, node)
+    if in_container:
+        mounts.append((str(vdir), f"{VOLCANO_DIR}:ro"))
+
+    code = code_dir_of(spec, share)
+    work = str(job_dir / "work" / f"{me.role}-{me.index}") if code else str(job_dir)
+    env = task_env(
+        job,
+        spec,
+        tasks,
+        me,
+        str(share),
+        hostfile,
+        user=user,
+        work_dir=work,
+        code_dir=str(code) if code else None,
+        container_name=f"task-{task_id}" if in_container else task_id,
+        volcano_hosts_dir=VOLCANO_DIR if in_container else str(vdir),
+    )
+    pasture = {k: v for k, v in env.items() if k.startswith("PASTURE_")}
+    env = {**env, **spec.env, **spec.roles[me.role].env, **pasture}
+
+    if wants_ssh(spec):
+        if executor_kind not in ("process", "container"):
+            lines.append(
+                f'echo "pasture: ssh between tasks is not available with the {executor_kind}'
+                ' executor" >&2'
+            )
+        elif "ssh" not in me.ports:
+            raise StartupError(
+                "this job asks for ssh but its task has no 'ssh' port (placed by an older"
+                " loop?); resubmit the job"
+            )
+        else:
+            key = ssh.ensure_job_key(job_dir, me.attempt)
+            seen = CONTAINER_SSH_DIR if in_container else str(task_dir / "ssh")
+            ssh.write_task_files(task_dir / "ssh", job, spec, tasks, me, key, seen)
+            if in_container:
+                mounts.append((str(task_dir / "ssh"), CONTAINER_SSH_DIR))
+            env.update(ssh.ssh_env(spec, tasks, me, seen))
+            lines.append(
+                ssh.sshd_script(
+                    seen,
+                    required=spec.ssh,
+                    in_container=in_container,
+                    user_sshd=ssh.starts_own_sshd(spec.roles[me.role].command),
+                )
+            )
+    if code:
+        w, c = shlex.quote(work), shlex.quote(str(code))
+        lines.append(
+            f"rm -rf {w} && mkdir -p {w} && cp -a {c}/. {w}/ || "
+            f'{{ echo "pasture: cannot copy code_dir {code} to {work}" >&2; exit 126; }}\n'
+            f"cd {w} || exit 126"
+        )
+    command = spec.roles[me.role].command
+    if lines:
+        command = "# pasture start-up\n" + "\n".join(lines) + "\n# job command\n" + command
+    return Startup(env=env, command=command, mounts=mounts, hostfile=hostfile)

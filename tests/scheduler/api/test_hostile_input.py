@@ -1,0 +1,160 @@
+"""Hostile request bodies against the real API (uvicorn + redis-server): every one is a
+4xx, answered promptly, and the event loop keeps serving /healthz meanwhile."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import psutil
+import pytest
+from live import job_yaml
+
+pytestmark = pytest.mark.integration
+
+# The issue's 368-byte alias bomb shape: 9 aliases of 9, nine levels (9**9 leaves).
+BOMB = (
+    "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+    + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "name: *i\nroles: {w: {command: x, resources: {cpu: 1, memory: 1Gi}}}\n"
+)
+
+
+def _healthz_while(c, busy: threading.Thread) -> list[float]:
+    """/healthz latencies (s), polled every 20 ms until ``busy`` ends."""
+    latencies = []
+    while busy.is_alive():
+        t = time.monotonic()
+        assert c.get("/healthz").status_code == 200
+        latencies.append(time.monotonic() - t)
+        time.sleep(0.02)
+    return latencies
+
+
+def test_alias_bomb_is_refused_fast_with_bounded_memory(api, http):
+    _, env = api
+    assert len(BOMB) < 600
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    t = time.monotonic()
+    r = http(env.alice).post("/api/v1/jobs", content=BOMB)
+    took = time.monotonic() - t
+    assert r.status_code in (400, 422), r.text  # the parser's alias limit or the API's bound
+    assert took < 2.0  # ~0.1 s on an idle machine; 24.6 s before the bound
+    assert proc.memory_info().rss - before < 64 << 20
+
+
+def test_healthz_answers_while_large_submits_run(api, http):
+    """Three 0.8 MB specs (each about a second of pure-Python YAML parsing) in flight at
+    once: /healthz is answered between, never after, them. On this shared 2-core machine
+    a GIL switch can take a while, so the bound is relative: with parsing on the event loop
+    one /healthz would wait for all three parses."""
+    _, env = api
+    env_lines = "".join(f"  V{i}: '{'x' * 20}'\n" for i in range(25000))
+    big = job_yaml("big") + "env:\n" + env_lines
+    assert 700_000 < len(big) < env.settings.api.max_body_bytes
+    statuses = []
+
+    def submit_all():
+        threads = [
+            threading.Thread(
+                target=lambda: statuses.append(
+                    http(env.alice).post("/api/v1/jobs", content=big).status_code
+                )
+            )
+            for _ in range(3)
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
+    busy = threading.Thread(target=submit_all)
+    start = time.monotonic()
+    busy.start()
+    latencies = _healthz_while(http(None), busy)
+    busy.join()
+    busy_s = time.monotonic() - start
+    assert all(s < 500 for s in statuses), statuses
+    assert len(latencies) >= 3, "the submits ended too soon to measure anything"
+    latencies.sort()
+    # relative bounds only (a loaded machine stretches everything): parsing on the event
+    # loop would make a /healthz wait as long as the parses, i.e. about busy_s
+    assert latencies[-1] < busy_s / 2, (busy_s, latencies)
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "application/json"),
+        ('{"a":' * 50_000 + "1" + "}" * 50_000, "application/json"),
+        ("a: " + "[" * 100_000, "application/yaml"),
+        ("a:\n" + "".join(" " * i + "- \n" for i in range(1, 1200)), "application/yaml"),
+        ("{a: " * 900 + "1" + "}" * 900, "application/yaml"),
+        ('{"name": "x", "a": ' + "[" * 200 + "]" * 200 + "}", "application/json"),
+    ],
+    ids=["json-array", "json-object", "yaml-flow", "yaml-block", "yaml-900", "json-200"],
+)
+def test_deep_nesting_is_4xx(api, http, body, ctype):
+    _, env = api
+    c = http(env.alice)
+    r = c.post("/api/v1/jobs", content=body, headers={"content-type": ctype})
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["detail"]
+    assert c.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"name": "x", "roles": {"w": {"command": "x", "resources": {"cpu": 1e308, "memory": 1}}}},
+        {"name": "x", "roles": {"w": {"command": "x", "resources": {"cpu": 1e400}}}},
+        {"name": "x", "roles": {"w": {"command": "x", "resources": {"cpu": 1, "memory": 1e308}}}},
+        {"name": "x", "roles": {"w": {"command": "x", "resources": {"cpu": 1, "gpu": 1e308}}}},
+        {"name": "x", "priority": 1e308, "roles": {"w": {"command": "x"}}},
+        {"name": "x", "roles": {"w": {"command": "x", "replicas": 1e308}}},
+        {"name": "x", "roles": {"w": {"command": "x", "resources": {"cpu": -1e308}}}},
+        {"name": "x", "estimated_duration_s": 1e400, "roles": {"w": {"command": "x"}}},
+        {"name": "x", "estimated_duration_s": float("nan"), "roles": {"w": {"command": "x"}}},
+    ],
+)
+def test_huge_numbers_are_4xx(api, http, doc):
+    _, env = api
+    c = http(env.alice)
+    for body, ctype in (
+        (json.dumps(doc), "application/json"),
+        (
+            json.dumps(doc)
+            .replace("1e+308", "1.0e+308")
+            .replace("-Infinity", "-.inf")
+            .replace("Infinity", ".inf")
+            .replace("NaN", ".nan"),
+            "application/yaml",
+        ),
+    ):
+        r = c.post("/api/v1/jobs", content=body, headers={"content-type": ctype})
+        assert 400 <= r.status_code < 500, (body, r.text)
+
+
+def test_vc_names_are_validated_at_the_api(api, http):
+    _, env = api
+    c = http(env.admin)
+    for bad in ("a b", "../x", "x\n", "-x", "x" * 65, "ü"):
+        r = c.get("/api/v1/jobs", params={"vc": bad})
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["detail"][0]["loc"] == ["query", "vc"]
+    assert c.get("/api/v1/jobs", params={"vc": "research"}).status_code == 200
+
+
+def test_a_non_finite_number_is_refused_with_its_path(api, http):
+    _, env = api
+    r = http(env.alice).post(
+        "/api/v1/jobs", content=job_yaml("inf") + "estimated_duration_s: .inf\n"
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["estimated_duration_s"]
+    assert http(env.admin).get("/api/v1/jobs/inf").status_code == 404  # nothing stored
