@@ -127,6 +127,10 @@ class ApiClient:
     def nodes(self) -> list[dict]:
         return self.request("GET", "/api/v1/nodes")
 
+    def node(self, name: str) -> dict:
+        """One node with its events (``GET /api/v1/nodes/{name}``)."""
+        return self.request("GET", f"/api/v1/nodes/{name}")
+
     def node_action(self, name: str, action: str) -> dict:
         return self.request("POST", f"/api/v1/nodes/{name}/{action}")
 

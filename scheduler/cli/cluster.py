@@ -44,6 +44,38 @@ def node_list(as_json: bool = typer.Option(False, "--json")) -> None:
     console.print(table)
 
 
+@node_app.command("show")
+@handle_errors
+def node_show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """One node: state and why, capacity, GPU health (agent's NVML probe) and events."""
+    n = ApiClient(load()).node(name)
+    if as_json:
+        print_json(n)
+        return
+    console.print(
+        f"[bold]{n.get('name')}[/bold]  state={styled(n.get('state'))}"
+        f"  {fmt_resources(_capacity(n))}  heartbeat={fmt_time(n.get('heartbeat'))}"
+    )
+    if n.get("state_reason"):
+        console.print(f"reason: {n['state_reason']}")
+    gpus = [g for g in (n.get("usage") or {}).get("gpu_health") or [] if isinstance(g, dict)]
+    if gpus:
+        table = Table("gpu", "healthy", "temp C", "power W", "problems / warnings", title="GPUs")
+        for g in gpus:
+            table.add_row(
+                str(g.get("index")),
+                "yes" if g.get("healthy", True) else "[red]no[/red]",
+                "" if g.get("temperature_c") is None else f"{g['temperature_c']:g}",
+                "" if g.get("power_w") is None else f"{g['power_w']:.0f}",
+                "; ".join((g.get("problems") or []) + (g.get("warnings") or [])),
+            )
+        console.print(table)
+    table = Table("time", "state", "reason", title="events")
+    for e in n.get("events") or []:
+        table.add_row(fmt_time(e.get("time")), styled(e.get("state")), str(e.get("reason", "")))
+    console.print(table)
+
+
 def _action(action: str, name: str) -> None:
     node = ApiClient(load()).node_action(name, action)
     console.print(f"node {name}: {styled(node.get('state'))}")
