@@ -64,6 +64,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scheduler.diagnosis import Diagnosis, diagnose_task
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
 from scheduler.store.records import Cause, JobState, TaskRecord, TaskState
@@ -207,12 +208,21 @@ def min_failed(spec: JobSpec, role: str) -> int:
     return c.min_failed if c is not None and c.min_failed is not None else 1
 
 
+def _diagnosis(t: TaskRecord) -> Diagnosis | None:
+    """The failure class of ``t`` (issue 19, scheduler/diagnosis.py): the agent's, or
+    ``node_lost`` for a lost task; None otherwise."""
+    return diagnose_task(t) if t.diagnosis or t.state == TaskState.LOST else None
+
+
 def _failure_why(t: TaskRecord) -> str:
     if t.state == TaskState.LOST:
-        return f"task {t.key} lost: {t.message}"
-    if t.state == TaskState.STOPPED:
-        return f"task {t.key} stopped on {t.node} without a stop request"
-    return f"task {t.key} exited with code {t.exit_code} on {t.node}"
+        why = f"task {t.key} lost: {t.message}"
+    elif t.state == TaskState.STOPPED:
+        why = f"task {t.key} stopped on {t.node} without a stop request"
+    else:
+        why = f"task {t.key} exited with code {t.exit_code} on {t.node}"
+    d = _diagnosis(t)
+    return f"{why} [{d.kind}: {d.summary}]" if d else why
 
 
 def _attempt_failed(
@@ -234,7 +244,7 @@ def _attempt_failed(
     limit = spec.retry.max_attempts
     if not force_retry and spec.policies.on_task_failure == "fail_job":
         state, why = JobState.FAILED, f"{why}; on_task_failure is fail_job"
-    elif not force_retry and not spec.retry.retryable(code):
+    elif not force_retry and not spec.retry.retryable(code, getattr(_diagnosis(t), "kind", None)):
         state, why = JobState.FAILED, f"{why}; exit code {code} is not retried"
     elif attempts >= limit:
         state, why = JobState.FAILED, f"{why}; {attempts} of {limit} attempts failed"

@@ -192,6 +192,12 @@ class AgentSettings(_Model):
     # its own tasks (fencing, docs/faults.md); default 3 x heartbeat_interval_s
     lease_s: float | None = Field(None, gt=0)
 
+    # operator's failure-diagnosis rules, tried before the shipped ones (docs/operations.md)
+    diagnosis_rules: Path | None = None
+    # replay NVML answers from this JSON recording instead of the driver (tests, drills of
+    # the automatic cordon; scheduler/agent/gpu_health.py RecordedBackend)
+    nvml_recording: Path | None = None
+
     @model_validator(mode="after")
     def _lease(self) -> AgentSettings:
         if self.lease_s is not None and self.lease_s <= self.heartbeat_interval_s:

@@ -17,6 +17,8 @@ PKGS=(
   # ssh client for Ansible over SSH and the on-prem facts tests
   openssh-client openssh-server sshpass
   rsync git make
+  # promtool (check and unit-test the alerting rules: tests/roles/test_prometheus_rules.py)
+  prometheus
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -36,7 +36,9 @@ from pathlib import Path
 
 from scheduler.agent import startup
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, make_executor, task_id
+from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
+from scheduler.diagnosis import diagnose_report
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
 from scheduler.store.agent_store import NodeStore
@@ -106,6 +108,9 @@ class Agent:
         self._lock = threading.Lock()
         self._stoppers: dict[str, threading.Thread] = {}
         self._last_heartbeat = 0.0
+        self.gpu_health = GpuHealthMonitor(
+            RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
+        )
         self._load_state()
 
     # ---- local state ----------------------------------------------------------------
@@ -193,14 +198,16 @@ class Agent:
         return out
 
     def heartbeat(self) -> None:
-        """Send a heartbeat with usage (renewing the lease); re-register when the store
-        forgot this node."""
+        """Send a heartbeat with usage and GPU health (renewing the lease); re-register when
+        the store forgot this node; cordon it when a GPU turned unhealthy (:mod:`.gpu_health`)."""
         sent = self._last_heartbeat = time.monotonic()
-        if self.store.heartbeat(self.node, usage()) == "":
+        report = {**usage(), "gpu_health": self.gpu_health.report()}
+        if self.store.heartbeat(self.node, report) == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()
         else:
             self._renew(sent)
+        self.gpu_health.check(self.store, self.node, report["gpu_health"])
 
     # ---- reconcile ------------------------------------------------------------------
     def reconcile(self) -> None:
@@ -240,8 +247,17 @@ class Agent:
                 state, msg = TaskState.SUCCEEDED, "exited with code 0"
             else:
                 state, msg = TaskState.FAILED, f"exited with code {code}"
+            diag = None
+            if state == TaskState.FAILED:  # classify the failure (rules are data)
+                diag = diagnose_report(
+                    Path(self.s.share_dir) / "jobs" / t.job / "logs" / f"{t.key}.log",
+                    code,
+                    msg,
+                    self.executor.evidence(t.handle),
+                    self.s.diagnosis_rules,
+                )
             self.store.report_task(
-                t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause
+                t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause, diagnosis=diag
             )
             log.info("task %s %s (exit %s)", t.lid, state, code)
             self.executor.cleanup(t.handle)
@@ -345,8 +361,9 @@ class Agent:
 
     def _report_failed(self, job: str, rec: TaskRecord, message: str) -> None:
         """Report this attempt of ``rec`` failed before it ran (no exit code), with why."""
+        diag = diagnose_report(None, None, message, None, self.s.diagnosis_rules)
         self.store.report_task(
-            job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message
+            job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message, diagnosis=diag
         )
 
     def _stop(self, t: LocalTask, reason: str) -> None:

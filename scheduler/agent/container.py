@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
@@ -124,5 +125,34 @@ class ContainerExecutor(Executor):
         except subprocess.TimeoutExpired:
             log.warning("%s kill %s did not return within %g s", self.cli, name, self.kill_bound_s)
 
+    def evidence(self, handle: str) -> dict:
+        """``{"oom_killed": bool}``: the cgroup's OOM killer ended the container, by
+        ``inspect .State.OOMKilled`` or, when the runtime did not notice (podman with runc
+        on cgroup v1 reports false), by the kernel's ``oom-kill:... oom_memcg=...<id>``
+        line for this container's cgroup (:func:`kernel_oom_killed`). ``{}`` when the
+        container is gone."""
+        name = json.loads(handle)["name"]
+        res = self._run("inspect", "--format", "{{.State.OOMKilled}} {{.Id}}", name)
+        if res.returncode != 0:
+            return {}
+        flag, _, cid = res.stdout.strip().partition(" ")
+        return {"oom_killed": flag.lower() == "true" or kernel_oom_killed(cid)}
+
     def cleanup(self, handle: str) -> None:
         self._run("rm", "-f", json.loads(handle)["name"])
+
+
+def kernel_oom_killed(container_id: str) -> bool:
+    """Whether the kernel log (``dmesg``; root or ``kernel.dmesg_restrict=0``) has an
+    ``oom-kill:`` line whose ``oom_memcg`` is this container's cgroup (its path ends in
+    ``libpod-<id>``, ``docker-<id>`` or ``docker/<id>``). False when unreadable."""
+    if not re.fullmatch(r"[0-9a-f]{12,64}", container_id or ""):
+        return False
+    try:
+        out = subprocess.run(
+            ["dmesg"], capture_output=True, text=True, timeout=5, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    rx = re.compile(r"oom-kill:.*\boom_memcg=\S*" + container_id)
+    return any(rx.search(line) for line in out.splitlines()[-5000:])

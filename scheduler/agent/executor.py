@@ -10,6 +10,7 @@ restarted while tasks run can ``poll`` and ``stop`` them again (adoption):
     executor.poll(handle) -> 0 / 1 / ... # finished with that exit code (-1: vanished,
                                          # e.g. killed while nobody watched)
     executor.stop(handle, grace_s)       # SIGTERM, wait up to grace_s, then SIGKILL; blocks
+    executor.evidence(handle) -> dict    # what the runtime saw (OOM kill), for diagnosis
     executor.cleanup(handle)             # forget leftovers (container, exit file)
 
 Implementations: ``process`` (:mod:`scheduler.agent.process`), ``container``
@@ -24,6 +25,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def log_redirect(log_path: Path) -> str:
@@ -125,6 +127,12 @@ class Executor(abc.ABC):
 
     def cleanup(self, handle: str) -> None:  # noqa: B027 - optional hook
         """Remove what the task left on the node (default: nothing)."""
+
+    def evidence(self, handle: str) -> dict[str, Any]:
+        """What the runtime saw of a finished task, for the failure diagnosis
+        (:mod:`scheduler.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
+        before :meth:`cleanup`. Default: nothing."""
+        return {}
 
 
 def make_executor(kind: str, **options: object) -> Executor:

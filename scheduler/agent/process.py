@@ -244,3 +244,9 @@ class ProcessExecutor(Executor):
         if h.get("fenced_file"):
             with contextlib.suppress(OSError):
                 Path(h["fenced_file"]).unlink(missing_ok=True)
+
+    def evidence(self, handle: str) -> dict:
+        """``{"memory_limit": "rlimit" | "systemd"}``: how the task's memory was limited
+        (with ``rlimit`` an allocation past the limit fails inside the task, MemoryError /
+        std::bad_alloc, rather than a kill), for :mod:`scheduler.diagnosis`."""
+        return {"memory_limit": self.limits}

@@ -19,7 +19,12 @@ from starlette.routing import Match
 from scheduler.api.auth import principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.limits import BodySizeLimit
-from scheduler.api.metrics import Metrics, MetricsMiddleware, SchedulerCollector
+from scheduler.api.metrics import (
+    HealthCollector,
+    Metrics,
+    MetricsMiddleware,
+    SchedulerCollector,
+)
 from scheduler.api.ratelimit import AuthFailureLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, cluster, jobs
@@ -95,6 +100,9 @@ def create_app(
     )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
+    app.state.metrics.registry.register(  # issue 19: what the alerting rules need
+        HealthCollector(store, getattr(api_settings, "tls_cert", None))
+    )
 
     strict = [Depends(no_unknown_query)]
     app.include_router(jobs.router, dependencies=strict)

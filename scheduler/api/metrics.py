@@ -9,6 +9,9 @@ Exposed at ``/metrics`` (bearer token needed, any role):
 - scheduler metrics (queue length per VC, pending reasons, cycle latency, placements,
   preemptions, GPUs per node and VC, heartbeat age, utilisation): :class:`SchedulerCollector`
   and docs/dashboard.md.
+- operations health for the alerting rules (store up, node state / cordon reason, per-GPU
+  health, oldest pending job per VC, API certificate expiry): :class:`HealthCollector` and
+  docs/operations.md.
 """
 
 from __future__ import annotations
@@ -220,3 +223,136 @@ class SchedulerCollector:
             vcg.add_metric([v.name, "allocated"], (v.used or {}).get("gpu", 0))
             vcg.add_metric([v.name, "borrowed"], (v.borrowed or {}).get("gpu", 0))
         yield vcg
+
+
+# ---- operations health (issue 19; the alerting rules in roles/prometheus use these) -------
+class HealthCollector:
+    """Metrics the alerting rules need (roles/prometheus/files/pasture-alerts.yml,
+    docs/operations.md), computed at each scrape:
+
+    - ``pasture_store_up``                           1 when Redis answers a PING, else 0
+    - ``pasture_node_state{node, state}``            1 for the node's state, 0 for the others
+    - ``pasture_node_cordoned{node, reason}``        1 while cordoned; reason ``gpu_health``
+      (the agent's GPU probe) or ``operator``
+    - ``pasture_gpu_healthy{node, gpu}``             1 healthy / 0 unhealthy (agent's NVML probe)
+    - ``pasture_gpu_temperature_celsius{node, gpu}``, ``pasture_gpu_power_watts{node, gpu}``,
+      ``pasture_gpu_ecc_uncorrected_errors{node, gpu}`` (volatile count),
+      ``pasture_gpu_critical_xids{node, gpu}`` (critical XIDs seen since the agent started)
+    - ``pasture_vc_oldest_pending_seconds{vc}``      seconds the VC's longest-waiting job has
+      been waiting (since it entered submitted / queued)
+    - ``pasture_api_certificate_expiry_timestamp_seconds``  notAfter of ``api.tls_cert``
+      (Unix seconds; absent without TLS)
+
+    Args:
+        store: the Redis store. tls_cert: the API's certificate file, or None.
+    """
+
+    def __init__(self, store, tls_cert: str | None = None) -> None:
+        self._store = store
+        self._tls_cert = tls_cert
+
+    def collect(self):
+        up = GaugeMetricFamily("pasture_store_up", "1 when Redis answers a PING, else 0.")
+        try:
+            self._store.r.ping()
+            up.add_metric([], 1)
+        except Exception:  # noqa: BLE001 - that is what this metric reports
+            up.add_metric([], 0)
+            yield up
+            yield from self._certificate()
+            return
+        yield up
+        try:
+            now = self._store.now()
+            nodes = self._store.list_nodes()
+            active = self._store.active_jobs(with_spec=False)
+        except Exception:  # a scrape must not fail because Redis blinked
+            log.exception("health metrics for /metrics failed")
+            return
+        yield from self._nodes(nodes)
+        yield from self._gpus(nodes)
+        oldest = GaugeMetricFamily(
+            "pasture_vc_oldest_pending_seconds",
+            "Seconds the VC's longest-waiting job has waited in submitted/queued.",
+            labels=["vc"],
+        )
+        waits: dict[str, float] = {}
+        for j in active:
+            if j.state in ("submitted", "queued"):
+                since = j.updated or j.created
+                waits[j.vc] = max(waits.get(j.vc, 0.0), max(0.0, now - since))
+        for vc, s in sorted(waits.items()):
+            oldest.add_metric([vc], s)
+        yield oldest
+        yield from self._certificate()
+
+    @staticmethod
+    def _nodes(nodes):
+        from scheduler.store.store import NODE_STATES
+
+        state = GaugeMetricFamily(
+            "pasture_node_state", "1 for the node's state, 0 otherwise.", labels=["node", "state"]
+        )
+        cordoned = GaugeMetricFamily(
+            "pasture_node_cordoned",
+            "1 while the node is cordoned, by reason (gpu_health or operator).",
+            labels=["node", "reason"],
+        )
+        for n in nodes:
+            for s in NODE_STATES:
+                state.add_metric([n.name, s], 1 if n.state == s else 0)
+            if n.state == "cordoned":
+                auto = (n.state_reason or "").startswith("cordoned by the GPU health probe")
+                cordoned.add_metric([n.name, "gpu_health" if auto else "operator"], 1)
+        yield state
+        yield cordoned
+
+    @staticmethod
+    def _gpus(nodes):
+        fams = {
+            key: GaugeMetricFamily(name, doc, labels=["node", "gpu"])
+            for key, name, doc in (
+                ("healthy", "pasture_gpu_healthy", "1 healthy, 0 unhealthy (NVML probe)."),
+                ("temperature_c", "pasture_gpu_temperature_celsius", "GPU temperature, C."),
+                ("power_w", "pasture_gpu_power_watts", "GPU power draw, W."),
+                (
+                    "ecc_uncorrected",
+                    "pasture_gpu_ecc_uncorrected_errors",
+                    "Volatile uncorrected ECC errors.",
+                ),
+                ("xids", "pasture_gpu_critical_xids", "Critical XIDs since the agent started."),
+            )
+        }
+        from scheduler.agent.gpu_health import CRITICAL_XIDS
+
+        for n in nodes:
+            for g in (n.usage or {}).get("gpu_health") or []:
+                if not isinstance(g, dict):
+                    continue
+                labels = [n.name, str(g.get("index"))]
+                fams["healthy"].add_metric(labels, 1 if g.get("healthy", True) else 0)
+                fams["xids"].add_metric(
+                    labels, sum(1 for x in g.get("xids") or [] if x in CRITICAL_XIDS)
+                )
+                for key in ("temperature_c", "power_w", "ecc_uncorrected"):
+                    if isinstance(g.get(key), int | float):
+                        fams[key].add_metric(labels, float(g[key]))
+        yield from fams.values()
+
+    def _certificate(self):
+        if not self._tls_cert:
+            return
+        try:
+            # cryptography comes with paramiko (a runtime dependency)
+            from cryptography import x509
+
+            with open(self._tls_cert, "rb") as f:
+                cert = x509.load_pem_x509_certificate(f.read())
+        except Exception:  # noqa: BLE001 - an unreadable certificate is logged, not fatal
+            log.exception("cannot read the API certificate %s", self._tls_cert)
+            return
+        yield GaugeMetricFamily(
+            "pasture_api_certificate_expiry_timestamp_seconds",
+            "When the API's TLS certificate expires (notAfter), Unix seconds.",
+            value=cert.not_valid_after_utc.timestamp(),
+        )

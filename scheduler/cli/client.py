@@ -143,6 +143,7 @@ class ApiClient:
         return self.request("GET", "/api/v1/nodes")
 
     def node(self, name: str) -> dict:
+        """One node with its events (``GET /api/v1/nodes/{name}``)."""
         return self.request("GET", f"/api/v1/nodes/{name}")
 
     def node_action(self, name: str, action: str) -> dict:

@@ -57,6 +57,7 @@ def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None
     wide = fmt is OutputFormat.wide
     now = time.time()
     columns = ["name", "state", "address", "capacity", "gpu model", "labels", "heartbeat age"]
+    columns += ["reason"]  # why cordoned (by whom / GPU health)
     if wide:
         columns += ["heartbeat", "executor"]
     table = Table(*columns)
@@ -70,6 +71,7 @@ def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None
             str(n.get("gpu_model") or ""),
             _labels(n),
             fmt_age(n.get("heartbeat"), now),
+            str(n.get("state_reason") or ""),
         ]
         if wide:
             row += [fmt_time(n.get("heartbeat")), str(n.get("executor") or "")]
@@ -124,7 +126,10 @@ def node_show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonO
     )
     if node.get("executor"):
         table.add_row("executor", str(node["executor"]))
+    if node.get("state_reason"):
+        table.add_row("reason", str(node["state_reason"]))
     console.print(table)
+    _gpu_health_table(node)
     tasks_table = Table("job", "role", "index", "state", "resources", title="tasks")
     tasks_table.columns[0].no_wrap = True
     for t in tasks:
@@ -132,6 +137,27 @@ def node_show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonO
             str(t["job"]), str(t["role"]), str(t["index"]), styled(t["state"]), fmt_resources(t)
         )
     console.print(tasks_table if tasks else "tasks: none")
+    events = Table("time", "state", "reason", title="events")
+    for e in node.get("events") or []:
+        events.add_row(fmt_time(e.get("time")), styled(e.get("state")), str(e.get("reason", "")))
+    console.print(events)
+
+
+def _gpu_health_table(node: dict) -> None:
+    """The agent's per-GPU health (NVML probe), when it reports any."""
+    gpus = [g for g in (node.get("usage") or {}).get("gpu_health") or [] if isinstance(g, dict)]
+    if not gpus:
+        return
+    table = Table("gpu", "healthy", "temp C", "power W", "problems / warnings", title="GPUs")
+    for g in gpus:
+        table.add_row(
+            str(g.get("index")),
+            "yes" if g.get("healthy", True) else "[red]no[/red]",
+            "" if g.get("temperature_c") is None else f"{g['temperature_c']:g}",
+            "" if g.get("power_w") is None else f"{g['power_w']:.0f}",
+            "; ".join((g.get("problems") or []) + (g.get("warnings") or [])),
+        )
+    console.print(table)
 
 
 def _action(action: str, name: str) -> None:

@@ -245,8 +245,18 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
         console.print(f"reason: [red]{job['reason']}[/red]")
     tasks = job.get("tasks") or []
     if tasks:
+        from scheduler.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
+
         table = Table(
-            "role", "index", "state", "node", "exit code", "restarts", "message", title="tasks"
+            "role",
+            "index",
+            "state",
+            "node",
+            "exit code",
+            "restarts",
+            "message",
+            "diagnosis",
+            title="tasks",
         )
         for t in tasks:
             table.add_row(
@@ -257,6 +267,7 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
                 "" if t.get("exit_code") is None else str(t.get("exit_code")),
                 str(t.get("restarts") or ""),
                 str(t.get("message") or ""),
+                diagnosis_text(t),
             )
         console.print(table)
     attempts = job.get("attempts") or []

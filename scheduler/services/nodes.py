@@ -29,11 +29,12 @@ class NodeService:
         return as_dict(self.store.list_nodes())
 
     def get(self, principal: Principal, name: str) -> dict:
-        """One node. Raises NotFoundError for an unknown node."""
+        """One node with its ``events`` (automatic cordons...). Raises NotFoundError for an
+        unknown node."""
         node = self.store.get_node(name)
         if node is None:
             raise NotFoundError(f"node {name!r} not found")
-        return as_dict(node)
+        return {**as_dict(node), "events": self.store.node_events(name)}
 
     def allocations(self, principal: Principal, name: str) -> dict:
         """What is allocated on node ``name``, as far as the caller may see it.

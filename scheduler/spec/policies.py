@@ -21,7 +21,7 @@ the loop implements them.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -91,11 +91,17 @@ class RetrySpec(StrictModel):
     fail_on_exit_codes: these exit codes fail the job at once (ignored when
         retry_on_exit_codes is given). Node loss is always retryable.
     Exit-code lists hold at most 256 codes, each 0..255.
+    retry_on: when given, only failures of these diagnosis classes are retried
+        (``[node_lost, nccl_error]``: scheduler/diagnosis_rules.yaml, docs/operations.md);
+        a failure also retries when retry_on_exit_codes names its code (issue 19).
     """
 
     max_attempts: int = Field(1, ge=1, le=100)
     retry_on_exit_codes: list[int] | None = Field(None, max_length=MAX_EXIT_CODES)
     fail_on_exit_codes: list[int] = Field(default_factory=list, max_length=MAX_EXIT_CODES)
+    retry_on: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]] | None = Field(
+        None, max_length=64
+    )
 
     @field_validator("retry_on_exit_codes", "fail_on_exit_codes")
     @classmethod
@@ -105,10 +111,13 @@ class RetrySpec(StrictModel):
                 raise ValueError(f"exit codes are 0..255, got {code}")
         return v
 
-    def retryable(self, exit_code: int | None) -> bool:
-        """Whether a failure with ``exit_code`` (None = infrastructure failure) may retry."""
+    def retryable(self, exit_code: int | None, diagnosis: str | None = None) -> bool:
+        """Whether a failure with ``exit_code`` (None = infrastructure failure) and
+        diagnosis class ``diagnosis`` (:mod:`scheduler.diagnosis`) may retry."""
         if exit_code is None:
             return True
+        if self.retry_on is not None:
+            return diagnosis in self.retry_on or exit_code in (self.retry_on_exit_codes or [])
         if self.retry_on_exit_codes is not None:
             return exit_code in self.retry_on_exit_codes
         return exit_code not in self.fail_on_exit_codes

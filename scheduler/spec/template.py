@@ -36,6 +36,7 @@ retry:
   max_attempts: 2             # failed attempts allowed before the job fails (1 = no retry)
   # retry_on_exit_codes: [1]  # only these exit codes are retried, or
   fail_on_exit_codes: [2]     # these exit codes fail the job at once
+  # retry_on: [node_lost, nccl_error]  # only these failure classes (docs/operations.md)
 
 policies:
   on_task_failure: restart_job   # restart_job (retry the whole gang) | fail_job

@@ -221,6 +221,7 @@ class NodeStore:
         message: str = "",
         handle: str = "",
         cause: str = "",
+        diagnosis: dict[str, Any] | None = None,
     ) -> bool:
         """Queue a report on a task of this node (state running / succeeded / failed /
         stopped / lost, exit code, message, executor handle, infrastructure cause or "")
@@ -241,12 +242,31 @@ class NodeStore:
                 "message": message,
                 "handle": handle,
                 "cause": cause,
+                # issue 19: the failure's class (scheduler.diagnosis), JSON
+                "diagnosis": json.dumps(diagnosis) if diagnosis else "",
             },
             maxlen=REPORTS_MAXLEN,
             approximate=True,
         )
         pipe.sadd(self._s.k("reports", "pending"), self.node)
         pipe.publish(self.loop_channel, "task")
+        pipe.execute()
+        return True
+
+    def request_cordon(self, node: str, reason: str) -> bool:
+        """Ask the loop to cordon this node with ``reason`` (the GPU health probe, issue
+        19): a ``{kind: cordon}`` report; the loop cordons it if it is ready
+        (:meth:`scheduler.store.store.Store.request_cordon`). Returns True (queued)."""
+        self._own(node)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(
+            self.reports_key(),
+            {"kind": "cordon", "reason": reason[:1000]},
+            maxlen=REPORTS_MAXLEN,
+            approximate=True,
+        )
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
+        pipe.publish(self.loop_channel, "node")
         pipe.execute()
         return True
 

@@ -140,6 +140,7 @@ return {1, tostring(newv)}
 
 # ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid,
 #       cause ('' = the task's own outcome, else an infrastructure cause: records.Cause)
+#       diagnosis JSON ('' = none: scheduler.diagnosis)
 # Applies an agent's report when it is about the task's current attempt on that node and
 # the task is not finished yet. Returns 1 when applied, 0 when stale.
 REPORT_TASK = r"""
@@ -157,6 +158,7 @@ t.state = ARGV[6]
 if ARGV[7] ~= '' then t.exit_code = tonumber(ARGV[7]) end
 if ARGV[8] ~= '' then t.message = ARGV[8] end
 if ARGV[10] and ARGV[10] ~= '' then t.cause = ARGV[10] end
+if ARGV[11] and ARGV[11] ~= '' then t.diagnosis = cjson.decode(ARGV[11]) end
 if ARGV[6] == 'running' then
   t.started = now
   if ARGV[9] ~= '' then t.handle = ARGV[9] end

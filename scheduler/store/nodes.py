@@ -145,6 +145,7 @@ class NodesMixin(StoreBase):
             executor=h.get("executor", ""),
             lease_s=float(h.get("lease_s") or 0),
             fence_s=float(h.get("fence_s") or 0),
+            state_reason=h.get("state_reason", ""),
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
@@ -179,3 +180,30 @@ class NodesMixin(StoreBase):
         node = self.get_node(name)
         assert node is not None
         return node
+
+    # ---- node events (automatic cordons) ----------------------------------------------
+    NODE_EVENTS = 100  # events kept per node
+
+    def add_node_event(self, name: str, reason: str) -> None:
+        """Append ``{time (s), state, reason}`` to the node's events (newest
+        ``NODE_EVENTS`` kept), e.g. the GPU health probe cordoning it."""
+        key = self.k("node", name, "events")
+        state = self.r.hget(self.k("node", name), "state")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps({"time": self.now(), "state": state, "reason": reason}))
+        pipe.ltrim(key, -self.NODE_EVENTS, -1)
+        pipe.execute()
+
+    def request_cordon(self, name: str, reason: str) -> bool:
+        """Cordon node ``name`` with ``reason`` and a node event when it is ``ready`` (the
+        GPU health probe's request; a node in another state keeps it). Returns True when
+        it cordoned."""
+        if self.r.hget(self.k("node", name), "state") != "ready":
+            return False
+        self.set_node_state(name, "cordoned", reason)
+        self.add_node_event(name, reason)
+        return True
+
+    def node_events(self, name: str) -> list[dict[str, Any]]:
+        """The node's events, oldest first (see :meth:`add_node_event`)."""
+        return [json.loads(e) for e in self.r.lrange(self.k("node", name, "events"), 0, -1)]

@@ -110,6 +110,8 @@ class TaskRecord:
     handle: str = ""
     cause: str = ""
     restarts: int = 0
+    # failure diagnosis {kind, summary, retry, hint} from scheduler.diagnosis (issue 19)
+    diagnosis: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -224,6 +226,8 @@ class NodeRecord:
     executor: str = ""
     lease_s: float = 0.0
     fence_s: float = 0.0
+    # why the node is in its state (cordoned by whom / by the GPU health probe; issue 19)
+    state_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -118,6 +118,9 @@ def apply_node_reports(store: Store) -> ReportsApplied:
                     out.dropped += 1
                 else:
                     reports.append(args)
+            elif kind == "cordon":  # issue 19: the node's GPU health probe asks
+                out.nodes += 1
+                store.request_cordon(node, "cordoned by the GPU health probe: " + _probe_reason(f))
             elif kind in ("register", "node"):
                 out.nodes += 1
                 bump = bump or kind == "node" or f.get("changed") == "1"
@@ -177,7 +180,35 @@ def _task_args(
         f.get("message", "")[:MAX_MESSAGE],
         f.get("handle", "")[:MAX_HANDLE],
         f.get("cause", "")[:MAX_CAUSE],  # ARGV[10] of REPORT_TASK where it takes a cause
+        _diagnosis_arg(f.get("diagnosis", "")),  # ARGV[11]: issue 19
     ]
+
+
+def _probe_reason(f: dict[str, str]) -> str:
+    """The reason of a node's cordon request, without the prefix it may already carry."""
+    reason = f.get("reason", "")[:1000]
+    return reason.removeprefix("cordoned by the GPU health probe: ")
+
+
+def _diagnosis_arg(raw: str) -> str:
+    """A node's diagnosis JSON reduced to ``{kind, summary, retry, hint}`` strings of
+    bounded length ('' when absent or malformed): a node's report is not trusted."""
+    if not raw or len(raw) > 8192:
+        return ""
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return ""
+    if not isinstance(d, dict) or not isinstance(d.get("kind"), str):
+        return ""
+    return json.dumps(
+        {
+            "kind": d["kind"][:64],
+            "summary": str(d.get("summary", ""))[:500],
+            "retry": bool(d.get("retry")),
+            "hint": str(d.get("hint", ""))[:500],
+        }
+    )
 
 
 __all__ = ["MAX_PER_NODE", "ReportsApplied", "apply_node_reports"]

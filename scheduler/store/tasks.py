@@ -66,11 +66,13 @@ class TasksMixin(StoreBase):
         message: str = "",
         handle: str = "",
         cause: str = "",
+        diagnosis: dict[str, Any] | None = None,
     ) -> bool:
         """An agent's report on a task. Ignored (returns False) when it is about another
         attempt or node, or the task already finished. Wakes the loop. ``cause``: an
         infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
-        task) ended it (then the attempt is not charged)."""
+        task) ended it (then the attempt is not charged). ``diagnosis``:
+        :func:`scheduler.diagnosis.diagnose_report` of a failed task, kept in the record."""
         return bool(
             self._report(
                 args=[
@@ -84,6 +86,7 @@ class TasksMixin(StoreBase):
                     message,
                     handle,
                     cause,
+                    json.dumps(diagnosis) if diagnosis else "",
                 ]
             )
         )

@@ -197,6 +197,7 @@ def test_killing_the_loop_loses_no_job_and_double_allocates_nothing(make_cluster
     time.sleep(1)
     assert {store.get_job(n).state for n in names[3:]} == {"submitted"}
     cluster.start_loop()
+    cluster.save(tmp_path / "dev-0")  # so that the fixture's dev.down stops the new loop
     for n in names:
         assert wait_job(store, n, timeout=90).state == "succeeded", store.events(n)
     for n in names:

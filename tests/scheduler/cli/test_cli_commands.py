@@ -118,6 +118,25 @@ def test_nodes_vcs_status(logged_in, cli):
     assert cli("node", "uncordon", "node-1").exit_code == 0
     assert env.store.get_node("node-1").state == "ready"
     assert cli("node", "cordon", "ghost").exit_code == NOT_FOUND
+    # issue 19: the GPU probe's cordon, its reason and event, in node list and node show
+    env.store.heartbeat(
+        "node-1",
+        {
+            "gpu_health": [
+                {"index": 0, "healthy": False, "problems": ["Xid 79 (GPU has fallen off the bus)"]}
+            ]
+        },
+    )
+    assert env.store.request_cordon("node-1", "cordoned by the GPU health probe: GPU 0 unhealthy")
+    r = cli("node", "show", "node-1")
+    assert r.exit_code == 0, r.output
+    assert "reason: cordoned by the GPU health probe: GPU 0 unhealthy" in r.output
+    assert "Xid 79 (GPU has fallen off the bus)" in r.output and "events" in r.output
+    shown = json.loads(cli("node", "show", "node-1", "--json").output)
+    assert [e["state"] for e in shown["events"]] == ["cordoned"]
+    assert "cordoned by the GPU health probe" in cli("node", "list").output
+    assert cli("node", "uncordon", "node-1").exit_code == 0
+    assert cli("node", "show", "ghost").exit_code == NOT_FOUND
     r = cli("vc", "list", "--json")
     assert {v["name"] for v in json.loads(r.output)} == {"default", "research"}
     r = cli("status", "--json")

@@ -1,0 +1,104 @@
+"""The agent attaches a diagnosis to a failed task's report (real redis-server, real
+processes and, where podman and the base image exist, a real container OOM-killed by its
+memory limit)."""
+
+import dataclasses
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+import redis
+
+from scheduler.agent.container import ContainerExecutor
+from scheduler.core.model import Bind, Decision, TaskPlacement
+from scheduler.diagnosis import diagnose_report
+from scheduler.spec import parse_job_spec
+from scheduler.store import Store
+from scheduler.store.snapshot import commit_payload, take_snapshot
+from tests.scheduler.agent.test_agent import make_agent, place, until
+from tests.scheduler.agent.test_container_executor import IMAGE, launch
+
+
+@pytest.fixture()
+def store(redis_url):
+    return Store(redis.Redis.from_url(redis_url, decode_responses=True))
+
+
+def run_to_end(agent, store, job):
+    def finished():
+        agent.reconcile()
+        return all(t.done for t in store.tasks(job))
+
+    until(finished, timeout=30)
+    return store.tasks(job)
+
+
+def test_failed_task_record_carries_the_diagnosis(store, tmp_path, redis_url):
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    place(store, "missing", "echo preparing; definitely-not-installed-tool --train")
+    (t,) = run_to_end(agent, store, "missing")
+    assert (t.state, t.exit_code) == ("failed", 127)
+    assert t.diagnosis["kind"] == "command_not_found" and t.diagnosis["retry"] is False
+    assert "definitely-not-installed-tool" in t.diagnosis["summary"]
+
+
+def test_memory_limit_of_the_process_executor_is_diagnosed(store, tmp_path, redis_url):
+    """The process executor in rlimit mode (this machine has no writable cgroups): the
+    task's allocation past its memory request fails; the agent's diagnosis says so."""
+    agent = make_agent(store, tmp_path, redis_url)
+    if agent.executor.limits != "rlimit":
+        pytest.skip("this node enforces memory with cgroups (systemd), not RLIMIT_AS")
+    agent.register()
+    store.create_job(
+        parse_job_spec(
+            {
+                "name": "hog",
+                "roles": {
+                    "w": {
+                        "command": "python3 -c 'b = bytearray(4 * 1024 ** 3)'",
+                        "resources": {"cpu": 1, "memory": "300Mi"},
+                    }
+                },
+            }
+        )
+    )
+    store.transition("hog", "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    job = next(j for j in snap.pending if j.name == "hog")
+    bind = Bind("hog", (TaskPlacement("w", 0, "n1", job.roles[0].resources),))
+    ok, why = store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))
+    assert ok, why
+    (t,) = run_to_end(agent, store, "hog")
+    assert t.state == "failed" and t.exit_code == 1
+    assert t.diagnosis["kind"] == "oom_killed" and "MemoryError" in t.diagnosis["summary"]
+
+
+@pytest.mark.skipif(
+    shutil.which("podman") is None
+    or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
+    reason=f"podman or {IMAGE} missing",
+)
+def test_real_container_oom_kill_is_diagnosed(tmp_path):
+    """A container over its --memory limit is killed by the cgroup OOM killer: exit 137
+    and inspect's OOMKilled; the diagnosis uses that evidence."""
+    ex = ContainerExecutor("podman")
+    la = launch(tmp_path, "echo allocating; python3 -c \"x = b'x' * (1024 ** 3)\"")
+    la = dataclasses.replace(la, task_id=f"alerts-oom-{uuid.uuid4().hex[:8]}", memory=64 * 2**20)
+    handle = ex.start(la)
+    try:
+        deadline = time.monotonic() + 90
+        code = None
+        while code is None and time.monotonic() < deadline:
+            code = ex.poll(handle)
+            time.sleep(0.3)
+        evidence = ex.evidence(handle)
+        assert code == 137
+        assert evidence == {"oom_killed": True}
+        d = diagnose_report(la.log_path, code, "exited with code 137", evidence)
+        assert d["kind"] == "oom_killed" and d["retry"] is False
+    finally:
+        ex.cleanup(handle)
+    assert ex.evidence(handle) == {}  # gone: nothing to tell
