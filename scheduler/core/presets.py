@@ -8,7 +8,9 @@ replays traces under each of them side by side. None of them is a fork of the co
                    (no backfill, no VCs, no preemption).
     fifo-backfill  FIFO with EASY backfill (Lifka 1995; Mu'alem & Feitelson, TPDS 2001).
                    No duration estimates are given, so later jobs only use capacity the
-                   head job's reservation does not need.
+                   head job's reservation does not need; adaptive: once the head has
+                   waited longer than the 0.9 quantile of finished jobs' run times, nothing
+                   unbounded starts around it (scheduler.core.history).
     capacity       YARN capacity scheduler as Philly ran it (Jeon et al., ATC'19): per-VC
                    FIFO within guaranteed shares, idle capacity lent out and reclaimed by
                    preemption when its owner has pending work.
@@ -20,14 +22,15 @@ replays traces under each of them side by side. None of them is a fork of the co
     srtf-oracle    shortest remaining time first with the true durations (the simulator
                    fills Job.estimated_duration_s): an optimistic reference, not for use.
     pasture        the service default: priority classes, VC guarantees with borrowing and
-                   reclaim, gangs, 2D-LAS inside a priority class with two queues split at
-                   one GPU-hour (queue-order preemption within a VC and of other VCs'
-                   borrowing jobs, not of jobs younger than 5 minutes), EASY backfill so
-                   that a blocked gang gets a reservation. Uses no duration estimates.
-                   Thresholds tried on the Philly / openb replays (core ad06eba; x the
-                   mean-JCT lower bound): 3600 1.096 / 1.130 (kept); 7200 1.080 / 1.174
-                   (openb worse than Tiresias' 1.146); 1800 1.120 / 1.280;
-                   (3600, 36000) 1.100 / 1.248.
+                   reclaim, gangs, 2D-LAS inside a priority class (queue-order preemption
+                   within a VC and of other VCs' borrowing jobs, not of jobs younger than
+                   5 minutes), EASY backfill for jobs whose shadow time is bounded.
+                   Adaptive (scheduler.core.history): the LAS thresholds are the 0.9 and
+                   0.99 quantiles of finished jobs' attained GPU-service (Tiresias, Gu et
+                   al., NSDI'19), the backfill horizon the 0.9 quantile of their run times;
+                   until 50 jobs have finished, one threshold at one GPU-hour applies. A
+                   reservation whose shadow time is unknown (no estimates) holds nothing:
+                   the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
                    makes queue-order preemption thrash (Philly 5,000-job replay: 9,146
@@ -61,6 +64,7 @@ PRESETS = MappingProxyType(
             vc_quota=False,
             preemption=_NO_PREEMPTION,
             aging_per_hour=0.0,
+            adaptive=True,
         ),
         "capacity": Policy(
             name="capacity",
@@ -113,6 +117,7 @@ PRESETS = MappingProxyType(
             aging_per_hour=0.0,
             las_thresholds=(3600.0,),
             preemption_min_runtime_s=300.0,
+            adaptive=True,
         ),
     }
 )

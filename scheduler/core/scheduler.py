@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from scheduler.core.gang import GangFailure, GangPlacement, Placer, role_request
 from scheduler.core.grow import grow, growing
+from scheduler.core.history import adapt
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import (
     Bind,
@@ -74,7 +75,7 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
     """
     if not snapshot.pending and not growing(snapshot.running):
         return Decision(version=snapshot.version)
-    return _Cycle(snapshot, policy, now).run()
+    return _Cycle(snapshot, adapt(policy, snapshot.history), now).run()
 
 
 @dataclass(slots=True)
@@ -88,12 +89,15 @@ class _Reservation:
         holds: {node id: [cpu_m, memory, gpu]} that later jobs may not take now, because the
             reservation needs it and nothing releases it before ``time``.
         applied: what is currently taken from the index for the holds.
+        starved: the job has waited longer than ``Policy.backfill_horizon_s``: only jobs
+            known to end before a finite ``time`` may still start around it.
     """
 
     job: str
     time: float
     holds: dict[int, list[int]]
     applied: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    starved: bool = False
 
 
 class _Cycle:
@@ -180,6 +184,8 @@ class _Cycle:
             self._hold_nominations()
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: _Reservation | None = None
+        # EASY declined an unbounded reservation this cycle (see _reserve)
+        self.declined = False
         self.strict_blocker: str | None = None
         # Within a cycle free capacity only shrinks (binds, claims, holds), so a gang shape
         # that failed once fails again: remember it, per capacity view ("held" = with the
@@ -398,9 +404,11 @@ class _Cycle:
             self.reasons[name] = why
             return
         if self.policy.backfill is Backfill.EASY:
-            if self.reservation is None:
+            if self.reservation is None and not self.declined:
                 self.reservation = self._reserve(job)
                 if self.reservation is not None:
+                    h = self.policy.backfill_horizon_s
+                    self.reservation.starved = h is not None and self.now - job.submit_time > h
                     self.epoch += 1
                     t = self.reservation.time
                     extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
@@ -426,9 +434,10 @@ class _Cycle:
         self.ledger.charge(rj.vc, req)
         return True
 
-    def _try_place(self, job: Job) -> tuple[GangPlacement | GangFailure, bool]:
+    def _try_place(self, job: Job) -> tuple[GangPlacement | GangFailure | None, bool]:
         """Place with the reservation's holds in force. Returns (result, held_back) where
-        held_back says the gang would have fit without the holds."""
+        held_back says the gang would have fit without the holds, or that a starved
+        reservation holds it back (result None, not tried)."""
         res = self.reservation
         shape = _shape(job)
         if res is None:
@@ -440,6 +449,10 @@ class _Cycle:
             result = self._place_memo(job, shape, False)
             self._apply_holds(res)
             return result, False
+        if res.starved:
+            # Starvation guard: the head waited past the horizon; nothing whose end is
+            # unbounded starts around it any more (strict FIFO behind it from now on).
+            return None, True
         result = self._place_memo(job, shape, True)
         if isinstance(result, GangPlacement):
             return result, False
@@ -553,6 +566,13 @@ class _Cycle:
                 next_probe = 2 * in_inf
         index.rollback(mark)
         if found is None:
+            return None
+        if time == INF and PreemptionMode.QUEUE_ORDER in self.policy.preemption:
+            # No bounded shadow time: holding idle capacity for an unknown time is what
+            # makes backfill hurt. Where queue-order preemption is on, the blocked job is
+            # protected by its queue rank instead (under LAS the jobs in its way fall to
+            # lower queues as they run, and it preempts them), so no holds are taken.
+            self.declined = True
             return None
         holds: dict[int, list[int]] = {}
         for i, v in found.per_node().items():
