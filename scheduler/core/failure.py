@@ -117,3 +117,21 @@ def _gcm(r: tuple[int, int, int]) -> tuple[int, int, int]:
 
 def _free(index: NodeIndex, i: int) -> tuple[int, int, int]:
     return (max(index.free_cpu[i], 0), max(index.free_mem[i], 0), 0)
+
+
+def invalid_job(job: Job) -> str | None:
+    """What makes a job unplaceable by construction (the spec layer should have refused
+    it; the core reports instead of raising so one bad job cannot stop a cycle)."""
+    if not job.roles:
+        return "it has no task roles"
+    for r in job.roles:
+        if r.replicas < 1:
+            return f"role {r.name} has {r.replicas} replicas (expected >= 1)"
+        if not 1 <= r.gang_min <= r.replicas:
+            return (
+                f"role {r.name} has min_available {r.gang_min} "
+                f"(expected 1..{r.replicas}, its replicas)"
+            )
+        if not r.resources.is_nonnegative():
+            return f"role {r.name} requests negative resources"
+    return None

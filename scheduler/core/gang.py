@@ -271,3 +271,20 @@ class Placer:
             elif still_fits:
                 open_nodes.append(best)
         return placed
+
+
+def gang_key(job: Job) -> tuple:
+    """What placement and its reasons depend on: each role's name, per-task request,
+    gang minimum and static constraints (not the job's name, VC or priority)."""
+    return tuple(
+        (
+            r.name,
+            r.resources.cpu_m,
+            r.resources.memory,
+            r.resources.gpu,
+            r.gang_min,
+            r.gpu_model,
+            tuple(sorted(r.node_selector.items())) if r.node_selector else (),
+        )
+        for r in job.roles
+    )

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from scheduler.core.failure import failure_reason
-from scheduler.core.gang import GangFailure, GangPlacement, Placer, gang_request
+from scheduler.core.failure import failure_reason, invalid_job
+from scheduler.core.gang import GangFailure, GangPlacement, Placer, gang_key, gang_request
 from scheduler.core.grow import grow, growing
 from scheduler.core.history import adapt
 from scheduler.core.index import NodeIndex
@@ -49,10 +49,11 @@ from scheduler.core.model import (
 )
 from scheduler.core.plugins import FILTERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
-from scheduler.core.preemption import Preemptor, per_node
+from scheduler.core.pool import ReleasingPool
+from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
-from scheduler.core.reasons import reason
+from scheduler.core.reasons import preemption_phrase, reason
 from scheduler.core.reservation import Reservation, reserve
 
 INF = math.inf
@@ -146,21 +147,10 @@ class _Cycle:
             now,
             releasing=[rj.job.name for rj in releasing],
         )
-        # Capacity releasing jobs still hold, not yet promised to anybody: {node id: [c, m, g]}
-        # and which releasing jobs hold something on each node (for reasons).
-        self.pool: dict[int, list[int]] = {}
-        self.pool_jobs: dict[int, list[str]] = {}
-        for rj in releasing:
-            for i, v in self.preemptor.nodes_of(rj).items():
-                acc = self.pool.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += v[k]
-                self.pool_jobs.setdefault(i, []).append(rj.job.name)
-        # Nominated capacity held for its job until the cycle reaches it:
-        # {job: (taken from the index, taken from the pool)}, both {node id: (c, m, g)}.
-        self.nominated: dict[str, tuple[dict[int, tuple], dict[int, tuple]]] = {}
+        # Capacity releasing jobs still hold and nominated holds (pool.py).
+        self.pool = ReleasingPool(self.index, releasing, self.preemptor.nodes_of)
         if snapshot.nominations:
-            self._hold_nominations()
+            self.pool.hold_nominations(snapshot.nominations, names)
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: Reservation | None = None
         # EASY declined an unbounded reservation this cycle (see _reserve)
@@ -247,45 +237,11 @@ class _Cycle:
         i = self.index.largest_free(self._ready_classes)
         return max(self.index.free_gpu[i], 0) if i is not None else 0
 
-    # -- nominated capacity ---------------------------------------------------------------
-    def _hold_nominations(self) -> None:
-        """Hold what the previous cycle nominated for each still-pending job: the free part
-        on the index, the rest from the releasing pool (so that neither a job ahead of it
-        nor another waiting job takes it)."""
-        index = self.index
-        pending = {j.name for j in self.snapshot.pending}
-        frees = (index.free_cpu, index.free_mem, index.free_gpu)
-        for name in sorted(self.snapshot.nominations):
-            if name not in pending:
-                continue
-            claim = per_node(self.snapshot.nominations[name], index.id_of)
-            taken: dict[int, tuple] = {}
-            pooled: dict[int, tuple] = {}
-            for i, v in claim.items():
-                t = tuple(max(min(v[k], frees[k][i]), 0) for k in range(3))
-                if any(t):
-                    index.allocate(i, *t)
-                    taken[i] = t
-                pool = self.pool.get(i)
-                if pool is not None:
-                    q = tuple(max(min(v[k] - t[k], pool[k]), 0) for k in range(3))
-                    if any(q):
-                        for k in range(3):
-                            pool[k] -= q[k]
-                        pooled[i] = q
-            self.nominated[name] = (taken, pooled)
-
+    # -- capacity coming free (pool.py) ---------------------------------------------------
     def _lift_nomination(self, name: str) -> None:
         """Give the job back what was held for it, just before it is considered. Free
         capacity grows, so what was memoised as failing this cycle may fit now."""
-        taken, pooled = self.nominated.pop(name)
-        for i, t in taken.items():
-            self.index.release(i, *t)
-        for i, q in pooled.items():
-            pool = self.pool[i]
-            for k in range(3):
-                pool[k] += q[k]
-        if taken or pooled:
+        if self.pool.lift(name):
             self.epoch += 1
             self._failed.clear()
             self.preemptor.forget_failures()
@@ -294,33 +250,19 @@ class _Cycle:
         """A job that fits once releasing jobs are gone waits for them (PREEMPTING,
         nominated) instead of preempting more: the part of its what-if placement that is
         free now is held, the rest is taken from the pool."""
-        pool = self.pool
-        if not any(any(v) for v in pool.values()):
+        live = self.pool.live()
+        if not live:
             return False
         index = self.index
         mark = index.mark()
-        for i, v in pool.items():
-            if any(v):
-                index.release(i, v[0], v[1], v[2])
+        for i, v in live:
+            index.release(i, v[0], v[1], v[2])
         probe = self.placer.place_gang(job)
         index.rollback(mark)
         if not isinstance(probe, GangPlacement):
             return False
         self.epoch += 1
-        frees = (index.free_cpu, index.free_mem, index.free_gpu)
-        waits: list[str] = []
-        for i, v in probe.per_node().items():
-            p = pool.get(i)
-            q = [0, 0, 0]
-            if p is not None:
-                q = [max(min(v[k], p[k]), 0) for k in range(3)]
-                for k in range(3):
-                    p[k] -= q[k]
-                if any(q):
-                    waits.extend(n for n in self.pool_jobs[i] if n not in waits)
-            take = [max(min(v[k] - q[k], frees[k][i]), 0) for k in range(3)]
-            if any(take):
-                index.allocate(i, *take)
+        waits = self.pool.claim(probe.per_node())
         self.ledger.charge(job.vc, req, job)
         self.nominations[job.name] = probe.placements(job, self.index.names)
         names = ", ".join(waits)
@@ -336,9 +278,9 @@ class _Cycle:
     def consider(self, job: Job) -> None:
         name = job.name
         req = gang_request(job)
-        if name in self.nominated:
+        if name in self.pool.nominated:
             self._lift_nomination(name)
-        bad = _invalid(job)
+        bad = invalid_job(job)
         if bad is not None:
             self.ledger.drop_demand(job.vc, req, job)
             self.reasons[name] = reason(ReasonKind.NO_FIT_EVER, f"invalid job: {bad}")
@@ -371,7 +313,7 @@ class _Cycle:
             self._try_wait_release(job, req) or self._try_preempt(job, req)
         ):
             return
-        shape = _shape(job)
+        shape = gang_key(job)
         cached = self._reasons_by_shape.get(shape)
         if cached is not None and cached[0] == self.epoch:
             why = cached[1]
@@ -418,7 +360,7 @@ class _Cycle:
         held_back says the gang would have fit without the holds, or that a starved
         reservation holds it back (result None, not tried)."""
         res = self.reservation
-        shape = _shape(job)
+        shape = gang_key(job)
         if res is None:
             return self._place_memo(job, shape, False), False
         est = job.estimated_duration_s
@@ -521,8 +463,7 @@ class _Cycle:
         still hold and nobody has claimed counts as coming free: the what-if uses it first,
         so that no more is preempted than needed beside it."""
         index = self.index
-        pool = self.pool
-        live_pool = [(i, v) for i, v in pool.items() if any(v)]
+        live_pool = self.pool.live()
         for mode in self.policy.preemption:
             if live_pool:
                 mark = index.mark()
@@ -534,23 +475,11 @@ class _Cycle:
             if found is None:
                 continue
             chosen, placement, released = found
-            claim = placement.per_node()
             self.epoch += 1
-            frees = (index.free_cpu, index.free_mem, index.free_gpu)
-            for i, v in claim.items():
-                rel = released.get(i, (0, 0, 0))
-                p = pool.get(i)
-                if p is not None:
-                    q = [max(min(v[k], p[k]), 0) for k in range(3)]
-                    for k in range(3):
-                        p[k] -= q[k]
-                    v = [v[k] - q[k] for k in range(3)]
-                take = [max(min(v[k] - rel[k], frees[k][i]), 0) for k in range(3)]
-                if any(take):
-                    index.allocate(i, *take)
+            self.pool.claim(placement.per_node(), released)
             self.ledger.charge(job.vc, req, job)
             self.nominations[job.name] = placement.placements(job, index.names)
-            why = _mode_phrase(mode, job)
+            why = preemption_phrase(mode, job)
             for rj in chosen:
                 self.preemptions.append(Preemption(rj.job.name, job.name, why))
             names = ", ".join(rj.job.name for rj in chosen)
@@ -562,46 +491,3 @@ class _Cycle:
             )
             return True
         return False
-
-
-def _shape(job: Job) -> tuple:
-    """What placement and its reasons depend on: each role's name, per-task request,
-    gang minimum and static constraints (not the job's name, VC or priority)."""
-    return tuple(
-        (
-            r.name,
-            r.resources.cpu_m,
-            r.resources.memory,
-            r.resources.gpu,
-            r.gang_min,
-            r.gpu_model,
-            tuple(sorted(r.node_selector.items())) if r.node_selector else (),
-        )
-        for r in job.roles
-    )
-
-
-def _invalid(job: Job) -> str | None:
-    """What makes a job unplaceable by construction (the spec layer should have refused
-    it; the core reports instead of raising so one bad job cannot stop a cycle)."""
-    if not job.roles:
-        return "it has no task roles"
-    for r in job.roles:
-        if r.replicas < 1:
-            return f"role {r.name} has {r.replicas} replicas (expected >= 1)"
-        if not 1 <= r.gang_min <= r.replicas:
-            return (
-                f"role {r.name} has min_available {r.gang_min} "
-                f"(expected 1..{r.replicas}, its replicas)"
-            )
-        if not r.resources.is_nonnegative():
-            return f"role {r.name} requests negative resources"
-    return None
-
-
-def _mode_phrase(mode: PreemptionMode, job: Job) -> str:
-    if mode is PreemptionMode.VC_RECLAIM:
-        return f"reclaiming vc {job.vc}'s guarantee from borrowers"
-    if mode is PreemptionMode.PRIORITY:
-        return f"priority {job.priority} job {job.name} preempts lower priority"
-    return f"queue order ranks {job.name} ahead"
