@@ -39,82 +39,54 @@ replays traces under each of them side by side. None of them is a fork of the co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
 
-_NO_PREEMPTION: tuple[PreemptionMode, ...] = ()
+# Every preset is this base with what makes it itself (issue 14 item 5): no backfill, no
+# VCs, no preemption, no aging, submit order.
+BASE = Policy(
+    name="base",
+    queue_order="fifo",
+    backfill=Backfill.NONE,
+    strict_order=False,
+    vc_quota=False,
+    preemption=(),
+    aging_per_hour=0.0,
+)
 
 PRESETS = MappingProxyType(
     {
-        "fifo": Policy(
-            name="fifo",
-            queue_order="fifo",
-            backfill=Backfill.NONE,
-            strict_order=True,
-            vc_quota=False,
-            preemption=_NO_PREEMPTION,
-            aging_per_hour=0.0,
+        "fifo": replace(BASE, name="fifo", strict_order=True),
+        "fifo-backfill": replace(
+            BASE, name="fifo-backfill", backfill=Backfill.EASY, strict_order=True, adaptive=True
         ),
-        "fifo-backfill": Policy(
-            name="fifo-backfill",
-            queue_order="fifo",
-            backfill=Backfill.EASY,
-            strict_order=True,
-            vc_quota=False,
-            preemption=_NO_PREEMPTION,
-            aging_per_hour=0.0,
-            adaptive=True,
+        "capacity": replace(
+            BASE, name="capacity", vc_quota=True, preemption=(PreemptionMode.VC_RECLAIM,)
         ),
-        "capacity": Policy(
-            name="capacity",
-            queue_order="fifo",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=True,
-            preemption=(PreemptionMode.VC_RECLAIM,),
-            aging_per_hour=0.0,
-        ),
-        "drf": Policy(
-            name="drf",
-            queue_order="drf",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=False,
-            preemption=_NO_PREEMPTION,
-            aging_per_hour=0.0,
-        ),
-        "tiresias-las": Policy(
+        "drf": replace(BASE, name="drf", queue_order="drf"),
+        "tiresias-las": replace(
+            BASE,
             name="tiresias-las",
             queue_order="las",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=False,
             preemption=(PreemptionMode.QUEUE_ORDER,),
-            aging_per_hour=0.0,
             las_thresholds=(3600.0, 36000.0),
         ),
-        "srtf-oracle": Policy(
-            name="srtf-oracle",
-            queue_order="srtf",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=False,
-            preemption=(PreemptionMode.QUEUE_ORDER,),
-            aging_per_hour=0.0,
+        "srtf-oracle": replace(
+            BASE, name="srtf-oracle", queue_order="srtf", preemption=(PreemptionMode.QUEUE_ORDER,)
         ),
-        "pasture": Policy(
+        "pasture": replace(
+            BASE,
             name="pasture",
             queue_order="las",
             backfill=Backfill.EASY,
-            strict_order=False,
             vc_quota=True,
             preemption=(
                 PreemptionMode.VC_RECLAIM,
                 PreemptionMode.PRIORITY,
                 PreemptionMode.QUEUE_ORDER,
             ),
-            aging_per_hour=0.0,
             las_thresholds=(3600.0,),
             preemption_min_runtime_s=300.0,
             adaptive=True,
