@@ -22,7 +22,7 @@ class Backfill(StrEnum):
         ends); a later job may start only if it does not delay that reservation. Without a
         duration estimate a job may only use capacity the reservation does not need.
         Two bounds keep backfill from hurting when estimates are missing or wrong:
-        (1) ``Policy.backfill_horizon_s``: once the head has waited that long, only jobs
+        (1) ``Policy.backfill_horizon_s``: once the job has been the head that long, only jobs
         known to end before a finite shadow time start around it (then strict FIFO);
         (2) a reservation whose shadow time is unknown (the gang fits only when jobs
         without estimates end) is not taken at all when QUEUE_ORDER preemption is on:
@@ -75,10 +75,11 @@ class Policy:
         max_jobs_per_cycle: how many pending jobs one cycle examines (None = all).
         preemption_min_runtime_s: a running job younger than this is not chosen as a
             queue-order victim (avoids thrashing).
-        backfill_horizon_s: EASY starvation guard. When the reserved head job has waited
-            (now - submit_time) longer than this, jobs whose end the reservation cannot
-            bound (no estimate, or an unknown shadow time) no longer start around it: the
-            head then starts no later than it would under strict FIFO from that moment on.
+        backfill_horizon_s: EASY starvation guard. When the reserved head job has been
+            the head longer than this (since :func:`scheduler.core.reservation.head_since`),
+            jobs whose end the reservation cannot bound (no estimate, or an unknown shadow
+            time) no longer start around it: the head then starts no later than it would
+            under strict FIFO from that moment on.
             None = no guard (plain EASY). With ``adaptive`` and a history, the 0.9 quantile
             of finished jobs' run times (:mod:`scheduler.core.history`).
         adaptive: derive ``las_thresholds`` and ``backfill_horizon_s`` from

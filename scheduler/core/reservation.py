@@ -30,7 +30,7 @@ class Reservation:
         holds: {node id: [cpu_m, memory, gpu]} that later jobs may not take now, because the
             reservation needs it and nothing releases it before ``time``.
         applied: what is currently taken from the index for the holds.
-        starved: the job has waited longer than ``Policy.backfill_horizon_s``: only jobs
+        starved: the job has been the head longer than ``Policy.backfill_horizon_s``: only jobs
             known to end before a finite ``time`` may still start around it.
     """
 
@@ -133,3 +133,18 @@ def reserve(
         if any(h):
             holds[i] = h
     return Reservation(job.name, time, holds)
+
+
+def head_since(job: Job, running: Sequence[RunningJob]) -> float:
+    """When ``job`` became the head of the queue, as far as a stateless core can tell: the
+    latest start among running jobs submitted no later than it (the jobs ahead of it in
+    submit order that started last), else its submit time. Never later than the truth, so
+    a starvation bound measured from it holds; measured from the submit time instead, a
+    long queue would make every new head "starved" at once and EASY would collapse into
+    strict FIFO for good.
+    """
+    t = job.submit_time
+    for rj in running:
+        if rj.job.submit_time <= job.submit_time and rj.start_time > t:
+            t = rj.start_time
+    return t

@@ -54,7 +54,7 @@ from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import preemption_phrase, reason
-from scheduler.core.reservation import Reservation, reserve
+from scheduler.core.reservation import Reservation, head_since, reserve
 
 INF = math.inf
 
@@ -329,7 +329,9 @@ class _Cycle:
                 self.reservation = self._reserve(job)
                 if self.reservation is not None:
                     h = self.policy.backfill_horizon_s
-                    self.reservation.starved = h is not None and self.now - job.submit_time > h
+                    self.reservation.starved = (
+                        h is not None and self.now - head_since(job, self.snapshot.running) > h
+                    )
                     self.epoch += 1
                     t = self.reservation.time
                     extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
