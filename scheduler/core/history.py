@@ -22,7 +22,7 @@ Rules (each from a published system, none tuned on a trace):
   scheduler/sim/README.md).
 * **Backfill horizon = the 0.9 quantile of finished jobs' run times.** The horizon is a
   starvation guard for the tail, not the common case (there EASY's holds already keep the
-  capacity the head needs): a head job that has waited longer than 90% of the cluster's
+  capacity the head needs): a job that has been the head longer than 90% of the cluster's
   jobs run is an outlier by the cluster's own measure, and from then on nothing whose end
   is unbounded starts around it (see ``Policy.backfill_horizon_s`` and the EASY rule in
   :mod:`scheduler.core.scheduler`). Its wait is then at most the horizon plus what strict

@@ -8,9 +8,9 @@ replays traces under each of them side by side. None of them is a fork of the co
                    (no backfill, no VCs, no preemption).
     fifo-backfill  FIFO with EASY backfill (Lifka 1995; Mu'alem & Feitelson, TPDS 2001).
                    No duration estimates are given, so later jobs only use capacity the
-                   head job's reservation does not need; adaptive: once the head has
-                   waited longer than the 0.9 quantile of finished jobs' run times, nothing
-                   unbounded starts around it (scheduler.core.history).
+                   head job's reservation does not need; adaptive: once a job has been
+                   the head longer than the 0.9 quantile of finished jobs' run times,
+                   nothing unbounded starts around it (scheduler.core.history).
     capacity       YARN capacity scheduler as Philly ran it (Jeon et al., ATC'19): per-VC
                    FIFO within guaranteed shares, idle capacity lent out and reclaimed by
                    preemption when its owner has pending work.
