@@ -5,6 +5,7 @@ for the types and :mod:`scheduler.core.policy` for the policy). No Redis, HTTP o
 """
 
 from scheduler.core.explain import Explanation, NodeVerdict, explain
+from scheduler.core.history import History, HistoryWindow, adapt
 from scheduler.core.model import (
     ZERO,
     Bind,
@@ -29,6 +30,9 @@ from scheduler.core.queue import QUEUE_ORDERS
 from scheduler.core.scheduler import schedule
 
 __all__ = [
+    "History",
+    "HistoryWindow",
+    "adapt",
     "FILTERS",
     "QUEUE_ORDERS",
     "SCORERS",

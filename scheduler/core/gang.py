@@ -86,8 +86,21 @@ def _widest_first(role: TaskRole) -> tuple[int, int, int]:
 
 
 def role_request(role: TaskRole) -> tuple[int, int, int]:
+    """(cpu millicores, memory bytes, GPUs) of one task of ``role``."""
     r = role.resources
     return (r.cpu_m, r.memory, r.gpu)
+
+
+def gang_request(job: Job) -> tuple[int, int, int]:
+    """(cpu millicores, memory bytes, GPUs) of ``job``'s gang: every role's
+    min_available tasks."""
+    c = m = g = 0
+    for r in job.roles:
+        n = r.gang_min
+        c += r.resources.cpu_m * n
+        m += r.resources.memory * n
+        g += r.resources.gpu * n
+    return (c, m, g)
 
 
 class Placer:
@@ -258,3 +271,20 @@ class Placer:
             elif still_fits:
                 open_nodes.append(best)
         return placed
+
+
+def gang_key(job: Job) -> tuple:
+    """What placement and its reasons depend on: each role's name, per-task request,
+    gang minimum and static constraints (not the job's name, VC or priority)."""
+    return tuple(
+        (
+            r.name,
+            r.resources.cpu_m,
+            r.resources.memory,
+            r.resources.gpu,
+            r.gang_min,
+            r.gpu_model,
+            tuple(sorted(r.node_selector.items())) if r.node_selector else (),
+        )
+        for r in job.roles
+    )

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
 
+from scheduler.core.history import History
+
 EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -305,6 +307,9 @@ class Snapshot:
             in queue order cannot take what was preempted for another and make it preempt
             again (Kubernetes' nominated node). Entries of jobs that are not pending, or
             on unknown nodes, are ignored. Empty by default.
+        history: finished jobs observed so far (:class:`scheduler.core.history.History`),
+            the learned input of ``Policy.adaptive`` policies; None = nothing learned
+            (static thresholds). The loop / simulator keeps it; the core only reads it.
     """
 
     nodes: tuple[Node, ...]
@@ -313,6 +318,7 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     version: int = 0
     nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=_empty)
+    history: History | None = None
 
 
 class ReasonKind(StrEnum):

@@ -21,6 +21,12 @@ class Backfill(StrEnum):
         job gets a reservation (earliest time its gang fits, from running jobs' estimated
         ends); a later job may start only if it does not delay that reservation. Without a
         duration estimate a job may only use capacity the reservation does not need.
+        Two bounds keep backfill from hurting when estimates are missing or wrong:
+        (1) ``Policy.backfill_horizon_s``: once the job has been the head that long, only jobs
+        known to end before a finite shadow time start around it (then strict FIFO);
+        (2) a reservation whose shadow time is unknown (the gang fits only when jobs
+        without estimates end) is not taken at all when QUEUE_ORDER preemption is on:
+        the queue order (LAS) protects the wide job instead, by preemption.
     """
 
     NONE = "none"
@@ -69,6 +75,16 @@ class Policy:
         max_jobs_per_cycle: how many pending jobs one cycle examines (None = all).
         preemption_min_runtime_s: a running job younger than this is not chosen as a
             queue-order victim (avoids thrashing).
+        backfill_horizon_s: EASY starvation guard. When the reserved head job has been
+            the head longer than this (since :func:`scheduler.core.reservation.head_since`),
+            jobs whose end the reservation cannot bound (no estimate, or an unknown shadow
+            time) no longer start around it: the head then starts no later than it would
+            under strict FIFO from that moment on.
+            None = no guard (plain EASY). With ``adaptive`` and a history, the 0.9 quantile
+            of finished jobs' run times (:mod:`scheduler.core.history`).
+        adaptive: derive ``las_thresholds`` and ``backfill_horizon_s`` from
+            ``Snapshot.history`` when it is given (:func:`scheduler.core.history.adapt`);
+            the static values apply until enough jobs have finished.
     """
 
     name: str = "default"
@@ -83,6 +99,8 @@ class Policy:
     las_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     max_jobs_per_cycle: int | None = None
     preemption_min_runtime_s: float = 0.0
+    backfill_horizon_s: float | None = None
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         """Validate names against the core's registries and coerce enum-valued strings.
@@ -134,5 +152,8 @@ class Policy:
             fail("aging_per_hour", "a finite number >= 0", self.aging_per_hour)
         if self.preemption_min_runtime_s < 0:
             fail("preemption_min_runtime_s", "seconds >= 0", self.preemption_min_runtime_s)
+        h = self.backfill_horizon_s
+        if h is not None and not (h >= 0 and math.isfinite(h)):
+            fail("backfill_horizon_s", "None or finite seconds >= 0", h)
         if self.max_jobs_per_cycle is not None and self.max_jobs_per_cycle < 1:
             fail("max_jobs_per_cycle", "None or an int >= 1", self.max_jobs_per_cycle)

@@ -247,7 +247,13 @@ class Preemptor:
                         cum[k] -= oa[k]
         return exceeds(cum, g, dims)
 
-    def _nodes_of(self, rj: RunningJob) -> dict[int, list[int]]:
+    def forget_failures(self) -> None:
+        """Drop the memo of what-ifs that failed: free capacity grew (a nomination was
+        lifted), so they may succeed now."""
+        self._failed.clear()
+
+    def nodes_of(self, rj: RunningJob) -> dict[int, list[int]]:
+        """{node id: [cpu_m, memory, gpu]} that running job ``rj`` holds (memoised)."""
         v = self._per_node.get(rj.job.name)
         if v is None:
             v = self._per_node[rj.job.name] = per_node(rj.placements, self.index.id_of)
@@ -424,7 +430,7 @@ class Preemptor:
                 for k in range(3):
                     lt[0][k] += a[k]
                 lt[1].append((self._borrowing[rj.job.name][2], a))
-            for i, r in self._nodes_of(rj).items():
+            for i, r in self.nodes_of(rj).items():
                 index.release(i, r[0], r[1], r[2])
             chosen.append(rj)
             rf = index.ready_free
@@ -459,7 +465,7 @@ class Preemptor:
             spared: set[str] = set()
             for rj in reversed(chosen[:-1]):
                 m3 = index.mark()
-                for i, r in self._nodes_of(rj).items():
+                for i, r in self.nodes_of(rj).items():
                     index.allocate(i, r[0], r[1], r[2])
                 probe = self._fits(job)
                 if probe is not None:
@@ -472,7 +478,7 @@ class Preemptor:
         index.rollback(mark)
         released: dict[int, list[int]] = {}
         for rj in chosen:
-            for i, r in self._nodes_of(rj).items():
+            for i, r in self.nodes_of(rj).items():
                 acc = released.setdefault(i, [0, 0, 0])
                 for k in range(3):
                     acc[k] += r[k]
@@ -488,5 +494,5 @@ class Preemptor:
     def _release(self, jobs: Sequence[RunningJob]) -> None:
         index = self.index
         for rj in jobs:
-            for i, r in self._nodes_of(rj).items():
+            for i, r in self.nodes_of(rj).items():
                 index.release(i, r[0], r[1], r[2])

@@ -8,7 +8,9 @@ replays traces under each of them side by side. None of them is a fork of the co
                    (no backfill, no VCs, no preemption).
     fifo-backfill  FIFO with EASY backfill (Lifka 1995; Mu'alem & Feitelson, TPDS 2001).
                    No duration estimates are given, so later jobs only use capacity the
-                   head job's reservation does not need.
+                   head job's reservation does not need; adaptive: once a job has been
+                   the head longer than the 0.9 quantile of finished jobs' run times,
+                   nothing unbounded starts around it (scheduler.core.history).
     capacity       YARN capacity scheduler as Philly ran it (Jeon et al., ATC'19): per-VC
                    FIFO within guaranteed shares, idle capacity lent out and reclaimed by
                    preemption when its owner has pending work.
@@ -20,14 +22,15 @@ replays traces under each of them side by side. None of them is a fork of the co
     srtf-oracle    shortest remaining time first with the true durations (the simulator
                    fills Job.estimated_duration_s): an optimistic reference, not for use.
     pasture        the service default: priority classes, VC guarantees with borrowing and
-                   reclaim, gangs, 2D-LAS inside a priority class with two queues split at
-                   one GPU-hour (queue-order preemption within a VC and of other VCs'
-                   borrowing jobs, not of jobs younger than 5 minutes), EASY backfill so
-                   that a blocked gang gets a reservation. Uses no duration estimates.
-                   Thresholds tried on the Philly / openb replays (core ad06eba; x the
-                   mean-JCT lower bound): 3600 1.096 / 1.130 (kept); 7200 1.080 / 1.174
-                   (openb worse than Tiresias' 1.146); 1800 1.120 / 1.280;
-                   (3600, 36000) 1.100 / 1.248.
+                   reclaim, gangs, 2D-LAS inside a priority class (queue-order preemption
+                   within a VC and of other VCs' borrowing jobs, not of jobs younger than
+                   5 minutes), EASY backfill for jobs whose shadow time is bounded.
+                   Adaptive (scheduler.core.history): the LAS thresholds are the 0.9 and
+                   0.99 quantiles of finished jobs' attained GPU-service (Tiresias, Gu et
+                   al., NSDI'19), the backfill horizon the 0.9 quantile of their run times;
+                   until 50 jobs have finished, one threshold at one GPU-hour applies. A
+                   reservation whose shadow time is unknown (no estimates) holds nothing:
+                   the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
                    makes queue-order preemption thrash (Philly 5,000-job replay: 9,146
@@ -36,83 +39,57 @@ replays traces under each of them side by side. None of them is a fork of the co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
 
-_NO_PREEMPTION: tuple[PreemptionMode, ...] = ()
+# Every preset is this base with what makes it itself (issue 14 item 5): no backfill, no
+# VCs, no preemption, no aging, submit order.
+BASE = Policy(
+    name="base",
+    queue_order="fifo",
+    backfill=Backfill.NONE,
+    strict_order=False,
+    vc_quota=False,
+    preemption=(),
+    aging_per_hour=0.0,
+)
 
 PRESETS = MappingProxyType(
     {
-        "fifo": Policy(
-            name="fifo",
-            queue_order="fifo",
-            backfill=Backfill.NONE,
-            strict_order=True,
-            vc_quota=False,
-            preemption=_NO_PREEMPTION,
-            aging_per_hour=0.0,
+        "fifo": replace(BASE, name="fifo", strict_order=True),
+        "fifo-backfill": replace(
+            BASE, name="fifo-backfill", backfill=Backfill.EASY, strict_order=True, adaptive=True
         ),
-        "fifo-backfill": Policy(
-            name="fifo-backfill",
-            queue_order="fifo",
-            backfill=Backfill.EASY,
-            strict_order=True,
-            vc_quota=False,
-            preemption=_NO_PREEMPTION,
-            aging_per_hour=0.0,
+        "capacity": replace(
+            BASE, name="capacity", vc_quota=True, preemption=(PreemptionMode.VC_RECLAIM,)
         ),
-        "capacity": Policy(
-            name="capacity",
-            queue_order="fifo",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=True,
-            preemption=(PreemptionMode.VC_RECLAIM,),
-            aging_per_hour=0.0,
-        ),
-        "drf": Policy(
-            name="drf",
-            queue_order="drf",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=False,
-            preemption=_NO_PREEMPTION,
-            aging_per_hour=0.0,
-        ),
-        "tiresias-las": Policy(
+        "drf": replace(BASE, name="drf", queue_order="drf"),
+        "tiresias-las": replace(
+            BASE,
             name="tiresias-las",
             queue_order="las",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=False,
             preemption=(PreemptionMode.QUEUE_ORDER,),
-            aging_per_hour=0.0,
             las_thresholds=(3600.0, 36000.0),
         ),
-        "srtf-oracle": Policy(
-            name="srtf-oracle",
-            queue_order="srtf",
-            backfill=Backfill.NONE,
-            strict_order=False,
-            vc_quota=False,
-            preemption=(PreemptionMode.QUEUE_ORDER,),
-            aging_per_hour=0.0,
+        "srtf-oracle": replace(
+            BASE, name="srtf-oracle", queue_order="srtf", preemption=(PreemptionMode.QUEUE_ORDER,)
         ),
-        "pasture": Policy(
+        "pasture": replace(
+            BASE,
             name="pasture",
             queue_order="las",
             backfill=Backfill.EASY,
-            strict_order=False,
             vc_quota=True,
             preemption=(
                 PreemptionMode.VC_RECLAIM,
                 PreemptionMode.PRIORITY,
                 PreemptionMode.QUEUE_ORDER,
             ),
-            aging_per_hour=0.0,
             las_thresholds=(3600.0,),
             preemption_min_runtime_s=300.0,
+            adaptive=True,
         ),
     }
 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from scheduler.core.model import PendingReason, ReasonKind
+from scheduler.core.model import Job, PendingReason, ReasonKind
+from scheduler.core.policy import PreemptionMode
 
 GiB = 1024**3
 MiB = 1024**2
@@ -61,3 +62,12 @@ def fmt_selector(selector: Mapping[str, str]) -> str:
 def reason(kind: ReasonKind, message: str, **details: object) -> PendingReason:
     """A PendingReason with read-only details."""
     return PendingReason(kind=kind, message=message, details=MappingProxyType(details))
+
+
+def preemption_phrase(mode: PreemptionMode, job: Job) -> str:
+    """Why ``job`` preempts, in words (Preemption.reason and the PREEMPTING reason)."""
+    if mode is PreemptionMode.VC_RECLAIM:
+        return f"reclaiming vc {job.vc}'s guarantee from borrowers"
+    if mode is PreemptionMode.PRIORITY:
+        return f"priority {job.priority} job {job.name} preempts lower priority"
+    return f"queue order ranks {job.name} ahead"

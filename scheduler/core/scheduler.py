@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from scheduler.core.gang import GangFailure, GangPlacement, Placer, role_request
+from scheduler.core.failure import failure_reason, invalid_job
+from scheduler.core.gang import GangFailure, GangPlacement, Placer, gang_key, gang_request
 from scheduler.core.grow import grow, growing
+from scheduler.core.history import adapt
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import (
     Bind,
@@ -48,10 +49,12 @@ from scheduler.core.model import (
 )
 from scheduler.core.plugins import FILTERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
-from scheduler.core.preemption import Preemptor, per_node
+from scheduler.core.pool import ReleasingPool
+from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
-from scheduler.core.reasons import fmt_gpu, fmt_request, fmt_selector, reason
+from scheduler.core.reasons import preemption_phrase, reason
+from scheduler.core.reservation import Reservation, head_since, reserve
 
 INF = math.inf
 
@@ -74,26 +77,7 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
     """
     if not snapshot.pending and not growing(snapshot.running):
         return Decision(version=snapshot.version)
-    return _Cycle(snapshot, policy, now).run()
-
-
-@dataclass(slots=True)
-class _Reservation:
-    """EASY reservation of the first job blocked for resources.
-
-    Attributes:
-        job: its name.
-        time: shadow time (seconds) at which its gang fits, INF if only when jobs without
-            estimates end.
-        holds: {node id: [cpu_m, memory, gpu]} that later jobs may not take now, because the
-            reservation needs it and nothing releases it before ``time``.
-        applied: what is currently taken from the index for the holds.
-    """
-
-    job: str
-    time: float
-    holds: dict[int, list[int]]
-    applied: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    return _Cycle(snapshot, adapt(policy, snapshot.history), now).run()
 
 
 class _Cycle:
@@ -163,23 +147,14 @@ class _Cycle:
             now,
             releasing=[rj.job.name for rj in releasing],
         )
-        # Capacity releasing jobs still hold, not yet promised to anybody: {node id: [c, m, g]}
-        # and which releasing jobs hold something on each node (for reasons).
-        self.pool: dict[int, list[int]] = {}
-        self.pool_jobs: dict[int, list[str]] = {}
-        for rj in releasing:
-            for i, v in self.preemptor._nodes_of(rj).items():
-                acc = self.pool.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += v[k]
-                self.pool_jobs.setdefault(i, []).append(rj.job.name)
-        # Nominated capacity held for its job until the cycle reaches it:
-        # {job: (taken from the index, taken from the pool)}, both {node id: (c, m, g)}.
-        self.nominated: dict[str, tuple[dict[int, tuple], dict[int, tuple]]] = {}
+        # Capacity releasing jobs still hold and nominated holds (pool.py).
+        self.pool = ReleasingPool(self.index, releasing, self.preemptor.nodes_of)
         if snapshot.nominations:
-            self._hold_nominations()
+            self.pool.hold_nominations(snapshot.nominations, names)
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
-        self.reservation: _Reservation | None = None
+        self.reservation: Reservation | None = None
+        # EASY declined an unbounded reservation this cycle (see _reserve)
+        self.declined = False
         self.strict_blocker: str | None = None
         # Within a cycle free capacity only shrinks (binds, claims, holds), so a gang shape
         # that failed once fails again: remember it, per capacity view ("held" = with the
@@ -262,80 +237,32 @@ class _Cycle:
         i = self.index.largest_free(self._ready_classes)
         return max(self.index.free_gpu[i], 0) if i is not None else 0
 
-    # -- nominated capacity ---------------------------------------------------------------
-    def _hold_nominations(self) -> None:
-        """Hold what the previous cycle nominated for each still-pending job: the free part
-        on the index, the rest from the releasing pool (so that neither a job ahead of it
-        nor another waiting job takes it)."""
-        index = self.index
-        pending = {j.name for j in self.snapshot.pending}
-        frees = (index.free_cpu, index.free_mem, index.free_gpu)
-        for name in sorted(self.snapshot.nominations):
-            if name not in pending:
-                continue
-            claim = per_node(self.snapshot.nominations[name], index.id_of)
-            taken: dict[int, tuple] = {}
-            pooled: dict[int, tuple] = {}
-            for i, v in claim.items():
-                t = tuple(max(min(v[k], frees[k][i]), 0) for k in range(3))
-                if any(t):
-                    index.allocate(i, *t)
-                    taken[i] = t
-                pool = self.pool.get(i)
-                if pool is not None:
-                    q = tuple(max(min(v[k] - t[k], pool[k]), 0) for k in range(3))
-                    if any(q):
-                        for k in range(3):
-                            pool[k] -= q[k]
-                        pooled[i] = q
-            self.nominated[name] = (taken, pooled)
-
+    # -- capacity coming free (pool.py) ---------------------------------------------------
     def _lift_nomination(self, name: str) -> None:
         """Give the job back what was held for it, just before it is considered. Free
         capacity grows, so what was memoised as failing this cycle may fit now."""
-        taken, pooled = self.nominated.pop(name)
-        for i, t in taken.items():
-            self.index.release(i, *t)
-        for i, q in pooled.items():
-            pool = self.pool[i]
-            for k in range(3):
-                pool[k] += q[k]
-        if taken or pooled:
+        if self.pool.lift(name):
             self.epoch += 1
             self._failed.clear()
-            self.preemptor._failed.clear()
+            self.preemptor.forget_failures()
 
     def _try_wait_release(self, job: Job, req: tuple[int, int, int]) -> bool:
         """A job that fits once releasing jobs are gone waits for them (PREEMPTING,
         nominated) instead of preempting more: the part of its what-if placement that is
         free now is held, the rest is taken from the pool."""
-        pool = self.pool
-        if not any(any(v) for v in pool.values()):
+        live = self.pool.live()
+        if not live:
             return False
         index = self.index
         mark = index.mark()
-        for i, v in pool.items():
-            if any(v):
-                index.release(i, v[0], v[1], v[2])
+        for i, v in live:
+            index.release(i, v[0], v[1], v[2])
         probe = self.placer.place_gang(job)
         index.rollback(mark)
         if not isinstance(probe, GangPlacement):
             return False
         self.epoch += 1
-        frees = (index.free_cpu, index.free_mem, index.free_gpu)
-        waits: list[str] = []
-        for i, v in probe.per_node().items():
-            p = pool.get(i)
-            q = [0, 0, 0]
-            if p is not None:
-                q = [max(min(v[k], p[k]), 0) for k in range(3)]
-                for k in range(3):
-                    p[k] -= q[k]
-                if any(q):
-                    waits.extend(n for n in self.pool_jobs[i] if n not in waits)
-            take = [max(min(v[k] - q[k], frees[k][i]), 0) for k in range(3)]
-            if any(take):
-                index.allocate(i, *take)
+        waits = self.pool.claim(probe.per_node())
         self.ledger.charge(job.vc, req, job)
         self.nominations[job.name] = probe.placements(job, self.index.names)
         names = ", ".join(waits)
@@ -350,10 +277,10 @@ class _Cycle:
     # -- one job --------------------------------------------------------------------------
     def consider(self, job: Job) -> None:
         name = job.name
-        req = _gang_triple(job)
-        if name in self.nominated:
+        req = gang_request(job)
+        if name in self.pool.nominated:
             self._lift_nomination(name)
-        bad = _invalid(job)
+        bad = invalid_job(job)
         if bad is not None:
             self.ledger.drop_demand(job.vc, req, job)
             self.reasons[name] = reason(ReasonKind.NO_FIT_EVER, f"invalid job: {bad}")
@@ -386,21 +313,25 @@ class _Cycle:
             self._try_wait_release(job, req) or self._try_preempt(job, req)
         ):
             return
-        shape = _shape(job)
+        shape = gang_key(job)
         cached = self._reasons_by_shape.get(shape)
         if cached is not None and cached[0] == self.epoch:
             why = cached[1]
         else:
-            why = self._failure_reason(job, result)
+            why = failure_reason(self.index, self.placer, job, result)
             self._reasons_by_shape[shape] = (self.epoch, why)
         if why.kind is ReasonKind.NO_FIT_EVER:
             self.ledger.drop_demand(job.vc, req, job)
             self.reasons[name] = why
             return
         if self.policy.backfill is Backfill.EASY:
-            if self.reservation is None:
+            if self.reservation is None and not self.declined:
                 self.reservation = self._reserve(job)
                 if self.reservation is not None:
+                    h = self.policy.backfill_horizon_s
+                    self.reservation.starved = (
+                        h is not None and self.now - head_since(job, self.snapshot.running) > h
+                    )
                     self.epoch += 1
                     t = self.reservation.time
                     extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
@@ -426,30 +357,35 @@ class _Cycle:
         self.ledger.charge(rj.vc, req)
         return True
 
-    def _try_place(self, job: Job) -> tuple[GangPlacement | GangFailure, bool]:
+    def _try_place(self, job: Job) -> tuple[GangPlacement | GangFailure | None, bool]:
         """Place with the reservation's holds in force. Returns (result, held_back) where
-        held_back says the gang would have fit without the holds."""
+        held_back says the gang would have fit without the holds, or that a starved
+        reservation holds it back (result None, not tried)."""
         res = self.reservation
-        shape = _shape(job)
+        shape = gang_key(job)
         if res is None:
             return self._place_memo(job, shape, False), False
         est = job.estimated_duration_s
         if res.time != INF and est is not None and self.now + est <= res.time:
             # EASY: a job that ends before the shadow time cannot delay the reservation.
-            self._lift_holds(res)
+            res.lift(self.index)
             result = self._place_memo(job, shape, False)
-            self._apply_holds(res)
+            res.apply(self.index)
             return result, False
+        if res.starved:
+            # Starvation guard: the head waited past the horizon; nothing whose end is
+            # unbounded starts around it any more (strict FIFO behind it from now on).
+            return None, True
         result = self._place_memo(job, shape, True)
         if isinstance(result, GangPlacement):
             return result, False
         if (shape, False) in self._failed:
             return result, False  # fails even without the holds
-        self._lift_holds(res)
+        res.lift(self.index)
         mark = self.index.mark()
         probe = self.placer.place_gang(job)
         self.index.rollback(mark)
-        self._apply_holds(res)
+        res.apply(self.index)
         if isinstance(probe, GangFailure):
             self._failed[(shape, False)] = (self.epoch, probe)
         return result, isinstance(probe, GangPlacement)
@@ -476,7 +412,7 @@ class _Cycle:
             return self.placer.place_gang(job)
         ledger = self.ledger
         usage = ledger.usage.setdefault(job.vc, [0, 0, 0])
-        gang = _gang_triple(job)
+        gang = gang_request(job)
         added = list(gang)
         for k in range(3):
             usage[k] += gang[k]
@@ -496,92 +432,30 @@ class _Cycle:
                 usage[k] -= added[k]
 
     # -- EASY reservation -----------------------------------------------------------------
-    def _reserve(self, job: Job) -> _Reservation | None:
-        """Earliest time the gang fits as running jobs end (by estimate), and the capacity
-        it needs that nothing releases before then (Lifka 1995; Mu'alem & Feitelson 2001).
-
-        Running jobs are released in order of estimated end (victims chosen this cycle end
-        now; jobs without an estimate end at INF, oldest first). The gang is probed at each
-        distinct finite end time, and within the INF group after 1, 2, 4, ... releases, so
-        the cost stays near O(jobs released) rather than O(running jobs x probes).
-        """
-        index = self.index
-        pre = self.preemptor
-        events: list[tuple[float, float, str, object]] = []
-        for rj in self.snapshot.running:
-            if rj.job.name in pre.victims:
-                end = self.now
-            elif rj.job.estimated_duration_s is not None:
-                end = max(rj.start_time + rj.job.estimated_duration_s, self.now)
-            else:
-                end = INF
-            events.append((end, rj.start_time, rj.job.name, rj))
-        for end, name, per in self.bound_ends:
-            events.append((end, self.now, name, per))
-        events.sort(key=lambda e: (e[0], e[1], e[2]))
-        mark = index.mark()
-        need = _gang_triple(job)
-        released: dict[int, list[int]] = {}
-        found: GangPlacement | None = None
-        time = INF
-        in_inf = 0
-        next_probe = 1
-        for pos, (end, _s, _n, what) in enumerate(events):
-            per = what if isinstance(what, dict) else pre._nodes_of(what)
-            for i, v in per.items():
-                index.release(i, v[0], v[1], v[2])
-                acc = released.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += v[k]
-            last = pos + 1 == len(events)
-            if end == INF:
-                in_inf += 1
-                if in_inf < next_probe and not last:
-                    continue
-            elif not last and events[pos + 1][0] == end:
-                continue  # release everything ending at the same time before probing
-            rf = index.ready_free
-            if rf[0] < need[0] or rf[1] < need[1] or rf[2] < need[2]:
-                continue
-            m = index.mark()
-            probe = self.placer.place_gang(job)
-            index.rollback(m)
-            if isinstance(probe, GangPlacement):
-                found, time = probe, end
-                break
-            if end == INF:
-                next_probe = 2 * in_inf
-        index.rollback(mark)
-        if found is None:
+    def _reserve(self, job: Job) -> Reservation | None:
+        """The EASY reservation for ``job`` with its holds applied, or None (no placement
+        even when everything ends, or declined: see :func:`reservation.reserve`)."""
+        res = reserve(
+            job,
+            self.index,
+            self.placer,
+            self.snapshot.running,
+            self.preemptor.victims,
+            self.preemptor.nodes_of,
+            self.bound_ends,
+            self.now,
+        )
+        if res is None:
             return None
-        holds: dict[int, list[int]] = {}
-        for i, v in found.per_node().items():
-            rel = released.get(i, (0, 0, 0))
-            h = [max(v[k] - rel[k], 0) for k in range(3)]
-            if any(h):
-                holds[i] = h
-        res = _Reservation(job.name, time, holds)
-        self._apply_holds(res)
+        if res.time == INF and PreemptionMode.QUEUE_ORDER in self.policy.preemption:
+            # No bounded shadow time: holding idle capacity for an unknown time is what
+            # makes backfill hurt. Where queue-order preemption is on, the blocked job is
+            # protected by its queue rank instead (under LAS the jobs in its way fall to
+            # lower queues as they run, and it preempts them), so no holds are taken.
+            self.declined = True
+            return None
+        res.apply(self.index)
         return res
-
-    def _apply_holds(self, res: _Reservation) -> None:
-        index = self.index
-        applied = {}
-        for i, h in res.holds.items():
-            take = (
-                max(min(h[0], index.free_cpu[i]), 0),
-                max(min(h[1], index.free_mem[i]), 0),
-                max(min(h[2], index.free_gpu[i]), 0),
-            )
-            if any(take):
-                index.allocate(i, *take)
-                applied[i] = take
-        res.applied = applied
-
-    def _lift_holds(self, res: _Reservation) -> None:
-        for i, take in res.applied.items():
-            self.index.release(i, *take)
-        res.applied = {}
 
     # -- preemption -----------------------------------------------------------------------
     def _try_preempt(self, job: Job, req: tuple[int, int, int]) -> bool:
@@ -591,8 +465,7 @@ class _Cycle:
         still hold and nobody has claimed counts as coming free: the what-if uses it first,
         so that no more is preempted than needed beside it."""
         index = self.index
-        pool = self.pool
-        live_pool = [(i, v) for i, v in pool.items() if any(v)]
+        live_pool = self.pool.live()
         for mode in self.policy.preemption:
             if live_pool:
                 mark = index.mark()
@@ -604,23 +477,11 @@ class _Cycle:
             if found is None:
                 continue
             chosen, placement, released = found
-            claim = placement.per_node()
             self.epoch += 1
-            frees = (index.free_cpu, index.free_mem, index.free_gpu)
-            for i, v in claim.items():
-                rel = released.get(i, (0, 0, 0))
-                p = pool.get(i)
-                if p is not None:
-                    q = [max(min(v[k], p[k]), 0) for k in range(3)]
-                    for k in range(3):
-                        p[k] -= q[k]
-                    v = [v[k] - q[k] for k in range(3)]
-                take = [max(min(v[k] - rel[k], frees[k][i]), 0) for k in range(3)]
-                if any(take):
-                    index.allocate(i, *take)
+            self.pool.claim(placement.per_node(), released)
             self.ledger.charge(job.vc, req, job)
             self.nominations[job.name] = placement.placements(job, index.names)
-            why = _mode_phrase(mode, job)
+            why = preemption_phrase(mode, job)
             for rj in chosen:
                 self.preemptions.append(Preemption(rj.job.name, job.name, why))
             names = ", ".join(rj.job.name for rj in chosen)
@@ -632,161 +493,3 @@ class _Cycle:
             )
             return True
         return False
-
-    # -- reasons --------------------------------------------------------------------------
-    def _failure_reason(self, job: Job, failure: GangFailure) -> PendingReason:
-        role = failure.role
-        c, m, g = role_request(role)
-        index = self.index
-        placer = self.placer
-        # Could this task fit some node of the cluster at all (ignoring node state)?
-        any_state = placer.classes_for(role, ignore_state=True)
-        biggest: tuple[int, int, int] | None = None
-        biggest_node = None
-        ever = False
-        for cid in any_state:
-            for cap, i in index.classes[cid].capacities.items():
-                if cap[2] >= g and cap[0] >= c and cap[1] >= m:
-                    ever = True
-                    break
-                if biggest is None or _gcm(cap) > _gcm(biggest):
-                    biggest, biggest_node = cap, index.names[i]
-            if ever:
-                break
-        what = fmt_request(c, m, g)
-        if not ever:
-            if not any_state:
-                parts = []
-                if role.gpu_model is not None:
-                    parts.append(f"GPU model {role.gpu_model}")
-                if role.node_selector:
-                    parts.append(f"selector {fmt_selector(role.node_selector)}")
-                return reason(
-                    ReasonKind.NO_FIT_EVER,
-                    f"role {role.name}: no node matches {' and '.join(parts) or 'its filters'}",
-                    role=role.name,
-                )
-            assert biggest is not None
-            return reason(
-                ReasonKind.NO_FIT_EVER,
-                f"role {role.name} needs {what} on one node; the largest node has "
-                f"{fmt_request(*biggest)} ({biggest_node})",
-                role=role.name,
-                largest_node=biggest_node,
-            )
-        ready = placer.classes_for(role)
-        if not any(
-            cap[2] >= g and cap[0] >= c and cap[1] >= m
-            for cid in ready
-            for cap in index.classes[cid].capacities
-        ):
-            return reason(
-                ReasonKind.INSUFFICIENT_RESOURCES,
-                f"role {role.name} needs {what} on one node; every node that could hold it "
-                "is cordoned, draining or lost",
-                role=role.name,
-            )
-        # A single task fits somewhere now, but not the whole gang.
-        if failure.fit > 0:
-            return reason(
-                ReasonKind.GANG_INCOMPLETE,
-                f"gang needs {failure.needed} tasks of role {role.name} ({what} each); "
-                f"only {failure.fit} fit now",
-                role=role.name,
-                needed=failure.needed,
-                fit=failure.fit,
-            )
-        if g > 0:
-            i = index.largest_free(ready)
-            if i is None:
-                block, where = 0, "no ready node"
-            else:
-                block, where = index.free_gpu[i], index.names[i]
-            if block < g:
-                return reason(
-                    ReasonKind.INSUFFICIENT_RESOURCES,
-                    f"needs {fmt_gpu(g)} on one node; largest free block is {max(block, 0)} "
-                    f"({where})",
-                    role=role.name,
-                    largest_free_gpu=max(block, 0),
-                    node=where,
-                )
-            return reason(
-                ReasonKind.INSUFFICIENT_RESOURCES,
-                f"role {role.name} needs {what} on one node; nodes with {fmt_gpu(g)} free lack "
-                f"the cpu or memory (e.g. {where}: {fmt_request(*_free(index, i))} free)",
-                role=role.name,
-                node=where,
-            )
-        i = index.largest_free(ready, by_cpu=True)
-        where = index.names[i] if i is not None else "no ready node"
-        free_c = max(index.free_cpu[i], 0) if i is not None else 0
-        free_m = max(index.free_mem[i], 0) if i is not None else 0
-        return reason(
-            ReasonKind.INSUFFICIENT_RESOURCES,
-            f"role {role.name} needs {what} on one node; the most free cpu is "
-            f"{fmt_request(free_c, free_m, 0)} ({where})",
-            role=role.name,
-            node=where,
-        )
-
-
-def _shape(job: Job) -> tuple:
-    """What placement and its reasons depend on: each role's name, per-task request,
-    gang minimum and static constraints (not the job's name, VC or priority)."""
-    return tuple(
-        (
-            r.name,
-            r.resources.cpu_m,
-            r.resources.memory,
-            r.resources.gpu,
-            r.gang_min,
-            r.gpu_model,
-            tuple(sorted(r.node_selector.items())) if r.node_selector else (),
-        )
-        for r in job.roles
-    )
-
-
-def _invalid(job: Job) -> str | None:
-    """What makes a job unplaceable by construction (the spec layer should have refused
-    it; the core reports instead of raising so one bad job cannot stop a cycle)."""
-    if not job.roles:
-        return "it has no task roles"
-    for r in job.roles:
-        if r.replicas < 1:
-            return f"role {r.name} has {r.replicas} replicas (expected >= 1)"
-        if not 1 <= r.gang_min <= r.replicas:
-            return (
-                f"role {r.name} has min_available {r.gang_min} "
-                f"(expected 1..{r.replicas}, its replicas)"
-            )
-        if not r.resources.is_nonnegative():
-            return f"role {r.name} requests negative resources"
-    return None
-
-
-def _gcm(r: tuple[int, int, int]) -> tuple[int, int, int]:
-    return (r[2], r[0], r[1])
-
-
-def _free(index: NodeIndex, i: int) -> tuple[int, int, int]:
-    return (max(index.free_cpu[i], 0), max(index.free_mem[i], 0), 0)
-
-
-def _gang_triple(job: Job) -> tuple[int, int, int]:
-    c = m = g = 0
-    for r in job.roles:
-        n = r.gang_min
-        c += r.resources.cpu_m * n
-        m += r.resources.memory * n
-        g += r.resources.gpu * n
-    return (c, m, g)
-
-
-def _mode_phrase(mode: PreemptionMode, job: Job) -> str:
-    if mode is PreemptionMode.VC_RECLAIM:
-        return f"reclaiming vc {job.vc}'s guarantee from borrowers"
-    if mode is PreemptionMode.PRIORITY:
-        return f"priority {job.priority} job {job.name} preempts lower priority"
-    return f"queue order ranks {job.name} ahead"

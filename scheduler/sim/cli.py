@@ -128,6 +128,7 @@ def plot_cdfs(results: dict[str, PolicyMetrics], path: Path, title: str) -> None
 
 @app.callback(invoke_without_command=True)
 def sim(
+    ctx: typer.Context,
     trace_format: str = typer.Option(
         "philly", help="philly | openb | csv (generic, needs --trace and --columns)"
     ),
@@ -174,6 +175,8 @@ def sim(
     ),
 ) -> None:
     """Replay a GPU-cluster trace through the scheduler core under each policy."""
+    if ctx.invoked_subcommand is not None:
+        return  # e.g. ``suite``: its own options
     err = Console(stderr=True)
     try:
         names = parse_policies(policies)
@@ -236,6 +239,67 @@ def sim(
             plot,
             f"{scenario.trace}: {n} jobs, {scenario.gpus} GPUs, load {scenario.load:.2f}",
         )
+        err.print(f"wrote {plot}")
+
+
+@app.command("suite")
+def suite_cmd(
+    jobs: int = typer.Option(2000, help="jobs per trace window (synthetic: jobs generated)"),
+    loads: str = typer.Option("0.6,0.8,0.95", help="comma-separated target window loads"),
+    policies: str | None = typer.Option(None, help="comma-separated policy names (default: all)"),
+    cases: str | None = typer.Option(None, help="comma-separated case names (default: all)"),
+    plot: Path | None = typer.Option(None, help="write the criteria ratios per case to this PNG"),
+    json_out: bool = typer.Option(False, "--json", help="print the rows as one JSON array"),
+    workers: int | None = typer.Option(
+        None, help="policies replayed in parallel processes (default: min(CPUs, 2))"
+    ),
+) -> None:
+    """Every trace (Philly x3, openb, ITP 04/06, synthetic) x load x policy, as ratios."""
+    from scheduler.sim.suite import plot_ratios, run_suite
+
+    err = Console(stderr=True)
+    try:
+        names = parse_policies(policies)
+        load_list = [float(x) for x in loads.split(",") if x.strip()]
+    except (TraceError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    rows = run_suite(
+        names,
+        jobs=jobs,
+        loads=load_list,
+        only=[c.strip() for c in cases.split(",")] if cases else None,
+        workers=workers if workers is not None else min(os.cpu_count() or 1, 2),
+        log=err.print,
+    )
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        t = Table(
+            title=f"robustness suite: {jobs} jobs per case; mean / p99 JCT x mean-JCT lower bound",
+            caption="ratios on mean JCT unless p99; criteria: pasture/tiresias <= 1, "
+            "pasture p99/best <= 1.5, backfill/fifo <= 1",
+        )
+        for col in ("case", "load", "GPUs", *names):
+            t.add_column(col, justify="left" if col == "case" else "right")
+        for col in ("pasture/tiresias", "p99 pasture/best", "backfill/fifo", "pasture/srtf"):
+            t.add_column(col, justify="right")
+        for r in rows:
+            if "error" in r:
+                t.add_row(r["case"], str(r["target_load"]), "-", f"failed: {r['error']}")
+                continue
+            pol = r["policies"]
+            ra = r["ratios"]
+            t.add_row(
+                r["case"],
+                f"{r['load']:.2f}",
+                str(r["gpus"]),
+                *(f"{pol[n]['mean']:.2f}/{pol[n]['p99']:.1f}" for n in names),
+                *("-" if v is None else f"{v:.2f}" for v in ra.values()),
+            )
+        Console(width=220).print(t)
+    if plot is not None:
+        plot_ratios(rows, plot)
         err.print(f"wrote {plot}")
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from scheduler.core.history import HistoryWindow, adapt
 from scheduler.core.model import (
     Decision,
     Job,
@@ -164,6 +165,8 @@ class Simulator:
         checkpoint_s: checkpoint interval for jobs whose trace declares none (None = none).
         decide: the core entry point (default ``scheduler.core.schedule``).
         progress: called with the number of completed jobs after each instant.
+        history_size: finished jobs an ``adaptive`` policy learns from (the last N;
+            :class:`scheduler.core.history.HistoryWindow`).
 
     Raises:
         SimulationError: from :meth:`run`, see there.
@@ -181,6 +184,7 @@ class Simulator:
         checkpoint_s: float | None = None,
         decide: Decide | None = None,
         progress: Callable[[int], None] | None = None,
+        history_size: int = 1000,
     ) -> None:
         if restart_cost_s < 0:
             raise ValueError(f"restart_cost_s must be >= 0, got {restart_cost_s}")
@@ -212,6 +216,8 @@ class Simulator:
         self._done = 0
         self._las = policy.queue_order == "las"
         self._nominations: Mapping[str, tuple[TaskPlacement, ...]] = {}
+        # Finished jobs, as the service's loop records them (adaptive policies learn here).
+        self._history = HistoryWindow(history_size) if policy.adaptive else None
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, name: str, epoch: int = 0) -> None:
@@ -231,6 +237,7 @@ class Simulator:
             pending=tuple(self._pending.values()),
             running=tuple(self._running.values()),
             nominations=self._nominations,
+            history=self._history.history() if self._history is not None else None,
         )
 
     def _allocate(self, placements: Sequence[TaskPlacement], sign: int) -> None:
@@ -268,7 +275,10 @@ class Simulator:
         self._push(now + live.remaining, _DONE, live.job.name, live.epoch)
         if self._las:
             g = max(gpus, 1)
-            for threshold in self.policy.las_thresholds:
+            # thresholds in force now (adaptive ones move as jobs finish; a move between
+            # events takes effect at the next event)
+            hist = self._history.history() if self._history is not None else None
+            for threshold in adapt(self.policy, hist).las_thresholds:
                 if threshold > live.job.attained_service:
                     self._push(now + (threshold - live.job.attained_service) / g, _TICK, "", 0)
 
@@ -285,6 +295,10 @@ class Simulator:
             live.record.completions += 1
             live.remaining = 0.0
             self._done += 1
+            if self._history is not None:
+                self._history.record(
+                    live.record.run_s, live.job.attained_service + live.record.gpus * ran
+                )
             return
         ckpt = live.record.trace.checkpoint_s or self.checkpoint_s
         lost_ckpt = ran % ckpt if ckpt else 0.0

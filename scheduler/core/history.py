@@ -1,0 +1,136 @@
+"""What the cluster has already run: the learned input of adaptive policies.
+
+The core stays pure: it never measures anything itself. Whoever drives it (the service's
+loop, the simulator) records each job that *finished* (completed, not preempted) in a
+:class:`HistoryWindow` and passes ``window.history()`` as ``Snapshot.history``. A policy with
+``adaptive=True`` then derives its thresholds from it with :func:`adapt`; every other policy
+ignores it.
+
+Rules (each from a published system, none tuned on a trace):
+
+* **LAS queue thresholds at quantiles of finished jobs' attained service** (Tiresias,
+  Gu et al., NSDI'19, section 4.2: discretised 2D-LAS whose queue thresholds follow the
+  distribution of job service; the Gittins-index variant uses that same distribution).
+  Thresholds at the 0.9 and 0.99 quantiles: LAS exists to keep the heavy tail from
+  blocking the many short jobs, so only the tail is demoted: the first queue holds the 90%
+  of jobs that the cluster's own history calls ordinary (FIFO among them, never preempted
+  by queue order for their age), the second the longest tenth, the third the longest
+  hundredth (three queues as in Tiresias' evaluation). Each demotion costs a job a restart
+  when it is then preempted, so demoting the median job (a threshold at the 0.5 quantile)
+  would put that cost on half the jobs. Chosen from this rule before measuring it (a first
+  version at the 0.5 and 0.9 quantiles was measured and is reported in
+  scheduler/sim/README.md).
+* **Backfill horizon = the 0.9 quantile of finished jobs' run times.** The horizon is a
+  starvation guard for the tail, not the common case (there EASY's holds already keep the
+  capacity the head needs): a job that has been the head longer than 90% of the cluster's
+  jobs run is an outlier by the cluster's own measure, and from then on nothing whose end
+  is unbounded starts around it (see ``Policy.backfill_horizon_s`` and the EASY rule in
+  :mod:`scheduler.core.scheduler`). Its wait is then at most the horizon plus what strict
+  FIFO would have made it wait for the jobs running at that moment.
+* **A quantile is used only once it is estimable**: n * min(q, 1 - q) >= 5 finished jobs
+  (the usual normal-approximation rule for the binomial count behind an order statistic:
+  50 jobs for the 0.9 quantile, 500 for the 0.99). Before that the policy's static values
+  apply.
+
+How fast it adapts: the window keeps the last ``size`` finished jobs (default 1,000: the 0.9
+quantile's binomial standard error is then sqrt(0.09 / 1000) ~ 0.01, i.e. within about one
+percentile), so a change in the workload is fully reflected after ``size`` completions and
+half-way after ``size / 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler.core.policy import Policy
+
+LAS_QUANTILES = (0.9, 0.99)
+HORIZON_QUANTILE = 0.9
+MIN_TAIL_COUNT = 5  # n * min(q, 1 - q) >= 5 before quantile q is trusted
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Finished jobs observed so far (a recent window of them).
+
+    Attributes:
+        runtimes_s: seconds each finished job held an allocation (all attempts), ascending.
+        services_gpu_s: GPU-seconds each finished job attained (GPUs x run time, all
+            attempts), ascending.
+    """
+
+    runtimes_s: tuple[float, ...] = ()
+    services_gpu_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Raises ValueError: a negative, non-finite or unsorted sample."""
+        for name in ("runtimes_s", "services_gpu_s"):
+            xs = getattr(self, name)
+            if any(not math.isfinite(x) or x < 0 for x in xs) or list(xs) != sorted(xs):
+                raise ValueError(f"History.{name}: expected ascending finite values >= 0")
+
+
+def quantile(sorted_xs: tuple[float, ...], q: float) -> float | None:
+    """The q-quantile (nearest rank) of an ascending sample, or None while it is not
+    estimable (fewer than ``MIN_TAIL_COUNT / min(q, 1 - q)`` values)."""
+    n = len(sorted_xs)
+    if n == 0 or n * min(q, 1.0 - q) < MIN_TAIL_COUNT:
+        return None
+    return sorted_xs[min(n - 1, max(0, math.ceil(q * n) - 1))]
+
+
+def adapt(policy: Policy, history: History | None) -> Policy:
+    """The policy in force given what has been observed.
+
+    For ``policy.adaptive`` policies: ``las_thresholds`` at the ``LAS_QUANTILES`` of
+    finished jobs' attained service (those estimable; strictly increasing, positive) and
+    ``backfill_horizon_s`` at the ``HORIZON_QUANTILE`` of run times, each falling back to
+    the policy's static value while not estimable. Other policies, or no history, are
+    returned unchanged.
+    """
+    if history is None or not policy.adaptive:
+        return policy
+    th: list[float] = []
+    for q in LAS_QUANTILES:
+        v = quantile(history.services_gpu_s, q)
+        if v is not None and v > 0 and (not th or v > th[-1]):
+            th.append(v)
+    horizon = quantile(history.runtimes_s, HORIZON_QUANTILE)
+    changes: dict = {}
+    if th:
+        changes["las_thresholds"] = tuple(th)
+    if horizon is not None:
+        changes["backfill_horizon_s"] = horizon
+    return replace(policy, **changes) if changes else policy
+
+
+class HistoryWindow:
+    """Mutable recorder of the last ``size`` finished jobs, for the loop or the simulator.
+
+    ``record`` is O(1); ``history()`` sorts once per change (O(size log size)) and is cached.
+    """
+
+    def __init__(self, size: int = 1000) -> None:
+        """Raises ValueError: size < 1."""
+        if size < 1:
+            raise ValueError(f"HistoryWindow.size: expected an int >= 1, got {size!r}")
+        self._jobs: deque[tuple[float, float]] = deque(maxlen=size)
+        self._cached: History | None = History()
+
+    def record(self, runtime_s: float, service_gpu_s: float) -> None:
+        """One finished job: its total run time (s) and attained GPU-seconds."""
+        self._jobs.append((max(float(runtime_s), 0.0), max(float(service_gpu_s), 0.0)))
+        self._cached = None
+
+    def history(self) -> History:
+        """The window as a :class:`History` (immutable; safe to put in a Snapshot)."""
+        if self._cached is None:
+            self._cached = History(
+                tuple(sorted(r for r, _ in self._jobs)),
+                tuple(sorted(s for _, s in self._jobs)),
+            )
+        return self._cached

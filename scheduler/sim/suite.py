@@ -1,0 +1,240 @@
+"""The robustness suite: every available trace at several loads, every policy, as ratios.
+
+``python -m scheduler.sim suite [--jobs N] [--loads 0.6,0.8,0.95] [--json] [--plot F]``
+
+Cases (each at every load; the cluster is sized so that the window load is the target):
+
+    philly-A/B/C   Philly (Microsoft, 2017), N jobs after skipping 10,000 / 40,000 / 70,000
+                   (three windows months apart), the official machine list scaled.
+    openb          Alibaba PAI openb pods, N after skipping 3,000 (the dense part).
+    itp-04, itp-06 Microsoft ITP clusters 04 and 06 (ElasticFlow, ASPLOS'23), the first N,
+                   8-GPU nodes.
+    syn-heavy-tail synthetic: Pareto(alpha = 1.1) run times (min 60 s, capped at 30 days):
+                   the mean is dominated by a few very long jobs.
+    syn-big-gangs  synthetic: 64 GPUs (8 x 8); 15% of jobs are gangs of 50-90% of the
+                   cluster (32, 40, 48 or 56 GPUs: whole nodes), the rest 1-4 GPUs.
+    syn-16gpu      synthetic: a 16-GPU cluster (2 x 8), jobs of 1-16 GPUs.
+
+Synthetic jobs arrive as a Poisson process whose rate gives the target load on the fixed
+cluster (rate = load x GPUs / E[GPUs x run time]); the table reports the window load
+actually reached. Seeds are fixed (the case's name), so the suite is reproducible.
+
+Per case the suite reports each policy's mean and p99 JCT divided by the case's mean-JCT
+lower bound, and the issue's criteria: pasture / tiresias-las (mean), pasture p99 / the best
+other policy's p99, fifo-backfill / fifo (mean), pasture / srtf-oracle (mean).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.sim.cluster import homogeneous, vc_guarantees, window_load_gpus
+from scheduler.sim.engine import SimulationError
+from scheduler.sim.scenario import Scenario, build_scenario, lower_bounds, run_many, traces_dir
+from scheduler.sim.trace import TraceError, TraceJob
+
+DEFAULT_LOADS = (0.6, 0.8, 0.95)
+ITP_COLUMNS = "submit=submission_time,duration=duration,gpus=num_gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One suite case: a name and how to build its scenario for (jobs, load)."""
+
+    name: str
+    build: Callable[[int, float], Scenario]
+
+
+def _real(fmt: str, skip: int, path: str | None = None, columns: str | None = None):
+    def build(jobs: int, load: float) -> Scenario:
+        trace = traces_dir() / path if path else None
+        return build_scenario(fmt, trace, columns=columns, jobs=jobs, skip=skip, load=load)
+
+    return build
+
+
+def _synthetic(
+    name: str, nodes: int, draw: Callable[[random.Random], tuple[int, float]], mean_work: float
+):
+    """Poisson arrivals on ``nodes`` x 8 GPUs; ``draw(rng) -> (gpus, run time s)``;
+    ``mean_work`` = E[gpus x run time] of ``draw`` (GPU-seconds), for the arrival rate."""
+
+    def build(jobs: int, load: float) -> Scenario:
+        shapes = homogeneous(nodes, 8)
+        gpus = nodes * 8
+        rate = load * gpus / mean_work  # jobs per second
+        rng = random.Random(f"{name}-{jobs}-{load}")
+        t = 0.0
+        out = []
+        for i in range(jobs):
+            t += rng.expovariate(rate)
+            g, d = draw(rng)
+            out.append(TraceJob(f"{name}-{i}", t, d, min(g, gpus)))
+        return Scenario(
+            trace=name,
+            jobs=out,
+            shapes=shapes,
+            vcs=vc_guarantees(out, shapes),
+            gpus=gpus,
+            load=window_load_gpus(out) / gpus,
+        )
+
+    return build
+
+
+_PARETO_ALPHA, _PARETO_MIN, _CAP = 1.1, 60.0, 30 * 86400.0
+
+
+def _heavy(rng: random.Random) -> tuple[int, float]:
+    g = rng.choices((1, 2, 4, 8, 16), (60, 15, 12, 9, 4))[0]
+    return g, min(_PARETO_MIN * rng.paretovariate(_PARETO_ALPHA), _CAP)
+
+
+def _pareto_mean() -> float:
+    # E[min(m X, cap)] for X ~ Pareto(a, 1): m a/(a-1) - m^a cap^(1-a) / (a-1)
+    a, m, c = _PARETO_ALPHA, _PARETO_MIN, _CAP
+    return m * a / (a - 1) - (m**a) * c ** (1 - a) / (a - 1)
+
+
+def _lognormal(rng: random.Random) -> float:
+    return min(math.exp(rng.gauss(math.log(1800.0), 1.5)), _CAP)  # median 30 min
+
+
+_LOGN_MEAN = 1800.0 * math.exp(1.5**2 / 2)
+
+
+def _big_gangs(rng: random.Random) -> tuple[int, float]:
+    if rng.random() < 0.15:
+        return rng.choice((32, 40, 48, 56)), _lognormal(rng)  # whole 8-GPU nodes
+    return rng.choice((1, 1, 2, 4)), _lognormal(rng)
+
+
+def _small(rng: random.Random) -> tuple[int, float]:
+    return rng.choices((1, 2, 4, 8, 16), (50, 20, 15, 10, 5))[0], _lognormal(rng)
+
+
+def cases() -> list[Case]:
+    """All suite cases, real traces first (see the module docstring)."""
+    itp = "itp/cluster{}.csv"
+    heavy_g = (1 * 60 + 2 * 15 + 4 * 12 + 8 * 9 + 16 * 4) / 100
+    gang_g = 0.15 * (32 + 40 + 48 + 56) / 4 + 0.85 * (1 + 1 + 2 + 4) / 4
+    small_g = (1 * 50 + 2 * 20 + 4 * 15 + 8 * 10 + 16 * 5) / 100
+    return [
+        Case("philly-A", _real("philly", 10_000)),
+        Case("philly-B", _real("philly", 40_000)),
+        Case("philly-C", _real("philly", 70_000)),
+        Case("openb", _real("openb", 3_000)),
+        Case("itp-04", _real("csv", 0, itp.format("04"), ITP_COLUMNS)),
+        Case("itp-06", _real("csv", 0, itp.format("06"), ITP_COLUMNS)),
+        Case("syn-heavy-tail", _synthetic("syn-heavy-tail", 8, _heavy, heavy_g * _pareto_mean())),
+        Case("syn-big-gangs", _synthetic("syn-big-gangs", 8, _big_gangs, gang_g * _LOGN_MEAN)),
+        Case("syn-16gpu", _synthetic("syn-16gpu", 2, _small, small_g * _LOGN_MEAN)),
+    ]
+
+
+def ratios(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
+    """The issue's criteria from ``{policy: {"mean": x LB, "p99": x LB}}`` (None when a
+    policy needed for a ratio was not run)."""
+
+    def r(a: str, b: str, k: str = "mean") -> float | None:
+        if a in results and b in results and results[b][k] > 0:
+            return results[a][k] / results[b][k]
+        return None
+
+    others = [v["p99"] for n, v in results.items() if n != "pasture"]
+    return {
+        "pasture_vs_tiresias": r("pasture", "tiresias-las"),
+        "pasture_p99_vs_best": (
+            results["pasture"]["p99"] / min(others) if "pasture" in results and others else None
+        ),
+        "backfill_vs_fifo": r("fifo-backfill", "fifo"),
+        "pasture_vs_srtf": r("pasture", "srtf-oracle"),
+    }
+
+
+def run_suite(
+    names: Sequence[str],
+    *,
+    jobs: int,
+    loads: Sequence[float] = DEFAULT_LOADS,
+    only: Sequence[str] | None = None,
+    workers: int = 1,
+    log: Callable[[str], None] = lambda s: None,
+) -> list[dict]:
+    """Run every case x load x policy; one dict per (case, load): ``{"case", "load"
+    (reached), "target_load", "jobs", "gpus", "lb_mean_s", "policies": {name: {"mean",
+    "p99"}} (x the mean-JCT lower bound), "ratios": ratios(...)}``. Cases whose trace file
+    is missing are skipped (logged)."""
+    rows = []
+    for case in cases():
+        if only and case.name not in only:
+            continue
+        for load in loads:
+            try:
+                sc = case.build(jobs, load)
+            except (OSError, TraceError) as exc:
+                log(f"{case.name}: skipped ({exc})")
+                break
+            lb = lower_bounds(sc)["jct_mean_s"]
+            log(f"{case.name} load {load}: {len(sc.jobs)} jobs, {sc.gpus} GPUs ...")
+            try:
+                runs = run_many(sc, names, workers=workers)
+            except SimulationError as exc:
+                log(f"{case.name} load {load}: FAILED ({exc})")
+                rows.append({"case": case.name, "target_load": load, "error": str(exc)})
+                continue
+            pol = {
+                n: {"mean": m.jct_mean_s / lb, "p99": m.jct_p99_s / lb}
+                for n, (m, _w, _c) in runs.items()
+            }
+            cpu = sum(c for _m, _w, c in runs.values())
+            log(f"{case.name} load {load}: done ({cpu:.0f} CPU s)")
+            rows.append(
+                {
+                    "case": case.name,
+                    "target_load": load,
+                    "load": sc.load,
+                    "jobs": len(sc.jobs),
+                    "gpus": sc.gpus,
+                    "lb_mean_s": lb,
+                    "policies": pol,
+                    "ratios": ratios(pol),
+                }
+            )
+    return rows
+
+
+def plot_ratios(rows: Sequence[dict], path: Path) -> None:
+    """One figure: the four criteria ratios per case/load (log y, 1.0 marked)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "error" not in r]
+    labels = [f"{r['case']}@{r['target_load']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(rows)), 5))
+    for key, marker in (
+        ("pasture_vs_tiresias", "o"),
+        ("pasture_p99_vs_best", "s"),
+        ("backfill_vs_fifo", "^"),
+        ("pasture_vs_srtf", "x"),
+    ):
+        ys = [r["ratios"][key] for r in rows]
+        xs = [i for i, y in enumerate(ys) if y is not None]
+        ax.plot(xs, [ys[i] for i in xs], marker, label=key)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(1.5, color="r", lw=0.5, ls="--")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=70, fontsize=7)
+    ax.set_ylabel("ratio (log)")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

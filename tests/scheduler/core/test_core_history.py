@@ -1,0 +1,93 @@
+"""The learned input of adaptive policies: estimable quantiles, adapt(), the window."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scheduler.core import Backfill, Policy, ReasonKind, schedule
+from scheduler.core.history import History, HistoryWindow, adapt, quantile
+from scheduler.core.presets import PRESETS
+from tests.factories import job, node, running, snapshot
+
+
+def test_a_quantile_is_none_until_estimable_then_the_nearest_rank():
+    xs = tuple(float(i) for i in range(1, 50))  # 49 values: 0.9 needs 50
+    assert quantile(xs, 0.9) is None
+    assert quantile(xs, 0.5) == 25.0
+    xs = tuple(float(i) for i in range(1, 101))
+    assert quantile(xs, 0.9) == 90.0
+    assert quantile((), 0.5) is None
+
+
+def test_adapt_sets_thresholds_and_horizon_from_history_and_leaves_others_alone():
+    services = tuple(float(i) for i in range(1, 1001))
+    runtimes = tuple(float(10 * i) for i in range(1, 1001))
+    h = History(runtimes, services)
+    p = adapt(PRESETS["pasture"], h)
+    assert p.las_thresholds == (900.0, 990.0)
+    assert p.backfill_horizon_s == 9000.0
+    assert adapt(PRESETS["tiresias-las"], h) is PRESETS["tiresias-las"]
+    assert adapt(PRESETS["pasture"], None) is PRESETS["pasture"]
+
+
+def test_adapt_keeps_static_values_until_enough_jobs_finished():
+    few = History(tuple(float(i) for i in range(20)), tuple(float(i) for i in range(20)))
+    assert adapt(PRESETS["pasture"], few) is PRESETS["pasture"]
+
+
+def test_history_rejects_unsorted_or_negative_samples():
+    with pytest.raises(ValueError, match="History.runtimes_s"):
+        History((2.0, 1.0), ())
+    with pytest.raises(ValueError, match="History.services_gpu_s"):
+        History((), (-1.0,))
+
+
+def test_the_window_keeps_the_last_jobs_only():
+    w = HistoryWindow(size=3)
+    for i in range(5):
+        w.record(float(i), float(10 * i))
+    assert w.history() == History((2.0, 3.0, 4.0), (20.0, 30.0, 40.0))
+    assert w.history() is w.history()  # cached until the next record
+    with pytest.raises(ValueError, match="HistoryWindow.size"):
+        HistoryWindow(0)
+
+
+def test_policy_rejects_a_negative_horizon():
+    with pytest.raises(ValueError, match="backfill_horizon_s"):
+        Policy(backfill_horizon_s=-1.0)
+
+
+def _blocked_head(now: float, horizon: float | None):
+    # node a is half taken by r (no estimate); "wide" needs all of a; "small" fits node c
+    pol = Policy(
+        backfill=Backfill.EASY, preemption=(), aging_per_hour=0, backfill_horizon_s=horizon
+    )
+    pending = [job("wide", gpu=8, submit=0), job("small", gpu=2, submit=1)]
+    s = snapshot([node("a"), node("c", gpu=2)], pending, [running(job("r", gpu=4), ["a"])])
+    return schedule(s, pol, now)
+
+
+def test_before_the_horizon_jobs_backfill_around_the_head():
+    d = _blocked_head(now=100.0, horizon=3600.0)
+    assert [b.job for b in d.binds] == ["small"]
+
+
+def test_past_the_horizon_nothing_unbounded_starts_around_the_head():
+    d = _blocked_head(now=4000.0, horizon=3600.0)
+    assert d.binds == ()
+    assert d.pending["small"].kind is ReasonKind.RESERVATION
+    assert _blocked_head(now=4000.0, horizon=None).binds[0].job == "small"
+
+
+def test_with_queue_order_preemption_an_unbounded_reservation_holds_nothing():
+    # the same blocked head under LAS with preemption: no holds, "small" takes node a
+    pol = replace(PRESETS["pasture"], vc_quota=False, adaptive=False)
+    pending = [job("wide", gpu=8, submit=0), job("small", gpu=4, submit=1)]
+    s = snapshot([node("a")], pending, [running(job("r", gpu=4), ["a"], start=0.0)])
+    d = schedule(s, pol, 10.0)
+    assert [b.job for b in d.binds] == ["small"]
+    held = schedule(s, replace(pol, preemption=()), 10.0)
+    assert held.binds == ()
+    assert held.pending["small"].kind is ReasonKind.RESERVATION

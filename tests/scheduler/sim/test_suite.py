@@ -1,0 +1,85 @@
+"""The robustness suite: synthetic cases reach their load, ratios, the CLI command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from scheduler.sim.cli import app
+from scheduler.sim.suite import cases, ratios, run_suite
+
+
+def test_ratios_are_the_issue_criteria():
+    pol = {
+        "fifo": {"mean": 2.0, "p99": 10.0},
+        "fifo-backfill": {"mean": 1.5, "p99": 9.0},
+        "tiresias-las": {"mean": 1.2, "p99": 8.0},
+        "srtf-oracle": {"mean": 1.0, "p99": 12.0},
+        "pasture": {"mean": 1.1, "p99": 12.0},
+    }
+    r = ratios(pol)
+    assert r["pasture_vs_tiresias"] == pytest.approx(1.1 / 1.2)
+    assert r["pasture_p99_vs_best"] == pytest.approx(12.0 / 8.0)
+    assert r["backfill_vs_fifo"] == pytest.approx(0.75)
+    assert r["pasture_vs_srtf"] == pytest.approx(1.1)
+    assert ratios({"pasture": pol["pasture"]})["pasture_vs_tiresias"] is None
+
+
+@pytest.mark.parametrize("name", ["syn-heavy-tail", "syn-big-gangs", "syn-16gpu"])
+def test_synthetic_cases_have_their_shape(name):
+    case = next(c for c in cases() if c.name == name)
+    sc = case.build(400, 0.8)
+    assert len(sc.jobs) == 400
+    assert [j.submit_s for j in sc.jobs] == sorted(j.submit_s for j in sc.jobs)
+    assert sc.gpus == (16 if name == "syn-16gpu" else 64)
+    assert 0.2 < sc.load < 2.0  # Poisson arrivals at the target rate, cut at the window
+    if name == "syn-big-gangs":
+        wide = [j for j in sc.jobs if j.gpus >= 0.5 * sc.gpus]
+        assert wide and all(j.gpus <= 0.9 * sc.gpus for j in wide)
+    assert case.build(400, 0.8).jobs == sc.jobs  # seeded: reproducible
+
+
+def test_run_suite_rows_hold_every_policy_relative_to_the_lower_bound():
+    rows = run_suite(["fifo", "pasture"], jobs=40, loads=[0.8], only=["syn-16gpu"])
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["case"] == "syn-16gpu" and row["gpus"] == 16
+    for v in row["policies"].values():
+        assert v["mean"] >= 1.0 - 1e-9  # a lower bound is a lower bound
+        assert v["p99"] > 0
+
+
+def test_suite_command_prints_json_and_plots(tmp_path):
+    png = tmp_path / "r.png"
+    res = CliRunner().invoke(
+        app,
+        [
+            "suite",
+            "--jobs",
+            "40",
+            "--loads",
+            "0.6,0.95",
+            "--cases",
+            "syn-16gpu",
+            "--policies",
+            "fifo,fifo-backfill",
+            "--workers",
+            "1",
+            "--json",
+            "--plot",
+            str(png),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout[res.stdout.index("[") :])
+    assert [r["target_load"] for r in rows] == [0.6, 0.95]
+    assert rows[0]["ratios"]["backfill_vs_fifo"] is not None
+    assert png.stat().st_size > 0
+
+
+def test_suite_command_rejects_an_unknown_policy():
+    res = CliRunner().invoke(app, ["suite", "--policies", "nope"])
+    assert res.exit_code == 2
+    assert "unknown" in res.output
