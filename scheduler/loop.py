@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler import lifecycle
 from scheduler.core.grow import growing
+from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.discovery import ordered_tasks
@@ -132,6 +133,9 @@ class Loop:
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
         self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
+        # run times and GPU-seconds of jobs that succeeded since this loop started: the
+        # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
+        self.history = HistoryWindow()
 
     def _flush(self) -> None:
         """Execute the transitions queued on this cycle's pipeline (one round trip)."""
@@ -197,6 +201,7 @@ class Loop:
         t1 = time.perf_counter()
         snapshot, ctx = take_snapshot(self.store, self._specs, active, self._core_jobs)
         snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
+        snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if not snapshot.pending and not growing(snapshot.running):
@@ -406,6 +411,8 @@ class Loop:
                 exit_code=ending.exit_code,
                 attempts=attempts,
             )
+            if state == JobState.SUCCEEDED and weight:
+                self.history.record(attained / weight, attained)
             ttl = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
             if ttl is not None:

@@ -356,3 +356,33 @@ def test_stopping_jobs_reach_the_core_as_releasing_and_nominations_carry_over(en
     loop.cycle()
     assert store.get_job("old").state == "stopped"
     assert seen[-1].running == ()  # nothing left to release
+
+
+def test_the_loop_learns_from_succeeded_jobs_and_hands_the_history_to_the_core(env):
+    """The adaptive policy's input: every job that succeeds adds its run time and attained
+    service to the loop's history, which the next cycles' snapshots carry to the core."""
+    store, loop = env
+    seen = []
+    real_schedule = loop.schedule
+
+    def spy(snapshot, policy, now):
+        seen.append(snapshot.history)
+        return real_schedule(snapshot, policy, now)
+
+    loop.schedule = spy
+    submit(store, "a")
+    loop.cycle()
+    assert seen[-1].runtimes_s == ()  # nothing finished yet
+    report_all(store, "a", TaskState.RUNNING)
+    loop.cycle()
+    report_all(store, "a", TaskState.SUCCEEDED, 0)
+    loop.cycle()
+    submit(store, "failing")
+    loop.cycle()
+    report_all(store, "failing", TaskState.FAILED, 1)
+    loop.cycle()
+    submit(store, "b")
+    loop.cycle()
+    history = seen[-1]
+    assert len(history.runtimes_s) == 1  # the failed job taught nothing
+    assert history.runtimes_s[0] >= 0 and len(history.services_gpu_s) == 1
