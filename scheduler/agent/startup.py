@@ -12,8 +12,9 @@ job's command) and extra mounts. In order:
    task's ssh directory, the sshd lines of the script;
 3. code dir (job-level ``code_dir``: a directory of the share, relative to it or
    absolute inside it, e.g. one pushed with ``pasture data push``): the script copies its
-   content into a fresh per-task working directory ``<job dir>/work/<role>-<index>``
-   (PAI_WORK_DIR) and runs the command there; PAI_CODE_DIR names the source;
+   content to ``./code`` of a fresh per-task working directory
+   ``<job dir>/work/<role>-<index>`` (PAI_WORK_DIR) and runs the command there, so
+   OpenPAI's ``python code/x.py`` commands find their files; PAI_CODE_DIR names the source;
 4. the environment: discovery (:func:`scheduler.discovery.task_env`), then the job's and
    the role's ``env`` (the user's values win over the OpenPAI / MARO / Volcano aliases),
    then the PASTURE_ variables again (they are the agent's contract) and ssh's.
@@ -180,8 +181,8 @@ def prepare(
     if code:
         w, c = shlex.quote(work), shlex.quote(str(code))
         lines.append(
-            f"rm -rf {w} && mkdir -p {w} && cp -a {c}/. {w}/ || "
-            f'{{ echo "pasture: cannot copy code_dir {code} to {work}" >&2; exit 126; }}\n'
+            f"rm -rf {w} && mkdir -p {w}/code && cp -a {c}/. {w}/code/ || "
+            f'{{ echo "pasture: cannot copy code_dir {code} to {work}/code" >&2; exit 126; }}\n'
             f"cd {w} || exit 126"
         )
     command = spec.roles[me.role].command

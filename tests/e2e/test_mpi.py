@@ -1,68 +1,124 @@
-"""End to end on the local podman cluster (tests/e2e/conftest.py): an MPI job's ``mpirun``
-(Debian's Open MPI 4.1 in the task image) starts its ranks in two tasks on two node
-containers over the job's own ssh (per-job key, an sshd in each task, the hostfile's one
-line per host reaching the task's sshd; scheduler/agent/ssh.py).
+"""End to end on the local podman cluster (tests/e2e/conftest.py): a Volcano MPI job file's
+``mpiexec`` (Debian's Open MPI 4.1 in the task image) starts its ranks in two tasks on two
+node containers over the job's own ssh (per-job key, the job's sshd_config served by the
+``sshd`` the command starts itself, host addresses from ``/etc/volcano/<task>.host``;
+scheduler/agent/ssh.py, scheduler/agent/startup.py).
 
-The job is written in pasture's spec with ``mpi: true``, in the shape of OpenPAI's Horovod
-example (a master that runs mpirun and a worker that only waits; the job completes when
-the master does). Needs root podman and about 10 minutes on 2 cores.
+The job is Volcano's own MPI example (volcano-sh/volcano ``example/integrations/mpi/
+mpi-example.yaml``, Apache-2.0; the copy in tests/compat/corpus/volcano/mpi-example.yaml),
+submitted as a ``batch.volcano.sh/v1alpha1`` document with its ``plugins: {ssh, svc}``,
+its ``TaskCompleted -> CompleteJob`` policy on the master and its shell lines. Changed for
+this cluster: the image (``localhost/pasture-examples``: openmpi-bin and openssh-server,
+no ``mpi_hello_world``, so each rank echoes its rank and node address), resource requests
+(1.5 cores per worker on 2-core nodes: the two workers land on different nodes), Open MPI's
+interface selection (the node containers have several networks) and a
+``pasture-ssh-barrier`` before ``mpiexec`` (Volcano restarts a master that was too early;
+the barrier waits instead). Needs root podman and about 10 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import re
 
-import yaml
-
 from tests.e2e.test_local_cluster import diagnosis, stop_unless_finished
 
 RANK_RE = re.compile(r"^rank (\d) of (\d) on (\S+)$", re.M)
 
-MPI_JOB = {
-    "name": "mpi-e2e",
-    "image": "localhost/pasture-examples:latest",
-    "mpi": True,
-    "roles": {
-        # 1.5 cores each on 2-core nodes: the two tasks land on different nodes
-        "master": {
-            "resources": {"cpu": "1500m", "memory": "256Mi"},
-            "command": [
-                "pasture-ssh-barrier 180",
-                "cat $PASTURE_MPI_HOSTFILE",
-                "mpirun --hostfile $PASTURE_MPI_HOSTFILE -np 2"
-                " --mca oob_tcp_if_include 10.77.2.0/24 --mca btl_tcp_if_include 10.77.2.0/24"
-                " sh -c 'echo rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE"
-                ' on $(hostname -I | tr " " "\\n" | grep "^10\\.77\\.2\\.")\'',
-            ],
-        },
-        "worker": {
-            "resources": {"cpu": "1500m", "memory": "256Mi"},
-            "command": "exec sleep 3600",
-        },
-    },
-    "policies": {"completion": {"role": "master"}},
-}
+VOLCANO_MPI_JOB = """\
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: mpi-e2e
+spec:
+  minAvailable: 3
+  schedulerName: volcano
+  plugins:
+    ssh: []
+    svc: []
+  tasks:
+    - replicas: 1
+      name: mpimaster
+      policies:
+        - event: TaskCompleted
+          action: CompleteJob
+      template:
+        spec:
+          containers:
+            - command:
+                - /bin/sh
+                - -c
+                - |
+                  MPI_HOST=`cat /etc/volcano/mpiworker.host | tr "\\n" ","`;
+                  mkdir -p /var/run/sshd; /usr/sbin/sshd;
+                  pasture-ssh-barrier 180;
+                  echo "hosts: ${MPI_HOST}";
+                  mpiexec --allow-run-as-root --host ${MPI_HOST} -np 2 \\
+                    --mca oob_tcp_if_include 10.77.2.0/24 --mca btl_tcp_if_include 10.77.2.0/24 \\
+                    sh -c 'echo rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE \\
+                      on $(hostname -I | tr " " "\\n" | grep "^10\\.77\\.2\\.")';
+              image: localhost/pasture-examples:latest
+              name: mpimaster
+              ports:
+                - containerPort: 22
+                  name: mpijob-port
+              resources:
+                requests:
+                  cpu: 500m
+                  memory: 256Mi
+              workingDir: /home
+          restartPolicy: OnFailure
+    - replicas: 2
+      name: mpiworker
+      template:
+        spec:
+          containers:
+            - command:
+                - /bin/sh
+                - -c
+                - |
+                  mkdir -p /var/run/sshd; /usr/sbin/sshd -D;
+              image: localhost/pasture-examples:latest
+              name: mpiworker
+              ports:
+                - containerPort: 22
+                  name: mpijob-port
+              resources:
+                requests:
+                  cpu: 1500m
+                  memory: 256Mi
+              workingDir: /home
+          restartPolicy: OnFailure
+"""
 
 
-def test_mpirun_starts_ranks_in_two_node_containers_over_the_jobs_ssh(cluster):
+def test_volcano_mpi_job_runs_mpiexec_across_two_node_containers_over_the_jobs_ssh(cluster):
     spec = cluster.tmp / "mpi-e2e.yaml"
-    spec.write_text(yaml.safe_dump(MPI_JOB, sort_keys=False))
+    spec.write_text(VOLCANO_MPI_JOB)
     try:
         cluster.cli.run(
             "job", "submit", str(spec), "--wait", "--timeout", "420", check=False, timeout=480
         )
         job = cluster.cli.json("job", "show", "mpi-e2e")["job"]
         log = cluster.cli.run(
-            "job", "logs", "mpi-e2e", "--role", "master", "--index", "0", check=False
+            "job", "logs", "mpi-e2e", "--role", "mpimaster", "--index", "0", check=False
         ).stdout
         assert job["state"] == "succeeded", diagnosis(cluster, "mpi-e2e") + "\n" + log[-3000:]
     finally:
         stop_unless_finished(cluster, "mpi-e2e")
-    placed = {t["role"]: t for t in job["tasks"]}
-    assert placed["master"]["node"] != placed["worker"]["node"], job["tasks"]
-    # one hostfile line per host, slots = that host's tasks
-    assert re.search(r"^10\.77\.2\.\d+ slots=1\n10\.77\.2\.\d+ slots=1$", log, re.M), log
+    assert "task_completed -> complete_job" in job["reason"], job
+    nodes = {f"{t['role']}-{t['index']}": t["node"] for t in job["tasks"]}
+    assert nodes["mpiworker-0"] != nodes["mpiworker-1"], job["tasks"]
+    states = {f"{t['role']}-{t['index']}": t["state"] for t in job["tasks"]}
+    # the workers' sshd -D never ends: the master's completion stopped them
+    assert states == {
+        "mpimaster-0": "succeeded",
+        "mpiworker-0": "stopped",
+        "mpiworker-1": "stopped",
+    }, states
+    # /etc/volcano/mpiworker.host named both workers' addresses
+    hosts = re.search(r"^hosts: (\S+)$", log, re.M)
+    assert hosts and len(hosts.group(1).strip(",").split(",")) == 2, log[-3000:]
     ranks = {int(r): host for r, size, host in RANK_RE.findall(log) if size == "2"}
     assert set(ranks) == {0, 1}, log[-3000:]
-    # rank 1 ran in the worker's node container, reached through its sshd
+    # the ranks ran on two node containers, rank 1 reached through the job's ssh
     assert ranks[0] != ranks[1], ranks

@@ -21,9 +21,9 @@ refused by name; see docs/compat.md for the table. In short:
   ``extras.gangAllocation: false`` -> every role's min_available 1;
   ``extras.hivedScheduler``: jobPriorityClass -> priority, taskRoles.<r>.skuType (or the
   older gpuType) -> gpu_model;
-  ``extras.com.microsoft.pai.runtimeplugin``: ssh -> ssh, teamwise_storage -> mounts of the
-  share directory named like each storage config at /mnt/<name>, tensorboard warned, others
-  refused.
+  ``extras.com.microsoft.pai.runtimeplugin``: ssh with jobssh -> ssh, teamwise_storage ->
+  mounts of the share directory named like each storage config at /mnt/<name>, tensorboard
+  warned, others refused.
 """
 
 from __future__ import annotations
@@ -302,8 +302,14 @@ def _extras(extras: dict, ctx: Context) -> dict[str, Any]:
                 plugin = ctx.mapping(plugin, ploc)
                 name = plugin.get("plugin")
                 if name == "ssh":
-                    out["ssh"] = True
                     params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
+                    if params.get("jobssh"):
+                        out["ssh"] = True
+                    else:  # OpenPAI: no job key, no ssh between the tasks
+                        ctx.warn(
+                            f"{ploc}.parameters.jobssh",
+                            "without jobssh: true there is no ssh between the job's tasks",
+                        )
                     if params.get("sshbarrier"):
                         ctx.warn(
                             f"{ploc}.parameters.sshbarrier",

@@ -183,7 +183,8 @@ def _me(spec: JobSpec) -> TaskRecord:
     return TaskRecord("w", 0, 1, "n1", "127.0.0.1", {"main": 31000})
 
 
-def test_code_dir_is_copied_into_a_fresh_working_directory(tmp_path):
+def test_code_dir_is_copied_to_code_in_a_fresh_working_directory(tmp_path):
+    """OpenPAI's codeDir arrives as ./code: the examples' commands say ``python code/x.py``."""
     share = tmp_path / "share"
     code = share / "code" / "mnist"
     (code / "pkg").mkdir(parents=True)
@@ -192,7 +193,7 @@ def test_code_dir_is_copied_into_a_fresh_working_directory(tmp_path):
         {
             "name": "seed",
             "code_dir": "code/mnist",
-            "roles": {"w": {"command": "sh pkg/train.sh; ls $PAI_CODE_DIR > listing"}},
+            "roles": {"w": {"command": "sh code/pkg/train.sh; ls $PAI_CODE_DIR > listing"}},
         }
     )
     work = share / "jobs/seed/work/w-0"
@@ -224,6 +225,7 @@ def test_code_dir_is_copied_into_a_fresh_working_directory(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"trained in {work}"
     assert (work / "listing").read_text().split() == ["pkg"]
+    assert (work / "code/pkg/train.sh").read_text() == (code / "pkg/train.sh").read_text()
     assert not (work / "stale-from-attempt-0").exists()  # each attempt starts fresh
 
 

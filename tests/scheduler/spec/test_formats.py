@@ -442,6 +442,16 @@ def test_openpai_v2_cmd_prerequisites_run_around_the_commands():
     assert any("sshbarrier" in w for w in parsed.warnings)
 
 
+def test_openpai_v2_ssh_plugin_sets_up_ssh_only_with_jobssh():
+    """``jobssh: true`` -> ssh between the tasks (sshd required in the image); the plugin
+    with ``jobssh: false`` (user keys only) asks for none, with a warning."""
+    assert "{plugin: ssh, parameters: {jobssh: true}}" in V2
+    assert load_job(V2).spec.ssh
+    off = load_job(V2.replace("{jobssh: true}", "{jobssh: false, userssh: {}}"))
+    assert not off.spec.ssh
+    assert any("jobssh" in w and "no ssh between" in w for w in off.warnings), off.warnings
+
+
 def test_post_commands_keep_the_exit_code_of_the_commands(tmp_path):
     import subprocess
 
