@@ -49,7 +49,7 @@ def test_alias_bomb_is_refused_fast_with_bounded_memory(api, http):
 
 
 def test_healthz_answers_while_large_submits_run(api, http):
-    """Three 0.8 MB specs (each about a second of pure-Python YAML parsing) in flight at
+    """Six 0.8 MB specs (each about a second of YAML parsing) in flight at
     once: /healthz is answered between, never after, them. On this shared 2-core machine
     a GIL switch can take a while, so the bound is relative: with parsing on the event loop
     one /healthz would wait for all three parses."""
@@ -66,7 +66,7 @@ def test_healthz_answers_while_large_submits_run(api, http):
                     http(env.alice).post("/api/v1/jobs", content=big).status_code
                 )
             )
-            for _ in range(3)
+            for _ in range(6)  # more than the API's parse workers: two waves of parsing
         ]
         for th in threads:
             th.start()
@@ -80,7 +80,7 @@ def test_healthz_answers_while_large_submits_run(api, http):
     busy.join()
     busy_s = time.monotonic() - start
     assert all(s < 500 for s in statuses), statuses
-    assert len(latencies) >= 3, "the submits ended too soon to measure anything"
+    assert len(latencies) >= 2, "the submits ended too soon to measure anything"
     latencies.sort()
     # relative bounds only (a loaded machine stretches everything): parsing on the event
     # loop would make a /healthz wait as long as the parses, i.e. about busy_s
