@@ -350,6 +350,7 @@ def job_page(name: str, request: Request) -> Response:
         job=job,
         row=views.job_row(job, tasks, now),
         tasks=tasks,
+        diagnoses=[views.task_diagnosis(t) for t in tasks],
         roles=roles,
         events=events,
         files=files,

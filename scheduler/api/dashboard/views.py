@@ -66,6 +66,22 @@ def pending_words(job: Mapping[str, Any]) -> str:
     return f"{words}: {message}" if message else words
 
 
+def task_diagnosis(task: Mapping[str, Any]) -> dict | None:
+    """The failure class of a task record for the job page's task table:
+    ``{"kind", "summary", "retry" (bool), "hint", "retry_text"}``, None for a task that did
+    not fail. The same diagnosis as ``pasture job show``
+    (:func:`scheduler.diagnosis.diagnose_task`: the agent's, else one from the state)."""
+    from scheduler.diagnosis import diagnose_task  # loads the rules once, on first use
+
+    d = diagnose_task(task)
+    if d is None:
+        return None
+    return {
+        **d.to_dict(),
+        "retry_text": "retry can help" if d.retry else "retry will not help",
+    }
+
+
 def job_row(job: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], now: float) -> dict:
     """One line of the jobs table: name, vc, user, state, age, queueing delay (from
     creation to placement, or until now while waiting), placement (nodes), reason."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 from live import job_yaml
 
+from scheduler.core.model import Bind, Decision, TaskPlacement
 from scheduler.store import NodeRecord
+from scheduler.store.snapshot import commit_payload, take_snapshot
 
 
 def submit(base: str, token: str, name: str, vc: str = "default") -> None:
@@ -187,3 +191,50 @@ def test_static_assets(base):
     assert httpx.get(f"{base}/dashboard/static/dashboard.css").status_code == 200
     assert httpx.get(f"{base}/dashboard/static/job.js").status_code == 200
     assert httpx.get(f"{base}/dashboard/static/../app.py").status_code == 404
+
+
+def test_job_page_shows_failed_tasks_diagnosis(browser, base, env):
+    """A task the agent reported failed with a diagnosis (the store's report path) shows its
+    class, summary, hint and whether a retry can help; a running task shows none."""
+    submit(base, env.alice, "diag")
+    env.store.transition("diag", "queued", "queued")
+    snap, ctx = take_snapshot(env.store)
+    roles = {r.name: r for r in next(p for p in snap.pending if p.name == "diag").roles}
+    places = (
+        TaskPlacement("ps", 0, "node-1", roles["ps"].resources),
+        TaskPlacement("worker", 0, "node-2", roles["worker"].resources),
+        TaskPlacement("worker", 1, "node-2", roles["worker"].resources),
+    )
+    ok, detail = env.store.commit(
+        ctx.version, commit_payload(Decision(binds=(Bind("diag", places),)), ctx)
+    )
+    assert ok, detail
+    oom = {
+        "kind": "cuda_oom",
+        "summary": "CUDA out of memory: tried to allocate 2.00 GiB",
+        "retry": False,
+        "hint": "Lower the batch size or ask for a bigger GPU.",
+    }
+    nccl = {"kind": "nccl_error", "summary": "NCCL timeout", "retry": True, "hint": ""}
+    assert env.store.report_task("diag", "worker-0", 1, "node-2", "running")
+    assert env.store.report_task(
+        "diag", "worker-0", 1, "node-2", "failed", 1, "exited with code 1", diagnosis=oom
+    )
+    assert env.store.report_task(
+        "diag", "worker-1", 1, "node-2", "failed", 1, "exited with code 1", diagnosis=nccl
+    )
+    assert env.store.report_task("diag", "ps-0", 1, "node-1", "running")
+    b = browser()
+    b.login(env.alice)
+    page = b.get("/dashboard/jobs/diag")
+    assert page.status_code == 200
+    assert "<th>diagnosis</th>" in page.text
+    rows = {  # the task table's rows by "role-index"
+        f"{m.group(1)}-{m.group(2)}": m.group(0)
+        for m in re.finditer(r"<tr><td>(\w+)</td><td>(\d+)</td>.*?</tr>", page.text, re.S)
+    }
+    w0, w1, ps0 = rows["worker-0"], rows["worker-1"], rows["ps-0"]
+    assert "cuda_oom" in w0 and "CUDA out of memory: tried to allocate 2.00 GiB" in w0
+    assert "retry will not help" in w0 and "Lower the batch size" in w0
+    assert "nccl_error" in w1 and "NCCL timeout" in w1 and "retry can help" in w1
+    assert "retry" not in ps0 and 'class="diagnosis"' not in ps0
