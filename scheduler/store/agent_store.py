@@ -26,55 +26,13 @@ from typing import Any
 
 import redis
 
+from scheduler.store.lua import NODE_HEARTBEAT
 from scheduler.store.records import JobRecord, NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import USAGE_SAMPLE_S, USAGE_SAMPLES, Store, usage_sample
 
 # Entries a node's report stream keeps at most (approximate trim at XADD): a loop that is
 # down for long loses the oldest reports beyond this, never memory.
 REPORTS_MAXLEN = 10000
-
-# ARGV: prefix, node, usage JSON, usage sample JSON ('' = none), sample interval s, samples
-# kept. The agent's heartbeat (the same as lua.HEARTBEAT, minus the version bump a node
-# may not make: a lost node that heartbeats becomes ready and leaves a {kind: node}
-# report, on which the loop bumps the version). Returns the node's state, '' when the
-# node is not registered.
-NODE_HEARTBEAT = r"""
-local p = ARGV[1]
-local nk = p .. 'node:' .. ARGV[2]
-local st = redis.call('HGET', nk, 'state')
-if not st then return '' end
-local now_t = redis.call('TIME')
-local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
-redis.call('HSET', nk, 'heartbeat', now, 'usage', ARGV[3])
-if ARGV[4] ~= '' then
-  local last = tonumber(redis.call('HGET', nk, 'usage_sampled') or '0')
-  if now - last >= tonumber(ARGV[5]) then
-    local sample = cjson.decode(ARGV[4])
-    sample['t'] = now
-    local hk = nk .. ':usage'
-    redis.call('RPUSH', hk, cjson.encode(sample))
-    redis.call('LTRIM', hk, -tonumber(ARGV[6]), -1)
-    redis.call('EXPIRE', hk, math.max(3600, math.ceil(tonumber(ARGV[5]) * tonumber(ARGV[6]) * 2)))
-    redis.call('HSET', nk, 'usage_sampled', now)
-    local ck = p .. 'usage:cluster:' .. tostring(math.floor(now / 60) * 60)
-    for _, f in ipairs({'cpu', 'mem', 'gpu'}) do
-      if type(sample[f]) == 'number' then
-        redis.call('HINCRBYFLOAT', ck, f .. '_sum', sample[f])
-        redis.call('HINCRBY', ck, f .. '_n', 1)
-      end
-    end
-    redis.call('EXPIRE', ck, 7200)
-  end
-end
-if st == 'lost' then
-  redis.call('HSET', nk, 'state', 'ready')
-  redis.call('XADD', nk .. ':reports', 'MAXLEN', '~', ARGV[7], '*', 'kind', 'node')
-  redis.call('SADD', p .. 'reports:pending', ARGV[2])
-  redis.call('PUBLISH', p .. 'notify:loop', 'node')
-  return 'ready'
-end
-return st
-"""
 
 # Node fields whose change the loop must see as a new ledger version (capacity, labels,
 # state, address, ports): a registration that changes one says so in its report.
