@@ -23,7 +23,9 @@ Modes (``Policy.preemption``, tried in the policy's order; the first that works 
                  check as vc-reclaim.
 
 Releasing jobs (``RunningJob.releasing``, already preempted or stopped) are never
-candidates: they count as victims taken before this cycle.
+candidates: they count as victims taken before this cycle. The cycle runs the vc-reclaim
+what-if with a borrowing head's EASY holds lifted (those are opportunistic; see
+``Reservation.borrowing``); every other what-if sees the holds in force.
 
 Victims are tried least valuable first (lowest priority, then most recently started so the
 least work is lost; for queue-order, ranked last first). Candidates are released on the

@@ -32,6 +32,9 @@ class Reservation:
         applied: what is currently taken from the index for the holds.
         starved: the job has been the head longer than ``Policy.backfill_horizon_s``: only jobs
             known to end before a finite ``time`` may still start around it.
+        borrowing: the job would run beyond its VC's guarantee (not
+            ``VcLedger.within_guarantee``): its holds are opportunistic, so vc-reclaim for a
+            job within its guarantee may take them (the reservation keeps what is left).
     """
 
     job: str
@@ -39,6 +42,7 @@ class Reservation:
     holds: dict[int, list[int]]
     applied: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     starved: bool = False
+    borrowing: bool = False
 
     def apply(self, index: NodeIndex) -> None:
         """Take the holds from ``index`` (as much of each as is free now)."""

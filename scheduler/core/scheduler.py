@@ -96,11 +96,9 @@ class _Cycle:
             raise ValueError(
                 f"Policy.filters must include 'resource-fit', got {list(policy.filters)}"
             )
-        for name in policy.filters:
-            if name not in FILTERS:
-                raise ValueError(
-                    f"Policy.filters: unknown filter {name!r}; known: {sorted(FILTERS)}"
-                )
+        bad = [f for f in policy.filters if f not in FILTERS]
+        if bad:
+            raise ValueError(f"Policy.filters: unknown filter {bad[0]!r}; known: {sorted(FILTERS)}")
         names = set()
         for j in snapshot.pending:
             if j.name in names:
@@ -153,8 +151,7 @@ class _Cycle:
             self.pool.hold_nominations(snapshot.nominations, names)
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: Reservation | None = None
-        # EASY declined an unbounded reservation this cycle (see _reserve)
-        self.declined = False
+        self.declined = False  # EASY declined an unbounded reservation (see _reserve)
         self.strict_blocker: str | None = None
         # Within a cycle free capacity only shrinks (binds, claims, holds), so a gang shape
         # that failed once fails again: remember it, per capacity view ("held" = with the
@@ -167,8 +164,7 @@ class _Cycle:
     def run(self) -> Decision:
         limit = self.policy.max_jobs_per_cycle
         examined = 0
-        skipped = None
-        blocked = None
+        skipped = blocked = None
         for job in self._ordered():
             if limit is not None and examined >= limit:
                 if skipped is None:  # one shared (immutable) reason for all of them
@@ -218,8 +214,7 @@ class _Cycle:
             jobs = sorted(per_vc[vc], key=lambda j: full_key(order, j, ctx))
             queues.append([0, jobs])
         while True:
-            best = None
-            best_key = None
+            best = best_key = None
             for q in queues:
                 pos, jobs = q
                 if pos < len(jobs):
@@ -447,6 +442,7 @@ class _Cycle:
         )
         if res is None:
             return None
+        res.borrowing = not self.ledger.within_guarantee(job, gang_request(job))
         if res.time == INF and PreemptionMode.QUEUE_ORDER in self.policy.preemption:
             # No bounded shadow time: holding idle capacity for an unknown time is what
             # makes backfill hurt. Where queue-order preemption is on, the blocked job is
@@ -466,7 +462,12 @@ class _Cycle:
         so that no more is preempted than needed beside it."""
         index = self.index
         live_pool = self.pool.live()
+        res = self.reservation
         for mode in self.policy.preemption:
+            # a borrowing head's EASY holds are opportunistic: reclaim may take them (HiveD)
+            lift = res is not None and res.borrowing and mode is PreemptionMode.VC_RECLAIM
+            if lift:
+                res.lift(index)
             if live_pool:
                 mark = index.mark()
                 for i, v in live_pool:
@@ -474,11 +475,14 @@ class _Cycle:
             found = self.preemptor.select(mode, job, req)
             if live_pool:
                 index.rollback(mark)
+            if found is not None:
+                self.pool.claim(found[1].per_node(), found[2])
+            if lift:
+                res.apply(index)  # what the nomination left free
             if found is None:
                 continue
-            chosen, placement, released = found
+            chosen, placement, _ = found
             self.epoch += 1
-            self.pool.claim(placement.per_node(), released)
             self.ledger.charge(job.vc, req, job)
             self.nominations[job.name] = placement.placements(job, index.names)
             why = preemption_phrase(mode, job)
