@@ -24,18 +24,13 @@ All nodes share this machine's CPUs and memory; each node announces what ``cpu_p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import secrets
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,63 +38,23 @@ from typing import Any
 import psutil
 import yaml
 
+from scheduler.devproc import (  # noqa: F401 - free_port and redis_server: public here too
+    DevError,
+    Proc,
+    free_port,
+    log_tail,
+    redis_server,
+    spawn,
+    wait_up,
+)
+
 STATE_NAME = "state.json"
-
-
-class DevError(RuntimeError):
-    """The dev cluster could not start / a component did not come up (message says which,
-    with the tail of its log)."""
 
 
 def state_dir() -> Path:
     """Where the state file lives (``PASTURE_DEV_DIR`` or ``~/.local/state/pasture/dev``)."""
     env = os.environ.get("PASTURE_DEV_DIR")
     return Path(env) if env else Path.home() / ".local" / "state" / "pasture" / "dev"
-
-
-@dataclass
-class Proc:
-    """A started process: name, pid, create time (to never signal a recycled pid), argv,
-    log file."""
-
-    name: str
-    pid: int
-    create_time: float
-    argv: list[str]
-    log: str
-
-    def process(self) -> psutil.Process | None:
-        """The live process, None when it exited (or the pid was reused)."""
-        try:
-            p = psutil.Process(self.pid)
-            if abs(p.create_time() - self.create_time) > 0.01 or p.status() == "zombie":
-                return None
-            return p
-        except psutil.Error:
-            return None
-
-    def alive(self) -> bool:
-        return self.process() is not None
-
-    def signal(self, sig: int) -> None:
-        p = self.process()
-        if p is not None:
-            with contextlib.suppress(psutil.Error):
-                p.send_signal(sig)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, wait up to ``timeout`` s, then SIGKILL."""
-        p = self.process()
-        if p is None:
-            return
-        try:
-            p.terminate()
-            p.wait(timeout)
-        except psutil.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-        except psutil.Error:
-            pass
 
 
 @dataclass
@@ -173,7 +128,7 @@ class DevCluster:
     # ---- components (used by tests: kill the loop, kill an agent, restart) -----------
     def start_loop(self) -> Proc:
         """(Re)start the scheduling loop."""
-        proc = _spawn(
+        proc = spawn(
             "loop",
             [sys.executable, "-m", "scheduler.loop", "--config", self.scheduler_config],
             Path(self.base_dir),
@@ -185,14 +140,14 @@ class DevCluster:
     def start_redis(self) -> Proc:
         """(Re)start redis-server with the argv it was first started with (same port and
         data dir: the AOF brings the data back)."""
-        proc = _spawn("redis", self._procs["redis"].argv, Path(self.base_dir))
+        proc = spawn("redis", self._procs["redis"].argv, Path(self.base_dir))
         self._procs["redis"] = proc
         self._resave()
         return proc
 
     def start_agent(self, i: int) -> Proc:
         """(Re)start agent ``i``."""
-        proc = _spawn(
+        proc = spawn(
             f"agent-{i}",
             [sys.executable, "-m", "scheduler.agent", "--config", self.agent_configs[i]],
             Path(self.base_dir),
@@ -214,119 +169,6 @@ class DevCluster:
         if p is not None:
             p.kill()
             p.wait(5)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free when asked (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def redis_server(
-    data_dir: Path, config: Path | None = None, password: str | None = None
-) -> Iterator[str]:
-    """A private redis-server (from PATH) on a free port; yields its URL.
-
-    Args:
-        data_dir: its working directory (no persistence is configured).
-        config: a configuration file to start from (e.g. one the redis role rendered);
-            port, bind, dir and persistence are overridden on the command line.
-        password: the default user's password, for the readiness PING.
-
-    Raises:
-        RuntimeError: redis-server is not on PATH or does not answer within 10 s.
-    """
-    import redis
-
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server not found on PATH (apt-get install redis-server)")
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            *([str(config)] if config is not None else []),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(data_dir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(url, password=password).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(
-                        f"redis-server did not answer within 10 s (exit {proc.poll()})"
-                    ) from None
-                time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _spawn(name: str, argv: list[str], base: Path) -> Proc:
-    logs = base / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{name}.log"
-    env = dict(os.environ)
-    env.pop("PASTURE_CONFIG", None)
-    with open(log, "ab") as f:
-        p = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            cwd=str(base),
-        )
-    return Proc(
-        name=name,
-        pid=p.pid,
-        create_time=psutil.Process(p.pid).create_time(),
-        argv=argv,
-        log=str(log),
-    )
-
-
-def _tail(path: str, n: int = 20) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-def _wait(what: str, check, proc: Proc | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # noqa: BLE001, S110 - not up yet
-            pass
-        if proc is not None and not proc.alive():
-            raise DevError(f"{what} exited while starting; log {proc.log}:\n{_tail(proc.log)}")
-        time.sleep(0.1)
-    log = f"; log {proc.log}:\n{_tail(proc.log)}" if proc else ""
-    raise DevError(f"{what} not up after {timeout:g} s{log}")
 
 
 def read_state(directory: Path | None = None) -> dict[str, Any] | None:
@@ -449,7 +291,7 @@ def _up(
     conf = [f"requirepass {password}"]
     conf += [user_directive(node_user(n), node_password(agent_secret, n), n) for n in names]
     _secret_file(base / "redis" / "pasture.conf", "\n".join(conf))
-    cluster._procs["redis"] = _spawn(
+    cluster._procs["redis"] = spawn(
         "redis",
         [
             redis_exe,
@@ -472,7 +314,7 @@ def _up(
     cluster.redis_url = f"redis://127.0.0.1:{port}/0"
     cluster.save(directory)
     client = redis.Redis.from_url(cluster.redis_url, password=password, decode_responses=True)
-    _wait("redis-server", client.ping, cluster._procs["redis"], timeout)
+    wait_up("redis-server", client.ping, cluster._procs["redis"], timeout)
 
     api_port = free_port()
     settings = {
@@ -507,14 +349,14 @@ def _up(
     if api:
         import httpx
 
-        cluster._procs["api"] = _spawn(
+        cluster._procs["api"] = spawn(
             "api",
             [sys.executable, "-m", "scheduler.api", "--config", cluster.scheduler_config],
             base,
         )
         cluster.endpoint = f"http://127.0.0.1:{api_port}"
         cluster.save(directory)
-        _wait(
+        wait_up(
             "the API",
             lambda: httpx.get(cluster.endpoint + "/healthz", timeout=1).status_code == 200,
             cluster._procs["api"],
@@ -555,7 +397,7 @@ def _up(
         cluster.start_agent(i)
     cluster.save(directory)
     store = cluster.store()
-    _wait(
+    wait_up(
         f"{nodes} agent(s)",
         lambda: {n.name for n in store.list_nodes() if n.state == "ready"} >= set(cluster.nodes),
         None,

@@ -168,7 +168,7 @@ class Chaos:
     def two_loops(self, s: float = 3 * HEARTBEAT_TIMEOUT_S) -> None:
         """Run a second loop beside the first for ``s`` seconds."""
         argv = self.cluster._procs["loop"].argv
-        second = dev._spawn("loop-2", argv, Path(self.cluster.base_dir))
+        second = dev.spawn("loop-2", argv, Path(self.cluster.base_dir))
         try:
             time.sleep(s)
         finally:
