@@ -364,7 +364,7 @@ def _up(
         )
 
     # disjoint port ranges: all nodes share 127.0.0.1
-    first = random.randrange(20000, 60000 - 200 * nodes, 100)
+    first = _task_port_base(nodes)
     for i, name in enumerate(names):
         password_file = base / "agents" / f"{name}.password"
         _secret_file(password_file, node_password(agent_secret, name))
@@ -411,6 +411,21 @@ def _secret_file(path: Path, content: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(content + "\n")
+
+
+def _task_port_base(nodes: int) -> int:
+    """First port of the nodes' task port ranges (200 ports per node, all on 127.0.0.1):
+    below the kernel's ephemeral range, so that no client connection of this machine can
+    hold a task's port (a task then fails to bind: EADDRINUSE), at a random offset so that
+    two dev clusters rarely overlap."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    top = low - 200 * nodes
+    if top <= 10000:  # too many nodes to fit below it: take the low ports
+        return 10000
+    return random.randrange(10000, top, 100)
 
 
 def _cpu(cpu: Any) -> int | None:
