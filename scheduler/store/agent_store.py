@@ -27,8 +27,9 @@ from typing import Any
 import redis
 
 from scheduler.store.lua import NODE_HEARTBEAT
+from scheduler.store.nodes import heartbeat_args
 from scheduler.store.records import JobRecord, NodeRecord, TaskRecord, TaskState
-from scheduler.store.store import USAGE_SAMPLE_S, USAGE_SAMPLES, Store, usage_sample
+from scheduler.store.store import Store
 
 # Entries a node's report stream keeps at most (approximate trim at XADD): a loop that is
 # down for long loses the oldest reports beyond this, never memory.
@@ -153,20 +154,7 @@ class NodeStore:
         returns the node's state ('' when not registered). Usage sampling as
         :meth:`scheduler.store.store.Store.heartbeat`."""
         self._own(node)
-        sample = usage_sample(usage)
-        return str(
-            self._heartbeat(
-                args=[
-                    self.p,
-                    node,
-                    json.dumps(usage),
-                    json.dumps(sample) if sample else "",
-                    USAGE_SAMPLE_S,
-                    USAGE_SAMPLES,
-                    REPORTS_MAXLEN,
-                ]
-            )
-        )
+        return str(self._heartbeat(args=[*heartbeat_args(self.p, node, usage), REPORTS_MAXLEN]))
 
     def report_task(
         self,

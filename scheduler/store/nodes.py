@@ -12,6 +12,22 @@ from scheduler.store.records import NodeRecord
 
 USAGE_SAMPLE_S = 5.0  # at most one usage-history sample per node per this many seconds
 USAGE_SAMPLES = 720  # samples kept per node: one hour at USAGE_SAMPLE_S
+
+
+def heartbeat_args(prefix: str, node: str, usage: dict[str, Any]) -> list[Any]:
+    """ARGV of the heartbeat scripts (lua.HEARTBEAT / lua.NODE_HEARTBEAT): prefix, node,
+    usage JSON, usage sample JSON ('' = none), sample interval (s), samples kept."""
+    sample = usage_sample(usage)
+    return [
+        prefix,
+        node,
+        json.dumps(usage),
+        json.dumps(sample) if sample else "",
+        USAGE_SAMPLE_S,
+        USAGE_SAMPLES,
+    ]
+
+
 NODE_STATES = ("ready", "cordoned", "draining", "lost")
 
 
@@ -112,19 +128,7 @@ class NodesMixin(StoreBase):
         history when the last sample is at least ``USAGE_SAMPLE_S`` seconds old; the
         history keeps the newest ``USAGE_SAMPLES`` (one hour at 5 s), never more.
         """
-        sample = usage_sample(usage)
-        return str(
-            self._heartbeat(
-                args=[
-                    self.p,
-                    node,
-                    json.dumps(usage),
-                    json.dumps(sample) if sample else "",
-                    USAGE_SAMPLE_S,
-                    USAGE_SAMPLES,
-                ]
-            )
-        )
+        return str(self._heartbeat(args=heartbeat_args(self.p, node, usage)))
 
     @staticmethod
     def _node_from_hash(h: dict[str, str]) -> NodeRecord:
