@@ -76,6 +76,15 @@ def env_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
+def check_image(v: str | None) -> str | None:
+    """An image reference (a role's or the job's): non-empty, no whitespace, <= 512 chars.
+
+    Raises ValueError naming what was given."""
+    if v is not None and not IMAGE_RE.fullmatch(v):
+        raise ValueError(f"expected an image reference without spaces, got {v!r}")
+    return v
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -166,9 +175,7 @@ class RoleSpec(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
-        if v is not None and not IMAGE_RE.fullmatch(v):
-            raise ValueError(f"expected an image reference without spaces, got {v!r}")
-        return v
+        return check_image(v)
 
     @field_validator("env")
     @classmethod
@@ -277,9 +284,7 @@ class JobSpec(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
-        if v is not None and not IMAGE_RE.fullmatch(v):
-            raise ValueError(f"expected an image reference without spaces, got {v!r}")
-        return v
+        return check_image(v)
 
     @field_validator("code_dir")
     @classmethod
