@@ -29,6 +29,16 @@ kills every process of the namespace with it), runs ``KILL_ARGV`` (``podman kill
 name, bounded by :data:`KILL_CMD_TIMEOUT_S`, for runtimes whose init this user may not
 signal), waits up to :data:`KILL_WAIT_S` for the PID to disappear and exits 1.
 
+**Pod mode** (kubernetes executor): ``python -m scheduler.agent.watchdog LEASE_FILE
+FENCED_FILE --pod`` is the fence sidecar of a task pod (``shareProcessNamespace: true``, the
+agent's work dir mounted from the node; :func:`scheduler.agent.kubernetes.build_pod`).
+While the lease holds it sleeps; once it expired (or its file is gone) it writes
+``FENCED_FILE`` and sends SIGKILL to every process it may signal in its PID namespace
+(``kill(-1)``: the task container's processes; the kernel spares the caller and the
+namespace's init, the pod's pause process), then waits for SIGTERM (the pod ending), so
+that a restartable sidecar is not restarted into a loop. It refuses to run in the
+machine's initial PID namespace (exit 2), where ``kill(-1)`` would reach every process.
+
 So a task outlives a dead agent by at most the rest of its lease plus :data:`POLL_S` (and
 the kill), and an agent restarted within its lease adopts its tasks as before. Run without
 ``site`` (``-S``): it starts in tens of milliseconds and does not import the scheduler
@@ -137,19 +147,54 @@ def watch(lease: str, fenced: str, pid: int, start: str, lock_file: str, kill: l
     return 0
 
 
+INITIAL_PID_NS_INO = 0xEFFFFFFC
+"""Inode of the initial PID namespace (``PROC_PID_INIT_INO``, include/linux/proc_ns.h)."""
+
+
+def in_initial_pid_namespace() -> bool:
+    """Whether this process is in the machine's initial PID namespace (True when unsure)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NS_INO
+    except OSError:
+        return True
+
+
+def pod(lease: str, fenced: str) -> int:
+    """Pod mode (module docstring): 2 when run in the initial PID namespace; else waits
+    for the lease to expire, fences, and returns 0 on SIGTERM."""
+    if in_initial_pid_namespace():
+        print("watchdog --pod: refusing to run outside a pod's PID namespace", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        deadline = lease_deadline(lease)
+        if deadline is None or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    with open(fenced, "w") as f:
+        f.write(f"lease {lease} expired (deadline {deadline}); task pod killed\n")
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        signal.pause()
+
+
 def main(argv: list[str]) -> int:
     """Run the task under the lease, or watch one (see the module docstring); returns the
     task's exit status (run mode) or :func:`watch`'s."""
     if len(argv) > 6 and argv[2] == "--watch" and argv[6] == "--":
         return watch(argv[0], argv[1], int(argv[3]), argv[4], argv[5], argv[7:])
+    if len(argv) == 3 and argv[2] == "--pod":
+        return pod(argv[0], argv[1])
     limit = None
     if len(argv) > 4 and argv[2] == "--as":
         limit = int(argv[3])
         argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[2] != "--":
         print(
-            "usage: watchdog.py LEASE_FILE FENCED_FILE [--as BYTES] -- ARGV...\n"
-            "       watchdog.py LEASE_FILE FENCED_FILE --watch PID START LOCK_FILE -- KILL_ARGV...",
+            "usage: watchdog.py LEASE FENCED [--as BYTES] -- ARGV...\n"
+            "       watchdog.py LEASE FENCED --watch PID START LOCK_FILE -- KILL_ARGV...\n"
+            "       watchdog.py LEASE FENCED --pod",
             file=sys.stderr,
         )
         return 2

@@ -6,7 +6,10 @@ pool), and giving the same tolerations to the task pods it binds (env
     ServiceAccount pasture-agent ── Role: pods create/get/list/watch/delete, pods/log get
                                  └─ ClusterRole <namespace>-agent-nodes: nodes get
                                     (capacity from the node object, scheduler.agent.k8s_capacity)
-    DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>])
+    DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>],
+                                    work dir /var/lib/pasture a hostPath: the lease file
+                                    the task pods' fence sidecars read, and the state an
+                                    agent restarted in a new pod adopts its tasks from)
 
 No GPU pool, no agent DaemonSet (an empty ``In`` list is refused by the API server).
 """
@@ -31,10 +34,11 @@ from stacks.aks.common import (
 )
 from stacks.aks.redis import AGENT_REDIS_SECRET, SECRETS_DIR
 from stacks.aks.scheduler import AGENT_CONFIG
-from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER
+from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER, WORK_DIR
 from stacks.config import GpuPool
 
 AGENT_NAME = "pasture-agent"
+AGENT_DIR = str(WORK_DIR)  # the agent's work_dir, on the node
 ADDRESS_ENV = "PASTURE_K8S_NODE_ADDRESS"
 # agent.yaml from the ConfigMap template, with this node's name and address.
 START_AGENT = (
@@ -107,14 +111,19 @@ def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8
         {"name": "PASTURE_K8S_SHARE_CLAIM", "value": SHARE_CLAIM},
         {"name": "PASTURE_K8S_IMAGE", "value": image},
         {"name": "PASTURE_K8S_TOLERATIONS", "value": json.dumps(list(taints))},
+        {"name": "PASTURE_K8S_AGENT_DIR", "value": AGENT_DIR},
     ]
     container = {
         "name": "agent",
         "image": image,
         "command": ["/bin/sh", "-c", START_AGENT],
         "env": env,
-        "volume_mounts": pasture_mounts(SECRETS_DIR),
+        "volume_mounts": [
+            *pasture_mounts(SECRETS_DIR),
+            {"name": "agent-dir", "mount_path": AGENT_DIR},
+        ],
     }
+    agent_dir = {"name": "agent-dir", "host_path": {"path": AGENT_DIR, "type": "DirectoryOrCreate"}}
     return k8s.apps.v1.DaemonSet(
         f"{w.prefix}-agent-{pool.name}",
         metadata=w.meta(f"{AGENT_NAME}-{pool.name}"),
@@ -129,7 +138,7 @@ def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8
                     "affinity": pool_affinity(pool),
                     "tolerations": tolerations(taints),
                     "containers": [container],
-                    "volumes": pasture_volumes(AGENT_REDIS_SECRET),
+                    "volumes": [*pasture_volumes(AGENT_REDIS_SECRET), agent_dir],
                 },
             },
         },

@@ -20,6 +20,7 @@ from stacks.config import StackConfig
 
 NODE_NAME_PLACEHOLDER = "PASTURE_NODE_NAME"
 NODE_ADDRESS_PLACEHOLDER = "PASTURE_NODE_ADDRESS"
+WORK_DIR = Path("/var/lib/pasture")  # the agents' work_dir: a hostPath (stacks.aks.agents)
 
 
 def scheduler_settings(cfg: StackConfig) -> SchedulerSettings:
@@ -42,7 +43,7 @@ def agent_settings(cfg: StackConfig) -> AgentSettings:
         share_dir=Path(SHARE_MOUNT),
         executor="kubernetes",
         task_network="host",
-        work_dir=Path("/var/lib/pasture"),
+        work_dir=WORK_DIR,
     )
 
 

@@ -315,6 +315,21 @@ def test_each_pool_has_an_agent_daemonset_that_configures_the_executor(aks, pool
     pod = build_pod(task_launch(tmp_path, f"aks-{name}-1-vmss000000"), settings)
     assert as_taints(pod.spec.tolerations) == taints
     assert set(json.loads(env["PASTURE_K8S_TOLERATIONS"])) == taints
+    # fencing: the agent's work dir is on the node, and its task pods get the fence sidecar
+    assert settings.agent_dir == "/var/lib/pasture"
+    (agent,) = spec["containers"]
+    [vol] = [v for v in spec["volumes"] if v["name"] == "agent-dir"]
+    assert vol["hostPath"] == {"path": "/var/lib/pasture", "type": "DirectoryOrCreate"}
+    assert {"name": "agent-dir", "mountPath": "/var/lib/pasture"} in agent["volumeMounts"]
+    fenced = task_launch(tmp_path, "n")
+    fenced = type(fenced)(
+        **{
+            **fenced.__dict__,
+            "lease_file": Path("/var/lib/pasture/lease"),
+            "state_dir": Path("/var/lib/pasture/tasks/t"),
+        }
+    )
+    assert build_pod(fenced, settings).spec.share_process_namespace is True
 
 
 def test_spot_pool_tolerates_the_aks_spot_taint_everywhere_and_others_do_not(aks, tmp_path):
