@@ -25,15 +25,16 @@ dead agent's pods would run on. When ``PASTURE_K8S_AGENT_DIR`` names the agent's
 the node), every task pod gets a fence sidecar: a restartable init container (Kubernetes
 >= 1.29 native sidecars: it starts before the task, does not keep the pod alive after the
 task ended, and its requests add to the pod's) of ``PASTURE_K8S_FENCE_IMAGE`` (default:
-the pasture image, which has the watchdog) running ``python3 -m scheduler.agent.watchdog
-<lease> <state_dir>/fenced --pod`` with the agent dir mounted, in a pod with
-``shareProcessNamespace: true``. When the lease file's deadline (CLOCK_MONOTONIC, one clock
-for the whole node, containers included) passed or the file is gone, it SIGKILLs every
-process of the pod but the pause process and itself, the task container ends (restart
-policy Never), and ``fenced`` tells a restarted agent why (:meth:`KubernetesExecutor.fenced`).
-Node-local on purpose: no API server or network is needed for the kill, as with the other
-executors' watchdogs. Not run against a cluster here (none on the test machine): the
-generated manifest is unit-tested, the watchdog's pod mode in a real PID namespace.
+``PASTURE_K8S_IMAGE``, the pasture image, which has the watchdog) running ``python3 -m
+scheduler.agent.watchdog <lease> <state_dir>/fenced --pod`` with the agent dir mounted, in
+a pod with ``shareProcessNamespace: true``. When the lease file's deadline
+(CLOCK_MONOTONIC, one clock for the whole node, containers included) passed or the file is
+gone, it SIGKILLs every process of the pod but the pause process and itself, the task
+container ends (restart policy Never), and ``fenced`` tells a restarted agent why
+(:meth:`KubernetesExecutor.fenced`). Node-local on purpose: no API server or network is
+needed for the kill, as with the other executors' watchdogs. Not run against a cluster
+here (none on the test machine): the generated manifest is unit-tested, the watchdog's pod
+mode in a real PID namespace.
 
 Spot eviction: Azure deletes the node and the agent's pod with it, so the agent's
 heartbeat stops; the loop marks the node ``lost`` and its tasks ``lost`` (the
@@ -88,7 +89,9 @@ class PodSettings:
         labels: extra labels on every task pod.
         agent_dir: the agent's work dir, a hostPath on the node mounted at the same path
             in the agent (its lease file is there); None: no fence sidecar.
-        fence_image: image of the fence sidecar (None: ``default_image``).
+        fence_image: image of the fence sidecar, one with the pasture package (None:
+            ``default_image``, the pasture image on AKS; not the task's image, which need
+            not have Python).
     """
 
     namespace: str = "pasture"
@@ -257,7 +260,7 @@ def fence_sidecar(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Container 
             )
     return k8s.V1Container(
         name=FENCE_CONTAINER,
-        image=settings.fence_image or launch.image or settings.default_image,
+        image=settings.fence_image or settings.default_image,  # has the watchdog
         command=[
             "python3",
             "-m",

@@ -24,6 +24,7 @@ from scheduler.agent.kubernetes import (
     build_pod,
     pod_of,
 )
+from tests.k8s_manifests import validate
 from tests.scheduler.agent.test_kubernetes_pods import SETTINGS, launch, round_trip
 
 AGENT_DIR = "/var/lib/pasture"
@@ -51,7 +52,8 @@ def test_a_pod_with_a_lease_gets_the_fence_sidecar_and_a_shared_pid_namespace():
         "/var/lib/pasture/tasks/mnist-ddp-worker-1-a1/fenced",
         "--pod",
     ]
-    assert fence["image"] == "pastureacr.azurecr.io/train:1"  # the task's, unless set
+    # the pasture image (it has the watchdog), not the task's
+    assert fence["image"] == "pastureacr.azurecr.io/pasture:0.1.0"
     assert fence["resources"] == {"limits": FENCE_RESOURCES, "requests": FENCE_RESOURCES}
     assert fence["volumeMounts"] == [{"mountPath": AGENT_DIR, "name": "pasture-agent"}]
     [agent_vol] = [v for v in spec["volumes"] if v["name"] == "pasture-agent"]
@@ -60,6 +62,13 @@ def test_a_pod_with_a_lease_gets_the_fence_sidecar_and_a_shared_pid_namespace():
     [task] = spec["containers"]
     assert all(m["name"] != "pasture-agent" for m in task.get("volumeMounts", []))
     assert pod.spec.init_containers[0].name == "fence"
+
+
+def test_the_fenced_pod_is_a_valid_kubernetes_object():
+    """The wire form passes kubernetes-validate --strict on 1.30-1.34 (native sidecars'
+    restartPolicy on init containers is in every one of them)."""
+    wire, _ = round_trip(build_pod(fenced_launch(), FENCED))
+    validate(wire)
 
 
 def test_the_fence_image_can_be_set_and_the_settings_come_from_the_environment():
