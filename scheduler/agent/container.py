@@ -157,14 +157,18 @@ class ContainerExecutor(Executor):
             "KILL",
             h["name"],
         ]
-        Path(h["lock_file"]).parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # outside the agent's process group: outlives it
-        )
+        try:
+            Path(h["lock_file"]).parent.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outside the agent's process group: outlives it
+            )
+        except OSError as exc:  # the next poll tries again; the agent's fence still holds
+            log.warning("cannot start the lease watchdog of %s: %s", h["name"], exc)
+            return None
         self._watchdogs[h["name"]] = proc
         return proc.pid
 
