@@ -102,6 +102,16 @@ class VirtualClusterSettings(_Model):
     can_borrow: bool = True
 
 
+class NodeCredentialSettings(_Model):
+    """``api.node_credentials``: the API hands Kubernetes agents their node's own Redis
+    user in exchange for a pod-bound ServiceAccount token (scheduler/nodecred.py)."""
+
+    namespace: str = Field(description="namespace of the agents' pods")
+    service_account: str = "pasture-agent"
+    daemonset_prefix: str = "pasture-agent-"
+    secret_file: Path = Field(description="file with the secret node passwords derive from")
+
+
 class ApiSettings(_Model):
     host: str = "127.0.0.1"
     port: int = Field(8443, ge=0, le=65535)
@@ -114,6 +124,8 @@ class ApiSettings(_Model):
     # Failed authentications allowed per client address and window before 429.
     auth_failures_per_window: int = Field(20, gt=0)
     auth_failure_window_s: int = Field(60, gt=0)
+    # Per-node Redis users for Kubernetes agents (POST /api/v1/node-credentials); None: off.
+    node_credentials: NodeCredentialSettings | None = None
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiSettings:

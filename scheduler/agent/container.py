@@ -9,6 +9,22 @@ to the task's log in the share. ``--init`` makes SIGTERM reach the command even 
 does not handle signals; ``--pull=never`` because nodes load images explicitly (``pasture
 image push``). The container (not the agent) keeps the exit code, so an agent restarted
 while tasks run finds them again by name (adoption); ``cleanup`` removes the container.
+
+Fencing without the agent (docs/faults.md): when the launch names the agent's lease file,
+each running container has a lease watchdog in watch mode (:mod:`scheduler.agent.watchdog`,
+``--watch``): a small detached process, in a session of its own outside the agent's
+process group (the agent's systemd unit has ``KillMode=process``, so a restart leaves it
+too), that SIGKILLs the container's init (its host PID, so the whole container's PID
+namespace) and runs ``<cli> kill`` once the lease file's deadline passed or the file is
+gone, and writes ``<state_dir>/fenced``. The executor starts it after ``run`` and, on every
+:meth:`ContainerExecutor.poll` of a running container, starts it again when none holds the
+task's ``<state_dir>/watchdog.lock`` (an agent restarted after its node rebooted, or after
+someone killed the watchdog); the watchdog's ``flock`` keeps it to one per task, and it
+exits by itself when the container ends, so a restarted agent that adopts or kills its
+containers leaves neither duplicates nor orphans. Why not the attached ``podman run`` under
+the run-mode watchdog: SIGKILLing an attached podman client leaves the container running
+(conmon, not the client, owns it), so that watchdog would still need this kill path, and
+would keep one podman client process per task alive for nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +33,10 @@ import json
 import logging
 import re
 import subprocess
+import sys
+from pathlib import Path
 
+from scheduler.agent import watchdog
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 
 log = logging.getLogger("pasture.agent")
@@ -36,6 +55,7 @@ class ContainerExecutor(Executor):
     def __init__(self, cli: str = "podman", network: str = "host") -> None:
         self.cli = cli
         self.network = network
+        self._watchdogs: dict[str, subprocess.Popen] = {}  # by container name, to reap
 
     def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         try:
@@ -90,17 +110,81 @@ class ContainerExecutor(Executor):
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items() if "\n" not in v))
         name = f"task-{launch.task_id}"
         self._run("rm", "-f", name)  # a leftover of a crashed start
+        fenced = launch.state_dir / "fenced"
+        fenced.unlink(missing_ok=True)
         res = self._run(*self.argv(launch, str(env_file)))
         if res.returncode != 0:
             raise ExecutorError(f"{self.cli} run failed: {res.stderr.strip()[-500:]}")
-        return json.dumps({"name": name})
+        h = {"name": name}
+        if launch.lease_file is not None:
+            h |= {
+                "lease_file": str(launch.lease_file),
+                "fenced_file": str(fenced),
+                "lock_file": str(launch.state_dir / "watchdog.lock"),
+            }
+            handle = json.dumps(h)
+            self.poll(handle)  # starts the container's lease watchdog while it runs
+            return handle
+        return json.dumps(h)
+
+    def ensure_watchdog(self, handle: str, pid: int) -> int | None:
+        """Start the lease watchdog of the container whose init is host PID ``pid``
+        unless one runs already (its lock is held) or the handle names no lease. Returns
+        the new watchdog's PID, None when none was started."""
+        h = json.loads(handle)
+        mine = self._watchdogs.get(h["name"])
+        if "lock_file" not in h or pid <= 0 or (mine is not None and mine.poll() is None):
+            return None  # no lease, no process, or the one this executor started still runs
+        if watchdog.watched(h["lock_file"]):
+            return None
+        start = watchdog.start_time(pid)
+        if start is None:
+            return None  # already gone
+        argv = [
+            sys.executable,
+            "-S",
+            watchdog.__file__,
+            h["lease_file"],
+            h["fenced_file"],
+            "--watch",
+            str(pid),
+            start,
+            h["lock_file"],
+            "--",
+            self.cli,
+            "kill",
+            "--signal",
+            "KILL",
+            h["name"],
+        ]
+        try:
+            Path(h["lock_file"]).parent.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outside the agent's process group: outlives it
+            )
+        except OSError as exc:  # the next poll tries again; the agent's fence still holds
+            log.warning("cannot start the lease watchdog of %s: %s", h["name"], exc)
+            return None
+        self._watchdogs[h["name"]] = proc
+        return proc.pid
 
     def poll(self, handle: str) -> int | None:
         name = json.loads(handle)["name"]
-        res = self._run("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name)
+        for n, p in list(self._watchdogs.items()):  # reap the ones that exited
+            if p.poll() is not None:
+                del self._watchdogs[n]
+        res = self._run(
+            "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}} {{.State.Pid}}", name
+        )
         if res.returncode != 0:
             return -1  # removed behind our back
-        status, _, code = res.stdout.strip().partition(" ")
+        status, code, pid = (res.stdout.split() + ["", "", "0"])[:3]
+        if status == "running":
+            self.ensure_watchdog(handle, int(pid or 0))
         if status in (
             "running",
             "created",
@@ -138,8 +222,17 @@ class ContainerExecutor(Executor):
         flag, _, cid = res.stdout.strip().partition(" ")
         return {"oom_killed": flag.lower() == "true" or kernel_oom_killed(cid)}
 
+    def fenced(self, handle: str) -> bool:
+        """Whether the container's lease watchdog killed it (``<state_dir>/fenced``)."""
+        h = json.loads(handle)
+        return bool(h.get("fenced_file")) and Path(h["fenced_file"]).exists()
+
     def cleanup(self, handle: str) -> None:
-        self._run("rm", "-f", json.loads(handle)["name"])
+        h = json.loads(handle)
+        self._run("rm", "-f", h["name"])
+        for key in ("fenced_file", "lock_file"):
+            if h.get(key):
+                Path(h[key]).unlink(missing_ok=True)
 
 
 def kernel_oom_killed(container_id: str) -> bool:

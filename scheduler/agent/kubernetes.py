@@ -9,7 +9,7 @@ the GPU pool taints, the cluster share (an Azure Files PVC) mounted at the agent
 ``share_dir``, and the discovery environment.
 
     TaskLaunch --build_pod()--> V1Pod --create_namespaced_pod--> pod on launch.node
-    handle "<namespace>/<pod>" --poll()--> exit_code(V1Pod): None while running
+    handle "<namespace>/<pod>[#<fenced file>]" --poll()--> exit_code(V1Pod): None while running
 
 Settings come from the agent's environment, set by the aks stack's DaemonSet:
 ``PASTURE_K8S_NAMESPACE`` (default: the pod's own namespace), ``PASTURE_K8S_SHARE_CLAIM``
@@ -18,6 +18,23 @@ Settings come from the agent's environment, set by the aks stack's DaemonSet:
 pool's taints, plus ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` on a Spot
 pool; parsed by :mod:`scheduler.agent.taints`). The node's capacity comes from its node
 object (:mod:`scheduler.agent.k8s_capacity`), not from NVML in the agent's container.
+
+Fencing without the agent (docs/faults.md): kubelet, not the agent, owns a task pod, so a
+dead agent's pods would run on. When ``PASTURE_K8S_AGENT_DIR`` names the agent's work dir
+(a hostPath, mounted at the same path in the agent, so that the agent's lease file is on
+the node), every task pod gets a fence sidecar: a restartable init container (Kubernetes
+>= 1.29 native sidecars: it starts before the task, does not keep the pod alive after the
+task ended, and its requests add to the pod's) of ``PASTURE_K8S_FENCE_IMAGE`` (default:
+``PASTURE_K8S_IMAGE``, the pasture image, which has the watchdog) running ``python3 -m
+scheduler.agent.watchdog <lease> <state_dir>/fenced --pod`` with the agent dir mounted, in
+a pod with ``shareProcessNamespace: true``. When the lease file's deadline
+(CLOCK_MONOTONIC, one clock for the whole node, containers included) passed or the file is
+gone, it SIGKILLs every process of the pod but the pause process and itself, the task
+container ends (restart policy Never), and ``fenced`` tells a restarted agent why
+(:meth:`KubernetesExecutor.fenced`). Node-local on purpose: no API server or network is
+needed for the kill, as with the other executors' watchdogs. Not run against a cluster
+here (none on the test machine): the generated manifest is unit-tested, the watchdog's pod
+mode in a real PID namespace.
 
 Spot eviction: Azure deletes the node and the agent's pod with it, so the agent's
 heartbeat stops; the loop marks the node ``lost`` and its tasks ``lost`` (the
@@ -50,6 +67,10 @@ log = logging.getLogger(__name__)
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
 SHARE_VOLUME = "pasture-share"
+AGENT_VOLUME = "pasture-agent"
+FENCE_CONTAINER = "fence"
+FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
+"""Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -66,6 +87,11 @@ class PodSettings:
             so discovery addresses are node addresses.
         service_account: service account of task pods (None: the namespace default).
         labels: extra labels on every task pod.
+        agent_dir: the agent's work dir, a hostPath on the node mounted at the same path
+            in the agent (its lease file is there); None: no fence sidecar.
+        fence_image: image of the fence sidecar, one with the pasture package (None:
+            ``default_image``, the pasture image on AKS; not the task's image, which need
+            not have Python).
     """
 
     namespace: str = "pasture"
@@ -75,6 +101,8 @@ class PodSettings:
     host_network: bool = True
     service_account: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    agent_dir: str | None = None
+    fence_image: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, *, network: str = "host") -> PodSettings:
@@ -105,6 +133,8 @@ class PodSettings:
             default_image=env.get("PASTURE_K8S_IMAGE", "pasture:0.1.0"),
             tolerations=tolerations,
             host_network=network == "host",
+            agent_dir=env.get("PASTURE_K8S_AGENT_DIR") or None,
+            fence_image=env.get("PASTURE_K8S_FENCE_IMAGE") or None,
         )
 
 
@@ -137,7 +167,9 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         A ``V1Pod`` with ``spec.nodeName = launch.node``, ``restartPolicy: Never``,
         requests = limits (``<cpu_m>m``, memory in bytes, ``nvidia.com/gpu`` when the
         task has GPUs), the share mounted at ``launch.share_dir``, stdout/stderr appended
-        to ``launch.log_path`` on the share, and ``launch.env`` as the environment.
+        to ``launch.log_path`` on the share, and ``launch.env`` as the environment; with
+        ``settings.agent_dir`` and ``launch.lease_file`` also the fence sidecar
+        (:func:`fence_sidecar`) and ``shareProcessNamespace: true``.
 
     Raises:
         ValueError: a taint in ``settings.tolerations`` is malformed.
@@ -174,6 +206,14 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         "pasture/index": str(launch.index),
         "pasture/attempt": str(launch.attempt),
     }
+    fence = fence_sidecar(launch, settings)
+    if fence is not None:
+        volumes.append(
+            k8s.V1Volume(
+                name=AGENT_VOLUME,
+                host_path=k8s.V1HostPathVolumeSource(path=settings.agent_dir, type="Directory"),
+            )
+        )
     return k8s.V1Pod(
         api_version="v1",
         kind="Pod",
@@ -194,8 +234,46 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
             tolerations=[k8s.V1Toleration(**t) for t in taints.tolerations(settings.tolerations)]
             or None,
             containers=[container],
+            init_containers=[fence] if fence is not None else None,
+            share_process_namespace=True if fence is not None else None,
             volumes=volumes or None,
         ),
+    )
+
+
+def fence_sidecar(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Container | None:
+    """The fence sidecar of a task pod (module docstring), None when the settings name no
+    agent dir or the launch no lease file.
+
+    Raises:
+        ValueError: the lease file or the task's state dir is not inside ``agent_dir``
+            (the sidecar would watch a file the agent never writes).
+    """
+    if not settings.agent_dir or launch.lease_file is None:
+        return None
+    agent_dir = Path(settings.agent_dir)
+    for what, path in (("lease file", launch.lease_file), ("state dir", launch.state_dir)):
+        if not Path(path).is_relative_to(agent_dir):
+            raise ValueError(
+                f"PASTURE_K8S_AGENT_DIR: the agent's {what} {path} is not under {agent_dir}; "
+                "set it to the agent's work_dir"
+            )
+    return k8s.V1Container(
+        name=FENCE_CONTAINER,
+        image=settings.fence_image or settings.default_image,  # has the watchdog
+        command=[
+            "python3",
+            "-m",
+            "scheduler.agent.watchdog",
+            str(launch.lease_file),
+            str(launch.state_dir / "fenced"),
+            "--pod",
+        ],
+        restart_policy="Always",  # a native sidecar (Kubernetes >= 1.29)
+        resources=k8s.V1ResourceRequirements(
+            requests=dict(FENCE_RESOURCES), limits=dict(FENCE_RESOURCES)
+        ),
+        volume_mounts=[k8s.V1VolumeMount(name=AGENT_VOLUME, mount_path=str(agent_dir))],
     )
 
 
@@ -237,6 +315,12 @@ def disruption(pod: k8s.V1Pod | None) -> str | None:
         if cond.type == "DisruptionTarget" and cond.status == "True":
             return cond.reason or "DisruptionTarget"
     return None
+
+
+def pod_of(handle: str) -> tuple[str, str]:
+    """``(namespace, pod)`` of an executor handle ``<namespace>/<pod>[#<fenced file>]``."""
+    namespace, name = handle.partition("#")[0].split("/", 1)
+    return namespace, name
 
 
 class KubernetesExecutor(Executor):
@@ -289,13 +373,16 @@ class KubernetesExecutor(Executor):
                     f"cannot create pod {pod.metadata.name} on {launch.node}: "
                     f"{exc.status} {exc.reason}"
                 ) from None
-        return f"{self.settings.namespace}/{pod.metadata.name}"
+        handle = f"{self.settings.namespace}/{pod.metadata.name}"
+        if pod.spec.init_containers:  # the fence sidecar: say where it leaves its mark
+            handle += f"#{launch.state_dir / 'fenced'}"
+        return handle
 
     def poll(self, handle: str) -> int | None:
         """Exit code of the task pod (-1: gone), None while it runs; a pod the
         infrastructure ended counts as running for ``disruption_hold_s`` (see
         :data:`DISRUPTION_HOLD_S`), unless this executor deleted it."""
-        namespace, name = handle.split("/", 1)
+        namespace, name = pod_of(handle)
         try:
             pod = self.api.read_namespaced_pod(name, namespace)
         except k8s.ApiException as exc:
@@ -321,7 +408,7 @@ class KubernetesExecutor(Executor):
         return code
 
     def stop(self, handle: str, grace_s: float) -> None:
-        namespace, name = handle.split("/", 1)
+        namespace, name = pod_of(handle)
         self._deleted.add(handle)
         try:
             self.api.delete_namespaced_pod(
@@ -341,8 +428,18 @@ class KubernetesExecutor(Executor):
                 raise
             time.sleep(1.0)
 
+    def fenced(self, handle: str) -> bool:
+        """Whether the pod's fence sidecar killed the task: its ``fenced`` file, on the
+        node's agent dir, named in the handle (handles of pods without a sidecar are
+        ``<namespace>/<pod>`` and never fenced)."""
+        _, _, fenced = handle.partition("#")
+        return bool(fenced) and Path(fenced).exists()
+
     def cleanup(self, handle: str) -> None:
-        namespace, name = handle.split("/", 1)
+        _, _, fenced = handle.partition("#")
+        if fenced:
+            Path(fenced).unlink(missing_ok=True)
+        namespace, name = pod_of(handle)
         self._disrupted.pop(handle, None)
         self._deleted.discard(handle)
         try:

@@ -1,5 +1,8 @@
-"""Lease watchdog of one process-executor task: the task dies when its agent's lease does.
+"""Lease watchdog of one task: the task dies when its agent's lease does.
 
+Two modes, one rule (the lease file), standard library only.
+
+**Run mode** (process executor):
 ``python -S watchdog.py LEASE_FILE FENCED_FILE [--as BYTES] -- ARGV...`` runs ARGV (with
 the address-space limit RLIMIT_AS set to BYTES when given, so that the limit binds the task,
 not the watchdog) as a child in the
@@ -12,14 +15,40 @@ SIGKILLs its whole process group, itself included: the agent died, hung or lost 
 and the loop may soon run the task elsewhere (docs/faults.md). When the child exits first,
 the watchdog exits with the child's status.
 
-So a task outlives a dead agent by at most the rest of its lease plus :data:`POLL_S`, and
-an agent restarted within its lease adopts its tasks as before. Standard library only and
-run without ``site`` (``-S``): it starts in tens of milliseconds and does not import the
-scheduler package.
+**Watch mode** (container executor): ``python -S watchdog.py LEASE_FILE FENCED_FILE --watch
+PID START LOCK_FILE -- KILL_ARGV...`` supervises a process it did not start: the
+container's init (``inspect .State.Pid``, a host PID; ``START`` is its start time from
+``/proc/PID/stat``, so a reused PID is never mistaken for it). The executor starts it in a
+session of its own, outside the agent's process group, so it outlives a SIGKILLed agent.
+It takes an exclusive ``flock`` on ``LOCK_FILE`` first and exits at once when another
+watchdog holds it (at most one per task, whoever starts it: the executor, or a restarted
+agent that adopts the container). While the process lives and the lease holds it sleeps;
+when the process is gone it exits 0; when the lease expired (or its file is gone) it writes
+``FENCED_FILE``, SIGKILLs the PID (the init of the container's PID namespace: the kernel
+kills every process of the namespace with it), runs ``KILL_ARGV`` (``podman kill`` by
+name, bounded by :data:`KILL_CMD_TIMEOUT_S`, for runtimes whose init this user may not
+signal), waits up to :data:`KILL_WAIT_S` for the PID to disappear and exits 1.
+
+**Pod mode** (kubernetes executor): ``python -m scheduler.agent.watchdog LEASE_FILE
+FENCED_FILE --pod`` is the fence sidecar of a task pod (``shareProcessNamespace: true``, the
+agent's work dir mounted from the node; :func:`scheduler.agent.kubernetes.build_pod`).
+While the lease holds it sleeps; once it expired (or its file is gone) it writes
+``FENCED_FILE`` and sends SIGKILL to every process it may signal in its PID namespace
+(``kill(-1)``: the task container's processes; the kernel spares the caller and the
+namespace's init, the pod's pause process), then waits for SIGTERM (the pod ending), so
+that a restartable sidecar is not restarted into a loop. It refuses to run in the
+machine's initial PID namespace (exit 2), where ``kill(-1)`` would reach every process.
+
+So a task outlives a dead agent by at most the rest of its lease plus :data:`POLL_S` (and
+the kill), and an agent restarted within its lease adopts its tasks as before. Run without
+``site`` (``-S``): it starts in tens of milliseconds and does not import the scheduler
+package.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import resource
@@ -31,6 +60,16 @@ import time
 POLL_S = 0.25
 """Seconds between two checks of the lease file."""
 
+KILL_WAIT_S = 5.0
+"""Watch mode: seconds to wait, after SIGKILL, for the watched process to disappear."""
+
+KILL_CMD_TIMEOUT_S = 4.0
+"""Watch mode: seconds the runtime's kill command (``podman kill``) may take."""
+
+LOCK_TRIES_S = 1.0
+"""Watch mode: seconds to retry a busy lock before concluding another watchdog holds it
+(an executor's :func:`watched` probe holds it for microseconds)."""
+
 
 def lease_deadline(path: str) -> float | None:
     """The lease's CLOCK_MONOTONIC deadline from ``path``, None when missing or unreadable."""
@@ -41,14 +80,123 @@ def lease_deadline(path: str) -> float | None:
         return None
 
 
+def start_time(pid: int) -> str | None:
+    """Start time of process ``pid`` (``/proc/PID/stat`` field 22, clock ticks since
+    boot) as a string; None when there is no such process or it is a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _lock(path: str, tries_s: float) -> int | None:
+    """An open descriptor holding an exclusive flock on ``path``, None when another holder
+    kept it for ``tries_s`` seconds."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    end = time.monotonic() + tries_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
+def watched(lock_file: str) -> bool:
+    """Whether a watch-mode watchdog holds ``lock_file`` now (its lock is busy)."""
+    fd = _lock(lock_file, 0.0)
+    if fd is None:
+        return True
+    os.close(fd)  # closing releases the probe's lock
+    return False
+
+
+def watch(lease: str, fenced: str, pid: int, start: str, lock_file: str, kill: list[str]) -> int:
+    """Watch mode (module docstring): 0 when the process ended by itself or another
+    watchdog holds the lock, 1 when the lease expired and the process was killed."""
+    fd = _lock(lock_file, LOCK_TRIES_S)
+    if fd is None:
+        return 0
+    while start_time(pid) == start:
+        deadline = lease_deadline(lease)
+        if deadline is not None and time.monotonic() <= deadline:
+            time.sleep(POLL_S)
+            continue
+        with open(fenced, "w") as f:
+            f.write(f"lease {lease} expired (deadline {deadline}); task killed\n")
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                kill,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=KILL_CMD_TIMEOUT_S,
+                check=False,
+            )
+        end = time.monotonic() + KILL_WAIT_S
+        while start_time(pid) == start and time.monotonic() < end:
+            time.sleep(0.05)
+        return 1
+    return 0
+
+
+INITIAL_PID_NS_INO = 0xEFFFFFFC
+"""Inode of the initial PID namespace (``PROC_PID_INIT_INO``, include/linux/proc_ns.h)."""
+
+
+def in_initial_pid_namespace() -> bool:
+    """Whether this process is in the machine's initial PID namespace (True when unsure)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NS_INO
+    except OSError:
+        return True
+
+
+def pod(lease: str, fenced: str) -> int:
+    """Pod mode (module docstring): 2 when run in the initial PID namespace; else waits
+    for the lease to expire, fences, and returns 0 on SIGTERM."""
+    if in_initial_pid_namespace():
+        print("watchdog --pod: refusing to run outside a pod's PID namespace", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        deadline = lease_deadline(lease)
+        if deadline is None or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    with open(fenced, "w") as f:
+        f.write(f"lease {lease} expired (deadline {deadline}); task pod killed\n")
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        signal.pause()
+
+
 def main(argv: list[str]) -> int:
-    """Run the task under the lease (see the module docstring); returns its exit status."""
+    """Run the task under the lease, or watch one (see the module docstring); returns the
+    task's exit status (run mode) or :func:`watch`'s."""
+    if len(argv) > 6 and argv[2] == "--watch" and argv[6] == "--":
+        return watch(argv[0], argv[1], int(argv[3]), argv[4], argv[5], argv[7:])
+    if len(argv) == 3 and argv[2] == "--pod":
+        return pod(argv[0], argv[1])
     limit = None
     if len(argv) > 4 and argv[2] == "--as":
         limit = int(argv[3])
         argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: watchdog.py LEASE_FILE FENCED_FILE [--as BYTES] -- ARGV...", file=sys.stderr)
+        print(
+            "usage: watchdog.py LEASE FENCED [--as BYTES] -- ARGV...\n"
+            "       watchdog.py LEASE FENCED --watch PID START LOCK_FILE -- KILL_ARGV...\n"
+            "       watchdog.py LEASE FENCED --pod",
+            file=sys.stderr,
+        )
         return 2
     lease, fenced, cmd = argv[0], argv[1], argv[3:]
 

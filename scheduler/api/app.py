@@ -27,7 +27,7 @@ from scheduler.api.metrics import (
 )
 from scheduler.api.ratelimit import AuthFailureLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
-from scheduler.api.routers import admin, cluster, jobs
+from scheduler.api.routers import admin, cluster, jobs, nodecred
 from scheduler.api.schemas import Health
 from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
@@ -109,6 +109,10 @@ def create_app(
     app.include_router(cluster.router, dependencies=strict)
     app.include_router(admin.router, dependencies=strict)
     app.include_router(dashboard_router)
+    app.state.node_credentials = nodecred.issuer(  # Kubernetes agents' own Redis users
+        getattr(api_settings, "node_credentials", None), getattr(store, "r", None)
+    )
+    app.include_router(nodecred.router, dependencies=strict)
 
     @app.get("/openapi.json", tags=["cluster"], include_in_schema=False, dependencies=strict)
     def openapi(who: TokenInfo = Depends(principal)) -> JSONResponse:

@@ -4,9 +4,14 @@ pool), and giving the same tolerations to the task pods it binds (env
 ``PASTURE_K8S_TOLERATIONS`` of the kubernetes executor).
 
     ServiceAccount pasture-agent ── Role: pods create/get/list/watch/delete, pods/log get
+                                 (no Redis secret: each agent exchanges its pod's token
+                                  for its node's own Redis user, stacks/aks/nodecred.py)
                                  └─ ClusterRole <namespace>-agent-nodes: nodes get
                                     (capacity from the node object, scheduler.agent.k8s_capacity)
-    DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>])
+    DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>],
+                                    work dir /var/lib/pasture a hostPath: the lease file
+                                    the task pods' fence sidecars read, and the state an
+                                    agent restarted in a new pod adopts its tasks from)
 
 No GPU pool, no agent DaemonSet (an empty ``In`` list is refused by the API server).
 """
@@ -29,19 +34,23 @@ from stacks.aks.common import (
     pasture_volumes,
     pool_affinity,
 )
-from stacks.aks.redis import AGENT_REDIS_SECRET, SECRETS_DIR
+from stacks.aks.nodecred import FETCH_CREDENTIAL, URL_ENV, agent_mounts, agent_volumes
+from stacks.aks.redis import SECRETS_DIR
 from stacks.aks.scheduler import AGENT_CONFIG
-from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER
+from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER, WORK_DIR
 from stacks.config import GpuPool
 
 AGENT_NAME = "pasture-agent"
+AGENT_DIR = str(WORK_DIR)  # the agent's work_dir, on the node
 ADDRESS_ENV = "PASTURE_K8S_NODE_ADDRESS"
 # agent.yaml from the ConfigMap template, with this node's name and address.
-START_AGENT = (
+WRITE_CONFIG = (
     f'mkdir -p /etc/pasture && sed -e "s/{NODE_NAME_PLACEHOLDER}/${NODE_ENV}/" '
     f'-e "s/{NODE_ADDRESS_PLACEHOLDER}/${ADDRESS_ENV}/" {AGENT_CONFIG} '
     "> /etc/pasture/agent.yaml && exec pasture agent run --config /etc/pasture/agent.yaml"
 )
+# First the node's own Redis password (stacks/aks/nodecred.py), then agent.yaml.
+START_AGENT = f"{FETCH_CREDENTIAL} && {WRITE_CONFIG}"
 
 
 def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
@@ -96,8 +105,11 @@ def _field(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "value_from": {"field_ref": {"field_path": path}}}
 
 
-def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8s.apps.v1.DaemonSet:
-    """DaemonSet ``pasture-agent-<pool>`` of ``image`` on the nodes of ``pool``."""
+def agent_daemonset(
+    w: Workloads, pool: GpuPool, image: pulumi.Input[str], credentials_url: str
+) -> k8s.apps.v1.DaemonSet:
+    """DaemonSet ``pasture-agent-<pool>`` of ``image`` on the nodes of ``pool``; its
+    agents fetch their node's Redis credential from ``credentials_url`` at start."""
     labels = {**app_labels(AGENT_NAME), "pasture/pool": pool.name}
     taints = pool_taints(pool.taints, spot=pool.spot)
     env = [
@@ -107,14 +119,21 @@ def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8
         {"name": "PASTURE_K8S_SHARE_CLAIM", "value": SHARE_CLAIM},
         {"name": "PASTURE_K8S_IMAGE", "value": image},
         {"name": "PASTURE_K8S_TOLERATIONS", "value": json.dumps(list(taints))},
+        {"name": "PASTURE_K8S_AGENT_DIR", "value": AGENT_DIR},
+        {"name": URL_ENV, "value": credentials_url},
     ]
     container = {
         "name": "agent",
         "image": image,
         "command": ["/bin/sh", "-c", START_AGENT],
         "env": env,
-        "volume_mounts": pasture_mounts(SECRETS_DIR),
+        "volume_mounts": [
+            *(m for m in pasture_mounts(SECRETS_DIR) if m["name"] != "redis-secret"),
+            *agent_mounts(),
+            {"name": "agent-dir", "mount_path": AGENT_DIR},
+        ],
     }
+    agent_dir = {"name": "agent-dir", "host_path": {"path": AGENT_DIR, "type": "DirectoryOrCreate"}}
     return k8s.apps.v1.DaemonSet(
         f"{w.prefix}-agent-{pool.name}",
         metadata=w.meta(f"{AGENT_NAME}-{pool.name}"),
@@ -129,7 +148,11 @@ def agent_daemonset(w: Workloads, pool: GpuPool, image: pulumi.Input[str]) -> k8
                     "affinity": pool_affinity(pool),
                     "tolerations": tolerations(taints),
                     "containers": [container],
-                    "volumes": pasture_volumes(AGENT_REDIS_SECRET),
+                    "volumes": [
+                        *(v for v in pasture_volumes("") if v["name"] != "redis-secret"),
+                        *agent_volumes(),
+                        agent_dir,
+                    ],
                 },
             },
         },

@@ -22,6 +22,7 @@ from stacks.aks.agents import agent_daemonset, agent_rbac
 from stacks.aks.common import Workloads, pool_labels
 from stacks.aks.device_plugin import device_plugin_daemonset
 from stacks.aks.image import builds_image, pasture_image
+from stacks.aks.nodecred import credentials_url, scheduler_identity
 from stacks.aks.redis import redis_password_secret, redis_server
 from stacks.aks.scheduler import api_service, scheduler_deployment, settings_config_map
 from stacks.aks.share import cluster_share
@@ -265,12 +266,13 @@ def deploy_workloads(
     cluster_share(w, cfg, account_name, account_key, share)
     redis_server(w, cfg)
     settings_config_map(w, cfg)
+    scheduler_identity(w)
     scheduler_deployment(w, cfg, image)
     api = api_service(w, cfg)
     agent_rbac(w)
     if not cfg.gpu_pools:
         pulumi.log.warn("gpuPools is empty: no agent runs, so no task can be placed")
     for pool in cfg.gpu_pools:
-        agent_daemonset(w, pool, image)
+        agent_daemonset(w, pool, image, credentials_url(w.namespace, cfg.api_port))
         device_plugin_daemonset(w, cfg, pool)
     return api

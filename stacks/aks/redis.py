@@ -4,14 +4,15 @@ of scheduler.yaml and agent.yaml; env of the Redis server).
 
     Secret pasture-redis {redis-password}  ──mounted at /etc/pasture/secrets──> api, loop
                                            ──env REDIS_PASSWORD──> redis-server --requirepass
-    Secret pasture-redis-agent {agent-password} ──mounted──> agents (ACL user pasture-agent)
-                                           ──env AGENT_PASSWORD──> redis-server --user ...
     Service pasture-redis :6379 ── StatefulSet pasture-redis (1 replica, PVC for AOF data)
+
+Agents mount no Redis secret: each gets its own node's ACL user ``node-<node>`` from the
+API at start, in exchange for its pod's ServiceAccount token (scheduler/nodecred.py,
+stacks/aks/nodecred.py), so a stolen agent credential impersonates one node only.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from scheduler.settings import RedisSettings
-from scheduler.store.acl import agent_rules
+from scheduler.store.acl import node_user
 from stacks.aks.common import SYSTEM_NODES, Workloads, app_labels
 from stacks.config import StackConfig
 
@@ -37,36 +38,23 @@ def redis_settings(namespace: str) -> RedisSettings:
     )
 
 
-# The agents' Redis credential: one ACL user for every node (per-node credentials would need
-# a Secret per node; docs/platforms.md says so), confined by scheduler/store/acl.py's rules
-# for node "*", with a password derived from the admin one (sha256, not reversible). Agents
-# mount only AGENT_REDIS_SECRET, never the admin password.
-AGENT_USER = "pasture-agent"
-AGENT_REDIS_SECRET = "pasture-redis-agent"
-AGENT_PASSWORD_KEY = "agent-password"
+NODE_PASSWORD_FILE = Path("/run/pasture/node-password")
+"""Where an agent's start script writes its node's Redis password (an in-memory emptyDir)."""
 
 
-def agent_redis_settings(namespace: str) -> RedisSettings:
-    """``redis`` section of agent.yaml: the agents' own ACL user (see :data:`AGENT_USER`)."""
+def agent_redis_settings(namespace: str, node: str) -> RedisSettings:
+    """``redis`` section of agent.yaml: ``node``'s own ACL user (``node`` may be the
+    template's placeholder), its password fetched at start (:data:`NODE_PASSWORD_FILE`)."""
     return RedisSettings(
         url=redis_settings(namespace).url,
-        username=AGENT_USER,
-        password_file=Path(f"{SECRETS_DIR}/{AGENT_PASSWORD_KEY}"),
+        username=node_user(node),
+        password_file=NODE_PASSWORD_FILE,
     )
 
 
 def redis_password_secret(w: Workloads, password: pulumi.Input[str]) -> k8s.core.v1.Secret:
-    """The Secret holding the Redis admin password (``password`` is a Pulumi secret), and the
-    agents' Secret holding the password derived from it for :data:`AGENT_USER`."""
-    agent_password = pulumi.Output.secret(password).apply(
-        lambda pw: hashlib.sha256(f"{pw}:{AGENT_USER}".encode()).hexdigest()
-    )
-    k8s.core.v1.Secret(
-        f"{w.prefix}-redis-agent-secret",
-        metadata=w.meta(AGENT_REDIS_SECRET),
-        string_data={AGENT_PASSWORD_KEY: agent_password},
-        opts=w.opts,
-    )
+    """The Secret holding the Redis admin password (``password`` is a Pulumi secret); the
+    API derives the node passwords from it (:func:`scheduler.store.acl.node_password`)."""
     return k8s.core.v1.Secret(
         f"{w.prefix}-redis-secret",
         metadata=w.meta(REDIS_NAME),
@@ -89,19 +77,11 @@ def redis_server(w: Workloads, cfg: StackConfig) -> k8s.apps.v1.StatefulSet:
         "name": "REDIS_PASSWORD",
         "value_from": {"secret_key_ref": {"name": REDIS_NAME, "key": PASSWORD_KEY}},
     }
-    agent_password_env = {
-        "name": "AGENT_PASSWORD",
-        "value_from": {"secret_key_ref": {"name": AGENT_REDIS_SECRET, "key": AGENT_PASSWORD_KEY}},
-    }
-    agent_user = ["--user", AGENT_USER, "reset", "on", ">$(AGENT_PASSWORD)"]
     container: dict[str, Any] = {
         "name": "redis",
         "image": cfg.redis_image,
-        "args": [
-            *["--requirepass", "$(REDIS_PASSWORD)", "--appendonly", "yes"],
-            *[*agent_user, "resetchannels", *agent_rules("*")],
-        ],
-        "env": [password_env, agent_password_env],
+        "args": ["--requirepass", "$(REDIS_PASSWORD)", "--appendonly", "yes"],
+        "env": [password_env],
         "ports": [{"container_port": 6379, "name": "redis"}],
         "volume_mounts": [{"name": "data", "mount_path": "/data"}],
     }

@@ -18,6 +18,7 @@ from stacks.aks.common import (
     pasture_mounts,
     pasture_volumes,
 )
+from stacks.aks.nodecred import SCHEDULER_SA
 from stacks.aks.redis import REDIS_NAME, SECRETS_DIR
 from stacks.aks.settings import agent_settings, scheduler_settings, to_yaml
 from stacks.config import StackConfig
@@ -73,6 +74,7 @@ def scheduler_deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "node_selector": SYSTEM_NODES,
+                    "service_account_name": SCHEDULER_SA,  # reviews agents' tokens
                     "containers": [api, loop],
                     "volumes": pasture_volumes(REDIS_NAME),
                 },

@@ -13,13 +13,20 @@ from typing import Any
 
 import yaml
 
-from scheduler.settings import AgentSettings, ApiSettings, LoopSettings, SchedulerSettings
+from scheduler.settings import (
+    AgentSettings,
+    ApiSettings,
+    LoopSettings,
+    NodeCredentialSettings,
+    SchedulerSettings,
+)
 from stacks.aks.common import SHARE_MOUNT
-from stacks.aks.redis import agent_redis_settings, redis_settings
+from stacks.aks.redis import PASSWORD_FILE, agent_redis_settings, redis_settings
 from stacks.config import StackConfig
 
 NODE_NAME_PLACEHOLDER = "PASTURE_NODE_NAME"
 NODE_ADDRESS_PLACEHOLDER = "PASTURE_NODE_ADDRESS"
+WORK_DIR = Path("/var/lib/pasture")  # the agents' work_dir: a hostPath (stacks.aks.agents)
 
 
 def scheduler_settings(cfg: StackConfig) -> SchedulerSettings:
@@ -28,7 +35,15 @@ def scheduler_settings(cfg: StackConfig) -> SchedulerSettings:
         cluster_name=cfg.cluster_name,
         redis=redis_settings(cfg.namespace),
         share_dir=Path(SHARE_MOUNT),
-        api=ApiSettings(host="0.0.0.0", port=cfg.api_port),
+        api=ApiSettings(
+            host="0.0.0.0",
+            port=cfg.api_port,
+            # agents get their node's own Redis user (scheduler/nodecred.py); node
+            # passwords derive from the admin password (sha256, not reversible)
+            node_credentials=NodeCredentialSettings(
+                namespace=cfg.namespace, secret_file=Path(PASSWORD_FILE)
+            ),
+        ),
         loop=LoopSettings(policy="pasture"),
     )
 
@@ -38,11 +53,11 @@ def agent_settings(cfg: StackConfig) -> AgentSettings:
     return AgentSettings(
         node_name=NODE_NAME_PLACEHOLDER,
         address=NODE_ADDRESS_PLACEHOLDER,
-        redis=agent_redis_settings(cfg.namespace),
+        redis=agent_redis_settings(cfg.namespace, NODE_NAME_PLACEHOLDER),
         share_dir=Path(SHARE_MOUNT),
         executor="kubernetes",
         task_network="host",
-        work_dir=Path("/var/lib/pasture"),
+        work_dir=WORK_DIR,
     )
 
 

@@ -25,11 +25,13 @@ from scheduler.agent.k8s_capacity import NODE_ENV
 from scheduler.agent.kubernetes import PodSettings, build_pod
 from scheduler.agent.taints import SPOT_TAINT
 from scheduler.inventory import parse_stack_output, write_inventory
+from scheduler.nodecred import AUDIENCE
 from scheduler.settings import AgentSettings, SchedulerSettings
 from stacks.aks import ACR_PULL_ROLE
 from stacks.aks.agents import ADDRESS_ENV, START_AGENT
 from stacks.aks.image import CONTAINERFILE, REPO_ROOT
 from stacks.aks.names import registry_name, storage_account_name
+from stacks.aks.nodecred import FETCH_CREDENTIAL, URL_ENV
 from stacks.config import ConfigError, parse_config
 from tests.k8s_manifests import manifest, validate
 from tests.stacks.mocks import SSH_KEY, Built, build_stack
@@ -233,8 +235,11 @@ def test_scheduler_runs_api_and_loop_with_contract_settings(aks, tmp_path):
     etc = tmp_path / "etc" / "pasture"
     (etc / "config").mkdir(parents=True)
     (etc / "config" / "agent.yaml").write_text(data["agent.yaml"])
-    script = START_AGENT.replace("/etc/pasture", str(etc)).replace(
-        "exec pasture agent run --config", "cat"
+    # (the credential exchange is tested against a real API in test_node_credentials.py)
+    script = (
+        START_AGENT.replace(FETCH_CREDENTIAL, "true")
+        .replace("/etc/pasture", str(etc))
+        .replace("exec pasture agent run --config", "cat")
     )
     env = {
         NODE_ENV: "aks-a100-12345678-vmss000000",
@@ -249,9 +254,12 @@ def test_scheduler_runs_api_and_loop_with_contract_settings(aks, tmp_path):
     assert agent_settings.address == "10.224.0.5"
     assert agent_settings.executor == "kubernetes"
     assert str(agent_settings.share_dir) == "/mnt/pasture"
-    # the agents' own ACL user and password, never the admin password
-    assert agent_settings.redis.username == "pasture-agent"
-    assert agent_settings.redis.password_file == Path("/etc/pasture/secrets/agent-password")
+    # the node's own ACL user, its password fetched at start, never the admin password
+    assert agent_settings.redis.username == "node-aks-a100-12345678-vmss000000"
+    assert agent_settings.redis.password_file == Path("/run/pasture/node-password")
+    creds = settings.api.node_credentials
+    assert creds.namespace == "pasture" and creds.service_account == "pasture-agent"
+    assert creds.secret_file == Path("/etc/pasture/secrets/redis-password")
 
 
 def task_launch(tmp_path, node: str) -> TaskLaunch:
@@ -315,6 +323,21 @@ def test_each_pool_has_an_agent_daemonset_that_configures_the_executor(aks, pool
     pod = build_pod(task_launch(tmp_path, f"aks-{name}-1-vmss000000"), settings)
     assert as_taints(pod.spec.tolerations) == taints
     assert set(json.loads(env["PASTURE_K8S_TOLERATIONS"])) == taints
+    # fencing: the agent's work dir is on the node, and its task pods get the fence sidecar
+    assert settings.agent_dir == "/var/lib/pasture"
+    (agent,) = spec["containers"]
+    [vol] = [v for v in spec["volumes"] if v["name"] == "agent-dir"]
+    assert vol["hostPath"] == {"path": "/var/lib/pasture", "type": "DirectoryOrCreate"}
+    assert {"name": "agent-dir", "mountPath": "/var/lib/pasture"} in agent["volumeMounts"]
+    fenced = task_launch(tmp_path, "n")
+    fenced = type(fenced)(
+        **{
+            **fenced.__dict__,
+            "lease_file": Path("/var/lib/pasture/lease"),
+            "state_dir": Path("/var/lib/pasture/tasks/t"),
+        }
+    )
+    assert build_pod(fenced, settings).spec.share_process_namespace is True
 
 
 def test_spot_pool_tolerates_the_aks_spot_taint_everywhere_and_others_do_not(aks, tmp_path):
@@ -383,30 +406,41 @@ def test_inventory_is_listed_and_preflight_refuses_to_converge_it(aks, tmp_path)
     assert "group `nodes` with at least one host" in proc.stdout
 
 
-def test_agents_use_their_own_restricted_redis_user_not_the_admin_password(aks):
-    from scheduler.store.acl import agent_rules
-
+def test_each_agent_gets_its_own_nodes_redis_user_for_its_pod_token(aks):
+    """No shared agent credential (issue 13 item 4): Redis knows no agent user and agents
+    mount no Redis secret; each exchanges its pod's projected token (audience of
+    scheduler.nodecred) with the API, whose service account may review tokens and read
+    pods."""
     (redis,) = k8s_resource(aks, "aks-dev-redis")["spec"]["template"]["spec"]["containers"]
-    user = redis["args"][redis["args"].index("--user") :]
-    assert user[1:5] == ["pasture-agent", "reset", "on", ">$(AGENT_PASSWORD)"]
-    assert user[5:] == ["resetchannels", *agent_rules("*")]
-    assert "-@all" in user and "+@all" not in user
-    agent_secret = k8s_resource(aks, "aks-dev-redis-agent-secret")["stringData"]
-    assert SECRET_SIG in agent_secret
-    derived = agent_secret["value"]["agent-password"]
-    assert len(derived) == 64 and derived != SECRETS["redisPassword"]
+    assert "--user" not in redis["args"]
+    assert not [r for r in aks.mocks.resources if r.name == "aks-dev-redis-agent-secret"]
     ds = k8s_resource(aks, "aks-dev-agent-a100")["spec"]["template"]["spec"]
-    secret_names = {v["secret"]["secretName"] for v in ds["volumes"] if "secret" in v}
-    assert "pasture-redis" not in secret_names  # never the admin password
-    assert "pasture-redis-agent" in secret_names
+    assert not [v for v in ds["volumes"] if "secret" in v]  # neither admin nor shared
+    (token,) = [v for v in ds["volumes"] if v["name"] == "node-token"]
+    (source,) = token["projected"]["sources"]
+    assert source["serviceAccountToken"] == {
+        "audience": AUDIENCE,
+        "expirationSeconds": 3600,
+        "path": "token",
+    }
+    (cred,) = [v for v in ds["volumes"] if v["name"] == "node-credential"]
+    assert cred["emptyDir"] == {"medium": "Memory"}
+    (agent,) = ds["containers"]
+    assert agent["command"][-1].startswith("python3 -m scheduler.agent.credential")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env[URL_ENV] == "http://pasture-api.pasture.svc:8443/api/v1/node-credentials"
     data = k8s_resource(aks, "aks-dev-config")["data"]
-    agent = AgentSettings.model_validate(
-        yaml.safe_load(
-            data["agent.yaml"].replace("__NODE_NAME__", "n").replace("__NODE_ADDRESS__", "1.2.3.4")
-        )
-    )
-    assert agent.redis.username == "pasture-agent"
-    assert str(agent.redis.password_file) == "/etc/pasture/secrets/agent-password"
+    assert "username: node-PASTURE_NODE_NAME" in data["agent.yaml"]
+    # the API's identity: token reviews (system:auth-delegator) and pod reads
+    dep = k8s_resource(aks, "aks-dev-scheduler")["spec"]["template"]["spec"]
+    assert dep["serviceAccountName"] == "pasture-scheduler"
+    review = k8s_resource(aks, "aks-dev-scheduler-tokenreview")
+    assert review["roleRef"]["name"] == "system:auth-delegator"
+    assert review["subjects"] == [
+        {"kind": "ServiceAccount", "name": "pasture-scheduler", "namespace": "pasture"}
+    ]
+    role = k8s_resource(aks, "aks-dev-scheduler-role")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
 
 
 def workload_images(built) -> set[str]:

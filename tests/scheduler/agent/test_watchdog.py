@@ -70,3 +70,59 @@ def _pgid(pid):
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+# ---- watch mode (container executor): supervise a process the watchdog did not start ----
+
+
+def watch(tmp_path, deadline_in_s, pid, kill=("true",), lock="lock"):
+    lease = tmp_path / "lease"
+    if deadline_in_s is not None:
+        lease.write_text(json.dumps({"deadline": time.monotonic() + deadline_in_s}))
+    fenced = tmp_path / "fenced"
+    start = watchdog.start_time(pid)
+    argv = [sys.executable, "-S", watchdog.__file__, str(lease), str(fenced), "--watch"]
+    argv += [str(pid), start, str(tmp_path / lock), "--", *kill]
+    return subprocess.Popen(argv, start_new_session=True), lease, fenced
+
+
+def test_watch_mode_kills_the_watched_process_and_runs_the_kill_command(tmp_path):
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    said = tmp_path / "kill-ran"
+    proc, _, fenced = watch(tmp_path, 1.0, victim.pid, kill=("touch", str(said)))
+    assert proc.wait(20) == 1
+    assert victim.wait(5) == -9
+    assert fenced.exists() and "expired" in fenced.read_text()
+    assert said.exists()  # the runtime's kill command ran too
+
+
+def test_watch_mode_exits_quietly_when_the_process_ends_first(tmp_path):
+    victim = subprocess.Popen(["sleep", "1"], start_new_session=True)
+    proc, _, fenced = watch(tmp_path, 60, victim.pid)
+    assert victim.wait(10) == 0
+    assert proc.wait(10) == 0 and not fenced.exists()
+
+
+def test_watch_mode_keeps_one_watchdog_per_lock(tmp_path):
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    first, lease, _ = watch(tmp_path, 60, victim.pid)
+    deadline = time.monotonic() + 10
+    while not watchdog.watched(str(tmp_path / "lock")):
+        assert time.monotonic() < deadline, "the first watchdog never took its lock"
+        time.sleep(0.05)
+    second, _, _ = watch(tmp_path, 60, victim.pid)
+    assert second.wait(10) == 0  # another one holds the lock: nothing to do
+    assert first.poll() is None
+    lease.unlink()  # a missing lease counts as expired
+    assert first.wait(20) == 1 and victim.wait(5) == -9
+    assert not watchdog.watched(str(tmp_path / "lock"))
+
+
+def test_watch_mode_never_mistakes_a_reused_pid(tmp_path):
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    argv = [sys.executable, "-S", watchdog.__file__, str(tmp_path / "no-lease"), "f", "--watch"]
+    argv += [str(victim.pid), "1", str(tmp_path / "lock"), "--", "true"]  # wrong start time
+    assert subprocess.run(argv, timeout=20, check=False).returncode == 0
+    assert victim.poll() is None
+    victim.kill()
+    victim.wait()
