@@ -219,5 +219,11 @@ def test_phone_width(chromium, cluster):
         page.goto(f"{cluster.endpoint}/dashboard/jobs")
         assert page.evaluate(no_overflow)  # the wide table scrolls inside its box
         screenshot(page, "phone-jobs.png")
+        page.goto(f"{cluster.endpoint}/dashboard/nodes")
+        page.locator("#nodes button.drain").first.click()
+        box = page.locator("#confirm-dialog").bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 375  # the question fits
+        screenshot(page, "phone-confirm.png")
+        page.click("#confirm-cancel")
     finally:
         context.close()
