@@ -11,20 +11,12 @@ from urllib.parse import quote
 from fastapi import Form, Request
 from fastapi.responses import RedirectResponse, Response
 
+from scheduler.api.dashboard import views
 from scheduler.api.dashboard.pages import error, render, router, session
 from scheduler.api.dashboard.sessions import Session, csrf_ok
 from scheduler.services.errors import ConflictError, ServiceError
 from scheduler.services.principal import require_role
 from scheduler.store.tokens import TokenRole
-
-# What each confirmed action does, in the words the confirmation shows.
-CONSEQUENCES = {
-    "cordon": "No new task will be placed on node {name}; its running tasks keep running.",
-    "drain": "Node {name} takes no new task and its running tasks are stopped and requeued "
-    "elsewhere.",
-    "stop": "Job {name} is stopped: its tasks get SIGTERM, then SIGKILL after the grace "
-    "period. It does not restart.",
-}
 
 
 def confirm_page(request: Request, s: Session, action: str, name: str, target: str) -> Response:
@@ -36,9 +28,10 @@ def confirm_page(request: Request, s: Session, action: str, name: str, target: s
         s,
         action=action,
         subject=name,
+        kind="node" if "/nodes/" in target else "job",
         target=target,
         back="/dashboard/nodes" if "/nodes/" in target else target.rsplit("/", 1)[0],
-        consequence=CONSEQUENCES[action].format(name=name),
+        consequence=views.CONSEQUENCES[action],
     )
 
 
@@ -61,7 +54,7 @@ def node_action(
         # refusals (a user token, an unknown node) come before the question
         require_role(s.who, TokenRole.ADMIN, TokenRole.AGENT)
         request.app.state.nodes.get(s.who, name)
-        if action in CONSEQUENCES and confirmed != "yes":
+        if action in views.CONSEQUENCES and confirmed != "yes":
             target = f"/dashboard/nodes/{quote(name)}/{action}"
             return confirm_page(request, s, action, name, target)
         request.app.state.nodes.set_state(s.who, name, action)

@@ -27,6 +27,13 @@ REASON_WORDS: dict[str, str] = {
     "cycle-limit": "Not looked at in the last cycle yet",
 }
 TERMINAL = ("succeeded", "failed", "stopped")
+# What each action that asks first does, in the words of its confirmation (dialog and page).
+# The dialog and the confirmation page put them after "Stop job J?" / "Drain node N?".
+CONSEQUENCES = {
+    "cordon": "No new task will be placed on it; its running tasks keep running.",
+    "drain": "It takes no new task, and its running tasks are stopped and requeued elsewhere.",
+    "stop": "Its tasks get SIGTERM, then SIGKILL after the grace period; it does not restart.",
+}
 WAITING = ("submitted", "queued")
 
 

@@ -112,6 +112,7 @@ def test_stop_needs_csrf_then_stops(browser, base, env):
     # without confirmed=yes (a browser without the dialog): a confirmation page, no stop
     r = b.post("/dashboard/jobs/s1/stop", {"csrf_token": csrf})
     assert r.status_code == 200 and 'name="confirmed" value="yes"' in r.text
+    assert "Stop job s1?" in r.text
     assert "Stop job s1? Its tasks get SIGTERM" in b.get("/dashboard/jobs/s1").text
     assert not env.store.get_job("s1").stop_requested
     r = b.post("/dashboard/jobs/s1/stop", {"csrf_token": csrf, "confirmed": "yes"})
