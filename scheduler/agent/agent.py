@@ -187,7 +187,7 @@ class Agent:
             gpu_model=cap.gpu_model,
             labels=dict(self.s.labels),
             port_range=tuple(self.s.port_range),
-            usage=usage(),
+            usage=usage(self.gpu_health.backend),
             executor=self.executor.kind,
             lease_s=self.lease_s,
             fence_s=self.fence_s,
@@ -201,7 +201,7 @@ class Agent:
         """Send a heartbeat with usage and GPU health (renewing the lease); re-register when
         the store forgot this node; cordon it when a GPU turned unhealthy (:mod:`.gpu_health`)."""
         sent = self._last_heartbeat = time.monotonic()
-        report = {**usage(), "gpu_health": self.gpu_health.report()}
+        report = {**usage(self.gpu_health.backend), "gpu_health": self.gpu_health.report()}
         if self.store.heartbeat(self.node, report) == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()

@@ -8,6 +8,7 @@ an empty GPU list.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,34 +88,54 @@ def detect_capacity(overrides: Any = None) -> Capacity:
     return Capacity(**cap)
 
 
-def usage() -> dict[str, Any]:
+def _field(value: Any, name: str) -> Any:
+    """``value.name`` of a pynvml struct, or ``value[name]`` of a recorded answer."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def gpu_samples(backend: Any) -> list[dict[str, Any]]:
+    """One sample per GPU the NVML backend lists (an
+    :class:`scheduler.agent.gpu_health.NvmlBackend`: the real ``PynvmlBackend`` or a
+    recording): ``[{index, util_percent (0-100, the share of the last sample period a kernel
+    ran), memory_used, memory_total (bytes)}]`` from ``nvmlDeviceGetUtilizationRates`` and
+    ``nvmlDeviceGetMemoryInfo``. A call NVML refuses for one GPU (``NOT_SUPPORTED``, a lost
+    GPU...) leaves that GPU's fields None: nothing is guessed, the other GPUs keep theirs."""
+    from scheduler.agent.gpu_health import NvmlCallError
+
+    out = []
+    for i in range(backend.device_count()):
+        sample: dict[str, Any] = {
+            "index": i,
+            "util_percent": None,
+            "memory_used": None,
+            "memory_total": None,
+        }
+        with contextlib.suppress(NvmlCallError):
+            util = _field(backend.call("nvmlDeviceGetUtilizationRates", i), "gpu")
+            sample["util_percent"] = None if util is None else int(util)
+        with contextlib.suppress(NvmlCallError):
+            mem = backend.call("nvmlDeviceGetMemoryInfo", i)
+            used, total = _field(mem, "used"), _field(mem, "total")
+            sample["memory_used"] = None if used is None else int(used)
+            sample["memory_total"] = None if total is None else int(total)
+        out.append(sample)
+    return out
+
+
+def usage(gpus: Any = None) -> dict[str, Any]:
     """Current usage: ``{cpu_percent, memory_used, memory_total, load1, gpus: [{index,
-    util_percent, memory_used, memory_total}]}`` (bytes, percent)."""
+    util_percent, memory_used, memory_total}]}`` (bytes, percent).
+
+    Args:
+        gpus: the agent's NVML backend (its GPU health monitor's); None (no NVIDIA driver)
+            leaves ``gpus`` empty, so GPUs that are only declared (the dev cluster's fake
+            GPUs) show as unknown, never as numbers. See :func:`gpu_samples`.
+    """
     vm = psutil.virtual_memory()
-    out: dict[str, Any] = {
+    return {
         "cpu_percent": psutil.cpu_percent(interval=None),
         "memory_used": vm.total - vm.available,
         "memory_total": vm.total,
         "load1": psutil.getloadavg()[0],
-        "gpus": [],
+        "gpus": gpu_samples(gpus) if gpus is not None else [],
     }
-    nv = _nvml()
-    if nv is not None:
-        try:
-            for i in range(nv.nvmlDeviceGetCount()):
-                h = nv.nvmlDeviceGetHandleByIndex(i)
-                util = nv.nvmlDeviceGetUtilizationRates(h)
-                mem = nv.nvmlDeviceGetMemoryInfo(h)
-                out["gpus"].append(
-                    {
-                        "index": i,
-                        "util_percent": util.gpu,
-                        "memory_used": mem.used,
-                        "memory_total": mem.total,
-                    }
-                )
-        except Exception:  # noqa: BLE001
-            pass
-        finally:
-            nv.nvmlShutdown()
-    return out

@@ -120,10 +120,17 @@ class SchedulerCollector:
     - ``pasture_pending_jobs{kind}``               queued jobs by pending-reason kind
     - ``pasture_placements_total``, ``pasture_preemptions_total``   counters
     - ``pasture_scheduling_cycle_seconds``         histogram (seconds)
-    - ``pasture_node_gpus{node, kind=total|allocated|idle}``
-    - ``pasture_vc_gpus{vc, kind=guarantee|allocated|borrowed}``
+    - ``pasture_node_gpu_capacity{node}``, ``pasture_node_gpus_allocated{node}``,
+      ``pasture_node_gpus_idle{node}``
+    - ``pasture_vc_gpu_guarantee{vc}``, ``pasture_vc_gpus_allocated{vc}``,
+      ``pasture_vc_gpus_borrowed{vc}``
     - ``pasture_node_heartbeat_age_seconds{node}`` seconds since the last heartbeat
-    - ``pasture_node_utilisation_percent{node, resource=cpu|memory|gpu}`` last report
+    - ``pasture_node_{cpu,memory,gpu}_utilisation_ratio{node}`` 0-1, last report
+    - ``pasture_gpu_utilisation_ratio{node, gpu}`` (0-1),
+      ``pasture_gpu_memory_used_bytes{node, gpu}``,
+      ``pasture_gpu_memory_capacity_bytes{node, gpu}``: per GPU, as NVML measured it
+
+    docs/dashboard.md lists the names these replaced.
     """
 
     def __init__(self, store) -> None:
@@ -177,52 +184,98 @@ class SchedulerCollector:
             buckets=[(repr(b), c) for b, c in buckets] + [("+Inf", count)],
             sum_value=total,
         )
-        alloc: dict[str, int] = {}
-        for a in ledger.values():
-            alloc[a.node] = alloc.get(a.node, 0) + a.gpu
-        gpus = GaugeMetricFamily(
-            "pasture_node_gpus", "GPUs per node: total, allocated, idle.", labels=["node", "kind"]
-        )
-        age = GaugeMetricFamily(
-            "pasture_node_heartbeat_age_seconds",
-            "Seconds since the node's last heartbeat.",
-            labels=["node"],
-        )
-        util = GaugeMetricFamily(
-            "pasture_node_utilisation_percent",
-            "Last reported utilisation in percent.",
-            labels=["node", "resource"],
-        )
-        for n in nodes:
-            used = alloc.get(n.name, 0)
-            gpus.add_metric([n.name, "total"], n.gpu)
-            gpus.add_metric([n.name, "allocated"], used)
-            gpus.add_metric([n.name, "idle"], max(0, n.gpu - used) if n.state == "ready" else 0)
-            age.add_metric([n.name], max(0.0, now - n.heartbeat))
-            u = n.usage or {}
-            if u.get("cpu_percent") is not None:
-                util.add_metric([n.name, "cpu"], float(u["cpu_percent"]))
-            if u.get("memory_total"):
-                util.add_metric(
-                    [n.name, "memory"],
-                    100.0 * float(u.get("memory_used") or 0) / float(u["memory_total"]),
-                )
-            g = [x for x in u.get("gpus") or [] if isinstance(x, dict)]
-            if g:
-                util.add_metric(
-                    [n.name, "gpu"], sum(float(x.get("util_percent") or 0) for x in g) / len(g)
-                )
-        yield gpus
-        yield age
-        yield util
-        vcg = GaugeMetricFamily(
-            "pasture_vc_gpus", "GPUs per VC: guarantee, allocated, borrowed.", labels=["vc", "kind"]
-        )
-        for v in vcs:
-            vcg.add_metric([v.name, "guarantee"], (v.guarantee or {}).get("gpu", 0))
-            vcg.add_metric([v.name, "allocated"], (v.used or {}).get("gpu", 0))
-            vcg.add_metric([v.name, "borrowed"], (v.borrowed or {}).get("gpu", 0))
-        yield vcg
+        yield from node_gpu_families(nodes, ledger, now)
+        yield from vc_gpu_families(vcs)
+
+
+def node_gpu_families(nodes, ledger, now: float):
+    """Per-node GPU counts, heartbeat age, utilisation ratios and per-GPU samples.
+
+    Totals and their parts are separate metrics, so ``sum()`` over any label is safe:
+    ``pasture_node_gpu_capacity`` (what the node has) vs ``pasture_node_gpus_allocated`` and
+    ``pasture_node_gpus_idle`` (free on a ``ready`` node). Ratios are 0-1. Per-GPU series come
+    only from what NVML measured (the agent's ``usage["gpus"]``); a GPU without a sample (the
+    dev cluster's fake GPUs) has no series rather than a made-up 0.
+    """
+    alloc: dict[str, int] = {}
+    for a in ledger.values():
+        alloc[a.node] = alloc.get(a.node, 0) + a.gpu
+
+    def family(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=["node", *labels])
+
+    capacity = family("pasture_node_gpu_capacity", "GPUs the node has (lost nodes included).")
+    allocated = family("pasture_node_gpus_allocated", "GPUs of the node allocated to tasks.")
+    idle = family("pasture_node_gpus_idle", "Free GPUs on a ready node (0 when not ready).")
+    age = family("pasture_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.")
+    ratio = {
+        "cpu": family("pasture_node_cpu_utilisation_ratio", "CPU busy, 0-1 (last report)."),
+        "memory": family(
+            "pasture_node_memory_utilisation_ratio", "Memory used / total, 0-1 (last report)."
+        ),
+        "gpu": family(
+            "pasture_node_gpu_utilisation_ratio",
+            "Mean utilisation of the node's measured GPUs, 0-1 (last report).",
+        ),
+    }
+    gpu_util = family(
+        "pasture_gpu_utilisation_ratio",
+        "Share of the last sample period a kernel ran on the GPU (NVML), 0-1.",
+        "gpu",
+    )
+    gpu_used = family("pasture_gpu_memory_used_bytes", "GPU memory in use (NVML), bytes.", "gpu")
+    gpu_size = family("pasture_gpu_memory_capacity_bytes", "GPU memory size (NVML), bytes.", "gpu")
+    for n in nodes:
+        used = alloc.get(n.name, 0)
+        capacity.add_metric([n.name], n.gpu)
+        allocated.add_metric([n.name], used)
+        idle.add_metric([n.name], max(0, n.gpu - used) if n.state == "ready" else 0)
+        age.add_metric([n.name], max(0.0, now - n.heartbeat))
+        u = n.usage or {}
+        if u.get("cpu_percent") is not None:
+            ratio["cpu"].add_metric([n.name], float(u["cpu_percent"]) / 100.0)
+        if u.get("memory_total"):
+            ratio["memory"].add_metric(
+                [n.name], float(u.get("memory_used") or 0) / float(u["memory_total"])
+            )
+        measured = []
+        for g in u.get("gpus") or []:
+            if not isinstance(g, dict) or g.get("index") is None:
+                continue
+            labels = [n.name, str(g["index"])]
+            if isinstance(g.get("util_percent"), int | float):
+                gpu_util.add_metric(labels, float(g["util_percent"]) / 100.0)
+                measured.append(float(g["util_percent"]) / 100.0)
+            if isinstance(g.get("memory_used"), int | float):
+                gpu_used.add_metric(labels, float(g["memory_used"]))
+            if isinstance(g.get("memory_total"), int | float):
+                gpu_size.add_metric(labels, float(g["memory_total"]))
+        if measured:
+            ratio["gpu"].add_metric([n.name], sum(measured) / len(measured))
+    yield from (capacity, allocated, idle, age, *ratio.values(), gpu_util, gpu_used, gpu_size)
+
+
+def vc_gpu_families(vcs):
+    """Per-VC GPUs: ``pasture_vc_gpu_guarantee``, ``pasture_vc_gpus_allocated`` and
+    ``pasture_vc_gpus_borrowed`` (the part of allocated above the guarantee), each its own
+    metric so that no ``sum()`` adds a guarantee to an allocation."""
+    out = {
+        "guarantee": GaugeMetricFamily(
+            "pasture_vc_gpu_guarantee", "GPUs guaranteed to the VC.", labels=["vc"]
+        ),
+        "used": GaugeMetricFamily(
+            "pasture_vc_gpus_allocated", "GPUs allocated to the VC's tasks.", labels=["vc"]
+        ),
+        "borrowed": GaugeMetricFamily(
+            "pasture_vc_gpus_borrowed",
+            "GPUs the VC holds above its guarantee (part of allocated).",
+            labels=["vc"],
+        ),
+    }
+    for v in vcs:
+        for key, fam in out.items():
+            fam.add_metric([v.name], (getattr(v, key) or {}).get("gpu", 0))
+    yield from out.values()
 
 
 # ---- operations health (issue 19; the alerting rules in roles/prometheus use these) -------

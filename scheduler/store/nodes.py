@@ -33,16 +33,18 @@ NODE_STATES = ("ready", "cordoned", "draining", "lost")
 
 def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
     """The compact history sample of an agent's usage report: ``{cpu, mem, gpu}`` in
-    percent (``gpu``: mean utilisation over the node's GPUs, None without GPUs); None when
-    the report has no CPU figure."""
+    percent (``gpu``: mean utilisation over the GPUs NVML measured, None without any); None
+    when the report has no CPU figure."""
     if not isinstance(usage, dict) or usage.get("cpu_percent") is None:
         return None
     total = usage.get("memory_total") or 0
     mem = 100.0 * float(usage.get("memory_used") or 0) / total if total else 0.0
-    gpus = [g for g in usage.get("gpus") or [] if isinstance(g, dict)]
-    gpu = (
-        round(sum(float(g.get("util_percent") or 0) for g in gpus) / len(gpus), 1) if gpus else None
-    )
+    gpus = [
+        g
+        for g in usage.get("gpus") or []
+        if isinstance(g, dict) and g.get("util_percent") is not None
+    ]
+    gpu = round(sum(float(g["util_percent"]) for g in gpus) / len(gpus), 1) if gpus else None
     return {"cpu": round(float(usage["cpu_percent"]), 1), "mem": round(mem, 1), "gpu": gpu}
 
 

@@ -37,12 +37,8 @@ def test_admin_sees_nodes_follows_log_and_stops_job(page, cluster):
     cookie = next(c for c in page.context.cookies() if c["name"] == "pasture_session")
     assert cookie["secure"] and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert page.text_content("#node-count") == "2"
-    # let a heartbeat's usage sample reach the chart before the screenshot
-    deadline = time.monotonic() + 10
-    while page.locator("#usage-chart polyline").count() == 0 and time.monotonic() < deadline:
-        time.sleep(1)
-        page.reload()
-    assert page.locator("#usage-chart polyline").count() >= 1
+    # the uPlot chart is drawn from /dashboard/usage (heartbeats' samples)
+    expect(page.locator("#usage-chart .uplot canvas")).to_have_count(1)
     screenshot(page, "overview.png")
 
     page.click("nav >> text=Nodes")
@@ -63,6 +59,7 @@ def test_admin_sees_nodes_follows_log_and_stops_job(page, cluster):
     screenshot(page, "job.png")
 
     page.click("#stop-job")
+    page.click("#confirm-ok")  # the confirmation dialog (tests/browser/test_dashboard_new.py)
     expect(page.locator("#job-state")).to_have_text("stopped", timeout=30000)
     assert cluster.job("ticker")["state"] == "stopped"
     assert page.locator("#stop-job").count() == 0
@@ -91,6 +88,7 @@ def test_form_post_without_csrf_token_is_refused(page, cluster):
     page.goto(f"{cluster.endpoint}/dashboard/jobs/csrf-target")
     # a forged form: the same post without the hidden synchronizer token
     page.evaluate("document.querySelector('form.stop input[name=csrf_token]').remove()")
+    page.evaluate("document.querySelector('form.stop input[name=confirmed]').value = 'yes'")
     with page.expect_navigation() as nav:
         page.click("#stop-job")
     assert nav.value.status == 403
@@ -106,4 +104,5 @@ def test_form_post_without_csrf_token_is_refused(page, cluster):
     # the real form still works
     page.goto(f"{cluster.endpoint}/dashboard/jobs/csrf-target")
     page.click("#stop-job")
+    page.click("#confirm-ok")
     cluster.wait_state("csrf-target", "stopped")

@@ -1,11 +1,15 @@
 """The web dashboard served by the API under ``/dashboard`` (see docs/dashboard.md).
 
-- ``pages.py``    routes: login, overview, nodes, jobs, one job (+ log tail), VCs
+- ``pages.py``    routes: login, overview, usage chart data, nodes, jobs, one job (+ log
+  tail), VCs
+- ``actions.py``  the state-changing forms (stop, resubmit, cordon / drain), confirmed
 - ``sessions.py`` server-side sessions in Redis and CSRF tokens
 - ``views.py``    what the pages show, computed from store records
-- ``templates/``, ``static/`` Jinja2 templates, CSS and the log-tail script
+- ``templates/``, ``static/`` Jinja2 templates, CSS, scripts and the vendored
+  uPlot (``static/README.md``)
 """
 
+from scheduler.api.dashboard import actions  # noqa: F401 - registers the form routes
 from scheduler.api.dashboard.pages import router
 
 __all__ = ["router"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 import secrets
 from pathlib import Path
-from typing import Literal
 from urllib.parse import quote
 
+import yaml
 from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -29,7 +29,7 @@ from scheduler.api.dashboard.sessions import (
     csrf_ok,
 )
 from scheduler.api.schemas import VC_NAME
-from scheduler.services.errors import NotFoundError, ServiceError
+from scheduler.services.errors import NotFoundError
 from scheduler.services.jobs import JOB_STATES
 from scheduler.services.records import as_dict
 
@@ -42,6 +42,7 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["duration"] = views.duration
 templates.env.filters["cpu"] = views.cpu
 templates.env.filters["memory"] = views.memory
+templates.env.globals["consequences"] = views.CONSEQUENCES
 
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
@@ -165,59 +166,67 @@ def logout(request: Request, csrf_token: str = Form("")) -> Response:
 # ---- pages --------------------------------------------------------------------------
 @router.get("/")
 def overview(request: Request) -> Response:
+    """Cluster totals from the status service, VC bars from the VC service (the same
+    figures ``GET /api/v1/status`` and ``/api/v1/vcs`` give), the usage chart's data from
+    ``/dashboard/usage``."""
     s = session(request)
     if s is None:
         return to_login(request)
-    store = request.app.state.store
-    now = store.now()
-    nodes = [node_fields(n) for n in store.list_nodes(with_usage=False)]
-    ledger = list(store.ledger().values())
-    vcs = as_dict(store.vc_usage())
-    node_states: dict[str, int] = {}
-    capacity = {"cpu_m": 0, "memory": 0}
-    for n in nodes:
-        node_states[n["state"]] = node_states.get(n["state"], 0) + 1
-        if n["state"] != "lost":
-            capacity["cpu_m"] += n["cpu_m"]
-            capacity["memory"] += n["memory"]
-    allocated = {
-        "cpu_m": sum(a.cpu_m for a in ledger),
-        "memory": sum(a.memory for a in ledger),
-    }
-    jobs = {
-        "running": sum(v["jobs_running"] for v in vcs),
-        "waiting": sum(v["jobs_queued"] for v in vcs),
-    }
+    state = request.app.state
+    status = state.status.status(s.who)
+    vcs = state.vcs.list(s.who)
+    jobs = status.get("jobs") or {}
+    capacity, allocated = status.get("capacity") or {}, status.get("allocated") or {}
     return render(
         request,
         "overview.html",
         s,
-        cluster=getattr(request.app.state.status, "cluster_name", ""),
-        nodes=len(nodes),
-        node_states=sorted(node_states.items()),
-        jobs=jobs,
-        gpus=views.gpu_totals(nodes, ledger),
+        cluster=status.get("cluster") or getattr(state.status, "cluster_name", ""),
+        nodes=sum((status.get("nodes") or {}).values()),
+        node_states=sorted((status.get("nodes") or {}).items()),
+        jobs={
+            "running": jobs.get("running", 0),
+            "waiting": sum(jobs.get(k, 0) for k in views.WAITING),
+        },
+        gpus={
+            "total": capacity.get("gpu", 0),
+            "allocated": allocated.get("gpu", 0),
+            "free": max(0, capacity.get("gpu", 0) - allocated.get("gpu", 0)),
+        },
         capacity=capacity,
         allocated=allocated,
-        chart=views.usage_chart(store.cluster_usage(now - 3600, now), now),
         vc_gpu=views.vc_bars(vcs, "gpu"),
         vc_cpu=views.vc_bars(vcs, "cpu_m"),
     )
 
 
-def node_fields(n) -> dict:
-    """The fields of a store NodeRecord the pages use (cheaper than a full as_dict)."""
-    return {
-        "name": n.name,
-        "address": n.address,
-        "state": n.state,
-        "cpu_m": n.cpu_m,
-        "memory": n.memory,
-        "gpu": n.gpu,
-        "gpu_model": n.gpu_model,
-        "heartbeat": n.heartbeat,
-        "usage": n.usage,
-    }
+@router.get("/usage")
+def usage_series(
+    request: Request,
+    node: str | None = Query(None, max_length=253),
+    window_s: int = Query(3600, ge=60, le=7200),
+) -> Response:
+    """Utilisation over the last ``window_s`` seconds as uPlot columns
+    ``{t: [Unix s], cpu, mem, gpu: [percent or null]}`` (:func:`views.chart_series`): the
+    cluster's per-minute means, or with ``node`` that node's samples (one per 5 s)."""
+    s = session(request)
+    if s is None:
+        return JSONResponse({"detail": "log in first"}, status_code=401)
+    state = request.app.state
+    store = state.store
+    now = store.now()
+    if node is None:
+        samples = store.cluster_usage(now - window_s, now)
+    else:
+        try:
+            state.nodes.get(s.who, node)
+        except NotFoundError as exc:
+            return JSONResponse({"detail": exc.message}, status_code=404)
+        samples = store.usage_history(node, since=now - window_s)
+    return JSONResponse(
+        {**views.chart_series(samples), "now": now, "window_s": window_s},
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 @router.get("/nodes")
@@ -225,9 +234,9 @@ def nodes_page(request: Request) -> Response:
     s = session(request)
     if s is None:
         return to_login(request)
-    store = request.app.state.store
-    nodes = [node_fields(n) for n in store.list_nodes()]
-    rows = views.node_rows(nodes, store.ledger().values(), store.now())
+    state = request.app.state
+    nodes = state.nodes.list(s.who)
+    rows = views.node_rows(nodes, state.store.ledger().values(), state.store.now())
     return render(request, "nodes.html", s, rows=rows, admin=s.who.role.value == "admin")
 
 
@@ -246,37 +255,17 @@ def node_page(name: str, request: Request) -> Response:
     now = store.now()
     ledger = [a for a in store.ledger().values() if a.node == name]
     row = views.node_rows([node], ledger, now)[0]
-    history = views.per_minute(store.usage_history(name, since=now - 3600))
     return render(
         request,
         "node.html",
         s,
         node=node,
         row=row,
+        gpus=views.gpu_rows(node),
         allocations=held["tasks"],
         others=held["others"],
-        chart=views.usage_chart(history, now),
         admin=s.who.role.value == "admin",
     )
-
-
-@router.post("/nodes/{name}/{action}")
-def node_action(
-    name: str,
-    action: Literal["cordon", "uncordon", "drain"],
-    request: Request,
-    csrf_token: str = Form(""),
-) -> Response:
-    s = session(request)
-    if s is None:
-        return error(request, None, 401, "Log in first.")
-    if not csrf_ok(s.csrf, csrf_token):
-        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
-    try:
-        request.app.state.nodes.set_state(s.who, name, action)
-    except ServiceError as exc:
-        return error(request, s, exc.status, exc.message)
-    return RedirectResponse("/dashboard/nodes", status_code=303)
 
 
 @router.get("/jobs")
@@ -356,21 +345,8 @@ def job_page(name: str, request: Request) -> Response:
         files=files,
         now=now,
         terminal=job.get("state") in views.TERMINAL,
+        spec_yaml=yaml.safe_dump(job.get("spec") or {}, sort_keys=False, allow_unicode=True),
     )
-
-
-@router.post("/jobs/{name}/stop")
-def stop_job(name: str, request: Request, csrf_token: str = Form("")) -> Response:
-    s = session(request)
-    if s is None:
-        return error(request, None, 401, "Log in first.")
-    if not csrf_ok(s.csrf, csrf_token):
-        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
-    try:
-        request.app.state.jobs.stop(s.who, name, reason=f"stopped by {s.who.name} (dashboard)")
-    except ServiceError as exc:
-        return error(request, s, exc.status, exc.message)
-    return RedirectResponse(f"/dashboard/jobs/{quote(name)}", status_code=303)
 
 
 @router.get("/jobs/{name}/log")

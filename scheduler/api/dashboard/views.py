@@ -6,8 +6,11 @@ and numbers the templates print as they are.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from scheduler.units import format_bytes, format_duration, format_millicores
 
 # Pending-reason kinds (scheduler.core.model.ReasonKind) in words; the reason's own
 # message (one sentence with the numbers) is shown next to it.
@@ -24,34 +27,58 @@ REASON_WORDS: dict[str, str] = {
     "cycle-limit": "Not looked at in the last cycle yet",
 }
 TERMINAL = ("succeeded", "failed", "stopped")
+# What each action that asks first does, in the words of its confirmation (dialog and page).
+# The dialog and the confirmation page put them after "Stop job J?" / "Drain node N?".
+CONSEQUENCES = {
+    "cordon": "No new task will be placed on it; its running tasks keep running.",
+    "drain": "It takes no new task, and its running tasks are stopped and requeued elsewhere.",
+    "stop": "Its tasks get SIGTERM, then SIGKILL after the grace period; it does not restart.",
+}
 WAITING = ("submitted", "queued")
 
 
 def duration(seconds: float | None) -> str:
-    """``3s``, ``4m 05s``, ``2h 03m``, ``3d 4h``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+    """``45s``, ``3m20s``, ``2h5m``, ``2d7h`` (:func:`scheduler.units.format_duration`);
+    ``-`` for None."""
+    return "-" if seconds is None else format_duration(seconds)
 
 
 def cpu(millicores: int | float) -> str:
-    """``1.5`` (cores) from millicores."""
-    return f"{millicores / 1000:g}"
+    """Cores from millicores (:func:`scheduler.units.format_millicores`: ``1.5``, ``500m``)."""
+    return format_millicores(millicores)
 
 
 def memory(n: int | float) -> str:
-    """Bytes as ``512Mi`` / ``16Gi`` (binary units)."""
-    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{int(n)}B"
+    """Bytes in binary units (:func:`scheduler.units.format_bytes`: ``512Mi``, ``23.5Gi``)."""
+    return format_bytes(n)
+
+
+def clock(t: float | None) -> str:
+    """A Unix time (s) as ``YYYY-MM-DD HH:MM:SS`` UTC; ``-`` for None or 0."""
+    if not t:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t)))
+
+
+def job_gpus(job: Mapping[str, Any]) -> int:
+    """GPUs the job asks for: the sum over its roles of replicas x GPUs per task (spec)."""
+    roles = (job.get("spec") or {}).get("roles") or {}
+    total = 0
+    for role in roles.values() if isinstance(roles, dict) else ():
+        resources = role.get("resources") or {}
+        total += int(role.get("replicas") or 1) * int(resources.get("gpu") or 0)
+    return total
+
+
+def run_time(job: Mapping[str, Any], now: float) -> float | None:
+    """Seconds from the job's start to its end (or to ``now`` while it runs); None when it
+    never started."""
+    start = job.get("start_time")
+    if not isinstance(start, int | float) or start <= 0:
+        return None
+    end = job.get("end_time")
+    end = end if isinstance(end, int | float) and end >= start else now
+    return end - start
 
 
 def pending_words(job: Mapping[str, Any]) -> str:
@@ -84,7 +111,8 @@ def task_diagnosis(task: Mapping[str, Any]) -> dict | None:
 
 def job_row(job: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], now: float) -> dict:
     """One line of the jobs table: name, vc, user, state, age, queueing delay (from
-    creation to placement, or until now while waiting), placement (nodes), reason."""
+    creation to placement, or until now while waiting), placement (nodes), reason, gpus
+    (asked for), duration (run time so far), ended (UTC end time of a finished job)."""
     created = float(job.get("created") or now)
     scheduled = job.get("scheduled_time")
     if scheduled is not None:
@@ -103,6 +131,9 @@ def job_row(job: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], now: flo
         "delay": duration(delay),
         "placement": ", ".join(nodes) if nodes else "-",
         "reason": pending_words(job),
+        "gpus": job_gpus(job),
+        "duration": duration(run_time(job, now)),
+        "ended": clock(job.get("end_time")) if job.get("state") in TERMINAL else "-",
     }
 
 
@@ -130,26 +161,11 @@ def node_rows(nodes: Iterable[Mapping[str, Any]], ledger: Iterable[Any], now: fl
                 "memory": f"{memory(got['memory'])} / {memory(n.get('memory', 0))}",
                 "tasks": got["tasks"],
                 "cpu_percent": usage.get("cpu_percent"),
+                "gpus": gpu_summary(n),
                 "heartbeat_age": duration(now - float(n.get("heartbeat") or 0)),
             }
         )
     return rows
-
-
-def gpu_totals(nodes: Iterable[Mapping[str, Any]], ledger: Iterable[Any]) -> dict[str, int]:
-    """``{total, allocated, idle}`` GPUs; nodes not ``ready`` count in total, not idle."""
-    nodes = list(nodes)
-    used: dict[str, int] = {}
-    for a in ledger:
-        used[a.node] = used.get(a.node, 0) + a.gpu
-    total = sum(int(n.get("gpu") or 0) for n in nodes if n.get("state") != "lost")
-    allocated = sum(used.values())
-    idle = sum(
-        max(0, int(n.get("gpu") or 0) - used.get(n["name"], 0))
-        for n in nodes
-        if n.get("state") == "ready"
-    )
-    return {"total": total, "allocated": allocated, "idle": idle}
 
 
 def vc_bars(vcs: Iterable[Mapping[str, Any]], resource: str) -> list[dict]:
@@ -183,58 +199,63 @@ def vc_bars(vcs: Iterable[Mapping[str, Any]], resource: str) -> list[dict]:
     return out
 
 
-def usage_chart(
-    minutes: list[Mapping[str, Any]],
-    now: float,
-    window_s: float = 3600.0,
-    width: int = 600,
-    height: int = 120,
-) -> dict:
-    """The cluster's mean CPU / memory / GPU utilisation over the last ``window_s`` seconds
-    as SVG polyline points of a step line, one flat step per minute (server-rendered; no
-    chart library needed for three lines).
-
-    Args:
-        minutes: ``[{t (minute start, s), cpu, mem, gpu (percent or None)}]`` as
-            :meth:`Store.cluster_usage` gives them.
-
-    Returns ``{series: [{key, name, points: "x,y x,y"}], width, height, samples: minutes
-    with data, last: {cpu, mem, gpu}}``; a series without data has empty points.
-    """
-    start = now - window_s
-    nbuckets = int(window_s // 60)
-    series, last, seen = [], {}, 0
-    rows = [m for m in minutes if start - 60 < float(m.get("t", 0)) <= now]
-    for k, name in (("cpu", "CPU"), ("mem", "memory"), ("gpu", "GPU")):
-        pts = []
-        for m in sorted(rows, key=lambda r: r["t"]):
-            v = m.get(k)
-            if v is None:
-                continue
-            i = min(nbuckets - 1, max(0, int((float(m["t"]) + 30 - start) // 60)))
-            x0, x1 = width * i / nbuckets, width * (i + 1) / nbuckets
-            # 2 units of margin keep 0 % and 100 % off the frame
-            y = 2 + (height - 4) * (1 - min(100.0, max(0.0, float(v))) / 100.0)
-            pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")
-            last[k] = round(float(v), 1)
-        series.append({"key": k, "name": name, "points": " ".join(pts)})
-    seen = len(rows)
-    return {"series": series, "width": width, "height": height, "samples": seen, "last": last}
-
-
-def per_minute(samples: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A node's usage samples (``{t, cpu, mem, gpu}``) as per-minute means in the shape of
-    :meth:`Store.cluster_usage` (``[{t: minute start, cpu, mem, gpu}]``, oldest first)."""
-    sums: dict[int, dict[str, list[float]]] = {}
-    for s in samples:
-        minute = sums.setdefault(int(float(s.get("t", 0)) // 60) * 60, {})
-        for k in ("cpu", "mem", "gpu"):
-            if s.get(k) is not None:
-                minute.setdefault(k, []).append(float(s[k]))
-    out = []
-    for m, v in sorted(sums.items()):
-        row: dict[str, Any] = {"t": float(m)}
-        for k in ("cpu", "mem", "gpu"):
-            row[k] = sum(v[k]) / len(v[k]) if v.get(k) else None
-        out.append(row)
+def chart_series(samples: Iterable[Mapping[str, Any]]) -> dict[str, list]:
+    """Usage samples (``{t, cpu, mem, gpu}``, percent) as the column arrays a uPlot chart
+    takes: ``{t: [Unix s], cpu: [...], mem: [...], gpu: [...]}``, oldest first; a missing
+    figure is None (a gap in the line, never a made-up 0)."""
+    rows = sorted(samples, key=lambda r: float(r.get("t", 0)))
+    out: dict[str, list] = {"t": [float(r.get("t", 0)) for r in rows]}
+    for k in ("cpu", "mem", "gpu"):
+        out[k] = [None if r.get(k) is None else round(float(r[k]), 1) for r in rows]
     return out
+
+
+def gpu_rows(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One line per GPU of a node for the per-GPU table: ``{index, util (0-100 or None),
+    util_text, memory_used, memory_total (bytes or None), memory_text, memory_percent,
+    healthy (bool or None), temperature_c, problems}``.
+
+    The figures are the agent's NVML samples (``usage["gpus"]``) and health probe
+    (``usage["gpu_health"]``); a GPU the node declares without a sample (the dev cluster's
+    fake GPUs, a GPU NVML refused) shows ``unknown``, never a made-up number.
+    """
+    usage = node.get("usage") or {}
+    samples = {
+        int(g["index"]): g
+        for g in usage.get("gpus") or []
+        if isinstance(g, dict) and g.get("index") is not None
+    }
+    health = {
+        int(g["index"]): g
+        for g in usage.get("gpu_health") or []
+        if isinstance(g, dict) and g.get("index") is not None
+    }
+    count = max([int(node.get("gpu") or 0), *(i + 1 for i in samples), *(i + 1 for i in health)])
+    rows = []
+    for i in range(count):
+        g, h = samples.get(i, {}), health.get(i, {})
+        util = g.get("util_percent")
+        used, total = g.get("memory_used"), g.get("memory_total")
+        has_mem = isinstance(used, int | float) and isinstance(total, int | float) and total > 0
+        rows.append(
+            {
+                "index": i,
+                "util": float(util) if isinstance(util, int | float) else None,
+                "util_text": f"{float(util):.0f}%" if isinstance(util, int | float) else "unknown",
+                "memory_used": used if has_mem else None,
+                "memory_total": total if has_mem else None,
+                "memory_text": f"{memory(used)} / {memory(total)}" if has_mem else "unknown",
+                "memory_percent": 100.0 * used / total if has_mem else None,
+                "healthy": h.get("healthy") if h else None,
+                "temperature_c": h.get("temperature_c"),
+                "problems": list(h.get("problems") or []),
+            }
+        )
+    return rows
+
+
+def gpu_summary(node: Mapping[str, Any]) -> str:
+    """The nodes table's per-GPU cell: ``"87% 12% unknown"`` (utilisation per GPU index),
+    ``-`` without GPUs."""
+    rows = gpu_rows(node)
+    return " ".join(r["util_text"] for r in rows) if rows else "-"

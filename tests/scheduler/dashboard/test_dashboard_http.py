@@ -108,7 +108,14 @@ def test_stop_needs_csrf_then_stops(browser, base, env):
     r = b.post("/dashboard/jobs/s1/stop", {})
     assert r.status_code == 403
     assert not env.store.get_job("s1").stop_requested
-    r = b.post("/dashboard/jobs/s1/stop", {"csrf_token": b.csrf("/dashboard/jobs/s1")})
+    csrf = b.csrf("/dashboard/jobs/s1")
+    # without confirmed=yes (a browser without the dialog): a confirmation page, no stop
+    r = b.post("/dashboard/jobs/s1/stop", {"csrf_token": csrf})
+    assert r.status_code == 200 and 'name="confirmed" value="yes"' in r.text
+    assert "Stop job s1?" in r.text
+    assert "Stop job s1? Its tasks get SIGTERM" in b.get("/dashboard/jobs/s1").text
+    assert not env.store.get_job("s1").stop_requested
+    r = b.post("/dashboard/jobs/s1/stop", {"csrf_token": csrf, "confirmed": "yes"})
     assert r.status_code == 303
     assert env.store.get_job("s1").stop_requested
 
@@ -116,19 +123,24 @@ def test_stop_needs_csrf_then_stops(browser, base, env):
 def test_node_actions_admin_only_with_csrf(browser, env):
     user = browser()
     user.login(env.alice)
-    assert "cordon" not in user.get("/dashboard/nodes").text.split("<tbody>")[1]
+    assert "cordon" not in user.get("/dashboard/nodes").text.split("<tbody")[1]
     r = user.post("/dashboard/nodes/node-1/cordon", {"csrf_token": user.csrf()})
     assert r.status_code == 403
     assert env.store.get_node("node-1").state == "ready"
     admin = browser()
     admin.login(env.admin)
     assert admin.post("/dashboard/nodes/node-1/cordon", {}).status_code == 403
-    r = admin.post("/dashboard/nodes/node-1/cordon", {"csrf_token": admin.csrf()})
+    r = admin.post("/dashboard/nodes/node-1/drain", {"csrf_token": admin.csrf()})
+    assert r.status_code == 200 and "running tasks are stopped and requeued" in r.text
+    assert env.store.get_node("node-1").state == "ready"  # asked, not done
+    r = admin.post(
+        "/dashboard/nodes/node-1/cordon", {"csrf_token": admin.csrf(), "confirmed": "yes"}
+    )
     assert r.status_code == 303
     assert env.store.get_node("node-1").state == "cordoned"
     r = admin.post("/dashboard/nodes/node-1/uncordon", {"csrf_token": admin.csrf()})
     assert env.store.get_node("node-1").state == "ready"
-    r = admin.post("/dashboard/nodes/nope/drain", {"csrf_token": admin.csrf()})
+    r = admin.post("/dashboard/nodes/nope/drain", {"csrf_token": admin.csrf(), "confirmed": "yes"})
     assert r.status_code == 404
 
 
@@ -169,11 +181,50 @@ def test_overview_shows_usage_chart_and_vc_bars(browser, env):
     b.login(env.admin)
     page = b.get("/dashboard/").text
     assert 'id="node-count">3<' in page
-    assert 'id="gpu-idle">4<' in page
-    assert '<polyline class="line cpu"' in page
-    assert "CPU 50.0%" in page
+    assert 'id="gpu-total">4<' in page and 'id="gpu-free">4<' in page
+    assert 'data-src="/dashboard/usage"' in page and "uPlot.iife.min.js" in page
     assert "used 0 of 4 guaranteed" in page  # default VC's CPU bar (4 cores guaranteed)
     assert b.get("/dashboard/vcs").status_code == 200
+    # the chart's data: the cluster's per-minute means, and one node's samples
+    cluster = b.get("/dashboard/usage").json()
+    assert cluster["cpu"][-1] == 50.0 and len(cluster["t"]) == len(cluster["gpu"]) == 1
+    assert cluster["gpu"] == [None]  # no GPU figure: a gap, not 0
+    node = b.get("/dashboard/usage", params={"node": "node-1"}).json()
+    assert node["cpu"] == [50.0] and node["window_s"] == 3600
+    assert b.get("/dashboard/usage", params={"node": "nope"}).status_code == 404
+    assert b.get("/dashboard/usage", params={"window_s": 10**6}).status_code == 422
+    assert browser().get("/dashboard/usage").status_code == 401
+
+
+def test_overview_totals_are_the_status_services(browser, base, env):
+    """The overview prints the figures GET /api/v1/status gives (one computation)."""
+    env.store.register_node(
+        NodeRecord(name="gpu-2", address="127.0.0.5", cpu_m=4000, memory=1 << 33, gpu=2)
+    )
+    status = httpx.get(
+        f"{base}/api/v1/status", headers={"Authorization": f"Bearer {env.admin}"}
+    ).json()
+    b = browser()
+    b.login(env.admin)
+    page = b.get("/dashboard/").text
+    assert f'id="gpu-total">{status["capacity"]["gpu"]}<' in page
+    assert f'id="node-count">{sum(status["nodes"].values())}<' in page
+
+
+def test_node_page_per_gpu_table(browser, env):
+    env.store.register_node(
+        NodeRecord(name="gpu-1", address="127.0.0.3", cpu_m=8000, memory=1 << 34, gpu=2)
+    )
+    gpu0 = {"index": 0, "util_percent": 73, "memory_used": 3 << 30, "memory_total": 16 << 30}
+    env.store.heartbeat("gpu-1", {"cpu_percent": 5.0, "gpus": [gpu0]})
+    b = browser()
+    b.login(env.alice)
+    page = b.get("/dashboard/nodes/gpu-1").text
+    row0 = page.split('data-gpu="0"')[1].split("</tr>")[0]
+    row1 = page.split('data-gpu="1"')[1].split("</tr>")[0]
+    assert "73%" in row0 and "3Gi / 16Gi" in row0
+    assert "unknown" in row1 and "%" not in row1  # declared, never measured
+    assert "73% unknown" in b.get("/dashboard/nodes").text
 
 
 def test_open_redirect_is_not_followed(browser, env):
@@ -190,6 +241,8 @@ def test_open_redirect_is_not_followed(browser, env):
 def test_static_assets(base):
     assert httpx.get(f"{base}/dashboard/static/dashboard.css").status_code == 200
     assert httpx.get(f"{base}/dashboard/static/job.js").status_code == 200
+    for name in ("uPlot.iife.min.js", "uPlot.min.css", "charts.js", "dashboard.js"):
+        assert httpx.get(f"{base}/dashboard/static/{name}").status_code == 200, name
     assert httpx.get(f"{base}/dashboard/static/../app.py").status_code == 404
 
 
@@ -238,3 +291,26 @@ def test_job_page_shows_failed_tasks_diagnosis(browser, base, env):
     assert "retry will not help" in w0 and "Lower the batch size" in w0
     assert "nccl_error" in w1 and "NCCL timeout" in w1 and "retry can help" in w1
     assert "retry" not in ps0 and 'class="diagnosis"' not in ps0
+
+
+def test_job_page_spec_and_resubmit(browser, base, env):
+    """The job page shows the stored spec; resubmit goes through the job service's submit
+    as NAME-r2, then NAME-r3; another VC's job cannot be resubmitted (404)."""
+    submit(base, env.alice, "rs")
+    b = browser()
+    b.login(env.alice)
+    page = b.get("/dashboard/jobs/rs").text
+    assert 'id="spec-yaml"' in page and "name: rs" in page
+    csrf = b.csrf("/dashboard/jobs/rs")
+    r = b.post("/dashboard/jobs/rs/resubmit", {"csrf_token": csrf})
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/rs-r2"
+    again = b.post("/dashboard/jobs/rs/resubmit", {"csrf_token": csrf})
+    assert again.headers["location"] == "/dashboard/jobs/rs-r3"
+    old, new = env.store.get_job("rs"), env.store.get_job("rs-r2")
+    assert new.user == "alice" and new.vc == old.vc
+    assert new.spec["roles"] == old.spec["roles"]
+    assert b.post("/dashboard/jobs/rs/resubmit", {}).status_code == 403
+    bob = browser()
+    bob.login(env.bob)
+    r = bob.post("/dashboard/jobs/rs/resubmit", {"csrf_token": bob.csrf()})
+    assert r.status_code == 404 and env.store.get_job("rs-r4") is None

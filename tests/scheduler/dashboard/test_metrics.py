@@ -37,7 +37,8 @@ def test_scheduler_metrics(base, env):
     assert m[("pasture_queue_length", (("vc", "default"),))] == 2
     assert m[("pasture_queue_length", (("vc", "research"),))] == 0
     assert m[("pasture_placements_total", ())] == 0
-    assert m[("pasture_node_gpus", (("kind", "idle"), ("node", "gpu-1")))] == 4
+    assert m[("pasture_node_gpus_idle", (("node", "gpu-1"),))] == 4
+    assert m[("pasture_node_gpu_capacity", (("node", "gpu-1"),))] == 4
     assert m[("pasture_node_heartbeat_age_seconds", (("node", "node-1"),))] >= 0
 
     loop = Loop(env.store, env.settings)
@@ -50,7 +51,56 @@ def test_scheduler_metrics(base, env):
     assert m[("pasture_jobs", (("state", "scheduled"),))] == 2
     assert m[("pasture_scheduling_cycle_seconds_count", ())] == 3
     assert m[("pasture_scheduling_cycle_seconds_bucket", (("le", "+Inf"),))] == 3
-    assert m[("pasture_vc_gpus", (("kind", "allocated"), ("vc", "default")))] == 0
+    assert m[("pasture_vc_gpus_allocated", (("vc", "default"),))] == 0
+
+
+def test_gpu_totals_and_parts_are_sum_safe_and_per_gpu_series(base, env):
+    """A total and its parts are separate metrics (no sum() adds them up), ratios are 0-1,
+    and per-GPU series exist only for GPUs NVML measured."""
+    env.store.register_node(
+        NodeRecord(name="gpu-1", address="127.0.0.3", cpu_m=8000, memory=16 << 30, gpu=2)
+    )
+    env.store.register_node(
+        NodeRecord(name="fake-1", address="127.0.0.4", cpu_m=8000, memory=16 << 30, gpu=4)
+    )
+    env.store.heartbeat(
+        "gpu-1",
+        {
+            "cpu_percent": 50.0,
+            "memory_used": 4 << 30,
+            "memory_total": 16 << 30,
+            "gpus": [
+                {"index": 0, "util_percent": 30, "memory_used": 1 << 30, "memory_total": 8 << 30},
+                {"index": 1, "util_percent": None, "memory_used": None, "memory_total": None},
+            ],
+        },
+    )
+    env.store.heartbeat("fake-1", {"cpu_percent": 1.0, "memory_used": 1, "memory_total": 2})
+    m = scrape(base, env.admin)
+    node = (("node", "gpu-1"),)
+    assert m[("pasture_node_cpu_utilisation_ratio", node)] == 0.5
+    assert m[("pasture_node_memory_utilisation_ratio", node)] == 0.25
+    # the mean of the measured GPUs only (GPU 1 reported no figure)
+    assert m[("pasture_node_gpu_utilisation_ratio", node)] == 0.3
+    gpu0 = (("gpu", "0"), ("node", "gpu-1"))
+    assert m[("pasture_gpu_utilisation_ratio", gpu0)] == 0.3
+    assert m[("pasture_gpu_memory_used_bytes", gpu0)] == 1 << 30
+    assert m[("pasture_gpu_memory_capacity_bytes", gpu0)] == 8 << 30
+    gpu1 = (("gpu", "1"), ("node", "gpu-1"))
+    assert ("pasture_gpu_utilisation_ratio", gpu1) not in m
+    # fake GPUs: counted as capacity, no made-up per-GPU figures
+    assert m[("pasture_node_gpu_capacity", (("node", "fake-1"),))] == 4
+    assert not [k for k in m if k[0].startswith("pasture_gpu_") and ("node", "fake-1") in k[1]]
+    assert ("pasture_node_gpu_utilisation_ratio", (("node", "fake-1"),)) not in m
+    # sum() over every label of a family is a meaningful figure
+    cap = sum(v for k, v in m.items() if k[0] == "pasture_node_gpu_capacity")
+    assert cap == 6
+    parts = sum(
+        v for k, v in m.items() if k[0] in ("pasture_node_gpus_allocated", "pasture_node_gpus_idle")
+    )
+    assert parts == cap  # every node is ready and nothing is allocated
+    assert all(0 <= v <= 1 for k, v in m.items() if k[0].endswith("_ratio"))
+    assert not [k for k in m if k[0] in ("pasture_node_gpus", "pasture_vc_gpus")]
 
 
 def test_pending_reason_kinds(base, env):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from scheduler.api.dashboard import views
@@ -12,12 +10,15 @@ from scheduler.api.dashboard import views
 def test_duration_and_units():
     assert views.duration(None) == "-"
     assert views.duration(5.9) == "5s"
-    assert views.duration(245) == "4m 05s"
-    assert views.duration(7380) == "2h 03m"
-    assert views.duration(3 * 86400 + 4 * 3600) == "3d 4h"
+    assert views.duration(245) == "4m5s"
+    assert views.duration(7380) == "2h3m"
+    assert views.duration(3 * 86400 + 4 * 3600) == "3d4h"
     assert views.cpu(1500) == "1.5"
+    assert views.cpu(500) == "500m"
     assert views.memory(512 << 20) == "512Mi"
-    assert views.memory(16 << 30) == "16Gi"
+    assert views.memory(24684084 << 10) == "23.5Gi"  # the CLI's formatter, one for both
+    assert views.clock(None) == "-"
+    assert views.clock(86400 * 365) == "1971-01-01 00:00:00"
 
 
 def test_job_row_delay_and_reason():
@@ -28,7 +29,7 @@ def test_job_row_delay_and_reason():
         "pending_reason": {"kind": "gang-incomplete", "message": "2 of 4 workers fit"},
     }
     row = views.job_row(waiting, [], now=160.0)
-    assert row["delay"] == "1m 00s" and row["placement"] == "-"
+    assert row["delay"] == "1m" and row["placement"] == "-"
     assert row["reason"] == "Waiting until the whole gang fits at once: 2 of 4 workers fit"
     placed = {"name": "j", "state": "running", "created": 100.0, "scheduled_time": 103.0}
     tasks = [{"node": "b"}, {"node": "a"}, {"node": "b"}]
@@ -37,14 +38,7 @@ def test_job_row_delay_and_reason():
     assert views.pending_words({"state": "submitted"}).startswith("Waiting for the scheduler")
 
 
-def test_gpu_totals_and_vc_bars():
-    nodes = [
-        {"name": "a", "gpu": 8, "state": "ready"},
-        {"name": "b", "gpu": 4, "state": "cordoned"},
-        {"name": "c", "gpu": 4, "state": "lost"},
-    ]
-    ledger = [SimpleNamespace(node="a", gpu=3), SimpleNamespace(node="b", gpu=1)]
-    assert views.gpu_totals(nodes, ledger) == {"total": 12, "allocated": 4, "idle": 5}
+def test_vc_bars():
     vcs = [
         {"name": "x", "guarantee": {"gpu": 4}, "used": {"gpu": 6}, "borrowed": {"gpu": 2}},
         {"name": "y", "guarantee": {"gpu": 2}, "used": {"gpu": 1}, "borrowed": {"gpu": 0}},
@@ -59,27 +53,69 @@ def test_gpu_totals_and_vc_bars():
     assert (y["within"], y["free"]) == (pytest.approx(100 / 6), pytest.approx(100 / 6))
 
 
-def test_usage_chart_steps_per_minute():
-    now = 10_000.0
-    minutes = [
-        {"t": 3000.0, "cpu": 99.0, "mem": 99.0, "gpu": 99.0},  # older than an hour
-        {"t": 9960.0, "cpu": 40.0, "mem": 50.0, "gpu": None},
-    ]
-    chart = views.usage_chart(minutes, now, width=600, height=100)
-    assert chart["samples"] == 1
-    assert chart["last"] == {"cpu": 40.0, "mem": 50.0}
-    cpu = next(s for s in chart["series"] if s["key"] == "cpu")
-    assert cpu["points"] == "590.0,59.6 600.0,59.6"  # last minute, 40 % -> y = 2 + 96 * 0.6
-    assert next(s for s in chart["series"] if s["key"] == "gpu")["points"] == ""
+def test_job_row_gpus_duration_and_end_time():
+    job = {
+        "name": "j",
+        "state": "succeeded",
+        "created": 100.0,
+        "scheduled_time": 110.0,
+        "start_time": 120.0,
+        "end_time": 120.0 + 90000.0,
+        "spec": {
+            "roles": {
+                "ps": {"replicas": 2, "resources": {"cpu": "1"}},
+                "worker": {"replicas": 4, "resources": {"gpu": 2}},
+            }
+        },
+    }
+    row = views.job_row(job, [], now=200_000.0)
+    assert row["gpus"] == 8
+    assert row["duration"] == "1d1h"  # start to end, not to now
+    assert row["ended"] == "1970-01-02 01:02:00"
+    running = {**job, "state": "running", "end_time": None}
+    row = views.job_row(running, [], now=180.0)
+    assert (row["duration"], row["ended"]) == ("1m", "-")
+    assert (
+        views.job_row({**job, "state": "queued", "start_time": None}, [], 500.0)["duration"] == "-"
+    )
 
 
-def test_per_minute_means():
+def test_gpu_rows_measured_and_unknown():
+    node = {
+        "gpu": 3,
+        "usage": {
+            "gpus": [
+                {"index": 0, "util_percent": 87, "memory_used": 20 << 30, "memory_total": 80 << 30},
+                {"index": 1, "util_percent": None, "memory_used": None, "memory_total": None},
+            ],
+            "gpu_health": [{"index": 0, "healthy": True, "temperature_c": 61}],
+        },
+    }
+    g0, g1, g2 = views.gpu_rows(node)
+    assert (g0["util_text"], g0["memory_text"], g0["memory_percent"]) == (
+        "87%",
+        "20Gi / 80Gi",
+        25.0,
+    )
+    assert g0["healthy"] is True and g0["temperature_c"] == 61
+    # NVML refused GPU 1's figures, GPU 2 has no sample at all: unknown, never 0
+    for g in (g1, g2):
+        assert (g["util"], g["util_text"], g["memory_text"]) == (None, "unknown", "unknown")
+        assert g["healthy"] is None
+    assert views.gpu_summary(node) == "87% unknown unknown"
+    fake = {"gpu": 2, "usage": {"gpus": []}}  # the dev cluster's fake GPUs
+    assert [g["util_text"] for g in views.gpu_rows(fake)] == ["unknown", "unknown"]
+    assert views.gpu_rows({"gpu": 0, "usage": {}}) == [] and views.gpu_summary({"gpu": 0}) == "-"
+
+
+def test_chart_series_columns_with_gaps():
     samples = [
-        {"t": 120.0, "cpu": 10, "mem": 1, "gpu": None},
-        {"t": 150.0, "cpu": 30, "mem": 3, "gpu": None},
-        {"t": 185.0, "cpu": 50, "mem": 5, "gpu": 80},
+        {"t": 9960.0, "cpu": 40.04, "mem": 50.0, "gpu": None},
+        {"t": 9900.0, "cpu": 30.0, "mem": 45.0, "gpu": 10.0},
     ]
-    assert views.per_minute(samples) == [
-        {"t": 120.0, "cpu": 20.0, "mem": 2.0, "gpu": None},
-        {"t": 180.0, "cpu": 50.0, "mem": 5.0, "gpu": 80.0},
-    ]
+    assert views.chart_series(samples) == {
+        "t": [9900.0, 9960.0],
+        "cpu": [30.0, 40.0],
+        "mem": [45.0, 50.0],
+        "gpu": [10.0, None],
+    }
