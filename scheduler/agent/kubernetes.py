@@ -137,7 +137,11 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         A ``V1Pod`` with ``spec.nodeName = launch.node``, ``restartPolicy: Never``,
         requests = limits (``<cpu_m>m``, memory in bytes, ``nvidia.com/gpu`` when the
         task has GPUs), the share mounted at ``launch.share_dir``, stdout/stderr appended
-        to ``launch.log_path`` on the share, and ``launch.env`` as the environment.
+        to ``launch.log_path`` on the share, and ``launch.env`` as the environment. An
+        entrypoint role (``launch.entrypoint``) gets no ``command`` and ``args =
+        launch.args``, so the kubelet runs the image's ENTRYPOINT (Kubernetes' own
+        semantics); its start-up lines do not run and its output stays in the pod's log
+        (``kubectl logs``), since the ENTRYPOINT is only known to the node's runtime.
 
     Raises:
         ValueError: a taint in ``settings.tolerations`` is malformed.
@@ -157,14 +161,20 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
                 ),
             )
         )
+    workdir = str(launch.share_dir) if settings.share_claim else None
+    command: list[str] | None = ["/bin/sh", "-c", script]
+    args = None
+    if launch.entrypoint:  # the image's own ENTRYPOINT: no command, the role's args
+        command, args, workdir = None, launch.args, launch.working_dir
     container = k8s.V1Container(
         name="task",
         image=launch.image or settings.default_image,
-        command=["/bin/sh", "-c", script],
+        command=command,
+        args=args,
         env=[k8s.V1EnvVar(name=k, value=str(v)) for k, v in sorted(launch.env.items())],
         resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=dict(limits)),
         volume_mounts=mounts or None,
-        working_dir=str(launch.share_dir) if settings.share_claim else None,
+        working_dir=workdir,
     )
     labels = {
         **settings.labels,
@@ -289,7 +299,12 @@ class KubernetesExecutor(Executor):
                     f"cannot create pod {pod.metadata.name} on {launch.node}: "
                     f"{exc.status} {exc.reason}"
                 ) from None
-        return f"{self.settings.namespace}/{pod.metadata.name}"
+        handle = f"{self.settings.namespace}/{pod.metadata.name}"
+        if launch.entrypoint:
+            with open(launch.log_path, "a+") as f:  # a+: see executor.log_redirect
+                where = f"-n {self.settings.namespace} {pod.metadata.name}"
+                f.write(f"pasture: runs its image's ENTRYPOINT; output: kubectl logs {where}\n")
+        return handle
 
     def poll(self, handle: str) -> int | None:
         """Exit code of the task pod (-1: gone), None while it runs; a pod the

@@ -12,7 +12,8 @@ example/*.yaml. Field map (docs/compat.md has the table):
   spec.ttlSecondsAfterFinished -> ttl_after_finished.
 - tasks[]: name, replicas, minAvailable -> min_available, maxRetry -> max_task_retries,
   dependsOn.name -> depends_on, template.spec: one container (image, command + args as one
-  shell-quoted line, workingDir, env name/value, ports -> port names,
+  shell-quoted line; without command: entrypoint (the image's ENTRYPOINT) with args ->
+  args and workingDir -> working_dir; workingDir, env name/value, ports -> port names,
   resources.requests/limits cpu, memory, nvidia.com/gpu), nodeSelector -> node_selector,
   restartPolicy OnFailure -> max_task_retries 3 unless set.
 
@@ -335,21 +336,18 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
         },
     )
     argv = [str(a) for a in ctx.sequence(c.get("command"), f"{loc}.command")]
-    argv += [str(a) for a in ctx.sequence(c.get("args"), f"{loc}.args")]
+    args = [str(a) for a in ctx.sequence(c.get("args"), f"{loc}.args")]
+    role: dict[str, Any] = {"resources": _resources(c.get("resources"), f"{loc}.resources", ctx)}
     if not argv:
-        raise ctx.refuse(
-            f"{loc}.command", "expected a command (the image's entrypoint is not read here)"
-        )
-    if len(argv) >= 3 and argv[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and argv[1] == "-c":
-        command = argv[2] if len(argv) == 3 else shlex.join(argv)
+        # Kubernetes: no (or an empty) command = the image's ENTRYPOINT; non-empty args
+        # replace its CMD
+        role["entrypoint"] = True
+        if args:
+            role["args"] = args
+        if c.get("workingDir"):
+            role["working_dir"] = str(c["workingDir"])
     else:
-        command = shlex.join(argv)
-    if c.get("workingDir"):
-        command = f"cd {shlex.quote(str(c['workingDir']))} && {command}"
-    role: dict[str, Any] = {
-        "command": command,
-        "resources": _resources(c.get("resources"), f"{loc}.resources", ctx),
-    }
+        role["command"] = _command_line([*argv, *args], c.get("workingDir"), loc, ctx)
     if c.get("image"):
         role["image"] = str(c["image"])
     env: dict[str, str] = {}
@@ -384,6 +382,18 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
     if ports:
         role["ports"] = ports
     return role
+
+
+def _command_line(argv: list[str], workdir: object, loc: str, ctx: Context) -> str:
+    """``command`` + ``args`` (Kubernetes appends args to command) as one shell line; a
+    ``sh -c SCRIPT`` keeps SCRIPT as written; ``workingDir`` becomes a leading ``cd``."""
+    if len(argv) >= 3 and argv[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and argv[1] == "-c":
+        command = argv[2] if len(argv) == 3 else shlex.join(argv)
+    else:
+        command = shlex.join(argv)
+    if workdir:
+        command = f"cd {shlex.quote(str(workdir))} && {command}"
+    return command
 
 
 def _resources(value: object, loc: str, ctx: Context) -> dict[str, Any]:
