@@ -146,7 +146,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     retries = spec.get("maxRetry")
     if retries is not None:
         out["retry"] = {"max_attempts": as_int(retries, ctx, "spec.maxRetry", minimum=0) + 1}
-    elif any(r["action"] == "restart_job" for r in rules):
+    elif any(r["action"] in ("restart_job", "restart_role") for r in rules):
         out["retry"] = {"max_attempts": 4}  # Volcano's default maxRetry is 3
     if spec.get("ttlSecondsAfterFinished") is not None:
         out["ttl_after_finished"] = as_int(

@@ -167,7 +167,7 @@ def test_openpai_v2_secrets_are_refused_without_echoing_their_values():
     assert "secret" in info.value.errors[0]["msg"]
 
 
-def test_volcano_restart_task_is_refused_by_name_until_roles_restart_in_place():
+def test_volcano_restart_task_is_restart_role_within_the_default_max_retry():
     doc = """
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
@@ -182,9 +182,10 @@ spec:
         spec:
           containers: [{name: c, image: busybox, command: [sh, -c, "true"]}]
 """
-    with pytest.raises(SpecError) as err:
-        load_job(doc)
-    assert "restart_role" in str(err.value) and "RestartTask" in str(err.value)
+    (job,) = load_job(doc).specs
+    rule = {"event": "task_failed", "action": "restart_role", "role": "worker"}
+    assert [r.model_dump() for r in job.policies.on_events] == [rule]
+    assert job.retry.max_attempts == 4  # Volcano's default maxRetry (3) + 1
 
 
 @pytest.mark.parametrize(
