@@ -209,6 +209,19 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
     return rules
 
 
+_RAY = (
+    "the ray plugin replaces the head and worker containers' commands with `ray start` on "
+    "fixed ports (6379, 8265, 10001) and adds a Kubernetes Service, which pasture does not "
+    "do for you; drop the plugin and give the commands yourself with pasture's ports: head "
+    "ports [gcs, dashboard, client_server] and command [sh, -c, 'ray start --head --block "
+    "--dashboard-host=0.0.0.0 --port=$PASTURE_PORT_GCS --dashboard-port=$PASTURE_PORT_DASHBOARD "
+    "--ray-client-server-port=$PASTURE_PORT_CLIENT_SERVER'], worker command [sh, -c, "
+    "'ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS'] (docs/compat.md)"
+)
+"""Why ``plugins.ray`` is refused (volcano-sh/volcano pkg/controllers/job/plugins/
+distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
+
+
 def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
     for name, args in plugins.items():
         loc = f"spec.plugins.{name}"
@@ -226,6 +239,8 @@ def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
         elif name == "pytorch":
             if args:
                 ctx.warn(loc, f"arguments {args}: MASTER_ADDR is the first role's task 0 here")
+        elif name == "ray":
+            raise ctx.refuse(loc, _RAY, name)
         else:
             raise ctx.refuse(
                 loc, "only the env, svc, ssh, mpi and pytorch plugins are known here", name
