@@ -115,7 +115,7 @@ def test_a_lone_surrogate_is_a_document_error():
 
 
 def test_json_comments_are_read_as_openpai_s_submit_page_reads_them():
-    text = '{\n  // a line comment\n  "name": "c", /* a block */ "roles": {"w": {"command": "t"}}\n}'
+    text = '{\n  // a line comment\n  "name": "c", /* block */ "roles": {"w": {"command": "t"}}\n}'
     assert load_document(text, as_json=True) == {"name": "c", "roles": {"w": {"command": "t"}}}
     with pytest.raises(DocumentError) as info:
         load_document('{\n  // comment\n  "a": 1\n  "b": 2\n}', as_json=True)
