@@ -266,15 +266,6 @@ class RoleSpec(_Model):
 
     @model_validator(mode="after")
     def _counts(self) -> RoleSpec:
-        if self.entrypoint and self.command is not None:
-            raise ValueError(
-                "give either command (a shell script) or entrypoint: true (the image's own "
-                "ENTRYPOINT, with args), not both"
-            )
-        if not self.entrypoint and self.command is None:
-            raise ValueError(
-                "command: a role needs a command, or entrypoint: true to run its image's ENTRYPOINT"
-            )
         if self.args is not None and not self.entrypoint:
             raise ValueError(
                 "args: only with entrypoint: true (they replace the image's CMD); put a "
