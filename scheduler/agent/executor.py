@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.spec.model import ENTRYPOINT_LABEL
+from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL
 
 
 def log_redirect(log_path: Path) -> str:
@@ -110,7 +110,7 @@ def executor_labels(kind: str) -> dict[str, str]:
     ``pasture.io/executor: <kind>``, and ``pasture.io/image-entrypoint: "true"``
     (:data:`scheduler.spec.model.ENTRYPOINT_LABEL`) when the executor can run an image's
     ENTRYPOINT, which ``entrypoint: true`` roles select."""
-    labels = {"pasture.io/executor": kind}
+    labels = {EXECUTOR_LABEL: kind}
     if kind in RUNS_IMAGE_ENTRYPOINT:
         labels[ENTRYPOINT_LABEL] = "true"
     return labels

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from scheduler.core.model import Node, NodeState, Resources
 from scheduler.core.plugins import FILTERS
-from scheduler.spec.model import ENTRYPOINT_LABEL, JobSpec
+from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL, JobSpec
 from scheduler.spec.quantity import format_cpu, format_memory
 
 
@@ -60,11 +60,16 @@ def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
             if role.entrypoint and not any(
                 n.labels.get(ENTRYPOINT_LABEL) == "true" for n in usable
             ):
-                kinds = sorted({n.labels.get("pasture.io/executor", "?") for n in usable})
+                kinds = sorted({n.labels.get(EXECUTOR_LABEL, "") for n in usable} - {""})
+                have = (
+                    f"this cluster's nodes use the {' and '.join(kinds)} executor"
+                    if kinds
+                    else f"no node of this cluster carries the label {ENTRYPOINT_LABEL}"
+                )
                 return (
                     f"role {name} runs its image's ENTRYPOINT (no command), which only nodes "
-                    f"with the container or kubernetes executor can do; this cluster's nodes "
-                    f"use the {'/'.join(kinds)} executor: give the role a command"
+                    f"with the container or kubernetes executor can do; {have}: give the "
+                    "role a command"
                 )
             what = []
             if role.node_selector:

@@ -71,6 +71,8 @@ LABEL_RE = re.compile(r"[A-Za-z0-9._/-]{1,253}")
 LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9._-]{0,63}")
 MAX_ARGS = 1024
 MAX_PATH = 1024
+EXECUTOR_LABEL = "pasture.io/executor"
+"""Node label naming the agent's executor kind (process, container, kubernetes)."""
 ENTRYPOINT_LABEL = "pasture.io/image-entrypoint"
 """Node label (value ``"true"``) that agents whose executor can run an image's own
 ENTRYPOINT (container, kubernetes) register with; an ``entrypoint: true`` role's core view
