@@ -50,8 +50,16 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   code; else it fails.
 - ``restart_task``: the task is restarted in place (same node, same allocation) while it
   has restarts left: role ``max_task_retries``, or ``retry.max_attempts - 1`` when the
-  role sets none (Volcano bounds RestartTask by the job's maxRetry). A lost task cannot
-  restart in place (its node is gone): the job restarts instead.
+  role sets none (Volcano's RestartPod). A lost task cannot restart in place (its node is
+  gone): the job restarts instead (also for ``restart_role``).
+- ``restart_role`` (Volcano RestartTask): every task of the role restarts in place, running
+  ones included: they are stopped first (``Step.stop``), and once none of them runs, all
+  of them restart (same nodes, same allocations, ``restarts`` + 1); tasks of other roles
+  keep running. Each role restart uses one retry of the job's budget, shared with the
+  attempts that failed: allowed while failures + role restarts + 1 < ``retry.max_attempts``,
+  else the job fails (Volcano: RetryCount + 1 per RestartTask, Failed at maxRetry). A
+  ``task_completed -> restart_role`` rule runs the role again while retries are left,
+  then the job succeeds.
 
 ``depends_on``: tasks of a role with dependencies are bound ``desired: wait``; they are
 released (``desired: run``) once every placed task of each named role is running (or has
@@ -150,11 +158,14 @@ class Step:
             them when they fit (scheduler/core/grow.py).
         free: keys of finished tasks whose allocation may be given back while the job
             goes on (only while replicas are missing: the rest of the gang may need it).
+        stop: keys of running tasks to stop (``desired: stop``) because their role
+            restarts (``restart_role``); they restart in place once every one has ended.
     """
 
     ending: Ending | None = None
     restart: tuple[Restart, ...] = ()
     release: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
     missing: dict[str, int] = field(default_factory=dict)
     free: tuple[str, ...] = ()
 
@@ -274,6 +285,51 @@ def _by_action(
     return None
 
 
+def role_restarts(spec: JobSpec, by_role: dict[str, list[TaskRecord]]) -> int:
+    """Role restarts (``restart_role``) charged so far in this attempt, summed over roles
+    with a ``restart_role`` rule: a role restart restarts each of its placed tasks once, so
+    the role's count is the fewest ``restarts`` among them."""
+    roles = {r.role for r in spec.policies.on_events if r.action == "restart_role"}
+    if any(r.action == "restart_role" and r.role is None for r in spec.policies.on_events):
+        roles = set(spec.roles)
+    return sum(min((t.restarts for t in by_role.get(r, [])), default=0) for r in roles)
+
+
+def _restart_role(
+    spec: JobSpec,
+    failures: int,
+    role: str,
+    by_role: dict[str, list[TaskRecord]],
+    t: TaskRecord | None,
+    why: str,
+) -> Ending | tuple[list[Restart], list[str]]:
+    """Volcano RestartTask for ``role`` (pkg/controllers/job/state/running.go: KillTarget
+    on the task, the job's RetryCount + 1, failed once it reaches maxRetry): every task of
+    the role restarts in place, running ones included. Charged like ``restart_job``: one
+    of ``retry.max_attempts - 1`` retries, shared with the attempts that already failed.
+
+    Returns the ending when no retry is left, else (restarts, stops): the running tasks to
+    stop first, and once none runs, every placed task of the role to restart (tasks held
+    by ``depends_on`` are left waiting)."""
+    because = f"{why}; policy -> restart_role"
+    used = failures + role_restarts(spec, by_role)
+    limit = spec.retry.max_attempts
+    if used + 1 >= limit:
+        reason = f"{because}; no retries left ({used} of {limit - 1} used)"
+        if t is None:  # task_completed -> restart_role: the role ran to the end
+            return Ending(JobState.SUCCEEDED, reason)
+        code = t.exit_code if t.state == TaskState.FAILED else None
+        return Ending(JobState.FAILED, reason, failure=True, exit_code=code)
+    tasks = [x for x in by_role.get(role, []) if x.desired != WAIT]
+    running = [x.key for x in tasks if x.state == TaskState.RUNNING]
+    if running:
+        return [], running
+    n = used + 1
+    return [
+        Restart(x.key, x.restarts + 1, f"{because} (retry {n} of {limit - 1})") for x in tasks
+    ], []
+
+
 def decide(
     spec: JobSpec,
     tasks: Sequence[TaskRecord],
@@ -310,13 +366,23 @@ def decide(
 
     # 1. failure-type events: restart in place, a policy's action, or the role's tolerance
     restarts: list[Restart] = []
+    stops: list[str] = []
+    roles_restarting: set[str] = set()
     failed_count: dict[str, int] = {}
     for t in tasks:
         event = task_event(t)
-        if event is None or t.role not in spec.roles:
+        if event is None or t.role not in spec.roles or t.role in roles_restarting:
             continue
         why = _failure_why(t)
         rule = rule_for(spec, event, t.role)
+        if rule is not None and rule.action == "restart_role" and event != "unknown":
+            out = _restart_role(spec, failures, t.role, by_role, t, why)
+            if isinstance(out, Ending):
+                return Step(ending=out)
+            roles_restarting.add(t.role)
+            restarts += out[0]
+            stops += out[1]
+            continue
         wants_restart = rule is None or rule.action == "restart_task"
         limit = task_retry_limit(spec, t.role, explicit=rule is not None)
         if wants_restart and event != "unknown" and t.restarts < limit:
@@ -324,9 +390,13 @@ def decide(
                 Restart(t.key, t.restarts + 1, f"{why}; restart {t.restarts + 1} of {limit}")
             )
             continue
-        if rule is not None and rule.action == "restart_task" and event == "unknown":
+        if (
+            rule is not None
+            and rule.action in ("restart_task", "restart_role")
+            and event == "unknown"
+        ):
             return Step(ending=_attempt_failed(spec, failures, t, why, force_retry=True))
-        if rule is not None and rule.action != "restart_task":
+        if rule is not None and rule.action not in ("restart_task", "restart_role"):
             ending = _by_action(spec, failures, rule, t, why)
             if ending is not None:
                 return Step(ending=ending)
@@ -336,6 +406,9 @@ def decide(
             if tolerance > 1:
                 why = f"{why}; {failed_count[t.role]} task(s) of role {t.role} failed"
             return Step(ending=_attempt_failed(spec, failures, t, why))
+
+    if roles_restarting:  # the roles restart first; completion is looked at afterwards
+        return Step(restart=tuple(restarts), stop=tuple(stops), missing=missing)
 
     # 2. a drain requeues the job without charging it
     drain = set(draining)
@@ -357,6 +430,12 @@ def decide(
         ok = sum(1 for t in ts if t.state == TaskState.SUCCEEDED)
         if ok == spec.roles[role].replicas:
             rule = rule_for(spec, "task_completed", role)
+            if rule is not None and rule.action == "restart_role":
+                why = f"every task of role {role} succeeded"
+                out = _restart_role(spec, failures, role, by_role, None, why)
+                if isinstance(out, Ending):
+                    return Step(ending=out)
+                return Step(restart=tuple(out[0]), missing=missing)
             if rule is not None:
                 why = f"every task of role {role} succeeded"
                 ending = _by_action(spec, failures, rule, None, why)

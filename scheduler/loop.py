@@ -331,8 +331,8 @@ class Loop:
         )
 
     def _apply_step(self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step) -> bool:
-        """Restart tasks in place, release waiting ones and give back finished tasks'
-        allocations (:class:`scheduler.lifecycle.Step`); True when any task changed."""
+        """Apply a :class:`scheduler.lifecycle.Step`: restarts in place, releases, stops (of a
+        restarting role), freed allocations. True when any task changed."""
         by_key = {t.key: t for t in tasks}
         changed = []
         for r in step.restart:
@@ -342,9 +342,10 @@ class Loop:
             t.handle = ""
             changed.append(t)
             self.store.add_event(job.name, f"task {r.key} restarted in place: {r.reason}")
-        for key in step.release:
-            by_key[key].desired = "run"
-            changed.append(by_key[key])
+        for keys, desired in ((step.release, "run"), (step.stop, "stop")):  # stop: restart_role
+            for key in keys:
+                by_key[key].desired = desired
+                changed.append(by_key[key])
         if changed:
             self._flush()
             self.store.update_tasks(job.name, changed)

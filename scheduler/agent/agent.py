@@ -35,7 +35,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scheduler.agent import startup
-from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, make_executor, task_id
+from scheduler.agent.executor import (
+    Executor,
+    ExecutorError,
+    TaskLaunch,
+    executor_labels,
+    make_executor,
+    task_id,
+)
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
@@ -185,7 +192,7 @@ class Agent:
             memory=cap.memory,
             gpu=cap.gpu,
             gpu_model=cap.gpu_model,
-            labels=dict(self.s.labels),
+            labels={**self.s.labels, **executor_labels(self.executor.kind)},
             port_range=tuple(self.s.port_range),
             usage=usage(self.gpu_health.backend),
             executor=self.executor.kind,
@@ -341,6 +348,9 @@ class Agent:
             state_dir=state_dir,
             mounts=[(str(share / m.source), m.target) for m in spec.mounts] + boot.mounts,
             lease_file=self.lease_file,
+            entrypoint=boot.entrypoint,
+            args=boot.args,
+            working_dir=boot.working_dir,
         )
         try:
             handle = self.executor.start(launch)

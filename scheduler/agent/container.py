@@ -4,11 +4,16 @@
 with the share bind-mounted at the same path, the job's mounts (share sub-directories),
 GPUs as CDI devices (``--device nvidia.com/gpu=<index>``, inside the container they are
 numbered from 0, so CUDA_VISIBLE_DEVICES is ``0..n-1``) and the environment in an env file
-(``--env-file``). The container runs ``/bin/sh -c '<command>'`` with stdout/stderr appended
-to the task's log in the share. ``--init`` makes SIGTERM reach the command even when it
-does not handle signals; ``--pull=never`` because nodes load images explicitly (``pasture
-image push``). The container (not the agent) keeps the exit code, so an agent restarted
-while tasks run finds them again by name (adoption); ``cleanup`` removes the container.
+(``--env-file``). The container runs ``/bin/sh -c '<command>'`` (``--entrypoint
+/bin/sh``: as in Kubernetes, a command replaces the image's ENTRYPOINT) with stdout/stderr
+appended to the task's log in the share. A role with ``entrypoint: true`` runs the image's
+own ENTRYPOINT: the script ends with ``exec <ENTRYPOINT> <args or CMD>``, read with
+``<cli> image inspect`` (Kubernetes semantics: ``args`` replace CMD), and the container
+starts in the image's WORKDIR unless the role sets ``working_dir``.
+``--init`` makes SIGTERM reach the command even when it does not handle signals;
+``--pull=never`` because nodes load images explicitly (``pasture image push``). The
+container (not the agent) keeps the exit code, so an agent restarted while tasks run
+finds them again by name (adoption); ``cleanup`` removes the container.
 
 Fencing without the agent (docs/faults.md): when the launch names the agent's lease file,
 each running container has a lease watchdog in watch mode (:mod:`scheduler.agent.watchdog`,
@@ -32,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -91,15 +97,39 @@ class ContainerExecutor(Executor):
             env_file,
             "-v",
             f"{share}:{share}",
-            "-w",
-            launch.env.get("PASTURE_JOB_DIR", share),
+            "--entrypoint",
+            "/bin/sh",
         ]
+        if not launch.entrypoint:  # an entrypoint role starts in the image's WORKDIR
+            args += ["-w", launch.env.get("PASTURE_JOB_DIR", share)]
         for host, target in launch.mounts:
             args += ["-v", f"{host}:{target}"]
         for gpu in launch.gpus:
             args += ["--device", f"nvidia.com/gpu={gpu}"]
         script = f"{log_redirect(launch.log_path)}\n{launch.command}"
-        return [*args, launch.image, "/bin/sh", "-c", script]
+        if launch.entrypoint:
+            script += "\nexec " + shlex.join(self.entrypoint_argv(launch.image, launch.args))
+        return [*args, launch.image, "-c", script]
+
+    def entrypoint_argv(self, image: str, args: list[str] | None) -> list[str]:
+        """The image's ENTRYPOINT followed by ``args``, or by its CMD when ``args`` is None
+        (Kubernetes: a container with ``args`` and no ``command``). Raises ExecutorError
+        when the image is absent or has neither."""
+        res = self._run(
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Entrypoint}}\t{{json .Config.Cmd}}",
+            image,
+        )
+        if res.returncode != 0:
+            raise ExecutorError(f"cannot read image {image}: {res.stderr.strip()[-300:]}")
+        entry, _, cmd = res.stdout.strip().partition("\t")
+        tail = (json.loads(cmd or "null") or []) if args is None else args
+        argv = [*(json.loads(entry or "null") or []), *tail]
+        if not argv:
+            raise ExecutorError(f"image {image} has no ENTRYPOINT or CMD to run")
+        return [str(a) for a in argv]
 
     def start(self, launch: TaskLaunch) -> str:
         launch.state_dir.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL
+
 
 def log_redirect(log_path: Path) -> str:
     """The shell lines that send a task's stdout and stderr to the end of ``log_path``.
@@ -70,6 +72,11 @@ class TaskLaunch:
         state_dir: a directory private to this task on the node (exit code file, env file).
         lease_file: the agent's lease file (:mod:`scheduler.agent.watchdog`); executors
             that can tie a task's life to it do (the process executor), None: not tied.
+        entrypoint: run the image's own ENTRYPOINT with ``args`` (None: the image's CMD)
+            after ``command`` (then only start-up lines); executors that cannot resolve an
+            image's ENTRYPOINT (process) raise ExecutorError.
+        working_dir: the role's working directory (already a ``cd`` line of ``command``;
+            the kubernetes executor sets it on the pod for entrypoint roles).
     """
 
     task_id: str
@@ -89,6 +96,24 @@ class TaskLaunch:
     state_dir: Path
     mounts: list[tuple[str, str]] = field(default_factory=list)
     lease_file: Path | None = None
+    entrypoint: bool = False
+    args: list[str] | None = None
+    working_dir: str | None = None
+
+
+RUNS_IMAGE_ENTRYPOINT = ("container", "kubernetes")
+"""Executor kinds that can run an image's own ENTRYPOINT (a role with ``entrypoint: true``)."""
+
+
+def executor_labels(kind: str) -> dict[str, str]:
+    """Labels an agent adds to its node's own for its executor ``kind``:
+    ``pasture.io/executor: <kind>``, and ``pasture.io/image-entrypoint: "true"``
+    (:data:`scheduler.spec.model.ENTRYPOINT_LABEL`) when the executor can run an image's
+    ENTRYPOINT, which ``entrypoint: true`` roles select."""
+    labels = {EXECUTOR_LABEL: kind}
+    if kind in RUNS_IMAGE_ENTRYPOINT:
+        labels[ENTRYPOINT_LABEL] = "true"
+    return labels
 
 
 def task_id(job: str, role: str, index: int, attempt: int) -> str:

@@ -169,7 +169,11 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         task has GPUs), the share mounted at ``launch.share_dir``, stdout/stderr appended
         to ``launch.log_path`` on the share, and ``launch.env`` as the environment; with
         ``settings.agent_dir`` and ``launch.lease_file`` also the fence sidecar
-        (:func:`fence_sidecar`) and ``shareProcessNamespace: true``.
+        (:func:`fence_sidecar`) and ``shareProcessNamespace: true``. An entrypoint role
+        (``launch.entrypoint``) gets no ``command`` and ``args = launch.args``, so the
+        kubelet runs the image's ENTRYPOINT (Kubernetes' own semantics); its start-up lines
+        do not run and its output stays in the pod's log (``kubectl logs``), since the
+        ENTRYPOINT is only known to the node's runtime.
 
     Raises:
         ValueError: a taint in ``settings.tolerations`` is malformed.
@@ -189,14 +193,20 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
                 ),
             )
         )
+    workdir = str(launch.share_dir) if settings.share_claim else None
+    command: list[str] | None = ["/bin/sh", "-c", script]
+    args = None
+    if launch.entrypoint:  # the image's own ENTRYPOINT: no command, the role's args
+        command, args, workdir = None, launch.args, launch.working_dir
     container = k8s.V1Container(
         name="task",
         image=launch.image or settings.default_image,
-        command=["/bin/sh", "-c", script],
+        command=command,
+        args=args,
         env=[k8s.V1EnvVar(name=k, value=str(v)) for k, v in sorted(launch.env.items())],
         resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=dict(limits)),
         volume_mounts=mounts or None,
-        working_dir=str(launch.share_dir) if settings.share_claim else None,
+        working_dir=workdir,
     )
     labels = {
         **settings.labels,
@@ -376,6 +386,10 @@ class KubernetesExecutor(Executor):
         handle = f"{self.settings.namespace}/{pod.metadata.name}"
         if pod.spec.init_containers:  # the fence sidecar: say where it leaves its mark
             handle += f"#{launch.state_dir / 'fenced'}"
+        if launch.entrypoint:
+            with open(launch.log_path, "a+") as f:  # a+: see executor.log_redirect
+                where = f"-n {self.settings.namespace} {pod.metadata.name}"
+                f.write(f"pasture: runs its image's ENTRYPOINT; output: kubectl logs {where}\n")
         return handle
 
     def poll(self, handle: str) -> int | None:

@@ -95,6 +95,12 @@ class ProcessExecutor(Executor):
         self._children: dict[int, subprocess.Popen] = {}
 
     def start(self, launch: TaskLaunch) -> str:
+        if launch.entrypoint:
+            raise ExecutorError(
+                "the process executor cannot run an image's ENTRYPOINT (role with entrypoint:"
+                " true); run the job on container or kubernetes executor nodes, or give the"
+                " role a command"
+            )
         launch.state_dir.mkdir(parents=True, exist_ok=True)
         exit_file = launch.state_dir / "exit"
         exit_file.unlink(missing_ok=True)

@@ -20,7 +20,10 @@ job's command) and extra mounts. In order:
    then the PASTURE_ variables again (they are the agent's contract) and ssh's.
 
 Executors (process, container) run the returned script as the task's command: nothing
-executor-specific here beyond where the task sees its ssh directory.
+executor-specific here beyond where the task sees its ssh directory. A role with
+``entrypoint: true`` has no command: the script holds only the start-up lines and the
+executor ends it with ``exec`` of the image's ENTRYPOINT and the role's ``args`` (or the
+image's CMD), which only the container and kubernetes executors can resolve.
 """
 
 from __future__ import annotations
@@ -55,12 +58,19 @@ class Startup:
         command: the script to run (start-up lines, then the job's command).
         mounts: (host path, path in the task) pairs to add (container executor).
         hostfile: the MPI hostfile path, when written.
+        entrypoint: the role runs its image's ENTRYPOINT (``command`` then holds only the
+            start-up lines; the executor ends the script with ``exec <entrypoint> <args>``).
+        args: the role's ``args`` (replacing the image's CMD), None = the image's CMD.
+        working_dir: the role's ``working_dir`` (also a ``cd`` line of ``command``).
     """
 
     env: dict[str, str]
     command: str
     mounts: list[tuple[str, str]] = field(default_factory=list)
     hostfile: str | None = None
+    entrypoint: bool = False
+    args: list[str] | None = None
+    working_dir: str | None = None
 
 
 def _atomic_write(path: Path, text: str, tag: str) -> None:
@@ -175,7 +185,7 @@ def prepare(
                     seen,
                     required=spec.ssh,
                     in_container=in_container,
-                    user_sshd=ssh.starts_own_sshd(spec.roles[me.role].command),
+                    user_sshd=ssh.starts_own_sshd(spec.roles[me.role].command or ""),
                 )
             )
     if code:
@@ -185,7 +195,19 @@ def prepare(
             f'{{ echo "pasture: cannot copy code_dir {code} to {work}/code" >&2; exit 126; }}\n'
             f"cd {w} || exit 126"
         )
-    command = spec.roles[me.role].command
+    role = spec.roles[me.role]
+    if role.working_dir:
+        d = shlex.quote(role.working_dir)
+        lines.append(f'cd {d} || {{ echo "pasture: cannot cd to {d}" >&2; exit 126; }}')
+    command = role.command or ""
     if lines:
         command = "# pasture start-up\n" + "\n".join(lines) + "\n# job command\n" + command
-    return Startup(env=env, command=command, mounts=mounts, hostfile=hostfile)
+    return Startup(
+        env=env,
+        command=command,
+        mounts=mounts,
+        hostfile=hostfile,
+        entrypoint=role.entrypoint,
+        args=None if role.args is None else list(role.args),
+        working_dir=role.working_dir,
+    )

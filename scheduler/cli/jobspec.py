@@ -207,7 +207,8 @@ def validate(
         res = r.get("resources") or {}
         per_task = {"cpu_m": parse_cpu(res.get("cpu", 1)), "memory": res.get("memory")}
         per_task["gpu"] = res.get("gpu", 0)
-        table.add_row(role, str(r.get("replicas", 1)), fmt_resources(per_task), r["command"])
+        command = r.get("command") or f"(image ENTRYPOINT) {' '.join(r.get('args') or [])}"
+        table.add_row(role, str(r.get("replicas", 1)), fmt_resources(per_task), command)
     console.print(table)
 
 

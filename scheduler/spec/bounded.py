@@ -19,13 +19,23 @@ libyaml's C event parser when PyYAML has it (twice as fast), else over the pure-
 parser; construction is ``SafeConstructor`` either way. (``CSafeLoader`` composes in C,
 where no override is called, so it cannot be bounded.)
 
+JSON (``as_json``) is read strictly (RFC 8259) first; a text that is not strict JSON is read
+again as JSON5 by ``pyjson5`` (Cython; nesting bounded at 32 levels), so ``//`` and
+``/* */`` comments are accepted as OpenPAI's own v1 submit page accepts them (microsoft/pai
+src/webportal/src/app/job/job-submit/job-submit.component.js strips comments with
+strip-json-comments before ``JSON.parse``). JSON5's other relaxations (trailing commas,
+single quotes) come with it; a text neither reads is refused with the line and column
+where JSON5 stopped.
+
 Errors: :class:`~scheduler.spec.errors.DocumentError` naming the limit and the line.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
+import pyjson5
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
@@ -135,12 +145,47 @@ def _json_problem(doc: object) -> str | None:
     return None
 
 
+_JSON5_TOKENS = {"comma": "','", "colon": "':'", "JSON5Value": "a value"}
+
+
+def _load_json(text: str) -> object:
+    """Strict JSON, else JSON with comments (JSON5, see the module docstring). Raises
+    DocumentError with the line and column of the problem."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        strict = f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+    except RecursionError:
+        raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None
+    try:
+        return pyjson5.loads(text)
+    except pyjson5.Json5NestingTooDeep:
+        raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None
+    except pyjson5.Json5Exception as exc:
+        msg = str(exc.args[0]) if exc.args else ""
+        near = re.search(r"near (\d+)", msg)
+        if near is None:
+            raise DocumentError.one("", strict) from None
+        # pyjson5 reports the offset after the offending character ("found X"), else at it
+        at = max(0, int(near.group(1)) - (1 if ", found" in msg else 0))
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        why = re.sub(r"U\+([0-9A-Fa-f]{4})", lambda m: repr(chr(int(m.group(1), 16))), msg)
+        why = re.sub(r"b'(\w+)'", lambda m: _JSON5_TOKENS.get(m.group(1), m.group(1)), why)
+        why = why.replace(f" near {near.group(1)}", "")
+        raise DocumentError.one(
+            "",
+            f"malformed JSON at line {line} column {column}: {why} (read as JSON with comments)",
+        ) from None
+
+
 def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     """Parse one YAML (or, with ``as_json``, strict JSON) document within the limits above.
 
     Args:
         text: the document; bytes must be UTF-8.
-        as_json: parse as JSON (RFC 8259) instead of YAML (which also reads most JSON).
+        as_json: parse as JSON (RFC 8259, or JSON5 for comments) instead of YAML (which
+            also reads most JSON).
 
     Returns:
         The parsed value (usually a dict; the caller checks the shape).
@@ -158,14 +203,7 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     if not text.strip():
         raise DocumentError.one("", "expected a YAML or JSON document, got an empty text")
     if as_json:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DocumentError.one(
-                "", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-            ) from None
-        except RecursionError:
-            raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None
+        doc = _load_json(text)
         problem = _json_problem(doc)
         if problem:
             raise DocumentError.one("", problem)

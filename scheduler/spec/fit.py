@@ -5,8 +5,10 @@ what is free now, and lost nodes are ignored): a task fits a node when its reque
 the node's capacity and the node passes the core's own static filters
 (:data:`scheduler.core.plugins.FILTERS` ``gpu-model`` and ``node-selector``, so submit and
 placement never disagree: a role with ``gpu_model`` needs a node of that model even when it
-asks for no GPU). The gang's minimum (the core's ``Job.gang_request()``: ``min_available``
-of every role) must also fit in the whole cluster's capacity.
+asks for no GPU; an ``entrypoint`` role selects :data:`ENTRYPOINT_LABEL`, which only
+container and kubernetes executor nodes carry). The gang's minimum (the core's
+``Job.gang_request()``: ``min_available`` of every role) must also fit in the whole
+cluster's capacity.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterable
 
 from scheduler.core.model import Node, NodeState, Resources
 from scheduler.core.plugins import FILTERS
-from scheduler.spec.model import JobSpec
+from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL, JobSpec
 from scheduler.spec.quantity import format_cpu, format_memory
 
 
@@ -55,6 +57,20 @@ def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:
             )
         ]
         if not candidates:
+            if role.entrypoint and not any(
+                n.labels.get(ENTRYPOINT_LABEL) == "true" for n in usable
+            ):
+                kinds = sorted({n.labels.get(EXECUTOR_LABEL, "") for n in usable} - {""})
+                have = (
+                    f"this cluster's nodes use the {' and '.join(kinds)} executor"
+                    if kinds
+                    else f"no node of this cluster carries the label {ENTRYPOINT_LABEL}"
+                )
+                return (
+                    f"role {name} runs its image's ENTRYPOINT (no command), which only nodes "
+                    f"with the container or kubernetes executor can do; {have}: give the "
+                    "role a command"
+                )
             what = []
             if role.node_selector:
                 what.append(f"labels {dict(role.node_selector)}")

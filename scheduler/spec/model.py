@@ -36,6 +36,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
@@ -68,6 +69,15 @@ PORT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 IMAGE_RE = re.compile(r"[^\s]{1,512}")
 LABEL_RE = re.compile(r"[A-Za-z0-9._/-]{1,253}")
 LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9._-]{0,63}")
+MAX_ARGS = 1024
+MAX_PATH = 1024
+EXECUTOR_LABEL = "pasture.io/executor"
+"""Node label naming the agent's executor kind (process, container, kubernetes)."""
+ENTRYPOINT_LABEL = "pasture.io/image-entrypoint"
+"""Node label (value ``"true"``) that agents whose executor can run an image's own
+ENTRYPOINT (container, kubernetes) register with; an ``entrypoint: true`` role's core view
+selects it, so the core's ``node-selector`` filter, the submit-time fit check
+(spec/fit.py) and the pending reasons all apply to it (Nomad's driver attributes)."""
 
 
 def env_name(name: str) -> str:
@@ -150,11 +160,22 @@ class RoleSpec(_Model):
     of this role is restarted alone up to this many times before the failure counts),
     ``shm`` (bytes of /dev/shm), ``depends_on`` (roles whose tasks must all be running
     before this role's tasks start).
+
+    ``command`` is a shell script run by ``/bin/sh -c`` (the image's ENTRYPOINT is not
+    run). ``entrypoint: true`` instead runs the image's own ENTRYPOINT (Kubernetes: a
+    container without ``command``) with ``args`` (replacing the image's CMD; omitted = the
+    image's CMD). Only container and kubernetes executor nodes can run such a role: they
+    carry the label :data:`ENTRYPOINT_LABEL`, which the role's core view selects.
+    ``working_dir``: directory the task starts in (default: the job's directory; for an
+    entrypoint role, the image's WORKDIR).
     """
 
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     resources: ResourceSpec = ResourceSpec()
-    command: str = Field(min_length=1, max_length=MAX_COMMAND)
+    entrypoint: bool = False
+    command: str | None = Field(None, min_length=1, max_length=MAX_COMMAND, validate_default=True)
+    args: list[str] | None = Field(None, max_length=MAX_ARGS)
+    working_dir: str | None = Field(None, min_length=1, max_length=MAX_PATH)
     image: str | None = Field(None, min_length=1, max_length=512)
     min_available: int | None = Field(None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
@@ -172,10 +193,39 @@ class RoleSpec(_Model):
             return "\n".join(str(x) for x in v)
         return v
 
+    @field_validator("command")
+    @classmethod
+    def _command_or_entrypoint(cls, v: str | None, info: ValidationInfo) -> str | None:
+        entrypoint = info.data.get("entrypoint", False)
+        if entrypoint and v is not None:
+            raise ValueError(
+                "give either command (a shell script) or entrypoint: true (the image's own "
+                "ENTRYPOINT, with args), not both"
+            )
+        if not entrypoint and v is None:
+            raise ValueError(
+                "a role needs a command, or entrypoint: true to run its image's ENTRYPOINT"
+            )
+        return v
+
     @field_validator("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         return check_image(v)
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and sum(len(a) for a in v) > MAX_COMMAND:
+            raise ValueError(f"args: at most {MAX_COMMAND} characters in all")
+        return v
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
+            raise ValueError(f"expected an absolute path without control characters, got {v!r}")
+        return v
 
     @field_validator("env")
     @classmethod
@@ -218,6 +268,11 @@ class RoleSpec(_Model):
 
     @model_validator(mode="after")
     def _counts(self) -> RoleSpec:
+        if self.args is not None and not self.entrypoint:
+            raise ValueError(
+                "args: only with entrypoint: true (they replace the image's CMD); put a "
+                "command's arguments in command"
+            )
         if self.min_available is not None and self.min_available > self.replicas:
             raise ValueError(
                 f"min_available ({self.min_available}) exceeds replicas ({self.replicas})"
@@ -329,6 +384,11 @@ class JobSpec(_Model):
                     f"policies.on_events[{i}].role: unknown role {rule.role!r}; roles are {roles}"
                 )
         for name, role in self.roles.items():
+            if role.entrypoint and not (role.image or self.image):
+                raise ValueError(
+                    f"roles.{name}.entrypoint: runs an image's ENTRYPOINT, so the role (or the "
+                    "job) needs an image"
+                )
             for dep in role.depends_on:
                 if dep not in self.roles or dep == name:
                     raise ValueError(
@@ -414,10 +474,14 @@ class JobSpec(_Model):
                     name=name,
                     replicas=r.replicas,
                     resources=r.resources.to_core(),
-                    command=r.command,
+                    command=r.command or "",
                     image=r.image or self.image,
                     min_available=minima[name],
-                    node_selector=dict(r.node_selector),
+                    node_selector=(
+                        {**r.node_selector, ENTRYPOINT_LABEL: "true"}
+                        if r.entrypoint
+                        else dict(r.node_selector)
+                    ),
                     gpu_model=r.resources.gpu_model,
                 )
                 for name, r in self.roles.items()

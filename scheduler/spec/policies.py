@@ -168,24 +168,14 @@ class EventRule(StrictModel):
     task_evicted (preempted, drained or its node lost), unknown (its state cannot be known).
     Actions: complete_job (succeed the job, stop the rest), restart_job (restart every task,
     one attempt of ``retry``), restart_task (restart only that task, within the role's
-    ``max_task_retries``), restart_role (restart every task of that task's role),
-    fail_job (fail now, no retry), terminate_job (stop every task; the job ends stopped).
+    ``max_task_retries``), restart_role (restart every task of that task's role in place,
+    running ones included; one retry of ``retry`` like restart_job), fail_job (fail now, no
+    retry), terminate_job (stop every task; the job ends stopped).
     """
 
     event: EventName
     action: ActionName
     role: str | None = None
-
-    @field_validator("action")
-    @classmethod
-    def _action(cls, v: str) -> str:
-        if v == "restart_role":
-            raise ValueError(
-                "restart_role (Volcano RestartTask: restart every task of the role, running "
-                "ones included) is not supported yet; use restart_task (only the task that "
-                "failed) or restart_job"
-            )
-        return v
 
 
 class PoliciesSpec(StrictModel):

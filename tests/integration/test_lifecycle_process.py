@@ -41,8 +41,9 @@ def cluster(tmp_path_factory):
 
 
 def submit(store, doc):
-    store.create_job(parse_job_spec(doc), user="test")
-    return doc["name"]
+    spec = parse_job_spec(doc)
+    store.create_job(spec, user="test")
+    return spec.name
 
 
 def wait_job(store, name, states=("succeeded", "failed", "stopped"), timeout=60.0):
@@ -191,6 +192,61 @@ def test_a_failed_task_restarts_in_place_and_the_job_succeeds(cluster):
     log = (Path(cluster.share_dir) / "jobs/rt/logs/w-1.log").read_text()
     assert log.count("=== attempt 1") == 2
     assert any("exited with code 7" in e["reason"] for e in store.events(name))
+
+
+def test_volcano_restart_task_restarts_the_whole_role_in_place(cluster):
+    """Volcano ``PodFailed -> RestartTask`` on the worker task: worker-1 fails once; the
+    running worker-0 is stopped and both restart in place (same attempt, not a job
+    retry), the ps keeps running untouched, and the job then succeeds."""
+    store = cluster.store()
+    flag = Path(cluster.share_dir) / "restart-role-flag"
+    worker = (
+        f'if [ ! -e {flag} ]; then if [ "$VC_TASK_INDEX" = 1 ]; then sleep 1; touch {flag}; '
+        "exit 7; fi; sleep 1000; fi; sleep 1"
+    )
+    container = {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": 1}}}
+    name = submit(
+        store,
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "vc-rt"},
+            "spec": {
+                "tasks": [
+                    {
+                        "name": "ps",
+                        "template": {
+                            "spec": {"containers": [{**container, "command": ["sleep", "8"]}]}
+                        },
+                    },
+                    {
+                        "name": "worker",
+                        "replicas": 2,
+                        "policies": [{"event": "PodFailed", "action": "RestartTask"}],
+                        "template": {
+                            "spec": {"containers": [{**container, "command": ["sh", "-c", worker]}]}
+                        },
+                    },
+                ]
+            },
+        },
+    )
+    wait_running(store, name, 3)
+    first = {t.key: p for t, p in zip(store.tasks(name), pids(store, name), strict=True)}
+    job = wait_job(store, name, timeout=40)
+    assert job.state == "succeeded", store.events(name)
+    assert job.attempt == 1 and job.failures == 0
+    tasks = {t.key: t for t in store.tasks(name)}
+    assert {k: (t.state, t.restarts) for k, t in tasks.items()} == {
+        "ps-0": ("succeeded", 0),
+        "worker-0": ("succeeded", 1),
+        "worker-1": ("succeeded", 1),
+    }
+    assert gone(first["worker-0"])  # the running replica was stopped, then started again
+    logs = Path(cluster.share_dir) / "jobs" / name / "logs"
+    assert (logs / "worker-0.log").read_text().count("=== attempt 1") == 2
+    assert (logs / "ps-0.log").read_text().count("=== attempt 1") == 1
+    assert any("restart_role (retry 1 of 3)" in e["reason"] for e in store.events(name))
 
 
 def test_depends_on_starts_workers_after_the_ps_runs(cluster):

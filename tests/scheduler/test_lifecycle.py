@@ -402,3 +402,66 @@ def test_decide_is_total_and_its_steps_are_consistent(case):
     if not placed_all:  # unplaced replicas: never "all ended"; without an ending, missing
         assert step.ending is not None or step.missing
         assert step.ending is None or not step.ending.reason.startswith("all tasks")
+
+
+def _restart_role_spec(max_attempts=3, event="task_failed"):
+    return spec(
+        {"ps": role(1), "worker": role(3)},
+        retry={"max_attempts": max_attempts},
+        policies={"on_events": [{"event": event, "action": "restart_role", "role": "worker"}]},
+    )
+
+
+def test_restart_role_stops_the_running_tasks_of_the_role_then_restarts_them_all():
+    s = _restart_role_spec()
+    ts = tasks(ps="R", worker="RFR")
+    step = decide(s, ts)
+    assert step.ending is None and step.restart == ()
+    assert step.stop == ("worker-0", "worker-2")  # ps keeps running
+    for t in ts:  # asked to stop, one still stopping: wait for it
+        t.desired = "stop" if t.key in step.stop else t.desired
+    ts[1].state = "stopped"
+    step = decide(s, ts)
+    assert (step.ending, step.restart, step.stop) == (None, (), ("worker-2",))
+    ts[3].state = "stopped"  # stopped at the loop's request: not an eviction
+    step = decide(s, ts)
+    assert step.ending is None and step.stop == ()
+    assert [(r.key, r.number) for r in step.restart] == [
+        ("worker-0", 1),
+        ("worker-1", 1),
+        ("worker-2", 1),
+    ]
+    assert "retry 1 of 2" in step.restart[0].reason
+
+
+def test_restart_role_is_charged_to_the_retry_budget_like_restart_job():
+    s = _restart_role_spec(max_attempts=3)
+    ts = tasks(ps="R", worker="FXX")
+    for t in ts:
+        t.desired = "stop" if t.state == X else t.desired
+        t.restarts = 1 if t.role == "worker" else 0  # one role restart already done
+    step = decide(s, ts)  # 0 failures + 1 role restart + 1 < 3: once more
+    assert [r.number for r in step.restart] == [2, 2, 2]
+    assert decide(s, ts, failures=1).ending.state == JobState.FAILED  # 1 + 1 + 1 >= 3
+    for t in ts:
+        t.restarts = 2 if t.role == "worker" else 0
+    ending = decide(s, ts).ending
+    assert ending.state == JobState.FAILED and ending.failure and ending.exit_code == 3
+    assert "no retries left (2 of 2 used)" in ending.reason
+
+
+def test_restart_role_on_a_lost_task_restarts_the_job():
+    s = _restart_role_spec()
+    ending = decide(s, tasks(ps="R", worker="RLR")).ending
+    assert ending.state == JobState.QUEUED and ending.infrastructure
+
+
+def test_task_completed_restart_role_runs_the_role_again_then_succeeds():
+    s = _restart_role_spec(max_attempts=2, event="task_completed")
+    ts = tasks(ps="R", worker="OOO")
+    step = decide(s, ts)
+    assert [r.key for r in step.restart] == ["worker-0", "worker-1", "worker-2"]
+    for t in ts:
+        t.restarts = 1 if t.role == "worker" else 0
+    ending = decide(s, ts).ending
+    assert ending.state == JobState.SUCCEEDED and "no retries left" in ending.reason

@@ -12,7 +12,8 @@ example/*.yaml. Field map (docs/compat.md has the table):
   spec.ttlSecondsAfterFinished -> ttl_after_finished.
 - tasks[]: name, replicas, minAvailable -> min_available, maxRetry -> max_task_retries,
   dependsOn.name -> depends_on, template.spec: one container (image, command + args as one
-  shell-quoted line, workingDir, env name/value, ports -> port names,
+  shell-quoted line; without command: entrypoint (the image's ENTRYPOINT) with args ->
+  args and workingDir -> working_dir; workingDir, env name/value, ports -> port names,
   resources.requests/limits cpu, memory, nvidia.com/gpu), nodeSelector -> node_selector,
   restartPolicy OnFailure -> max_task_retries 3 unless set.
 
@@ -145,7 +146,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     retries = spec.get("maxRetry")
     if retries is not None:
         out["retry"] = {"max_attempts": as_int(retries, ctx, "spec.maxRetry", minimum=0) + 1}
-    elif any(r["action"] == "restart_job" for r in rules):
+    elif any(r["action"] in ("restart_job", "restart_role") for r in rules):
         out["retry"] = {"max_attempts": 4}  # Volcano's default maxRetry is 3
     if spec.get("ttlSecondsAfterFinished") is not None:
         out["ttl_after_finished"] = as_int(
@@ -208,6 +209,19 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
     return rules
 
 
+_RAY = (
+    "the ray plugin replaces the head and worker containers' commands with `ray start` on "
+    "fixed ports (6379, 8265, 10001) and adds a Kubernetes Service, which pasture does not "
+    "do for you; drop the plugin and give the commands yourself with pasture's ports: head "
+    "ports [gcs, dashboard, client_server] and command [sh, -c, 'ray start --head --block "
+    "--dashboard-host=0.0.0.0 --port=$PASTURE_PORT_GCS --dashboard-port=$PASTURE_PORT_DASHBOARD "
+    "--ray-client-server-port=$PASTURE_PORT_CLIENT_SERVER'], worker command [sh, -c, "
+    "'ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS'] (docs/compat.md)"
+)
+"""Why ``plugins.ray`` is refused (volcano-sh/volcano pkg/controllers/job/plugins/
+distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
+
+
 def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
     for name, args in plugins.items():
         loc = f"spec.plugins.{name}"
@@ -225,6 +239,8 @@ def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
         elif name == "pytorch":
             if args:
                 ctx.warn(loc, f"arguments {args}: MASTER_ADDR is the first role's task 0 here")
+        elif name == "ray":
+            raise ctx.refuse(loc, _RAY, name)
         else:
             raise ctx.refuse(
                 loc, "only the env, svc, ssh, mpi and pytorch plugins are known here", name
@@ -335,21 +351,18 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
         },
     )
     argv = [str(a) for a in ctx.sequence(c.get("command"), f"{loc}.command")]
-    argv += [str(a) for a in ctx.sequence(c.get("args"), f"{loc}.args")]
+    args = [str(a) for a in ctx.sequence(c.get("args"), f"{loc}.args")]
+    role: dict[str, Any] = {"resources": _resources(c.get("resources"), f"{loc}.resources", ctx)}
     if not argv:
-        raise ctx.refuse(
-            f"{loc}.command", "expected a command (the image's entrypoint is not read here)"
-        )
-    if len(argv) >= 3 and argv[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and argv[1] == "-c":
-        command = argv[2] if len(argv) == 3 else shlex.join(argv)
+        # Kubernetes: no (or an empty) command = the image's ENTRYPOINT; non-empty args
+        # replace its CMD
+        role["entrypoint"] = True
+        if args:
+            role["args"] = args
+        if c.get("workingDir"):
+            role["working_dir"] = str(c["workingDir"])
     else:
-        command = shlex.join(argv)
-    if c.get("workingDir"):
-        command = f"cd {shlex.quote(str(c['workingDir']))} && {command}"
-    role: dict[str, Any] = {
-        "command": command,
-        "resources": _resources(c.get("resources"), f"{loc}.resources", ctx),
-    }
+        role["command"] = _command_line([*argv, *args], c.get("workingDir"), loc, ctx)
     if c.get("image"):
         role["image"] = str(c["image"])
     env: dict[str, str] = {}
@@ -384,6 +397,18 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
     if ports:
         role["ports"] = ports
     return role
+
+
+def _command_line(argv: list[str], workdir: object, loc: str, ctx: Context) -> str:
+    """``command`` + ``args`` (Kubernetes appends args to command) as one shell line; a
+    ``sh -c SCRIPT`` keeps SCRIPT as written; ``workingDir`` becomes a leading ``cd``."""
+    if len(argv) >= 3 and argv[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and argv[1] == "-c":
+        command = argv[2] if len(argv) == 3 else shlex.join(argv)
+    else:
+        command = shlex.join(argv)
+    if workdir:
+        command = f"cd {shlex.quote(str(workdir))} && {command}"
+    return command
 
 
 def _resources(value: object, loc: str, ctx: Context) -> dict[str, Any]:

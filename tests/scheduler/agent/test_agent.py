@@ -81,7 +81,10 @@ def test_register_reports_capacity_labels_and_usage(store, tmp_path, redis_url):
     agent.register()
     node = store.get_node("n1")
     assert (node.cpu_m, node.memory, node.gpu, node.gpu_model) == (4000, 8 * 2**30, 2, "fake")
-    assert node.labels == {"pool": "test"} and node.port_range == (32000, 32099)
+    assert node.labels == {
+        "pool": "test",
+        "pasture.io/executor": "process",
+    } and node.port_range == (32000, 32099)
     assert node.usage["memory_total"] > 0 and node.executor == "process"
     agent.heartbeat()
     assert store.get_node("n1").heartbeat >= node.heartbeat

@@ -54,8 +54,9 @@ SPOT_POOL = PodSettings(
         (launch(gpus=[], image=None), SPOT_POOL),
         (launch(task_id="x" * 80), PodSettings(share_claim=None, tolerations=())),
         (launch(), PodSettings(host_network=False, labels={"team": "vision"})),
+        (launch(entrypoint=True, args=["--epochs", "3"], working_dir="/app"), SPOT_POOL),
     ],
-    ids=["gpu-spot", "cpu-default-image", "long-id-no-share", "pod-network"],
+    ids=["gpu-spot", "cpu-default-image", "long-id-no-share", "pod-network", "entrypoint"],
 )
 def test_task_pods_are_valid_objects(task, settings):
     pod = API.sanitize_for_serialization(build_pod(task, settings))

@@ -112,3 +112,17 @@ def test_a_flat_document_of_too_many_nodes_is_refused(as_json):
 def test_a_lone_surrogate_is_a_document_error():
     with pytest.raises(DocumentError, match="UTF-8"):
         load_document("a: \ud800")
+
+
+def test_json_comments_are_read_as_openpai_s_submit_page_reads_them():
+    text = '{\n  // a line comment\n  "name": "c", /* block */ "roles": {"w": {"command": "t"}}\n}'
+    assert load_document(text, as_json=True) == {"name": "c", "roles": {"w": {"command": "t"}}}
+    with pytest.raises(DocumentError) as info:
+        load_document('{\n  // comment\n  "a": 1\n  "b": 2\n}', as_json=True)
+    msg = info.value.errors[0]["msg"]
+    assert msg.startswith("malformed JSON at line 4 column 3: Expected ',' or '}'"), msg
+    # JSON5's bounds hold on that path too
+    with pytest.raises(DocumentError, match="nested deeper"):
+        load_document("// c\n" + "[" * 5000 + "]" * 5000, as_json=True)
+    with pytest.raises(DocumentError, match="more than 20000 nodes"):
+        load_document("// c\n[" + ",".join(["1"] * 50_000) + "]", as_json=True)

@@ -3,9 +3,11 @@ documents (the real files are in tests/compat; these cover each rule on its own)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from scheduler.spec import SpecError, load_job, parse_job
+from scheduler.spec import SpecError, load_document, load_job, parse_job
 
 
 def refused(doc: dict) -> dict:
@@ -167,7 +169,7 @@ def test_openpai_v2_secrets_are_refused_without_echoing_their_values():
     assert "secret" in info.value.errors[0]["msg"]
 
 
-def test_volcano_restart_task_is_refused_by_name_until_roles_restart_in_place():
+def test_volcano_restart_task_is_restart_role_within_the_default_max_retry():
     doc = """
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
@@ -182,9 +184,10 @@ spec:
         spec:
           containers: [{name: c, image: busybox, command: [sh, -c, "true"]}]
 """
-    with pytest.raises(SpecError) as err:
-        load_job(doc)
-    assert "restart_role" in str(err.value) and "RestartTask" in str(err.value)
+    (job,) = load_job(doc).specs
+    rule = {"event": "task_failed", "action": "restart_role", "role": "worker"}
+    assert [r.model_dump() for r in job.policies.on_events] == [rule]
+    assert job.retry.max_attempts == 4  # Volcano's default maxRetry (3) + 1
 
 
 @pytest.mark.parametrize(
@@ -508,3 +511,25 @@ def test_job_wide_min_available_reaches_the_core_as_role_minima(roles, job_min, 
     assert core == expected
     if job_min is not None:
         assert sum(core.values()) == job_min
+
+
+def test_volcano_ray_plugin_refusal_gives_a_recipe_that_is_accepted():
+    """The ray plugin rewrites commands (Volcano's ray.go), so it is refused; the message's
+    replacement, applied to Volcano's own ray example, translates."""
+    path = Path(__file__).parents[2] / "compat/corpus/volcano/ray-example.yaml"
+    doc = load_document(path.read_text())
+    with pytest.raises(SpecError) as info:
+        parse_job(doc)
+    msg = info.value.errors[0]["msg"]
+    head_cmd = msg.split("head ports [gcs, dashboard, client_server] and command [sh, -c, '")[1]
+    head_cmd = head_cmd.split("']")[0]
+    worker_cmd = msg.split("worker command [sh, -c, '")[1].split("']")[0]
+    del doc["spec"]["plugins"]
+    head, worker = (t["template"]["spec"]["containers"][0] for t in doc["spec"]["tasks"])
+    head["command"] = ["sh", "-c", head_cmd]
+    head["ports"] = [{"name": n} for n in ("gcs", "dashboard", "client-server")]
+    worker["command"] = ["sh", "-c", worker_cmd]
+    (job,) = parse_job(doc).specs
+    assert job.roles["head"].ports == ["gcs", "dashboard", "client_server"]
+    assert "--port=$PASTURE_PORT_GCS" in job.roles["head"].command
+    assert job.roles["worker"].command == "ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS"
