@@ -149,17 +149,21 @@ def run_site(props: dict[str, Any], limit: list[str] | None) -> dict[str, Any]:
     return {"ran": True, "limit": limit if limit is not None else ["all"]}
 
 
-def previous_fingerprints(stdout: str | None) -> dict[str, str] | None:
-    """The fingerprints of the last successful run, from its stdout's last line (the
-    summary :func:`main` prints); None when there is none (first run, or unreadable:
-    then every host is converged)."""
+def last_summary(stdout: str | None) -> dict[str, Any]:
+    """The summary a run printed as its last stdout line (``{ran, limit, hosts}``, see
+    :func:`main`); ``{}`` when there is none or it does not parse."""
     lines = (stdout or "").strip().splitlines()
-    if not lines:
-        return None
     try:
-        hosts = json.loads(lines[-1]).get("hosts")
-    except (json.JSONDecodeError, AttributeError):
-        return None
+        summary = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def previous_fingerprints(stdout: str | None) -> dict[str, str] | None:
+    """The fingerprints of the last successful run, from its stdout (:func:`last_summary`);
+    None when there are none (first run, or unreadable: then every host is converged)."""
+    hosts = last_summary(stdout).get("hosts")
     return hosts if isinstance(hosts, dict) else None
 
 
@@ -188,7 +192,10 @@ def converge_from_env(env: Mapping[str, str], inventory: str) -> dict[str, Any]:
             if missing
             else "converge: no inventory on stdin"
         )
-    hosts = json.loads(env["PASTURE_CONVERGE_HOSTS"])
+    try:
+        hosts = json.loads(env["PASTURE_CONVERGE_HOSTS"])
+    except json.JSONDecodeError as exc:
+        raise ConvergeError(f"converge: PASTURE_CONVERGE_HOSTS is not JSON: {exc}") from None
     limit = changed_hosts(previous_fingerprints(env.get("PULUMI_COMMAND_STDOUT")), hosts)
     summary = run_site(
         {
@@ -275,16 +282,8 @@ class Converge(pulumi.ComponentResource):
             dir=args.project_dir,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.last_run = self.command.stdout.apply(_last_summary)
+        self.last_run = self.command.stdout.apply(last_summary)
         self.register_outputs({"last_run": self.last_run})
-
-
-def _last_summary(stdout: str) -> dict[str, Any]:
-    lines = (stdout or "").strip().splitlines()
-    try:
-        return json.loads(lines[-1]) if lines else {}
-    except json.JSONDecodeError:
-        return {}
 
 
 if __name__ == "__main__":
