@@ -107,7 +107,11 @@ class OnpremHost(pulumi.ComponentResource):
             triggers=identity,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.facts = self.facts_command.stdout.apply(
+        # pulumi-command marks every output of a command secret when an input is (here the
+        # private key; pulumi-command#256). The facts are not secret, and would otherwise
+        # make every exported ClusterOutputs value secret (`pulumi stack output --json`
+        # would print "[secret]" for the inventory's input).
+        self.facts = pulumi.Output.unsecret(self.facts_command.stdout).apply(
             lambda out: hostops.parse_facts_output(out).to_dict()
         )
         self.drain: local.Command | None = None

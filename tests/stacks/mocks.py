@@ -77,8 +77,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
             # What the provider returns after a push: the manifest digest of the image.
             out["digest"] = "sha256:" + hashlib.sha256(args.name.encode()).hexdigest()
         elif args.typ == "command:remote:Command":
-            # What hostops.FACTS_SCRIPT prints on the host (the command never runs here).
-            out["stdout"] = facts_output(self.host_facts({"name": args.inputs["triggers"][0]}))
+            # What hostops.FACTS_SCRIPT prints on the host (the command never runs here),
+            # secret as the real provider makes it: every output of a command whose
+            # connection holds a secret (the private key) is secret (pulumi-command#256).
+            facts = self.host_facts({"name": args.inputs["triggers"][0]})
+            out["stdout"] = pulumi.Output.secret(facts_output(facts))
             out["stderr"] = ""
         elif args.typ == "command:local:Command":
             out["stdout"] = ""  # create is empty (drain) or not run under mocks (converge)
