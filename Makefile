@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help deps venv base-image lint test test-python test-ansible test-e2e demo demo-down bench clean
+.PHONY: help deps venv collections base-image lint test test-python test-ansible test-e2e demo demo-down bench clean
 
 help:
 	@echo "make demo       local cluster (podman) provisioned by site.yml, runs a distributed training job"
@@ -28,6 +28,11 @@ $(VENV)/.synced: pyproject.toml
 	@[ -x $(PY) ] || uv venv -q $(VENV) --python "$$(command -v python3)"
 	UV_LINK_MODE=copy uv sync -q --all-groups --extra sim
 	@touch $@
+
+# The Ansible collections the roles use, pinned in collections/requirements.yml (a no-op
+# when the venv's ansible package already ships those versions).
+collections: venv
+	$(VENV)/bin/ansible-galaxy collection install -r collections/requirements.yml
 
 # The hosts' base image (debootstrap, ~1-2 min once): the container executor's tests run
 # tasks in it, so test-python needs it too (without it they would be skipped).
@@ -52,7 +57,7 @@ test-ansible: deps venv
 test-e2e: deps venv
 	@if [ -d tests/e2e ]; then $(PY) -m pytest -q tests/e2e; else echo "no e2e tests yet"; fi
 
-demo: deps venv
+demo: deps venv collections
 	bash scripts/demo.sh
 
 demo-down: venv

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Ansible checks of `make test`: yamllint, ansible-lint, `vagrant validate`, then
+# Ansible checks of `make test`: the pinned collections, yamllint, ansible-lint at the
+# repository root, `vagrant validate`, then
 # `molecule test` of every roles/*/molecule/default (podman driver, one /24 per scenario).
 # Builds the base image first when it is missing. Fails on the first failing stage after
 # running every scenario, and prints the time each role took.
@@ -15,11 +16,15 @@ export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 failed=()
 step() { echo "==> $*"; }
 
-step "yamllint (Ansible files)"
-yamllint --strict site.yml playbooks roles molecule .yamllint .ansible-lint || failed+=("yamllint")
+step "collections (collections/requirements.yml; a no-op when the venv ships the pins)"
+ansible-galaxy collection install -r collections/requirements.yml || failed+=("collections")
 
-step "ansible-lint"
-ansible-lint --offline site.yml playbooks roles || failed+=("ansible-lint")
+step "yamllint (Ansible files)"
+yamllint --strict site.yml playbooks roles molecule collections inventories/sample .config \
+  .yamllint .ansible-lint || failed+=("yamllint")
+
+step "ansible-lint (repository root; .ansible-lint lists what is not Ansible content)"
+ansible-lint --offline || failed+=("ansible-lint")
 
 step "vagrant validate --ignore-provider"
 if command -v vagrant >/dev/null; then

@@ -8,17 +8,13 @@ Reads the stack config once, builds the platform's component and exports Cluster
                                           [Converge: site.yml --limit changed hosts]
 """
 
+# Pulumi runs this directory with the project's venv (Pulumi.yaml: toolchain uv,
+# virtualenv .venv; `uv run` syncs it). The venv holds the project as an editable install,
+# whose path entry is the checkout, so `stacks.*` and `scheduler.*` import from here and
+# from the local commands' `python -m stacks.drain|converge` alike: no PYTHONPATH.
+
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Pulumi runs this directory as a script; make `stacks.*` and `scheduler.*` importable
-# (and importable again by the dynamic providers, which dill pickles by reference).
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from stacks.program import run  # noqa: E402
+from stacks.program import run
 
 run()

@@ -1,15 +1,16 @@
 """``converge: true``: ``pulumi up`` also runs site.yml on the hosts that changed.
 
-    ClusterOutputs --host_fingerprints()--> {host: sha256}      (resource input "hosts")
-    old vs new fingerprints --changed_hosts()--> limit (None = every host)
-    render inventory -> runner_kwargs() -> ansible_runner.run(playbook, inventory, limit)
+    ClusterOutputs --host_fingerprints()--> {host: sha256}   (env PASTURE_CONVERGE_HOSTS)
+                   --render_inventory()---> inventory YAML    (the command's stdin)
+    previous stdout's fingerprints vs new --changed_hosts()--> limit (None = every host)
+    write inventory -> runner_kwargs() -> ansible_runner.run(playbook, inventory, limit)
 
-A Pulumi dynamic resource (:class:`Converge`) carries the fingerprints; its provider runs
-on create (every host) and on update (``--limit`` the added or changed hosts; the whole
-cluster when the master or a cluster-wide value changed). Removed hosts need no run.
-
-The provider is pickled by reference (dill): this module stays importable and free of
-side effects (pulumi#7453). The logic is in plain functions tested directly.
+:class:`Converge` is a pulumi-command ``local.Command`` whose create and update command is
+``python -m stacks.converge`` (:func:`main`). It runs on create (every host) and whenever
+its inputs (fingerprints, inventory) change: ``--limit`` the added or changed hosts, the
+whole cluster when the master or a cluster-wide value changed; removed hosts need no run.
+The previous fingerprints come from the command's previous stdout, which pulumi-command
+passes as ``PULUMI_COMMAND_STDOUT``: its last line is the JSON summary :func:`main` prints.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+from pulumi_command import local
 
 from scheduler.inventory import ClusterOutputs, render_inventory
 
@@ -113,6 +116,10 @@ def runner_kwargs(
 def run_site(props: dict[str, Any], limit: list[str] | None) -> dict[str, Any]:
     """Write the inventory and run the playbook with ``limit``; returns a summary.
 
+    Args:
+        props: ``inventory`` (YAML text), ``inventory_path``, ``playbook``, ``project_dir``.
+        limit: hosts for ``--limit``; None = every host; ``[]`` = nothing to run.
+
     Raises:
         ConvergeError: the playbook failed (status and rc in the message).
     """
@@ -142,22 +149,77 @@ def run_site(props: dict[str, Any], limit: list[str] | None) -> dict[str, Any]:
     return {"ran": True, "limit": limit if limit is not None else ["all"]}
 
 
-class ConvergeProvider(ResourceProvider):
-    """Runs site.yml on create and on host changes (see the module docstring)."""
+def last_summary(stdout: str | None) -> dict[str, Any]:
+    """The summary a run printed as its last stdout line (``{ran, limit, hosts}``, see
+    :func:`main`); ``{}`` when there is none or it does not parse."""
+    lines = (stdout or "").strip().splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        summary = run_site(props, None)
-        return CreateResult(id_="converge", outs={**props, "last_run": summary})
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = olds.get("hosts") != news.get("hosts") or olds.get("inventory") != news.get(
-            "inventory"
+def previous_fingerprints(stdout: str | None) -> dict[str, str] | None:
+    """The fingerprints of the last successful run, from its stdout (:func:`last_summary`);
+    None when there are none (first run, or unreadable: then every host is converged)."""
+    hosts = last_summary(stdout).get("hosts")
+    return hosts if isinstance(hosts, dict) else None
+
+
+def converge_from_env(env: Mapping[str, str], inventory: str) -> dict[str, Any]:
+    """Run site.yml as the Converge command does; returns the summary :func:`main` prints.
+
+    Args:
+        env: ``PASTURE_CONVERGE_HOSTS`` (JSON fingerprints), ``PASTURE_CONVERGE_PLAYBOOK``,
+            ``PASTURE_CONVERGE_INVENTORY_PATH``, ``PASTURE_CONVERGE_PROJECT_DIR``, and on an
+            update ``PULUMI_COMMAND_STDOUT`` (the previous run's stdout).
+        inventory: the rendered inventory (the command's stdin).
+
+    Raises:
+        ConvergeError: a variable is missing, or the playbook failed.
+    """
+    keys = (
+        "PASTURE_CONVERGE_HOSTS",
+        "PASTURE_CONVERGE_PLAYBOOK",
+        "PASTURE_CONVERGE_INVENTORY_PATH",
+        "PASTURE_CONVERGE_PROJECT_DIR",
+    )
+    missing = [k for k in keys if not env.get(k)]
+    if missing or not inventory.strip():
+        raise ConvergeError(
+            f"converge: environment variables {missing} are not set"
+            if missing
+            else "converge: no inventory on stdin"
         )
-        return DiffResult(changes=changed, replaces=[], delete_before_replace=False)
+    try:
+        hosts = json.loads(env["PASTURE_CONVERGE_HOSTS"])
+    except json.JSONDecodeError as exc:
+        raise ConvergeError(f"converge: PASTURE_CONVERGE_HOSTS is not JSON: {exc}") from None
+    limit = changed_hosts(previous_fingerprints(env.get("PULUMI_COMMAND_STDOUT")), hosts)
+    summary = run_site(
+        {
+            "inventory": inventory,
+            "inventory_path": env["PASTURE_CONVERGE_INVENTORY_PATH"],
+            "playbook": env["PASTURE_CONVERGE_PLAYBOOK"],
+            "project_dir": env["PASTURE_CONVERGE_PROJECT_DIR"],
+        },
+        limit,
+    )
+    return {**summary, "hosts": hosts}
 
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        summary = run_site(news, changed_hosts(olds.get("hosts"), news["hosts"]))
-        return UpdateResult(outs={**news, "last_run": summary})
+
+def main() -> int:
+    """``python -m stacks.converge``: the inventory on stdin, settings in the environment
+    (:func:`converge_from_env`). Prints the summary as one JSON line (the next run's
+    ``PULUMI_COMMAND_STDOUT``); exit status 1 with the error on stderr."""
+    try:
+        summary = converge_from_env(os.environ, sys.stdin.read())
+    except ConvergeError as exc:
+        print(f"pasture converge: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, sort_keys=True))
+    return 0
 
 
 @dataclass(frozen=True)
@@ -187,21 +249,42 @@ class ConvergeArgs:
         return cls(outputs=outputs, playbook=cfg.converge_playbook, inventory_path=str(inventory))
 
 
-class Converge(pulumi.dynamic.Resource):
-    """Runs site.yml from ``pulumi up`` (``converge: true``); output ``last_run``."""
+def converge_command() -> str:
+    """The create and update command: this venv's Python running ``stacks.converge``."""
+    return f"{shlex.quote(sys.executable)} -m stacks.converge"
+
+
+class Converge(pulumi.ComponentResource):
+    """Runs site.yml from ``pulumi up`` (``converge: true``) through a pulumi-command
+    ``local.Command`` (``command``); output ``last_run`` is the summary of the last run
+    (``{ran, limit, hosts}``)."""
 
     last_run: pulumi.Output[dict[str, Any]]
 
     def __init__(
         self, name: str, args: ConvergeArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        super().__init__("pasture:converge:Converge", name, None, opts)
         cluster = args.outputs.apply(ClusterOutputs.model_validate)
-        props = {
-            "hosts": cluster.apply(host_fingerprints),
-            "inventory": cluster.apply(render_inventory),
-            "inventory_path": args.inventory_path,
-            "playbook": args.playbook,
-            "project_dir": args.project_dir,
-            "last_run": None,
-        }
-        super().__init__(ConvergeProvider(), name, props, opts)
+        self.command = local.Command(
+            f"{name}-site",
+            create=converge_command(),
+            update=converge_command(),
+            stdin=cluster.apply(render_inventory),
+            environment={
+                "PASTURE_CONVERGE_HOSTS": cluster.apply(
+                    lambda c: json.dumps(host_fingerprints(c), sort_keys=True)
+                ),
+                "PASTURE_CONVERGE_PLAYBOOK": args.playbook,
+                "PASTURE_CONVERGE_INVENTORY_PATH": args.inventory_path,
+                "PASTURE_CONVERGE_PROJECT_DIR": args.project_dir,
+            },
+            dir=args.project_dir,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.last_run = self.command.stdout.apply(last_summary)
+        self.register_outputs({"last_run": self.last_run})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,13 +1,17 @@
 """What the onprem stack does to an existing host, as plain functions (no Pulumi).
 
-- :func:`gather_facts` connects with paramiko and records cpu cores, memory (MiB), GPUs
-  (``nvidia-smi`` when present) and the OS: the values the inventory's ``pasture_node_*``
-  variables carry.
+- :data:`FACTS_SCRIPT` prints cpu cores, memory, GPUs (``nvidia-smi`` when present) and
+  the OS; :func:`parse_facts_output` turns its output into :class:`HostFacts`, the values
+  the inventory's ``pasture_node_*`` variables carry. The stack runs the script with
+  pulumi-command's ``remote.Command`` (``stacks/onprem_host.py``); :func:`gather_facts`
+  runs the same script with paramiko (tests, and a manual check of a host).
+- :func:`known_host_key` reads a host's key from a known_hosts file: the ``hostKey`` that
+  ``remote.Command`` verifies the host against.
 - :func:`drain_node` asks the pasture API to drain the node before its host leaves the
-  stack (``POST {api}/api/v1/nodes/{name}/drain`` with a bearer token).
+  stack (``POST {api}/api/v1/nodes/{name}/drain`` with a bearer token); ``python -m
+  stacks.drain`` (the delete command of each node's drain resource) calls it.
 
-The onprem dynamic provider (``stacks/onprem_host.py``) calls these; tests run them
-against a real sshd and a real HTTP server.
+Tests run these against a real sshd and a real HTTP server.
 """
 
 from __future__ import annotations
@@ -20,15 +24,33 @@ from typing import Any
 import httpx
 import paramiko
 
-# Facts commands. `nvidia-smi` is optional: no binary means no GPUs (exit code 127 is not
-# an error). Each prints one value so that a failure names the fact.
-_FACT_COMMANDS = {
-    "cpu": "nproc",
-    "memory_kib": "awk '/^MemTotal:/ {print $2}' /proc/meminfo",
-    "os": ". /etc/os-release && printf '%s\\n' \"$PRETTY_NAME\"",
-    "gpus": "if command -v nvidia-smi >/dev/null 2>&1; then "
-    "nvidia-smi --query-gpu=name --format=csv,noheader; fi",
-}
+# The facts, one section each (a `::<fact>` line, then its value), in one POSIX sh script
+# so that one SSH session records them all. `nvidia-smi` is optional: no binary means no
+# GPUs. `set -e`: a failing command fails the script (and the `pulumi up`) with its stderr.
+FACT_SECTIONS = ("cpu", "memory_kib", "os", "gpus")
+FACTS_SCRIPT = """set -e
+echo ::cpu
+nproc
+echo ::memory_kib
+awk '/^MemTotal:/ {print $2}' /proc/meminfo
+echo ::os
+(. /etc/os-release && printf '%s\\n' "$PRETTY_NAME")
+echo ::gpus
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name --format=csv,noheader
+fi
+"""
+# Host key types in the order pulumi-command's Go SSH client (golang.org/x/crypto/ssh)
+# prefers them: with several keys of a host in known_hosts, the one it will be shown.
+HOST_KEY_PREFERENCE = (
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "rsa-sha2-256",
+    "rsa-sha2-512",
+    "ssh-rsa",
+    "ssh-ed25519",
+)
 
 
 class HostOpError(RuntimeError):
@@ -191,21 +213,79 @@ def parse_facts(raw: dict[str, str]) -> HostFacts:
     )
 
 
-def gather_facts(target: SshTarget) -> HostFacts:
-    """Connect to a host and record its facts (cpu cores, memory MiB, GPUs, OS).
+def parse_facts_output(stdout: str) -> HostFacts:
+    """Facts from the output of :data:`FACTS_SCRIPT` (``::<fact>`` lines, then values).
 
     Raises:
-        HostOpError: connection or a fact command failed (names the host and command).
+        HostOpError: a section is missing, or a value is not what its command prints
+            (names the fact).
+    """
+    raw: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in stdout.splitlines():
+        if line.startswith("::") and line[2:].strip() in FACT_SECTIONS:
+            current = raw.setdefault(line[2:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    missing = [s for s in FACT_SECTIONS if s not in raw]
+    if missing:
+        raise HostOpError(
+            f"facts: the script's output has no section {missing} (got {stdout[:200]!r})"
+        )
+    return parse_facts({k: "\n".join(v) for k, v in raw.items()})
+
+
+def gather_facts(target: SshTarget) -> HostFacts:
+    """Connect to a host, run :data:`FACTS_SCRIPT` and parse its output.
+
+    Raises:
+        HostOpError: the connection or the script failed (names the host), or its output
+            does not parse (names the fact).
     """
     client = connect(target)
     try:
-        raw = {
-            fact: run(client, command, name=target.name, timeout_s=target.timeout_s)
-            for fact, command in _FACT_COMMANDS.items()
-        }
+        out = run(client, FACTS_SCRIPT, name=target.name, timeout_s=target.timeout_s)
     finally:
         client.close()
-    return parse_facts(raw)
+    return parse_facts_output(out)
+
+
+def known_host_key(known_hosts: str, host: str, port: int, *, name: str) -> str:
+    """The key ``host:port`` has in a known_hosts file, as ``"<type> <base64>"`` (the
+    form of pulumi-command's ``connection.hostKey``). Hashed entries are matched too. With
+    several key types, the one the Go SSH client negotiates first
+    (:data:`HOST_KEY_PREFERENCE`).
+
+    Args:
+        known_hosts: path of the file (``~`` expanded).
+        host: address or DNS name the connection uses.
+        port: SSH port (entries for a port other than 22 are ``[host]:port``).
+        name: the host's cluster name, for the message.
+
+    Raises:
+        HostOpError: the file is missing or has no key for ``host:port`` (the message
+            says how to add one).
+    """
+    path = Path(known_hosts).expanduser()
+    lookup = host if port == 22 else f"[{host}]:{port}"
+    add = f"ssh-keyscan {'-p ' + str(port) + ' ' if port != 22 else ''}{host} >> {known_hosts}"
+    if not path.is_file():
+        raise HostOpError(
+            f"host {name}: pasture:sshKnownHosts {known_hosts} does not exist; host keys are "
+            f"always verified: check the host's key fingerprint, then `{add}`"
+        )
+    keys = paramiko.HostKeys(str(path)).lookup(lookup)
+    if not keys:
+        raise HostOpError(
+            f"host {name}: no key for {lookup} in {known_hosts} (pasture:sshKnownHosts); "
+            f"check the host's key fingerprint, then `{add}`"
+        )
+    ranked = sorted(
+        keys.keys(),
+        key=lambda t: HOST_KEY_PREFERENCE.index(t) if t in HOST_KEY_PREFERENCE else 99,
+    )
+    key = keys[ranked[0]]
+    return f"{key.get_name()} {key.get_base64()}"
 
 
 @dataclass(frozen=True)

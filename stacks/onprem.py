@@ -1,25 +1,27 @@
 """Existing hosts (MARO grass/on-premises): adopted over SSH, facts recorded, drained on
-removal.
+removal (pulumi-command resources, stacks/onprem_host.py).
 
     master ─ OnpremHost (facts)          hosts[i] ─ OnpremHost (facts) ─> NodeOutput
-                                                     on delete: POST /api/v1/nodes/<name>/drain
+                                                    └ drain: on delete
+                                                      POST /api/v1/nodes/<name>/drain
 
 Adding a host to ``pasture:hosts`` adopts it on the next ``pulumi up``; removing it drains
-its node through the pasture API first (``apiToken``), so no task is lost silently.
+its node through the pasture API first (``apiToken``), so no task is lost silently. Host
+keys come from ``pasture:sshKnownHosts`` and are always verified.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
 
+from stacks.config import ConfigError, StackConfig, StackSecrets
 from stacks.config import OnpremHost as HostConfig
-from stacks.config import StackConfig, StackSecrets
 from stacks.contract import ClusterOutputs, HostOutput, NodeOutput, cluster_outputs
-from stacks.onprem_host import OnpremHost
+from stacks.hostops import HostOpError, known_host_key
+from stacks.onprem_host import HostArgs, OnpremHost
 
 
 @dataclass(frozen=True)
@@ -48,26 +50,27 @@ class OnpremCluster(pulumi.ComponentResource):
         cfg, secrets = args.config, args.secrets
         assert cfg.master is not None
         endpoint = api_endpoint(cfg)
-        known_hosts = str(Path(cfg.ssh_known_hosts).expanduser()) if cfg.ssh_known_hosts else ""
 
         def host(h: HostConfig, role: str) -> OnpremHost:
+            try:
+                key = known_host_key(
+                    cfg.ssh_known_hosts, h.ssh_host or h.address, h.ssh_port, name=h.name
+                )
+            except HostOpError as exc:
+                raise ConfigError(str(exc)) from None
             return OnpremHost(
                 f"{name}-{h.name}",
-                {
-                    "name": h.name,
-                    "role": role,
-                    "address": h.address,
-                    "ssh_host": h.ssh_host or "",
-                    "ssh_user": h.ssh_user,
-                    "ssh_port": h.ssh_port,
-                    "private_key": secrets.ssh_private_key,
-                    "known_hosts": known_hosts,
-                    "api_endpoint": endpoint,
-                    "api_token": secrets.api_token if role == "node" else None,
-                    "api_ca_file": cfg.api_ca_file,
-                    "drain_on_delete": cfg.drain_on_delete,
-                    "drain_timeout_s": cfg.drain_timeout_s,
-                },
+                HostArgs(
+                    host=h,
+                    role=role,
+                    private_key=secrets.ssh_private_key,
+                    host_key=key,
+                    api_endpoint=endpoint,
+                    api_token=secrets.api_token,
+                    api_ca_file=cfg.api_ca_file,
+                    drain_on_delete=cfg.drain_on_delete,
+                    drain_timeout_s=cfg.drain_timeout_s,
+                ),
                 pulumi.ResourceOptions(parent=self),
             )
 

@@ -1,119 +1,131 @@
-"""Pulumi dynamic resource for one existing host (onprem platform).
+"""One existing host of the onprem platform, as pulumi-command resources:
 
-    create/update: SSH in (paramiko, key only, known_hosts checked), record facts
-    delete:        drain the node through the pasture API, then forget the host
+    <cluster>-<host>-facts  command:remote:Command  create: hostops.FACTS_SCRIPT over SSH
+                                                     (key only; host key from known_hosts)
+                                                     stdout -> facts
+    <cluster>-<host>-drain  command:local:Command   nodes only; delete: python -m stacks.drain
+                                                     depends on -facts; delete before replace
 
-The provider is pickled by reference (dill) into the Pulumi engine's dynamic provider
-process, so this module must stay importable and free of side effects (pulumi#7453).
-Its logic is in plain functions (:func:`target_from_props`, :func:`diff_host`,
-:func:`delete_host`) that tests call directly; under Pulumi's mocks ``create`` never runs.
+Removing a host from ``pasture:hosts`` deletes its resources in reverse dependency order:
+the drain command's ``delete`` runs first and drains the node through the pasture API,
+with the endpoint, token and settings stored at the last ``pulumi up``; only when it
+succeeds is the facts resource deleted. A failed drain stops ``pulumi up`` and the host
+stays in the stack (nothing is lost). A new name or address (the ``triggers``) replaces
+both: the old node is drained first (``delete_before_replace``), then the new host's facts
+are recorded. A new SSH endpoint, user or key reruns the facts script (an update).
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+from pulumi_command import local, remote
 
 from stacks import hostops
+from stacks.config import OnpremHost as HostConfig
 
-# Inputs whose change means a different machine: replace (delete = drain the old one).
-REPLACE_KEYS = ("name", "address")
-# Inputs whose change needs a new SSH session to refresh the facts.
-REFRESH_KEYS = ("ssh_host", "ssh_user", "ssh_port", "private_key", "known_hosts")
-SECRET_KEYS = ("private_key", "api_token")
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+# Seconds per SSH dial attempt and attempts before the facts command fails.
+SSH_DIAL_TIMEOUT_S = 20
+SSH_DIAL_ATTEMPTS = 3
 
 
-def target_from_props(props: dict[str, Any]) -> hostops.SshTarget:
-    """The SSH target of a host resource's properties.
+def drain_command() -> str:
+    """The drain resource's delete command: this venv's Python running ``stacks.drain``
+    (the path is stored in the state; the project's editable install makes ``stacks``
+    importable from it)."""
+    return f"{shlex.quote(sys.executable)} -m stacks.drain"
 
-    Raises:
-        hostops.HostOpError: a property is missing (names it).
+
+@dataclass(frozen=True)
+class HostArgs:
+    """Inputs of :class:`OnpremHost`.
+
+    Attributes:
+        host: the host's config (name, address, SSH endpoint, labels).
+        role: ``master`` or ``node`` (only nodes are drained).
+        private_key: the SSH private key (a secret Output).
+        host_key: the host's key, ``"<type> <base64>"`` (:func:`hostops.known_host_key`).
+        api_endpoint: the pasture API URL the drain calls.
+        api_token: the API token (a secret Output), or None when not set.
+        api_ca_file: CA bundle for the API's certificate; "" = system CAs.
+        drain_on_delete: drain the node before its host leaves the stack.
+        drain_timeout_s: HTTP timeout of the drain request, seconds.
     """
-    missing = [k for k in ("name", "address", "ssh_user", "private_key") if not props.get(k)]
-    if missing:
-        raise hostops.HostOpError(f"host resource: missing properties {missing}")
-    return hostops.SshTarget(
-        name=props["name"],
-        host=props.get("ssh_host") or props["address"],
-        port=int(props.get("ssh_port") or 22),
-        user=props["ssh_user"],
-        private_key=props["private_key"],
-        known_hosts=props.get("known_hosts") or None,
-        timeout_s=float(props.get("ssh_timeout_s") or 20.0),
-    )
+
+    host: HostConfig
+    role: str
+    private_key: Any
+    host_key: str
+    api_endpoint: str
+    api_token: Any = None
+    api_ca_file: str = ""
+    drain_on_delete: bool = True
+    drain_timeout_s: float = 600.0
+
+    def drain_environment(self) -> dict[str, Any]:
+        """The environment of ``python -m stacks.drain`` (see stacks/drain.py)."""
+        return {
+            "PASTURE_DRAIN_NODE": self.host.name,
+            "PASTURE_DRAIN_ON_DELETE": "true" if self.drain_on_delete else "false",
+            "PASTURE_API_ENDPOINT": self.api_endpoint,
+            "PASTURE_API_TOKEN": self.api_token if self.api_token is not None else "",
+            "PASTURE_API_CA_FILE": self.api_ca_file,
+            "PASTURE_DRAIN_TIMEOUT_S": str(self.drain_timeout_s),
+        }
 
 
-def diff_host(olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-    """Changed keys; a new name or address replaces the host (the old node is drained)."""
-    keys = sorted(set(olds) | set(news) - {"facts", "__provider"})
-    changed = [k for k in keys if k not in ("facts", "__provider") and olds.get(k) != news.get(k)]
-    replaces = [k for k in changed if k in REPLACE_KEYS]
-    return DiffResult(
-        changes=bool(changed),
-        replaces=replaces,
-        delete_before_replace=bool(replaces),
-    )
-
-
-def delete_host(props: dict[str, Any], drain=hostops.drain_node) -> hostops.DrainResult | None:
-    """Drain the node of a host that leaves the stack (nodes only; the master is not a node).
-
-    Returns:
-        The drain result, or None when nothing was drained (master, or draining disabled).
-
-    Raises:
-        hostops.HostOpError: draining is on but no API token is set, or the API refuses;
-            the host then stays in the stack (nothing is lost).
-    """
-    if props.get("role") != "node" or not props.get("drain_on_delete", True):
-        return None
-    token = props.get("api_token")
-    if not token:
-        raise hostops.HostOpError(
-            f"cannot remove {props.get('name')}: draining needs pasture:apiToken (set it with "
-            "`pulumi config set --secret apiToken ...` and run `pulumi up`), or set "
-            "pasture:drainOnDelete false"
-        )
-    verify: bool | str = props.get("api_ca_file") or True
-    return drain(
-        props["api_endpoint"],
-        token,
-        props["name"],
-        timeout_s=float(props.get("drain_timeout_s") or 30.0),
-        verify=verify,
-    )
-
-
-class HostProvider(ResourceProvider):
-    """Dynamic provider of :class:`OnpremHost` (see the module docstring)."""
-
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        facts = hostops.gather_facts(target_from_props(props))
-        return CreateResult(id_=props["name"], outs={**props, "facts": facts.to_dict()})
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        return diff_host(olds, news)
-
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        facts = hostops.gather_facts(target_from_props(news))
-        return UpdateResult(outs={**news, "facts": facts.to_dict()})
-
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
-        delete_host(props)
-
-
-class OnpremHost(pulumi.dynamic.Resource):
-    """An existing host: inputs say how to reach it; output ``facts`` is
-    ``{cpu, memory_mib, gpu_count, gpu_model, gpu_names, os}``."""
+class OnpremHost(pulumi.ComponentResource):
+    """An existing host: ``facts`` is ``{cpu, memory_mib, gpu_count, gpu_model, gpu_names,
+    os}``; ``facts_command`` and ``drain`` (None for the master) are the resources."""
 
     facts: pulumi.Output[dict[str, Any]]
 
     def __init__(
-        self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None
+        self, name: str, args: HostArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=list(SECRET_KEYS))
+        super().__init__("pasture:onprem:Host", name, None, opts)
+        h = args.host
+        identity = [h.name, h.address]  # a new name or address is another machine
+        self.facts_command = remote.Command(
+            f"{name}-facts",
+            connection=remote.ConnectionArgs(
+                host=h.ssh_host or h.address,
+                port=h.ssh_port,
+                user=h.ssh_user,
+                private_key=args.private_key,
+                host_key=args.host_key,
+                per_dial_timeout=SSH_DIAL_TIMEOUT_S,
+                dial_error_limit=SSH_DIAL_ATTEMPTS,
+            ),
+            create=hostops.FACTS_SCRIPT,
+            triggers=identity,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        super().__init__(HostProvider(), name, {**props, "facts": None}, opts)
+        # pulumi-command marks every output of a command secret when an input is (here the
+        # private key; pulumi-command#256). The facts are not secret, and would otherwise
+        # make every exported ClusterOutputs value secret (`pulumi stack output --json`
+        # would print "[secret]" for the inventory's input).
+        self.facts = pulumi.Output.unsecret(self.facts_command.stdout).apply(
+            lambda out: hostops.parse_facts_output(out).to_dict()
+        )
+        self.drain: local.Command | None = None
+        if args.role == "node":
+            self.drain = local.Command(
+                f"{name}-drain",
+                delete=drain_command(),
+                environment=args.drain_environment(),
+                dir=str(PROJECT_DIR),
+                triggers=identity,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[self.facts_command],
+                    delete_before_replace=True,
+                ),
+            )
+        self.register_outputs({"facts": self.facts})

@@ -76,9 +76,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
         elif args.typ == "docker-build:index:Image":
             # What the provider returns after a push: the manifest digest of the image.
             out["digest"] = "sha256:" + hashlib.sha256(args.name.encode()).hexdigest()
-        elif args.typ == "pulumi-python:dynamic:Resource" and "ssh_user" in args.inputs:
-            # What stacks.onprem_host.HostProvider.create records (create never runs here).
-            out["facts"] = self.host_facts(args.inputs)
+        elif args.typ == "command:remote:Command":
+            # What hostops.FACTS_SCRIPT prints on the host (the command never runs here),
+            # secret as the real provider makes it: every output of a command whose
+            # connection holds a secret (the private key) is secret (pulumi-command#256).
+            facts = self.host_facts({"name": args.inputs["triggers"][0]})
+            out["stdout"] = pulumi.Output.secret(facts_output(facts))
+            out["stderr"] = ""
+        elif args.typ == "command:local:Command":
+            out["stdout"] = ""  # create is empty (drain) or not run under mocks (converge)
+            out["stderr"] = ""
         elif args.typ == "kubernetes:core/v1:Service":
             out["status"] = {"loadBalancer": {"ingress": [{"ip": "10.224.0.200"}]}}
         return [f"/mock/{args.typ}/{args.name}", out]
@@ -120,11 +127,42 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}
 
 
+def facts_output(facts: dict[str, Any]) -> str:
+    """The output of stacks.hostops.FACTS_SCRIPT on a host with these facts."""
+    gpus = "".join(f"{n}\n" for n in facts["gpu_names"])
+    return (
+        f"::cpu\n{facts['cpu']}\n::memory_kib\n{facts['memory_mib'] * 1024}\n"
+        f"::os\n{facts['os']}\n::gpus\n{gpus}"
+    )
+
+
+class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
+    """The mock monitor, also recording each registration's options by resource name:
+    ``{name: {"urn", "parent", "dependencies", "delete_before_replace"}}`` (what the
+    engine would use to order deletes)."""
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+        self.options: dict[str, dict[str, Any]] = {}
+
+    def RegisterResource(self, request):  # noqa: N802 (the gRPC method's name)
+        response = super().RegisterResource(request)
+        self.options[request.name] = {
+            "urn": response.urn,
+            "type": request.type,
+            "parent": request.parent,
+            "dependencies": list(request.dependencies),
+            "delete_before_replace": request.deleteBeforeReplace,
+        }
+        return response
+
+
 @dataclass
 class Built:
     """A stack built under mocks."""
 
     mocks: RecordingMocks
+    monitor: RecordingMonitor | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
 
@@ -149,14 +187,15 @@ def build_stack(
     # Pulumi's mocks run on the thread's current event loop; tests that ran before in the
     # same process (asyncio.run, anyio) leave none set, so give each build a fresh one.
     asyncio.set_event_loop(asyncio.new_event_loop())
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="test", preview=False)
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="test", preview=False, monitor=monitor)
     all_config = {
         f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in config.items()
     }
     secrets = secrets or {}
     all_config.update({f"{PROJECT}:{k}": v for k, v in secrets.items()})
     pulumi.runtime.set_all_config(all_config, [f"{PROJECT}:{k}" for k in secrets])
-    built = Built(mocks)
+    built = Built(mocks, monitor)
     exports: dict[str, pulumi.Output[Any]] = {}
     original = pulumi.export
     pulumi.export = lambda name, value: exports.__setitem__(name, pulumi.Output.from_input(value))

@@ -1,28 +1,39 @@
-"""converge: the limit computed from host changes, the ansible-runner command line, a
-real ansible-runner run of a playbook limited to the changed hosts, and the dynamic
-resource the program registers when `converge: true`."""
+"""converge: the limit computed from host changes, the ansible-runner command line, the
+pulumi-command resource the program registers when `converge: true`, and its command run
+for real (`python -m stacks.converge`, ansible-runner, a playbook limited to the changed
+hosts) the way pulumi-command runs it on create and on update."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
 from ansible_runner.config.runner import RunnerConfig
-from test_onprem import SECRETS, onprem_config
+from test_onprem import SECRETS, onprem_config, plain
 
 from scheduler.inventory import ClusterOutputs, parse_stack_output, render_inventory
 from stacks.converge import (
     CLUSTER_KEY,
-    ConvergeError,
-    ConvergeProvider,
     changed_hosts,
+    converge_command,
     host_fingerprints,
+    previous_fingerprints,
     runner_kwargs,
 )
 from tests.stacks.mocks import build_stack
 
-pytestmark = pytest.mark.stacks
+pytestmark = [
+    pytest.mark.stacks,
+    pytest.mark.filterwarnings("ignore:This resource is deprecated:DeprecationWarning"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cluster(nodes: dict[str, str], master_address: str = "10.0.0.10", **kw) -> ClusterOutputs:
@@ -127,29 +138,51 @@ def project(tmp_path):
     return tmp_path, out
 
 
-def props_for(outputs: ClusterOutputs, project_dir) -> dict:
-    return {
-        "hosts": host_fingerprints(outputs),
-        "inventory": render_inventory(outputs),
-        "inventory_path": str(project_dir / "inventories" / "lab" / "inventory.yml"),
-        "playbook": "playbooks/site.yml",
-        "project_dir": str(project_dir),
-    }
+def run_command(command: str, outputs: ClusterOutputs, project_dir, previous_stdout=None):
+    """Run the Converge command as pulumi-command does: /bin/sh -c in the project dir, the
+    inventory on stdin, the environment the program gives it, and on an update the
+    previous stdout as PULUMI_COMMAND_STDOUT."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PULUMI_COMMAND_STDOUT")}
+    env.update(
+        {
+            "PASTURE_CONVERGE_HOSTS": json.dumps(host_fingerprints(outputs), sort_keys=True),
+            "PASTURE_CONVERGE_PLAYBOOK": "playbooks/site.yml",
+            "PASTURE_CONVERGE_INVENTORY_PATH": str(project_dir / "inventories/lab/inventory.yml"),
+            "PASTURE_CONVERGE_PROJECT_DIR": str(project_dir),
+        }
+    )
+    if previous_stdout is not None:
+        env["PULUMI_COMMAND_STDOUT"] = previous_stdout
+    return subprocess.run(
+        ["/bin/sh", "-c", command],
+        input=render_inventory(outputs),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
-def test_provider_update_runs_the_playbook_on_the_changed_hosts_only(project):
-    """A real ansible-runner run: an update that adds gpu-3 and a host whose play fails
-    runs on exactly those two hosts (--limit), and the failure fails the update. (The
-    first run, without --limit, differs only by the missing option: see the command line
-    test above.)"""
+def test_command_converges_everything_then_only_the_changed_hosts(project):
+    """Real ansible-runner runs: create runs on every host; an update that adds gpu-3 and
+    a host whose play fails runs on exactly those two (--limit) and fails; an update with
+    only removals rewrites the inventory and runs nothing."""
     project_dir, out = project
-    provider = ConvergeProvider()
-    first = props_for(cluster(BASE), project_dir)
-    grown = props_for(cluster({**BASE, "gpu-3": "10.0.0.13", "broken": "10.0.0.99"}), project_dir)
-    assert provider.diff("converge", first, grown).changes
-    assert not provider.diff("converge", first, dict(first)).changes
-    with pytest.raises(ConvergeError, match=r"failed \(status failed.*on broken,gpu-3"):
-        provider.update("converge", first, grown)
+    command = converge_command()
+    first = run_command(command, cluster(BASE), project_dir)
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert summary["ran"] is True and summary["limit"] == ["all"]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-1", "gpu-2", "master"]
+    assert previous_fingerprints(first.stdout) == host_fingerprints(cluster(BASE))
+    for p in out.iterdir():
+        p.unlink()
+
+    grown = cluster({**BASE, "gpu-3": "10.0.0.13", "broken": "10.0.0.99"})
+    failed = run_command(command, grown, project_dir, previous_stdout=first.stdout)
+    assert failed.returncode == 1
+    assert "failed (status failed" in failed.stderr and "on broken,gpu-3" in failed.stderr
     assert sorted(p.name for p in out.iterdir()) == ["broken", "gpu-3"]  # --limit only
     assert (out / "gpu-3").read_text() == "10.0.0.13"
     written = yaml.safe_load((project_dir / "inventories/lab/inventory.yml").read_text())
@@ -160,23 +193,37 @@ def test_provider_update_runs_the_playbook_on_the_changed_hosts_only(project):
         "gpu-3",
     ]
 
-    # only removals: the inventory is rewritten, nothing runs
-    shrunk = props_for(cluster({"gpu-1": "10.0.0.11"}), project_dir)
-    assert provider.update("converge", first, shrunk).outs["last_run"] == {
-        "ran": False,
-        "limit": [],
-    }
+    # only removals (compared with the last successful run): nothing runs
+    shrunk = run_command(command, cluster({"gpu-1": "10.0.0.11"}), project_dir, first.stdout)
+    assert shrunk.returncode == 0, shrunk.stderr
+    assert json.loads(shrunk.stdout.strip().splitlines()[-1])["ran"] is False
     inventory = yaml.safe_load((project_dir / "inventories/lab/inventory.yml").read_text())
     assert list(inventory["all"]["children"]["nodes"]["hosts"]) == ["gpu-1"]
 
 
-def test_program_registers_converge_with_the_stack_outputs():
-    built = build_stack(onprem_config(["gpu-1", "cpu-1"], converge="true"), SECRETS)
-    (conv,) = [
-        r for r in built.of_type("pulumi-python:dynamic:Resource") if r.name == "lab-converge"
-    ]
-    assert set(conv.inputs["hosts"]) == {"master", "gpu-1", "cpu-1", CLUSTER_KEY}
-    inventory = yaml.safe_load(conv.inputs["inventory"])
+def test_unreadable_previous_output_converges_everything():
+    assert previous_fingerprints(None) is None
+    assert previous_fingerprints("PLAY RECAP\nnot json") is None
+    assert previous_fingerprints('{"hosts": {"a": "1"}}') == {"a": "1"}
+
+
+def test_program_registers_converge_as_a_local_command(known_hosts):
+    built = build_stack(onprem_config(["gpu-1", "cpu-1"], known_hosts[0], converge="true"), SECRETS)
+    (conv,) = [r for r in built.of_type("command:local:Command") if r.name == "lab-converge-site"]
+    assert conv.inputs["create"] == conv.inputs["update"] == converge_command()
+    assert conv.inputs["create"] == f"{sys.executable} -m stacks.converge"
+    assert "delete" not in conv.inputs  # removing converge runs nothing
+    env = plain(conv.inputs["environment"])
+    hosts = json.loads(env["PASTURE_CONVERGE_HOSTS"])
+    assert set(hosts) == {"master", "gpu-1", "cpu-1", CLUSTER_KEY}
+    inventory = yaml.safe_load(conv.inputs["stdin"])
     assert sorted(inventory["all"]["children"]["nodes"]["hosts"]) == ["cpu-1", "gpu-1"]
-    assert conv.inputs["inventory_path"].endswith("inventories/test/inventory.yml")
-    assert conv.inputs["playbook"] == "playbooks/site.yml"
+    assert env["PASTURE_CONVERGE_INVENTORY_PATH"].endswith("inventories/test/inventory.yml")
+    assert env["PASTURE_CONVERGE_PLAYBOOK"] == "playbooks/site.yml"
+    assert env["PASTURE_CONVERGE_PROJECT_DIR"] == conv.inputs["dir"] == str(REPO)
+    # after the hosts: it depends on the cluster component, i.e. on every host's commands
+    opts = built.monitor.options
+    assert opts["lab-converge"]["type"] == "pasture:converge:Converge"
+    for host in ("master", "gpu-1", "cpu-1"):
+        assert opts[f"lab-{host}-facts"]["urn"] in opts["lab-converge"]["dependencies"]
+    assert opts["lab-converge-site"]["parent"] == opts["lab-converge"]["urn"]

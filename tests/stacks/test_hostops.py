@@ -5,20 +5,17 @@ standing in for the pasture API's drain route."""
 from __future__ import annotations
 
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import paramiko
 import pytest
-import uvicorn
-from fastapi import FastAPI, Header, HTTPException
 
 from scheduler.dev import free_port
 from stacks import hostops
+from stacks.drain import drain_from_env
 from stacks.hostops import HostOpError, SshTarget
-from stacks.onprem_host import HostProvider, delete_host, diff_host
 from tests.sshd import keygen, running_sshd
+from tests.stacks.conftest import TOKEN
 
 GPU_NAMES = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
 
@@ -146,37 +143,6 @@ def test_parse_facts_names_the_bad_fact():
 
 # --- drain through a real HTTP server ---------------------------------------------------
 
-TOKEN = "admin-token-for-tests-0123456789"
-
-
-@pytest.fixture(scope="module")
-def api():
-    """uvicorn + FastAPI with the drain route's contract; yields (endpoint, calls)."""
-    app = FastAPI()
-    calls: list[tuple[str, str]] = []
-    nodes = {"node-1": "ready"}
-
-    @app.post("/api/v1/nodes/{name}/{action}")
-    def node_action(name: str, action: str, authorization: str = Header("")) -> dict:
-        calls.append((name, action))
-        if authorization != f"Bearer {TOKEN}":
-            raise HTTPException(403, "admin or agent token required")
-        if name not in nodes:
-            raise HTTPException(404, f"node {name!r} not found")
-        nodes[name] = "draining"
-        return {"name": name, "state": nodes[name]}
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", calls
-    server.should_exit = True
-    thread.join(timeout=10)
-
 
 def test_drain_marks_the_node_draining(api):
     endpoint, calls = api
@@ -201,74 +167,95 @@ def test_drain_with_the_api_down_says_so():
         hostops.drain_node(f"http://127.0.0.1:{free_port()}", TOKEN, "node-1", timeout_s=2)
 
 
-# --- the onprem dynamic provider, called directly (Pulumi's mocks never call it) -------
+# --- the facts script's output, the host key lookup, the drain command ---------------
 
 
-def host_props(sshd, api_endpoint: str = "http://127.0.0.1:9", **kw) -> dict:
+def test_facts_script_output_parses_in_one_session(sshd):
+    """The script the stack's remote.Command runs, run as one SSH command here."""
+    client = hostops.connect(target(sshd, key="gpuuser"))
+    try:
+        out = hostops.run(client, hostops.FACTS_SCRIPT, name="node-1", timeout_s=10)
+    finally:
+        client.close()
+    assert [line for line in out.splitlines() if line.startswith("::")] == [
+        "::cpu",
+        "::memory_kib",
+        "::os",
+        "::gpus",
+    ]
+    assert hostops.parse_facts_output(out).gpu_names == tuple(GPU_NAMES)
+
+
+def test_facts_output_without_a_section_names_it():
+    with pytest.raises(HostOpError, match=r"no section \['os', 'gpus'\]"):
+        hostops.parse_facts_output("::cpu\n4\n::memory_kib\n2048\n")
+    with pytest.raises(HostOpError, match="fact cpu"):
+        hostops.parse_facts_output("::cpu\nfour\n::memory_kib\n2048\n::os\nDebian\n::gpus\n")
+
+
+def test_known_host_key_is_the_key_sshd_presents(sshd):
     port, d = sshd
-    props = {
-        "name": "node-1",
-        "role": "node",
-        "address": "10.0.0.11",
-        "ssh_host": "127.0.0.1",
-        "ssh_user": "root",
-        "ssh_port": port,
-        "private_key": (d / "gpuuser").read_text(),
-        "known_hosts": str(d / "known_hosts"),
-        "api_endpoint": api_endpoint,
-        "api_token": TOKEN,
-        "api_ca_file": "",
-        "drain_on_delete": True,
-        "drain_timeout_s": 10,
-    }
-    props.update(kw)
-    return props
+    presented = paramiko.Ed25519Key.from_private_key_file(str(d / "host_key"))
+    key = hostops.known_host_key(str(d / "known_hosts"), "127.0.0.1", port, name="node-1")
+    assert key == f"ssh-ed25519 {presented.get_base64()}"
 
 
-def test_provider_create_and_update_record_facts_over_ssh(sshd):
-    provider = HostProvider()
-    props = host_props(sshd)
-    created = provider.create(props)
-    assert created.id == "node-1"
-    assert created.outs["facts"]["gpu_count"] == 2
-    assert created.outs["facts"]["cpu"] == int(subprocess.check_output(["nproc"], text=True))
-    assert created.outs["address"] == "10.0.0.11"  # the cluster address, not the SSH one
-    updated = provider.update(
-        "node-1", created.outs, host_props(sshd, private_key=(sshd[1] / "user").read_text())
+def test_known_host_key_prefers_what_the_go_client_negotiates(tmp_path):
+    ecdsa, rsa = paramiko.ECDSAKey.generate(), paramiko.RSAKey.generate(2048)
+    keygen(tmp_path / "ed")
+    ed_type, ed_b64 = (tmp_path / "ed.pub").read_text().split()[:2]
+    path = tmp_path / "known_hosts"
+    path.write_text(
+        f"10.0.0.5 {ed_type} {ed_b64}\n"
+        + hostops.known_hosts_line("10.0.0.5", 22, rsa)
+        + "\n"
+        + hostops.known_hosts_line("10.0.0.5", 22, ecdsa)
+        + "\n"
     )
-    assert updated.outs["facts"]["gpu_count"] == 0  # the plain key's session has no nvidia-smi
+    assert hostops.known_host_key(str(path), "10.0.0.5", 22, name="n").startswith("ecdsa-")
+    path.write_text(f"10.0.0.5 {ed_type} {ed_b64}\n")
+    assert hostops.known_host_key(str(path), "10.0.0.5", 22, name="n") == f"{ed_type} {ed_b64}"
 
 
-def test_provider_create_fails_for_an_unreachable_host(sshd):
-    with pytest.raises(HostOpError, match="node-1: SSH"):
-        HostProvider().create(host_props(sshd, ssh_port=free_port()))
+def test_unknown_host_or_missing_file_says_how_to_add_it(sshd, tmp_path):
+    port, d = sshd
+    with pytest.raises(
+        HostOpError,
+        match=rf"host node-2: no key for \[10.0.0.9\]:{port}.*"
+        rf"ssh-keyscan -p {port} 10.0.0.9",
+    ):
+        hostops.known_host_key(str(d / "known_hosts"), "10.0.0.9", port, name="node-2")
+    with pytest.raises(HostOpError, match="does not exist; host keys are always verified"):
+        hostops.known_host_key(str(tmp_path / "none"), "127.0.0.1", port, name="node-1")
 
 
-def test_provider_diff_replaces_on_a_new_address_only(sshd):
-    old = host_props(sshd)
-    assert not diff_host(old, dict(old)).changes
-    moved = diff_host(old, {**old, "address": "10.0.0.99"})
-    assert moved.changes and moved.replaces == ["address"] and moved.delete_before_replace
-    port = diff_host(old, {**old, "ssh_port": 2200})
-    assert port.changes and not port.replaces
-    facts_only = diff_host({**old, "facts": {"cpu": 1}}, old)
-    assert not facts_only.changes
+def drain_env(endpoint: str, **kw: str) -> dict[str, str]:
+    env = {
+        "PASTURE_DRAIN_NODE": "node-1",
+        "PASTURE_DRAIN_ON_DELETE": "true",
+        "PASTURE_API_ENDPOINT": endpoint,
+        "PASTURE_API_TOKEN": TOKEN,
+        "PASTURE_API_CA_FILE": "",
+        "PASTURE_DRAIN_TIMEOUT_S": "10",
+    }
+    env.update(kw)
+    return env
 
 
-def test_provider_delete_drains_the_node_first(sshd, api):
+def test_drain_command_drains_the_node(api):
     endpoint, calls = api
     before = len(calls)
-    HostProvider().delete("node-1", host_props(sshd, api_endpoint=endpoint))
+    result = drain_from_env(drain_env(endpoint))
+    assert result == hostops.DrainResult(node="node-1", state="draining")
     assert calls[before:] == [("node-1", "drain")]
 
 
-def test_delete_without_token_keeps_the_host_and_says_what_to_set(sshd, api):
+def test_drain_without_token_says_what_to_set_and_calls_nothing(api):
     endpoint, calls = api
     before = len(calls)
-    with pytest.raises(HostOpError, match="pasture:apiToken"):
-        delete_host(host_props(sshd, api_endpoint=endpoint, api_token=None))
-    assert len(calls) == before
-    # the master is not a node, and draining can be switched off
-    assert delete_host(host_props(sshd, api_endpoint=endpoint, role="master")) is None
-    assert delete_host(host_props(sshd, api_endpoint=endpoint, drain_on_delete=False)) is None
+    with pytest.raises(HostOpError, match="cannot remove node-1: draining needs pasture:apiToken"):
+        drain_from_env(drain_env(endpoint, PASTURE_API_TOKEN=""))
+    assert drain_from_env(drain_env(endpoint, PASTURE_DRAIN_ON_DELETE="false")) is None
+    with pytest.raises(HostOpError, match="PASTURE_DRAIN_NODE"):
+        drain_from_env(drain_env(endpoint, PASTURE_DRAIN_NODE=""))
     assert len(calls) == before
