@@ -7,8 +7,11 @@ reads; see docs/runtime-env.md for the full table with sources):
 - pasture: PASTURE_JOB_NAME, PASTURE_TASK_ROLE, PASTURE_TASK_INDEX, PASTURE_ATTEMPT,
   PASTURE_ROLES, PASTURE_ROLE_<ROLE>_REPLICAS / _HOSTS, PASTURE_TASK_HOST / _PORT,
   PASTURE_PORT_<NAME>, PASTURE_SHARE_DIR, PASTURE_JOB_DIR, PASTURE_MPI_HOSTFILE;
-- PyTorch: WORLD_SIZE, RANK (roles in declaration order, then index), LOCAL_RANK (rank
-  among the job's tasks on the same node), MASTER_ADDR / MASTER_PORT (rank 0's main port);
+- PyTorch: WORLD_SIZE (every replica the spec declares), RANK (the task's place in the
+  spec's layout: replicas of the roles declared before its role, plus its index; fixed by
+  the spec, so a replica placed late by ``grow`` never takes an early task's rank, as in
+  Volcano's pytorch plugin), LOCAL_RANK (rank among the placed tasks on the same node),
+  MASTER_ADDR / MASTER_PORT (the first placed task in rank order, its main port);
 - OpenPAI protocol v2, its kube-runtime and protocol v1 (``PAI_*``): :func:`openpai_env`;
 - MARO (grass / k8s containers): :func:`maro_env`;
 - Volcano env and svc plugins: :func:`volcano_env` and :func:`volcano_host_files`.
@@ -80,6 +83,17 @@ def ordered_ports(spec: JobSpec, t: TaskRecord) -> list[tuple[str, int]]:
     declared = port_names(spec, t.role) if t.role in spec.roles else []
     known = [(n, t.ports[n]) for n in declared if n in t.ports]
     return known + sorted((n, p) for n, p in t.ports.items() if n not in declared)
+
+
+def spec_rank(spec: JobSpec, role: str, index: int) -> int:
+    """Rank of task ``role``/``index`` in the spec's layout: the replicas of every role
+    declared before ``role``, plus ``index`` (0 .. ``spec.task_count()`` - 1)."""
+    before = 0
+    for name, r in spec.roles.items():
+        if name == role:
+            return before + index
+        before += r.replicas
+    raise KeyError(f"role {role!r} is not in the job's spec")
 
 
 def ordered_tasks(spec: JobSpec, tasks: Sequence[TaskRecord]) -> list[TaskRecord]:
@@ -334,10 +348,9 @@ def task_env(
         env[f"PASTURE_ROLE_{env_name(role)}_HOSTS"] = hosts
     for pname, port in ordered_ports(spec, me):
         env[f"PASTURE_PORT_{env_name(pname)}"] = str(port)
-    rank = next(i for i, t in enumerate(ranked) if t.role == me.role and t.index == me.index)
     same_node = [t for t in ranked if t.node == me.node]
-    env["WORLD_SIZE"] = str(len(ranked))
-    env["RANK"] = str(rank)
+    env["WORLD_SIZE"] = str(spec.task_count())
+    env["RANK"] = str(spec_rank(spec, me.role, me.index))
     env["LOCAL_RANK"] = str(
         next(i for i, t in enumerate(same_node) if t.role == me.role and t.index == me.index)
     )

@@ -429,6 +429,7 @@ class JobSpec(_Model):
         return self.roles[role].image or self.image
 
     def task_count(self) -> int:
+        """Number of tasks the spec declares (the sum of its roles' replicas)."""
         return sum(r.replicas for r in self.roles.values())
 
     def role_minima(self) -> dict[str, int | None]:

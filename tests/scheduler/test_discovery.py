@@ -168,3 +168,31 @@ def test_completion_policy_shows_in_min_succeeded():
     assert env["PAI_MIN_SUCCEEDED_TASK_COUNT_master"] == "1"
     assert env["PAI_MIN_SUCCEEDED_TASK_COUNT_worker"] == "-1"
     assert env["PAI_CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT"] == "-1"
+
+
+def test_ranks_follow_the_spec_so_a_late_replica_never_takes_an_early_tasks_rank():
+    """ps: 2, worker: 2 with a gang of ps-0, worker-0, worker-1 (min_available): the late
+    ps-1 is rank 1 and the early worker-0 rank 2, whoever is placed first."""
+    spec = parse_job_spec(
+        {
+            "name": "late",
+            "roles": {
+                "ps": {"replicas": 2, "command": "x", "min_available": 1},
+                "worker": {"replicas": 2, "command": "x"},
+            },
+        }
+    )
+    early = [
+        TaskRecord("ps", 0, 1, "n1", "10.0.0.1", {"main": 20000}),
+        TaskRecord("worker", 0, 1, "n1", "10.0.0.1", {"main": 20001}),
+        TaskRecord("worker", 1, 1, "n2", "10.0.0.2", {"main": 20002}),
+    ]
+    late = TaskRecord("ps", 1, 1, "n2", "10.0.0.2", {"main": 20003})
+    ranks = {
+        (t.role, t.index): task_env("late", spec, tasks, t, "/share")["RANK"]
+        for tasks in (early, [*early, late])
+        for t in tasks
+    }
+    assert ranks == {("ps", 0): "0", ("ps", 1): "1", ("worker", 0): "2", ("worker", 1): "3"}
+    sizes = {task_env("late", spec, early, t, "/share")["WORLD_SIZE"] for t in early}
+    assert sizes == {"4"}  # every declared replica, early or late
