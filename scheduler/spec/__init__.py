@@ -42,6 +42,7 @@ from scheduler.spec.quantity import (
     parse_cpu,
     parse_memory,
 )
+from scheduler.spec.secrets import split_secrets
 from scheduler.spec.template import JOB_TEMPLATE
 
 __all__ = [
@@ -77,11 +78,14 @@ __all__ = [
 class ParsedJob:
     """A validated submission: ``specs`` (one JobSpec; several for a MARO schedule), the
     source ``format`` key ('pasture', 'openpai-v1', 'openpai-v2', 'maro', 'volcano') and
-    ``warnings`` (fields accepted without effect, one sentence each)."""
+    ``warnings`` (fields accepted without effect, one sentence each); ``secrets`` the
+    values of the job's secrets by name (split off the spec, which keeps only the names;
+    never printed: ``repr=False``)."""
 
     format: str
     specs: list[JobSpec]
     warnings: list[str] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def spec(self) -> JobSpec:
@@ -131,8 +135,12 @@ def parse_job(doc: object, *, fmt: str | None = None) -> ParsedJob:
             [{"loc": exc.loc, "msg": exc.message, "input": safe_input(exc.given)}]
         ) from exc
     prefix = "" if result.fmt == "pasture" else "(translated) "
-    specs = [_validate(d, prefix) for d in result.documents]
-    return ParsedJob(result.fmt, specs, result.warnings)
+    specs, secrets = [], {}
+    for d in result.documents:
+        d, values = split_secrets(d, prefix)
+        secrets.update(values)
+        specs.append(_validate(d, prefix))
+    return ParsedJob(result.fmt, specs, result.warnings, secrets)
 
 
 def load_job(text: str | bytes, *, as_json: bool = False, fmt: str | None = None) -> ParsedJob:
