@@ -66,43 +66,47 @@ def check_value(value: object, loc: str) -> str:
     return text
 
 
-def split_secrets(doc: dict, prefix: str = "") -> tuple[dict, dict[str, str]]:
+def split_secrets(
+    doc: dict, prefix: str = "", *, require_values: bool = True
+) -> tuple[dict, dict[str, str]]:
     """Split a pasture-shaped spec dict's ``secrets`` into names and values.
 
     Args:
         doc: the spec dict (not changed).
         prefix: put before ``secrets`` in error locations (``"(translated) "``).
+        require_values: refuse a declared name without a value (the API); False lets the
+            CLI read a file whose values come with ``--secret``.
 
     Returns:
         (a copy of ``doc`` whose ``secrets`` is the sorted list of names, {name: value}).
 
     Raises:
-        SpecError: not a mapping/list, a bad name, over 64 secrets, a bad value, or a name
-            declared in a list without a value ("give it with --secret NAME=VALUE").
+        SpecError: not a mapping/list, a bad name, over 64 secrets, a bad value, or (with
+            ``require_values``) a name without a value ("give it with --secret NAME=VALUE").
     """
     raw = doc.get("secrets")
     if raw is None:
         return doc, {}
     loc = f"{prefix}secrets"
     if isinstance(raw, list):
-        for i, name in enumerate(raw):
-            check_name(name, f"{loc}[{i}]")
-        missing = sorted(set(raw))
-        raise SpecError.one(
-            f"{loc}.{missing[0]}" if missing else loc,
-            "declared without a value; give it at submit with `pasture job submit --secret "
-            "NAME=VALUE` (or --secrets-file FILE)",
-            missing[0] if missing else None,
-        )
-    if not isinstance(raw, dict):
+        raw = dict.fromkeys(raw)
+    elif not isinstance(raw, dict):
         raise SpecError.one(loc, f"expected a mapping NAME: VALUE, got {type(raw).__name__}")
     if len(raw) > MAX_SECRETS:
         raise SpecError.one(loc, f"at most {MAX_SECRETS} secrets, got {len(raw)}")
-    values = {
-        check_name(name, f"{loc}.{name}"): check_value(value, f"{loc}.{name}")
-        for name, value in raw.items()
-    }
-    return {**doc, "secrets": sorted(values)}, values
+    values: dict[str, str] = {}
+    for name, value in raw.items():
+        check_name(name, f"{loc}.{name}")
+        if value is not None:
+            values[name] = check_value(value, f"{loc}.{name}")
+        elif require_values:
+            raise SpecError.one(
+                f"{loc}.{name}",
+                "declared without a value; give it at submit with `pasture job submit "
+                "--secret NAME=VALUE` (or --secrets-file FILE)",
+                name,
+            )
+    return {**doc, "secrets": sorted(raw)}, values
 
 
 def check_no_refs(value: object, loc: str, allowed: frozenset[str] = frozenset()) -> None:

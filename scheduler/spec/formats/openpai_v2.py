@@ -156,16 +156,18 @@ def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
             },
             ignored=_INFO_IGNORED,
         )
-        if pre.get("auth") is not None:  # credentials: never checked field by field (echoed)
+        _cmd_plugin(pre, loc, ctx)
+        kind = pre.get("type")
+        if kind not in ("dockerimage", "data", "script", "output"):
+            raise ctx.refuse(f"{loc}.type", "expected dockerimage, data, script or output", kind)
+        if pre.get("auth") is not None:  # credentials: never echoed, never checked by field
+            if kind != "dockerimage":
+                raise ctx.refuse(f"{loc}.auth", "only a dockerimage prerequisite has auth")
             ctx.warn(
                 f"{loc}.auth",
                 "registry credentials are not used: nodes run images they already have "
                 "(`pasture image push IMAGE`); secrets it references go nowhere",
             )
-        _cmd_plugin(pre, loc, ctx)
-        kind = pre.get("type")
-        if kind not in ("dockerimage", "data", "script", "output"):
-            raise ctx.refuse(f"{loc}.type", "expected dockerimage, data, script or output", kind)
         name = pre.get("name")
         if not isinstance(name, str) or not name:
             raise ctx.refuse(f"{loc}.name", "expected a name", name)
