@@ -313,13 +313,13 @@ class Agent:
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
+            env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
         except OSError as exc:
             # A broken share mount must fail this task (so the job's retry policy acts),
             # not crash every agent pass while the task stays `scheduled` forever.
             log.warning("task %s/%s: cannot write to the share: %s", job, rec.key, exc)
             self._report_failed(job, rec, f"cannot write to the cluster share at {share}: {exc}")
             return
-            env = {**boot.env, **self._secret_env(job, spec)}
         except startup.StartupError as exc:
             log.warning("task %s/%s cannot start: %s", job, rec.key, exc)
             with open(log_path, "a+") as f:
