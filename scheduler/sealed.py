@@ -5,7 +5,7 @@ token (field ``sealed_secrets`` of ``job:<job>``); the agent opens it at a task'
 (:func:`unseal`) and hands the values to that task's environment only. The key is one
 file, ``secrets_key_file`` in ``scheduler.yaml`` and ``agent.yaml``
 (default ``/etc/pasture/secrets.key``, mode 0600): a Fernet key, 32 random bytes in
-URL-safe base64 (:func:`generate_key`, ``pasture admin secrets-key``). Threat model and key
+URL-safe base64 (:func:`generate_key`; ``python -m scheduler.sealed`` prints a new one). Threat model and key
 delivery per deployment: docs/api.md "Job secrets".
 
 Fernet (AES-128-CBC + HMAC-SHA256, https://github.com/fernet/spec) authenticates the
@@ -101,3 +101,7 @@ def unseal(key: bytes | None, job: str, token: str) -> dict[str, str]:
     if payload.get("job") != job or not isinstance(payload.get("values"), dict):
         raise SealError(f"the sealed secrets were not made for job {job!r}")
     return {str(k): str(v) for k, v in payload["values"].items()}
+
+
+if __name__ == "__main__":  # python -m scheduler.sealed: a new key on stdout
+    print(generate_key().decode())
