@@ -5,8 +5,8 @@ token (field ``sealed_secrets`` of ``job:<job>``); the agent opens it at a task'
 (:func:`unseal`) and hands the values to that task's environment only. The key is one
 file, ``secrets_key_file`` in ``scheduler.yaml`` and ``agent.yaml``
 (default ``/etc/pasture/secrets.key``, mode 0600): a Fernet key, 32 random bytes in
-URL-safe base64 (:func:`generate_key`; ``python -m scheduler.sealed`` prints a new one). Threat model and key
-delivery per deployment: docs/api.md "Job secrets".
+URL-safe base64 (:func:`generate_key`; ``python -m scheduler.sealed`` prints a new
+one). Threat model and key delivery per deployment: docs/api.md "Job secrets".
 
 Fernet (AES-128-CBC + HMAC-SHA256, https://github.com/fernet/spec) authenticates the
 token; the job's name is sealed with the values and checked on opening, so a token copied
