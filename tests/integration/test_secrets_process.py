@@ -36,7 +36,8 @@ from scheduler.sealed import write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PASTURE = str(Path(sys.executable).parent / "pasture")
-TOKEN = "tok-" + secrets.token_hex(12)
+# shell metacharacters and quotes: the value must arrive as is, never run as shell code
+TOKEN = "tok-" + secrets.token_hex(12) + " $(touch pwned) `id` 'q' \"dq\" ;|& *"
 GITHUB = "gh-" + secrets.token_hex(12)
 DOCKER = "dk-" + secrets.token_hex(12)
 VALUES = (TOKEN, GITHUB, DOCKER)
@@ -162,6 +163,7 @@ def test_values_reach_the_tasks_and_nowhere_else(cluster, api, seen, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert wait_job(api, "own-secrets")["state"] == "succeeded"
     assert f"own-sha {sha(TOKEN)}" in log_of(cluster, "own-secrets", "main-0")
+    assert not list(Path(cluster.share_dir).rglob("pwned"))
 
     # resubmit: the stored spec has names only; values must be given again
     r = pasture(cluster, tmp_path, "job", "resubmit", "own-secrets")
