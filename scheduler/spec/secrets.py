@@ -109,23 +109,24 @@ def split_secrets(
     return {**doc, "secrets": sorted(raw)}, values
 
 
-def check_no_refs(value: object, loc: str, allowed: frozenset[str] = frozenset()) -> None:
-    """Refuse a secret reference anywhere in ``value`` (walked recursively) except at the
-    dotted locations in ``allowed`` (and below them). Raises SpecError naming the field."""
+def find_ref(
+    value: object, loc: str, allowed: frozenset[str] = frozenset()
+) -> tuple[str, str] | None:
+    """The first secret reference in ``value`` (walked recursively) outside the dotted
+    locations in ``allowed`` (and below them): (its location, the secret's name), or None."""
     if loc in allowed:
-        return
+        return None
     if isinstance(value, str):
         m = REF.search(value)
-        if m:
-            raise SpecError.one(
-                loc,
-                f"a secret reference ({m.group(0)}) may appear only in commands, "
-                "deployments' pre/postCommands, prerequisites' callbacks and a dockerimage's auth",
-                m.group(1),
-            )
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            check_no_refs(v, f"{loc}.{k}" if loc else str(k), allowed)
+        return (loc, m.group(1)) if m else None
+    if isinstance(value, dict):
+        children = [(f"{loc}.{k}" if loc else str(k), v) for k, v in value.items()]
     elif isinstance(value, list):
-        for i, v in enumerate(value):
-            check_no_refs(v, f"{loc}[{i}]", allowed)
+        children = [(f"{loc}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    for where, child in children:
+        found = find_ref(child, where, allowed)
+        if found:
+            return found
+    return None

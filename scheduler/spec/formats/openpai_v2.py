@@ -37,7 +37,7 @@ from typing import Any
 
 from scheduler.spec.formats.common import Context, as_int, job_name
 from scheduler.spec.formats.openpai_v2_extras import extras as extras_of
-from scheduler.spec.secrets import REF, check_no_refs, shell_ref
+from scheduler.spec.secrets import REF, find_ref, shell_ref
 
 FORMAT = "OpenPAI v2"
 
@@ -61,7 +61,14 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     secrets = doc.get("secrets") or {}
     if not isinstance(secrets, dict):  # never echoed: it holds values
         raise ctx.refuse("secrets", f"expected a mapping, got {type(secrets).__name__}")
-    check_no_refs(doc, "", _secret_fields(doc))
+    misplaced = find_ref(doc, "", _secret_fields(doc))
+    if misplaced:
+        raise ctx.refuse(
+            misplaced[0],
+            f"references secret {misplaced[1]!r}; a secret may appear only in commands, "
+            "deployments' pre/postCommands, prerequisites' callbacks and a dockerimage's auth",
+            misplaced[1],
+        )
     ctx.check_fields(
         doc,
         "",

@@ -15,6 +15,7 @@ from scheduler.spec.secrets import split_secrets
 HERE = Path(__file__).parents[2]
 EXAMPLE = HERE / "compat" / "corpus" / "openpai-v2" / "protocol-example.yaml"
 VALUE = "s3cr3t-Value"
+ONLY = "may appear only in commands"
 
 V2 = f"""
 protocolVersion: 2
@@ -76,14 +77,14 @@ def test_every_allowed_place_is_substituted_and_no_value_is_in_the_spec():
     ("old", "new", "loc", "says"),
     [
         ("<%$secrets.token%>", "<% $secrets.nope %>", "deployments.main.preCommands", "'nope'"),
-        ("name: sec", "name: <% $secrets.token %>", "name", "only in commands"),
-        ("uri: busybox", "uri: <% $secrets.pw %>", "prerequisites[0].uri", "only in commands"),
+        ("name: sec", "name: <% $secrets.token %>", "name", ONLY),
+        ("uri: busybox", "uri: <% $secrets.pw %>", "prerequisites[0].uri", ONLY),
         (
             "resourcePerInstance: {cpu: 1,",
             "extraContainerOptions: {shmMB: '<% $secrets.pw %>'}\n"
             "    resourcePerInstance: {cpu: 1,",
             "taskRoles.main.extraContainerOptions.shmMB",
-            "only in commands",
+            ONLY,
         ),
         ("type: script", "type: script\n    auth: {password: x}", "prerequisites[1].auth", "only"),
         (f"secrets: {{token: {VALUE},", f"secrets: {{token: [{VALUE}],", "secrets.token", "string"),
