@@ -42,7 +42,7 @@ from scheduler.spec.quantity import (
     parse_cpu,
     parse_memory,
 )
-from scheduler.spec.secrets import split_secrets
+from scheduler.spec.secrets import refuse_pasture_refs, split_secrets
 from scheduler.spec.template import JOB_TEMPLATE
 
 __all__ = [
@@ -141,6 +141,8 @@ def parse_job(
     prefix = "" if result.fmt == "pasture" else "(translated) "
     specs, secrets = [], {}
     for d in result.documents:
+        if result.fmt == "pasture":
+            refuse_pasture_refs(d)
         d, values = split_secrets(d, prefix, require_values=require_secret_values)
         secrets.update(values)
         specs.append(_validate(d, prefix))

@@ -130,3 +130,16 @@ def find_ref(
         if found:
             return found
     return None
+
+
+def refuse_pasture_refs(doc: dict) -> None:
+    """A pasture spec reads a secret from ``$PASTURE_SECRET_<NAME>``; refuse OpenPAI's
+    ``<% $secrets.x %>`` anywhere in it (it would stay literal text). Raises SpecError."""
+    found = find_ref(doc, "", frozenset({"secrets"}))
+    if found:
+        raise SpecError.one(
+            found[0],
+            f"<% $secrets.{found[1]} %> is OpenPAI v2 syntax; in a pasture spec write "
+            f'"${env_name(found[1])}" in a command (and list {found[1]} under secrets)',
+            found[1],
+        )

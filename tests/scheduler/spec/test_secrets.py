@@ -121,6 +121,16 @@ def test_pasture_spec_secrets_as_mapping_or_names():
     assert split_secrets({"secrets": []}) == ({"secrets": []}, {})
 
 
+def test_openpai_references_in_a_pasture_spec_are_refused_with_the_pasture_way():
+    doc = {"name": "p", "roles": {"w": {"command": "e"}}, "secrets": {"T": VALUE}}
+    doc["env"] = {"X": "<% $secrets.T %>"}
+    with pytest.raises(SpecError) as info:
+        parse_job(doc)
+    (err,) = info.value.errors
+    assert err["loc"] == "env.X" and '"$PASTURE_SECRET_T"' in err["msg"]
+    assert VALUE not in str(info.value)
+
+
 def test_too_many_secrets_are_refused():
     doc = {"name": "p", "roles": {"w": {"command": "e"}}}
     doc["secrets"] = {f"S{i}": "v" for i in range(65)}
