@@ -47,6 +47,7 @@ from scheduler.devproc import (  # noqa: F401 - free_port and redis_server: publ
     spawn,
     wait_up,
 )
+from scheduler.sealed import generate_key
 
 STATE_NAME = "state.json"
 
@@ -317,10 +318,14 @@ def _up(
     wait_up("redis-server", client.ping, cluster._procs["redis"], timeout)
 
     api_port = free_port()
+    key_file = base / "secrets.key"  # seals job secrets; kept across ups, as the data is
+    if not key_file.exists():
+        _secret_file(key_file, generate_key().decode())
     settings = {
         "cluster_name": "dev",
         "redis": {"url": cluster.redis_url, "password_file": cluster.redis_password_file},
         "share_dir": cluster.share_dir,
+        "secrets_key_file": str(key_file),
         "api": {"host": "127.0.0.1", "port": api_port},
         "loop": {
             "interval_s": loop_interval,
@@ -377,6 +382,7 @@ def _up(
                 "password_file": str(password_file),
             },
             "share_dir": cluster.share_dir,
+            "secrets_key_file": str(key_file),
             "executor": "process",
             "heartbeat_interval_s": hb_interval,
             "work_dir": str(base / "agents" / name),

@@ -162,6 +162,9 @@ class SchedulerSettings(_Model):
     virtual_clusters: list[VirtualClusterSettings] = Field(
         default_factory=lambda: [VirtualClusterSettings(name="default")]
     )
+    # the Fernet key that seals job secrets at submit (scheduler/sealed.py, docs/api.md);
+    # no file: jobs with secrets are refused
+    secrets_key_file: Path = Path("/etc/pasture/secrets.key")
 
 
 class NodeResourceOverrides(_Model):
@@ -204,6 +207,9 @@ class AgentSettings(_Model):
     # its own tasks (fencing, docs/faults.md); default 3 x heartbeat_interval_s
     lease_s: float | None = Field(None, gt=0)
 
+    # the cluster's secrets key (the same file as the master's): opens a job's sealed
+    # secrets at task start-up (scheduler/sealed.py); no file: such tasks fail, saying so
+    secrets_key_file: Path = Path("/etc/pasture/secrets.key")
     # operator's failure-diagnosis rules, tried before the shipped ones (docs/operations.md)
     diagnosis_rules: Path | None = None
     # replay NVML answers from this JSON recording instead of the driver (tests, drills of

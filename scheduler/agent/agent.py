@@ -46,8 +46,10 @@ from scheduler.agent.executor import (
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
+from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
+from scheduler.spec.secrets import env_name
 from scheduler.store.agent_store import NodeStore
 from scheduler.store.lease import fence_s
 from scheduler.store.notify import Notifications
@@ -318,6 +320,7 @@ class Agent:
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
+            env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
         except OSError as exc:
             # A broken share mount must fail this task (so the job's retry policy acts),
             # not crash every agent pass while the task stays `scheduled` forever.
@@ -339,7 +342,7 @@ class Agent:
             node=self.node,
             command=boot.command,
             image=spec.role_image(rec.role),
-            env=boot.env,
+            env=env,
             cpu_m=rec.cpu_m,
             memory=rec.memory,
             gpus=list(rec.gpus),
@@ -368,6 +371,34 @@ class Agent:
             job, rec.key, rec.attempt, self.node, TaskState.RUNNING, handle=handle
         )
         log.info("task %s started", t.lid)
+
+    def _secret_env(self, job: str, spec: JobSpec) -> dict[str, str]:
+        """``PASTURE_SECRET_<NAME>`` -> value for each of the job's secrets, opened with
+        this node's key; {} for a job without secrets. The values go to the task's
+        environment only (never a log line, report or record).
+
+        Raises:
+            startup.StartupError: no key, another key, a token missing, or an executor
+                that would store the environment in clear (kubernetes).
+        """
+        if not spec.secrets:
+            return {}
+        if self.executor.kind == "kubernetes":
+            raise startup.StartupError(
+                "secrets: the kubernetes executor would put them in the pod's spec in clear; "
+                "run jobs with secrets on container or process nodes"
+            )
+        token = self.store.sealed_secrets(job)
+        try:
+            if not token:
+                raise SealError("the job has no sealed secrets in the store")
+            values = unseal(load_key(self.s.secrets_key_file), job, token)
+        except SealError as exc:
+            raise startup.StartupError(f"secrets: {exc}") from None
+        missing = sorted(set(spec.secrets) - set(values))
+        if missing:
+            raise startup.StartupError(f"secrets: no sealed value for {missing}")
+        return {env_name(n): values[n] for n in spec.secrets}
 
     def _report_failed(self, job: str, rec: TaskRecord, message: str) -> None:
         """Report this attempt of ``rec`` failed before it ran (no exit code), with why."""

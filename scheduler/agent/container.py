@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -137,12 +138,19 @@ class ContainerExecutor(Executor):
         if launch.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(launch.gpus)))
         env_file = launch.state_dir / "env"
-        env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items() if "\n" not in v))
+        # 0600 and removed once read: it may hold the job's secrets (scheduler/sealed.py)
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in env.items() if "\n" not in v))
         name = f"task-{launch.task_id}"
         self._run("rm", "-f", name)  # a leftover of a crashed start
         fenced = launch.state_dir / "fenced"
         fenced.unlink(missing_ok=True)
-        res = self._run(*self.argv(launch, str(env_file)))
+        try:
+            res = self._run(*self.argv(launch, str(env_file)))
+        finally:
+            env_file.unlink(missing_ok=True)
         if res.returncode != 0:
             raise ExecutorError(f"{self.cli} run failed: {res.stderr.strip()[-500:]}")
         h = {"name": name}

@@ -88,7 +88,7 @@ def create_app(
     status_service = StatusService(store, getattr(settings, "cluster_name", ""))
     app.state.store = store
     app.state.tokens = tokens
-    app.state.jobs = JobService(store)
+    app.state.jobs = JobService(store, secrets_key_file=getattr(settings, "secrets_key_file", None))
     app.state.nodes = NodeService(store)
     app.state.vcs = VcService(store)
     app.state.status = status_service

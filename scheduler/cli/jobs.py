@@ -14,6 +14,7 @@ from rich.table import Table
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
 from scheduler.cli.joblogs import JobLogs, LogOptions
+from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
     NOT_FOUND,
@@ -132,14 +133,19 @@ def submit(
     sets: list[str] | None = typer.Option(
         None, "--set", help="PATH=VALUE in the spec, e.g. roles.worker.replicas=4 (repeatable)"
     ),
+    secret: list[str] | None = SecretOpt,
+    secrets_file: Path | None = SecretsFileOpt,
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
 
-    Fields of a foreign format that have no effect here are printed as warnings."""
+    Fields of a foreign format that have no effect here are printed as warnings.
+    --secret/--secrets-file give values of the secrets the job declares."""
+    from scheduler.cli.jobsecrets import read_secrets
     from scheduler.cli.jobspec import submit_with_overrides
 
     client = _client()
-    job = submit_with_overrides(client, file, new_name, vc, env, sets) or client.submit(
+    given = read_secrets(secret, secrets_file)
+    job = submit_with_overrides(client, file, new_name, vc, env, sets, given) or client.submit(
         file.read_bytes(), json_body=file.suffix.lower() == ".json"
     )
     name = job.get("name")

@@ -19,6 +19,7 @@ from rich.table import Table
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
 from scheduler.cli.jobs import app, job_hint
+from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt, attach, read_secrets
 from scheduler.cli.output import (
     REJECTED,
     JsonOpt,
@@ -147,19 +148,33 @@ def print_problems(source: str, problems: list[dict]) -> None:
 
 
 def load_spec(path: Path) -> dict[str, Any]:
-    """The pasture-format dict of the spec in ``path`` (any accepted format).
+    """The pasture-format dict of the spec in ``path`` (any accepted format); secrets
+    are names only (see :func:`load_spec_and_secrets`).
 
     Raises:
         typer.Exit(REJECTED): the spec is invalid (its problems are printed).
     """
-    from scheduler.spec import load_job_spec
+    return load_spec_and_secrets(path)[0]
+
+
+def load_spec_and_secrets(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the pasture-format dict of the one job in ``path``, the secret values the file
+    itself gives). A secret declared without a value is not an error here: ``--secret``
+    may give it.
+
+    Raises:
+        typer.Exit(REJECTED): the spec is invalid (its problems are printed).
+    """
+    from scheduler.spec import SpecError, load_job
 
     try:
-        spec = load_job_spec(path.read_bytes())
+        parsed = load_job(path.read_bytes(), require_secret_values=False)
+        if len(parsed.specs) != 1:
+            raise SpecError.one("job_names", f"a MARO schedule of {len(parsed.specs)} jobs")
     except ValueError as exc:  # scheduler.spec.SpecError
         print_problems(str(path), spec_problems(exc))
         raise typer.Exit(REJECTED) from None
-    return spec.model_dump(mode="json")
+    return parsed.spec.model_dump(mode="json"), parsed.secrets
 
 
 def submit_with_overrides(
@@ -169,13 +184,15 @@ def submit_with_overrides(
     vc: str | None,
     env: list[str] | None,
     sets: list[str] | None = None,
+    secrets: dict[str, str] | None = None,
 ) -> dict | None:
-    """Submit ``path`` with the overrides applied; None when there are none (the caller
-    sends the file as it is)."""
+    """Submit ``path`` with the overrides and the ``--secret`` values applied; None when
+    there are none (the caller sends the file as it is)."""
     pairs = parse_env(env)
-    if not (name or vc or pairs or sets):
+    if not (name or vc or pairs or sets or secrets):
         return None
-    spec = apply_overrides(load_spec(path), name, vc, pairs, sets)
+    spec, known = load_spec_and_secrets(path)
+    spec = attach(apply_overrides(spec, name, vc, pairs, sets), known, secrets or {})
     return client.submit(json.dumps(spec).encode(), json_body=True)
 
 
@@ -238,9 +255,13 @@ def resubmit(
     replace: bool = typer.Option(
         False, "--replace", help="delete the old (finished) job and reuse its name"
     ),
+    secret: list[str] | None = SecretOpt,
+    secrets_file: Path | None = SecretsFileOpt,
 ) -> None:
     """Submit a job's stored spec again, as NAME-r2 (then -r3...) unless --name or
-    --replace. --vc, --env and --set change the copy, not the original."""
+    --replace. --vc, --env and --set change the copy, not the original. A job with
+    secrets needs their values again (--secret / --secrets-file): only sealed copies
+    were kept, which no client can read."""
     client = ApiClient(load())
     with job_hint(client, name):
         old = client.job(name)
@@ -252,7 +273,8 @@ def resubmit(
         target = new_name or name
     else:
         target = new_name or _free_name(client, name)
-    body = apply_overrides(spec, target, vc, parse_env(env), sets)
+    given = read_secrets(secret, secrets_file)
+    body = attach(apply_overrides(spec, target, vc, parse_env(env), sets), {}, given)
     job = client.submit(json.dumps(body).encode(), json_body=True)
     console.print(
         f"resubmitted {name} as job [bold]{job.get('name')}[/bold] to vc {job.get('vc')}"

@@ -136,3 +136,14 @@ def job_active_error() -> type[Exception]:
     from scheduler.store import JobActiveError
 
     return JobActiveError
+
+
+def seal_secrets(key_file: Any, job: str, values: dict[str, str]) -> str:
+    """The sealed token of a job's secret values, with the key in ``key_file``.
+
+    Raises:
+        ValueError (scheduler.sealed.SealError): no key file, or not a key.
+    """
+    from scheduler import sealed
+
+    return sealed.seal(sealed.load_key(key_file), job, values)

@@ -104,10 +104,15 @@ class JobService:
 
     Args:
         store: the backend store (see :mod:`scheduler.services.backend`).
+        secrets_key_file: the cluster's secrets key (seals a job's secret values at
+            submit; None or a missing file: jobs with secrets are refused).
     """
 
-    def __init__(self, store: Any, node_cache_s: float = 10.0) -> None:
+    def __init__(
+        self, store: Any, node_cache_s: float = 10.0, secrets_key_file: Any = None
+    ) -> None:
         self.store = store
+        self.secrets_key_file = secrets_key_file
         self.node_cache_s = node_cache_s
         self._nodes: list[Any] | None = None
         self._nodes_read = 0.0
@@ -197,10 +202,11 @@ class JobService:
             for spec in specs:
                 if self.store.get_job(spec.name) is not None:
                     raise ConflictError(f"job {spec.name!r} already exists")
+        sealed = self._seal(specs[0].name, getattr(parsed, "secrets", None))
         jobs = []
         for spec in specs:
             try:
-                jobs.append(self.store.create_job(spec, user=principal.name))
+                jobs.append(self.store.create_job(spec, user=principal.name, **sealed))
             except backend.job_exists_error() as exc:
                 raise ConflictError(str(exc)) from None
         out = as_dict(jobs[0])
@@ -208,6 +214,20 @@ class JobService:
         if len(jobs) > 1:
             out["jobs"] = [field(j, "name") for j in jobs]
         return out
+
+    def _seal(self, job: str, values: dict[str, str] | None) -> dict[str, str]:
+        """``{"sealed_secrets": token}`` for ``create_job`` ({} without secrets).
+        Raises InvalidSpecError (loc ``secrets``) when this cluster has no usable key."""
+        if not values:
+            return {}
+        try:
+            return {"sealed_secrets": backend.seal_secrets(self.secrets_key_file, job, values)}
+        except ValueError as exc:  # scheduler.sealed.SealError: names no value
+            msg = f"cannot be kept: {exc}; ask the cluster's admin (docs/api.md, Job secrets)"
+            raise InvalidSpecError(
+                f"invalid job spec: secrets: {msg}",
+                [{"loc": ["secrets"], "msg": msg, "type": "no_secrets_key"}],
+            ) from None
 
     # -- read ---------------------------------------------------------------------------
     def _visible(self, principal: Principal, name: str) -> Any:

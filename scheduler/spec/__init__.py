@@ -42,6 +42,7 @@ from scheduler.spec.quantity import (
     parse_cpu,
     parse_memory,
 )
+from scheduler.spec.secrets import refuse_pasture_refs, split_secrets
 from scheduler.spec.template import JOB_TEMPLATE
 
 __all__ = [
@@ -77,11 +78,14 @@ __all__ = [
 class ParsedJob:
     """A validated submission: ``specs`` (one JobSpec; several for a MARO schedule), the
     source ``format`` key ('pasture', 'openpai-v1', 'openpai-v2', 'maro', 'volcano') and
-    ``warnings`` (fields accepted without effect, one sentence each)."""
+    ``warnings`` (fields accepted without effect, one sentence each); ``secrets`` the
+    values of the job's secrets by name (split off the spec, which keeps only the names;
+    never printed: ``repr=False``)."""
 
     format: str
     specs: list[JobSpec]
     warnings: list[str] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def spec(self) -> JobSpec:
@@ -111,12 +115,16 @@ def _validate(doc: dict, prefix: str) -> JobSpec:
         raise SpecError(errors) from exc
 
 
-def parse_job(doc: object, *, fmt: str | None = None) -> ParsedJob:
+def parse_job(
+    doc: object, *, fmt: str | None = None, require_secret_values: bool = True
+) -> ParsedJob:
     """Detect the format of a parsed document, translate it and validate the result.
 
     Args:
         doc: the parsed document (a mapping).
         fmt: force a format key ('pasture', 'openpai-v1', 'openpai-v2', 'maro', 'volcano').
+        require_secret_values: refuse a secret declared without a value (False: the CLI
+            reading a file whose values come with ``--secret``; see spec/secrets.py).
 
     Raises:
         SpecError: not a mapping, none of the formats, a field refused by name (``loc`` is
@@ -131,14 +139,30 @@ def parse_job(doc: object, *, fmt: str | None = None) -> ParsedJob:
             [{"loc": exc.loc, "msg": exc.message, "input": safe_input(exc.given)}]
         ) from exc
     prefix = "" if result.fmt == "pasture" else "(translated) "
-    specs = [_validate(d, prefix) for d in result.documents]
-    return ParsedJob(result.fmt, specs, result.warnings)
+    specs, secrets = [], {}
+    for d in result.documents:
+        if result.fmt == "pasture":
+            refuse_pasture_refs(d)
+        d, values = split_secrets(d, prefix, require_values=require_secret_values)
+        secrets.update(values)
+        specs.append(_validate(d, prefix))
+    return ParsedJob(result.fmt, specs, result.warnings, secrets)
 
 
-def load_job(text: str | bytes, *, as_json: bool = False, fmt: str | None = None) -> ParsedJob:
+def load_job(
+    text: str | bytes,
+    *,
+    as_json: bool = False,
+    fmt: str | None = None,
+    require_secret_values: bool = True,
+) -> ParsedJob:
     """Parse job text within the limits of :mod:`scheduler.spec.bounded`, then
     :func:`parse_job`. Raises DocumentError / SpecError."""
-    return parse_job(load_document(text, as_json=as_json), fmt=fmt)
+    return parse_job(
+        load_document(text, as_json=as_json),
+        fmt=fmt,
+        require_secret_values=require_secret_values,
+    )
 
 
 def parse_job_spec(doc: object, *, fmt: str | None = None) -> JobSpec:

@@ -22,6 +22,8 @@ Shape (YAML or JSON)::
     mpi: false                 # write an MPI hostfile
     ssh: false                 # ssh between the job's tasks (implied by mpi)
     ttl_after_finished: 86400  # seconds after the job ended before its records go
+    secrets: {TOKEN: value}    # or [TOKEN] + `job submit --secret TOKEN=...`; stored as
+                               # names, values sealed; tasks see $PASTURE_SECRET_TOKEN
 
 Units after validation: cpu in millicores, memory and shm in bytes, gpu whole devices.
 Unknown fields are errors. See :func:`scheduler.spec.load_job_spec` for parsing text and
@@ -53,6 +55,8 @@ from scheduler.spec.policies import (
     check_share_path,
 )
 from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
+from scheduler.spec.secrets import MAX_SECRETS
+from scheduler.spec.secrets import NAME_RE as SECRET_NAME_RE
 
 # Limits beyond which a request is a typo rather than a machine (per task).
 MAX_CPU_M = 1024 * 1000  # 1024 cores
@@ -310,6 +314,16 @@ class JobSpec(_Model):
     preemptible: bool = True
     estimated_duration_s: float | None = Field(None, gt=0, le=10 * 366 * 86400)
     ttl_after_finished: int | None = Field(None, ge=0, le=MAX_TTL_S)
+    # names only: the values are split off at parse time and sealed (spec/secrets.py)
+    secrets: list[str] = Field(default_factory=list, max_length=MAX_SECRETS)
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(SECRET_NAME_RE, name):
+                raise ValueError(f"expected secret names of [A-Za-z0-9_], got {name!r}")
+        return sorted(set(v))
 
     @field_validator("priority", mode="before")
     @classmethod

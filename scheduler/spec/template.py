@@ -51,4 +51,6 @@ env: {}                       # environment of every task
 # ssh: true                   # ssh between the job's tasks (mpi implies it)
 # code_dir: code/mnist        # share dir (pasture data push) copied to ./code
 # ttl_after_finished: 86400   # delete the job's records a day after it ended
+# secrets: [HF_TOKEN]         # values at submit: --secret HF_TOKEN=...; tasks read
+#                             # $PASTURE_SECRET_HF_TOKEN (never stored in clear)
 """

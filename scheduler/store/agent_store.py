@@ -99,6 +99,10 @@ class NodeStore:
         """The job (with its spec), or None."""
         return self._s.get_job(name)
 
+    def sealed_secrets(self, job: str) -> str | None:
+        """The job's sealed secrets token (opened at task start-up), or None."""
+        return self._s.sealed_secrets(job)
+
     # ---- writes (own keys only) -----------------------------------------------------
     def register_node(self, node: NodeRecord) -> NodeRecord:
         """Create or update this node's record from its agent. Keeps a cordoned / draining

@@ -39,8 +39,10 @@ _JOB_FIELDS_NO_SPEC = [
 class JobsMixin(StoreBase):
     """The job area of :class:`scheduler.store.Store`."""
 
-    def create_job(self, spec: Any, user: str = "") -> JobRecord:
-        """Store a validated :class:`scheduler.spec.JobSpec` in state ``submitted``.
+    def create_job(self, spec: Any, user: str = "", sealed_secrets: str = "") -> JobRecord:
+        """Store a validated :class:`scheduler.spec.JobSpec` in state ``submitted``, with
+        the token of its sealed secret values (:mod:`scheduler.sealed`) in the hash field
+        ``sealed_secrets`` when given (read back only by :meth:`sealed_secrets`).
 
         Raises JobExistsError when the name is taken. Wakes the loop.
         """
@@ -62,6 +64,8 @@ class JobsMixin(StoreBase):
         )
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(jk, mapping=self._job_fields(rec))
+        if sealed_secrets:
+            pipe.hset(jk, "sealed_secrets", sealed_secrets)
         pipe.zadd(self.k("jobs"), {name: now})
         pipe.sadd(self.k("jobs", "active"), name)
         pipe.rpush(jk + ":events", event(now, "submitted", 1, f"submitted by {user or 'unknown'}"))
@@ -97,6 +101,10 @@ class JobsMixin(StoreBase):
             attained_service=float(h.get("attained_service") or 0),
             attempts=as_json(h.get("attempts")) or [],
         )
+
+    def sealed_secrets(self, name: str) -> str | None:
+        """The job's sealed secrets token, None when it has none."""
+        return self.r.hget(self.k("job", name), "sealed_secrets") or None
 
     def get_job(self, name: str) -> JobRecord | None:
         """The job, or None."""

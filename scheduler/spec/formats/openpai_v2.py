@@ -7,8 +7,12 @@ refused by name; see docs/compat.md for the table. In short:
 - ``parameters`` and the selected prerequisites (``$data``, ``$output``, ``$script``: name,
   uri, uri[i], version, contributor...) are substituted into ``<% ... %>`` references of
   commands and deployment commands; a reference left unresolved is refused.
-- ``secrets`` are refused by name: pasture has no secret store yet, and substituting them
-  into commands would store them in the job record in clear.
+- ``secrets``: each ``<% $secrets.NAME %>`` of a command (role commands, deployment
+  pre/postCommands, cmd-plugin callbacks) becomes ``${PASTURE_SECRET_NAME}``; the values go
+  to the spec's ``secrets`` mapping, which parsing splits off and the API seals
+  (:mod:`scheduler.spec.secrets`). A reference to an undeclared secret, or one in any other
+  field, is refused. A dockerimage's ``auth`` (where the protocol also allows secrets) is
+  accepted with a warning: nodes run images they already have (``pasture image push``).
 - ``deployments`` + ``defaults.deployment``: the chosen deployment's preCommands run before
   and postCommands after the role's commands (one shell script; post only when the
   commands succeeded, the task's exit code stays theirs).
@@ -32,13 +36,14 @@ import re
 from typing import Any
 
 from scheduler.spec.formats.common import Context, as_int, job_name
+from scheduler.spec.formats.openpai_v2_extras import extras as extras_of
+from scheduler.spec.secrets import REF, find_ref, shell_ref
 
 FORMAT = "OpenPAI v2"
 
 _REF = re.compile(r"<%\s*\$([A-Za-z_]+)((?:\.[A-Za-z0-9_]+|\[[0-9]+\])*)\s*%>")
 _CMD_PLUGIN = "com.microsoft.pai.runtimeplugin.cmd"
 _CALLBACK_EVENTS = ["taskStarts", "taskSucceeds"]
-_PRIORITY = {"crit": "critical", "prod": "high", "test": "low", "oppo": "opportunistic"}
 _INFO_IGNORED = {
     "version": "component version: documentation only",
     "contributor": "documentation only",
@@ -53,12 +58,16 @@ def is_openpai_v2(doc: dict) -> bool:
 
 def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     """OpenPAI v2 job -> pasture spec dict. Raises TranslateError naming the v2 field."""
-    if doc.get("secrets") is not None:  # refused before anything could echo its values
+    secrets = doc.get("secrets") or {}
+    if not isinstance(secrets, dict):  # never echoed: it holds values
+        raise ctx.refuse("secrets", f"expected a mapping, got {type(secrets).__name__}")
+    misplaced = find_ref(doc, "", _secret_fields(doc))
+    if misplaced:
         raise ctx.refuse(
-            "secrets",
-            "pasture has no secret store yet: secret values would be kept in the job record "
-            "in clear. Put the value in a file of your share directory (`pasture data push`) "
-            "and read it from the command, or leave secrets out",
+            misplaced[0],
+            f"references secret {misplaced[1]!r}; a secret may appear only in commands, "
+            "deployments' pre/postCommands, prerequisites' callbacks and a dockerimage's auth",
+            misplaced[1],
         )
     ctx.check_fields(
         doc,
@@ -74,6 +83,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             "defaults",
             "extras",
             "deployments",
+            "secrets",
         },
         ignored=_INFO_IGNORED,
     )
@@ -87,8 +97,10 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(defaults, "defaults", honoured={"virtualCluster", "deployment"})
     deployment = _deployment(doc, defaults, ctx)
     extras = ctx.mapping(doc.get("extras"), "extras")
-    hived = _extras(extras, ctx)
+    hived = extras_of(extras, ctx)
     spec: dict[str, Any] = {"name": job_name(doc.get("name"), ctx, "name"), "roles": {}}
+    if secrets:
+        spec["secrets"] = dict(secrets)
     if defaults.get("virtualCluster"):
         spec["vc"] = defaults["virtualCluster"]
     if doc.get("jobRetryCount") is not None:
@@ -108,7 +120,13 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     for name, tr in task_roles.items():
         loc = f"taskRoles.{name}"
         role = _role(
-            str(name), ctx.mapping(tr, loc), loc, ctx, params, prereqs, deployment.get(name, {})
+            str(name),
+            ctx.mapping(tr, loc),
+            loc,
+            ctx,
+            {"parameters": params, "secrets": secrets},
+            prereqs,
+            deployment.get(name, {}),
         )
         sku = hived.get("sku", {}).get(name)
         if sku:
@@ -141,17 +159,22 @@ def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
                 "callbacks",
                 "require",
                 "failurePolicy",
+                "auth",
             },
             ignored=_INFO_IGNORED,
-            refused={
-                "auth": "private registry credentials are not read; make the image available "
-                "to the nodes with `pasture image push IMAGE`",
-            },
         )
         _cmd_plugin(pre, loc, ctx)
         kind = pre.get("type")
         if kind not in ("dockerimage", "data", "script", "output"):
             raise ctx.refuse(f"{loc}.type", "expected dockerimage, data, script or output", kind)
+        if pre.get("auth") is not None:  # credentials: never echoed, never checked by field
+            if kind != "dockerimage":
+                raise ctx.refuse(f"{loc}.auth", "only a dockerimage prerequisite has auth")
+            ctx.warn(
+                f"{loc}.auth",
+                "registry credentials are not used: nodes run images they already have "
+                "(`pasture image push IMAGE`); secrets it references go nowhere",
+            )
         name = pre.get("name")
         if not isinstance(name, str) or not name:
             raise ctx.refuse(f"{loc}.name", "expected a name", name)
@@ -256,107 +279,12 @@ def _deployment(doc: dict, defaults: dict, ctx: Context) -> dict[str, dict]:
     return {str(k): v or {} for k, v in by_name[str(chosen)].items()}
 
 
-def _extras(extras: dict, ctx: Context) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in extras.items():
-        loc = f"extras.{key}"
-        if key == "gangAllocation":
-            if not isinstance(value, bool):
-                raise ctx.refuse(loc, "expected true or false", value)
-        elif key == "hivedScheduler":
-            h = ctx.mapping(value, loc)
-            ctx.check_fields(
-                h,
-                loc,
-                honoured={"jobPriorityClass", "taskRoles"},
-            )
-            if h.get("jobPriorityClass") is not None:
-                if h["jobPriorityClass"] not in _PRIORITY:
-                    raise ctx.refuse(
-                        f"{loc}.jobPriorityClass",
-                        f"expected one of {sorted(_PRIORITY)}",
-                        h["jobPriorityClass"],
-                    )
-                out["priority"] = _PRIORITY[h["jobPriorityClass"]]
-            sku: dict[str, str] = {}
-            for rname, r in ctx.mapping(h.get("taskRoles"), f"{loc}.taskRoles").items():
-                rloc = f"{loc}.taskRoles.{rname}"
-                r = ctx.mapping(r, rloc)
-                ctx.check_fields(
-                    r,
-                    rloc,
-                    honoured={"skuType", "gpuType"},
-                    ignored={"skuNum": "HiveD SKU count; resourcePerInstance is what is requested"},
-                    refused={
-                        "affinityGroupName": "HiveD affinity groups are not supported; "
-                        "pasture places a job's tasks as one gang"
-                    },
-                )
-                model = r.get("skuType") or r.get("gpuType")
-                if model:
-                    sku[str(rname)] = str(model)
-            out["sku"] = sku
-        elif key == "com.microsoft.pai.runtimeplugin":
-            for i, plugin in enumerate(ctx.sequence(value, loc)):
-                ploc = f"{loc}[{i}]"
-                plugin = ctx.mapping(plugin, ploc)
-                name = plugin.get("plugin")
-                if name == "ssh":
-                    params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
-                    if params.get("jobssh"):
-                        out["ssh"] = True
-                    else:  # OpenPAI: no job key, no ssh between the tasks
-                        ctx.warn(
-                            f"{ploc}.parameters.jobssh",
-                            "without jobssh: true there is no ssh between the job's tasks",
-                        )
-                    if params.get("sshbarrier"):
-                        ctx.warn(
-                            f"{ploc}.parameters.sshbarrier",
-                            "commands start when their own task is up, not when every task's "
-                            "sshd answers; wait in the command (or use depends_on) if needed",
-                        )
-                    if params.get("userssh"):
-                        ctx.warn(
-                            f"{ploc}.parameters.userssh",
-                            "user ssh keys are not installed; use `pasture job ssh`",
-                        )
-                elif name == "tensorboard":
-                    ctx.warn(ploc, "the tensorboard runtime plugin is not run here")
-                elif name == "teamwise_storage":
-                    params = ctx.mapping(plugin.get("parameters"), f"{ploc}.parameters")
-                    names = ctx.sequence(
-                        params.get("storageConfigNames"), f"{ploc}.parameters.storageConfigNames"
-                    )
-                    for storage in names:
-                        out.setdefault("mounts", []).append(
-                            {"source": str(storage), "target": f"/mnt/{storage}"}
-                        )
-                    ctx.warn(
-                        ploc,
-                        f"team storage {[str(n) for n in names]} is the share directory of the "
-                        "same name, mounted at /mnt/<name> as OpenPAI does",
-                    )
-                else:
-                    raise ctx.refuse(
-                        f"{ploc}.plugin",
-                        "only the ssh, teamwise_storage and tensorboard runtime plugins are "
-                        "known here",
-                        name,
-                    )
-        elif key in ("submitFrom", "jobStatusChangeNotification", "virtualGroup"):
-            ctx.warn(loc, "OpenPAI web portal / notification data; no meaning here")
-        else:
-            raise ctx.refuse(loc, "unknown extras field", value)
-    return out
-
-
 def _role(
     name: str,
     tr: dict,
     loc: str,
     ctx: Context,
-    params: dict,
+    scope: dict[str, Any],
     prereqs: dict[str, dict],
     deployment: dict,
 ) -> dict[str, Any]:
@@ -377,7 +305,7 @@ def _role(
             "prerequisites",
         },
     )
-    scope: dict[str, Any] = {"parameters": params}
+    scope = dict(scope)
     for kind in ("data", "output", "script"):
         ref = tr.get(kind)
         if ref is None:
@@ -406,6 +334,9 @@ def _role(
         ctx,
         f"{loc}.prerequisites",
     )
+    where = f"{loc}.prerequisites"
+    starts = [_secret_refs(c, scope["secrets"], ctx, where) for c in starts]
+    succeeds = [_secret_refs(c, scope["secrets"], ctx, where) for c in succeeds]
     res = ctx.mapping(tr.get("resourcePerInstance"), f"{loc}.resourcePerInstance")
     ctx.check_fields(
         res, f"{loc}.resourcePerInstance", honoured={"cpu", "memoryMB", "gpu", "ports"}
@@ -473,7 +404,7 @@ def _substitute(text: str, scope: dict[str, Any], ctx: Context, loc: str) -> str
     def repl(m: re.Match) -> str:
         root, path = m.group(1), m.group(2)
         if root == "secrets":
-            raise ctx.refuse(loc, "references a secret; secrets are not supported here", None)
+            return _secret_refs(m.group(0), scope.get("secrets") or {}, ctx, loc)
         if root not in scope:
             raise ctx.refuse(loc, f"unresolved reference {m.group(0)!r}", m.group(0))
         value: Any = scope[root]
@@ -491,3 +422,30 @@ def _substitute(text: str, scope: dict[str, Any], ctx: Context, loc: str) -> str
     if "<%" in out:
         raise ctx.refuse(loc, "a '<% ... %>' reference could not be read", text)
     return out
+
+
+def _secret_refs(text: str, declared: dict, ctx: Context, loc: str) -> str:
+    """``<% $secrets.NAME %>`` -> ``${PASTURE_SECRET_NAME}`` for each declared NAME; a
+    reference to an undeclared secret is refused (the error names it, never a value)."""
+
+    def repl(m: re.Match) -> str:
+        if m.group(1) not in declared:
+            raise ctx.refuse(
+                loc, f"references secret {m.group(1)!r}, not declared in secrets", m.group(1)
+            )
+        return shell_ref(m.group(1))
+
+    return REF.sub(repl, text)
+
+
+def _secret_fields(doc: dict) -> frozenset[str]:
+    """The locations where the protocol lets a secret reference appear: commands,
+    deployments' taskRoles (pre/postCommands), prerequisites' callbacks and auth."""
+    out = {"secrets"}
+    if isinstance(doc.get("taskRoles"), dict):
+        out |= {f"taskRoles.{r}.commands" for r in doc["taskRoles"]}
+    for kind in ("deployments", "prerequisites"):
+        items = doc.get(kind) if isinstance(doc.get(kind), list) else []
+        for i in range(len(items)):
+            out |= {f"{kind}[{i}].taskRoles", f"{kind}[{i}].callbacks", f"{kind}[{i}].auth"}
+    return frozenset(out)

@@ -71,6 +71,7 @@ def test_runs_with_limits_env_share_and_exit_code(ex, tmp_path):
     )
     h = ex.start(spec)
     ex.started.append(h)
+    assert not (spec.state_dir / "env").exists()  # may hold secrets: removed once read
     assert wait_exit(ex, h) == 3
     lines = spec.log_path.read_text().splitlines()
     assert lines[0] == f"task in {tmp_path / 'share/jobs/j'}"

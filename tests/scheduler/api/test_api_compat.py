@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import yaml
+from live import make_env, serve
+
+from scheduler.sealed import write_key
 
 OPENPAI_V2 = {
     "protocolVersion": 2,
@@ -40,9 +44,31 @@ def test_unknown_format_and_refused_fields_are_422_naming_them(api, http):
     assert r.status_code == 422
     assert "not a pasture, OpenPAI v1/v2, MARO or Volcano job" in r.text
     secret = {**OPENPAI_V2, "secrets": {"token": "hunter2-value"}}
-    r = c.post("/api/v1/jobs", json=secret)
-    assert r.status_code == 422 and "secrets" in r.text
-    assert "hunter2-value" not in r.text
+    r = c.post("/api/v1/jobs", json=secret)  # this API has no secrets key
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["secrets"]
+    assert "no secrets key" in r.text and "hunter2-value" not in r.text
+
+
+def test_secrets_are_sealed_and_never_answered(redis_url, tmp_path):
+    env = make_env(redis_url, tmp_path)
+    key = write_key(tmp_path / "secrets.key")
+    env.settings = env.settings.model_copy(update={"secrets_key_file": key})
+    doc = {**OPENPAI_V2, "name": "sealed", "secrets": {"token": "hunter2-value"}}
+    doc["taskRoles"] = {"main": {**OPENPAI_V2["taskRoles"]["main"]}}
+    doc["taskRoles"]["main"]["commands"] = ["echo <% $secrets.token %>"]
+    with serve(env) as url, httpx.Client(base_url=url, timeout=30) as c:
+        c.headers["Authorization"] = f"Bearer {env.admin}"
+        r = c.post("/api/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        assert r.json()["spec"]["roles"]["main"]["command"] == "echo ${PASTURE_SECRET_token}"
+        answers = [r.text, c.get("/api/v1/jobs/sealed").text, c.get("/api/v1/jobs").text]
+        answers.append(c.get("/api/v1/jobs/sealed/events").text)
+        undeclared = {**doc, "name": "undeclared", "secrets": {"other": "hunter2-value"}}
+        r = c.post("/api/v1/jobs", json=undeclared)
+        assert r.status_code == 422 and "'token', not declared" in r.text
+        answers.append(r.text)
+    assert not any("hunter2-value" in a for a in answers)
+    assert "hunter2-value" not in repr(env.store.r.hgetall("pasture:job:sealed"))
 
 
 def test_maro_schedule_submits_every_job(api, http):

@@ -157,18 +157,6 @@ def test_openpai_v2_in_full():
     assert any("description" in x for x in parsed.warnings)
 
 
-def test_openpai_v2_secrets_are_refused_without_echoing_their_values():
-    text = V2 + "secrets: {token: s3cr3t-value}\n"
-    with pytest.raises(SpecError) as info:
-        load_job(text)
-    assert info.value.errors[0]["loc"] == "secrets"
-    assert "s3cr3t-value" not in str(info.value.errors)
-    text = V2.replace("echo post", "echo <% $secrets.token %>")
-    with pytest.raises(SpecError) as info:
-        load_job(text)
-    assert "secret" in info.value.errors[0]["msg"]
-
-
 def test_volcano_restart_task_is_restart_role_within_the_default_max_retry():
     doc = """
 apiVersion: batch.volcano.sh/v1alpha1
