@@ -51,6 +51,9 @@ class TaskOut(_Open):
         description="'' when the task ended by itself; else the infrastructure fault that "
         "ended it (node_lost | fenced | agent_restart): its attempt is not charged",
     )
+    diagnosis: dict[str, Any] | None = Field(
+        None, description="failure diagnosis {kind, summary, retry, hint} (scheduler.diagnosis)"
+    )
     cpu_m: int = Field(0, description="millicores it holds")
     memory: int = Field(0, description="bytes it holds")
     gpu: int = Field(0, description="devices it holds")
