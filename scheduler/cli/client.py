@@ -91,6 +91,20 @@ def parse_list(model: type[M], data: Any, what: str) -> list[M]:
     return [parse(model, item, what) for item in data]
 
 
+def _skip_httpx_command_line() -> None:
+    """Keep ``import httpx`` from loading its own command-line tool (``httpx._main``:
+    click, pygments, rich.progress and rich.syntax, ~0.1 s of CPU at each CLI start).
+
+    httpx imports it in a ``try: ... except ImportError`` and defines a stand-in
+    ``httpx.main`` without it; a ``None`` entry in ``sys.modules`` makes that import raise
+    ImportError (the import system's documented meaning of None). Nothing else is
+    touched, and nothing happens when httpx is already imported."""
+    import sys
+
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def _verify(config: ClientConfig) -> ssl.SSLContext | bool:
     """TLS verification for httpx: the cluster CA when given, else the system store. A
     plain ``http://`` endpoint (the dev cluster) never does TLS, so no CA bundle is loaded
@@ -117,6 +131,7 @@ class ApiClient:
     """
 
     def __init__(self, config: ClientConfig, timeout: float = 30.0) -> None:
+        _skip_httpx_command_line()
         import httpx
 
         self.config = config

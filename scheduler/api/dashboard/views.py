@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES
+from scheduler.units import format_bytes, format_duration, format_millicores
+
 # Pending-reason kinds (scheduler.core.model.ReasonKind) in words; the reason's own
 # message (one sentence with the numbers) is shown next to it.
 REASON_WORDS: dict[str, str] = {
@@ -23,35 +26,25 @@ REASON_WORDS: dict[str, str] = {
     "preempting": "Preempting other jobs to make room",
     "cycle-limit": "Not looked at in the last cycle yet",
 }
-TERMINAL = ("succeeded", "failed", "stopped")
-WAITING = ("submitted", "queued")
+# job states: their one definition (scheduler.states)
+TERMINAL = TERMINAL_JOB_STATES
+WAITING = WAITING_JOB_STATES
 
 
 def duration(seconds: float | None) -> str:
-    """``3s``, ``4m 05s``, ``2h 03m``, ``3d 4h``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+    """``3s``, ``4m5s``, ``2h3m``, ``3d4h`` (:func:`scheduler.units.format_duration`, as
+    the CLI prints); ``-`` for None."""
+    return "-" if seconds is None else format_duration(seconds)
 
 
 def cpu(millicores: int | float) -> str:
-    """``1.5`` (cores) from millicores."""
-    return f"{millicores / 1000:g}"
+    """``1.5`` (cores), ``500m`` (:func:`scheduler.units.format_millicores`)."""
+    return format_millicores(millicores)
 
 
 def memory(n: int | float) -> str:
-    """Bytes as ``512Mi`` / ``16Gi`` (binary units)."""
-    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{int(n)}B"
+    """Bytes as ``512Mi`` / ``16Gi`` (:func:`scheduler.units.format_bytes`)."""
+    return format_bytes(n)
 
 
 def pending_words(job: Mapping[str, Any]) -> str:
