@@ -26,6 +26,7 @@ from scheduler.cli.output import (
     styled,
 )
 from scheduler.cli.views import node_allocation
+from scheduler.states import JobState
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, NodeOut
@@ -85,7 +86,7 @@ def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None
 def _active_jobs(client: ApiClient) -> list[JobOut]:
     """Scheduled and running jobs with their tasks (one request per job)."""
     jobs = []
-    for state in ("scheduled", "running"):
+    for state in (JobState.SCHEDULED, JobState.RUNNING):
         offset = 0
         while True:
             page = client.jobs(state=state, limit=1000, offset=offset)
