@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from scheduler.states import JobState, TaskState
+
 # A VC name as the settings allow it (``virtual_clusters[].name``), at most 64 characters.
 VC_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -42,7 +44,9 @@ class TaskOut(_Open):
     node: str
     address: str = ""
     ports: dict[str, int] = {}
-    state: str = Field(description="scheduled | running | succeeded | failed | stopped | lost")
+    state: TaskState = Field(
+        description="scheduled | running | succeeded | failed | stopped | lost"
+    )
     exit_code: int | None = None
     message: str = ""
     restarts: int = Field(0, description="in-place restarts of this task (max_task_retries)")
@@ -85,9 +89,9 @@ class JobOut(_Open):
     vc: str
     user: str
     priority: int
-    state: str = Field(
+    state: JobState = Field(
         description="submitted | queued | scheduled | running | succeeded | "
-        "failed | stopped | preempted"
+        "failed | stopped | preempted (scheduler/states.py)"
     )
     reason: str = Field("", description="why it entered its state")
     attempt: int = 1

@@ -55,3 +55,14 @@ def test_an_answer_without_a_field_is_an_error_naming_it(api, missing):
         parse(schemas.JobOut, data, "job renamed")
     assert f"{missing}: Field required" in err.value.message
     assert "job renamed (JobOut)" in err.value.message
+
+
+def test_a_state_outside_the_one_definition_is_an_error(api):
+    url, env = api
+    auth = {"Authorization": f"Bearer {env.admin}"}
+    httpx.post(f"{url}/api/v1/jobs", content=job_yaml("odd"), headers=auth).raise_for_status()
+    data = httpx.get(f"{url}/api/v1/jobs/odd", headers=auth).json()
+    assert parse(schemas.JobOut, data, "job odd").state is schemas.JobState.SUBMITTED
+    data["state"] = "paused"
+    with pytest.raises(ApiError, match="state: Input should be 'submitted', 'queued'"):
+        parse(schemas.JobOut, data, "job odd")
