@@ -3,11 +3,14 @@ checks of a submit, where the core would place the job now or why not, nothing s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from live import job_yaml
 
 from scheduler.loop import Loop
 
 YAML = {"content-type": "application/yaml"}
+CORPUS = Path(__file__).resolve().parents[2] / "compat" / "corpus" / "maro"
 
 BIG = """\
 name: {name}
@@ -100,3 +103,20 @@ def test_dry_run_is_in_the_openapi_document(http, api):
     assert {"200", "400", "403", "409", "413", "422"} <= set(op["responses"])
     schema = op["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["$ref"].endswith("/DryRunOut")
+
+
+def test_dry_run_of_a_maro_schedule_places_its_jobs_in_queue_order(http, api):
+    """A real MARO schedule (microsoft/maro, tests/compat/corpus/maro): four jobs of 14
+    cores each on 2 x 8 cores: one would start now, the others wait behind it."""
+    _, env = api
+    schedule = (CORPUS / "grass_local_start_schedule.yml").read_bytes()
+    r = http(env.alice).post("/api/v1/jobs:dry-run", content=schedule, headers=YAML)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["format"] == "maro"
+    names = [j["name"] for j in body["jobs"]]
+    assert len(names) == 4
+    placed = [j for j in body["jobs"] if j["placed"]]
+    assert len(placed) == 1 and len(placed[0]["placements"]) == 6  # 5 actors + 1 learner
+    assert all(j["pending_reason"]["kind"] for j in body["jobs"] if not j["placed"])
+    assert all(env.store.get_job(n) is None for n in names)
