@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from scheduler.states import TASK_DONE_STATES, TaskState
+
 log = logging.getLogger("pasture.diagnosis")
 
 RULES_FILE = Path(__file__).with_name("diagnosis_rules.yaml")
@@ -287,7 +289,7 @@ def diagnose_task(task: Any, rules: tuple[Rule, ...] | None = None) -> Diagnosis
             str(stored.get("hint", "")),
         )
     state = str(get("state") or "")
-    if state not in ("failed", "lost", "stopped"):
+    if state not in TASK_DONE_STATES or state == TaskState.SUCCEEDED:
         return None
     rules = rules if rules is not None else rules_for()
     if state == "stopped":  # a stop is no failure unless a rule names the state (preempted)

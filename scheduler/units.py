@@ -10,8 +10,15 @@
   "3m20s"``, ``format_duration(7500) == "2h5m"``, ``format_duration(200000) == "2d7h"``
   (two most significant units, as kubectl prints ages).
 
-Pure functions of their arguments; no I/O. Negative or missing values are the callers'
-to handle (they print ``-``).
+``exact=True`` (bytes, millicores) gives the lossless form a spec stores instead:
+``format_bytes(1536 * 2**20, exact=True) == "1536Mi"``, ``format_millicores(2500,
+exact=True) == "2500m"`` (:func:`scheduler.spec.quantity.format_memory` / ``format_cpu``
+are these).
+
+Every part of pasture formats through here: the CLI, the dashboard, the core's pending
+reasons, the spec's fit messages and serialiser, the diagnosis texts. Pure functions of
+their arguments; no I/O, no imports (the core may use them). Negative or missing values
+are the callers' to handle (they print ``-``).
 """
 
 from __future__ import annotations
@@ -19,9 +26,16 @@ from __future__ import annotations
 _BINARY = (("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
 
 
-def format_bytes(n_bytes: float) -> str:
+def format_bytes(n_bytes: float, exact: bool = False) -> str:
     """Bytes -> the largest binary unit (Ki..Pi) the value reaches, one decimal at most;
-    under 1Ki, the number of bytes."""
+    under 1Ki, the number of bytes. ``exact``: the largest unit that divides the (whole)
+    number of bytes, else the byte count, so that parsing it back gives the same bytes."""
+    if exact:
+        whole = int(n_bytes)
+        for suffix, size in _BINARY:
+            if whole and whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
     sign = "-" if n_bytes < 0 else ""
     n = abs(n_bytes)
     for suffix, size in _BINARY:
@@ -32,9 +46,12 @@ def format_bytes(n_bytes: float) -> str:
     return f"{sign}{n:.0f}"
 
 
-def format_millicores(millicores: float) -> str:
-    """Millicores -> cores ('2', '2.5') or, under one core, millicores ('500m')."""
+def format_millicores(millicores: float, exact: bool = False) -> str:
+    """Millicores -> cores ('2', '2.5') or, under one core, millicores ('500m').
+    ``exact``: whole cores ('2') or millicores ('2500m'), never rounded."""
     m = int(round(millicores))
+    if exact:
+        return str(m // 1000) if m % 1000 == 0 else f"{m}m"
     if abs(m) < 1000 and m != 0:
         return f"{m}m"
     return f"{m / 1000:g}"

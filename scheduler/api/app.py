@@ -31,6 +31,7 @@ from scheduler.api.routers import admin, cluster, jobs, nodecred
 from scheduler.api.schemas import Health
 from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
+from scheduler.services.dryrun import DryRunService
 from scheduler.services.errors import InvalidSpecError, ServiceError
 from scheduler.services.jobs import JobService, validation_errors
 from scheduler.services.logs import LogService
@@ -89,6 +90,9 @@ def create_app(
     app.state.store = store
     app.state.tokens = tokens
     app.state.jobs = JobService(store, secrets_key_file=getattr(settings, "secrets_key_file", None))
+    app.state.dry_run = DryRunService(
+        app.state.jobs, getattr(getattr(settings, "loop", None), "policy", "pasture")
+    )
     app.state.nodes = NodeService(store)
     app.state.vcs = VcService(store)
     app.state.status = status_service

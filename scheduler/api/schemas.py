@@ -3,6 +3,11 @@
 They name the fields clients rely on and allow extra ones, so that a field the store adds
 later reaches clients without an API change. Units: ``cpu_m`` millicores, ``memory``
 bytes, ``gpu`` devices, times in seconds since the epoch (Redis' clock).
+
+The CLI parses every answer with these same models (:mod:`scheduler.cli.client`), so a
+field renamed here or in the store fails a test instead of printing blanks. The module
+imports pydantic only (``scheduler.api`` loads FastAPI lazily): the CLI's start-up pays
+for the models, not for the server.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.states import JobState, TaskState
 
 # A VC name as the settings allow it (``virtual_clusters[].name``), at most 64 characters.
 VC_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -37,7 +44,9 @@ class TaskOut(_Open):
     node: str
     address: str = ""
     ports: dict[str, int] = {}
-    state: str = Field(description="scheduled | running | succeeded | failed | stopped | lost")
+    state: TaskState = Field(
+        description="scheduled | running | succeeded | failed | stopped | lost"
+    )
     exit_code: int | None = None
     message: str = ""
     restarts: int = Field(0, description="in-place restarts of this task (max_task_retries)")
@@ -46,6 +55,12 @@ class TaskOut(_Open):
         description="'' when the task ended by itself; else the infrastructure fault that "
         "ended it (node_lost | fenced | agent_restart): its attempt is not charged",
     )
+    diagnosis: dict[str, Any] | None = Field(
+        None, description="failure diagnosis {kind, summary, retry, hint} (scheduler.diagnosis)"
+    )
+    cpu_m: int = Field(0, description="millicores it holds")
+    memory: int = Field(0, description="bytes it holds")
+    gpu: int = Field(0, description="devices it holds")
 
 
 class AttemptOut(_Open):
@@ -74,19 +89,57 @@ class JobOut(_Open):
     vc: str
     user: str
     priority: int
-    state: str = Field(
+    state: JobState = Field(
         description="submitted | queued | scheduled | running | succeeded | "
-        "failed | stopped | preempted"
+        "failed | stopped | preempted (scheduler/states.py)"
     )
     reason: str = Field("", description="why it entered its state")
     attempt: int = 1
     created: float = 0.0
+    start_time: float | None = Field(None, description="when its current attempt started")
+    end_time: float | None = Field(None, description="when it ended")
     pending_reason: PendingReasonOut | None = None
     stop_requested: str = ""
     exit_code: int | None = None
     spec: dict[str, Any] = {}
     attempts: list[AttemptOut] = Field([], description="ended attempts, oldest first")
     tasks: list[TaskOut] | None = Field(None, description="GET /jobs/{name} only")
+
+
+class JobSubmitOut(JobOut):
+    """The stored job, as ``POST /jobs`` answers it."""
+
+    warnings: list[str] = Field([], description="fields accepted without effect")
+    jobs: list[str] | None = Field(None, description="every job stored (a MARO schedule)")
+
+
+class PlacementOut(BaseModel):
+    role: str
+    index: int
+    node: str
+
+
+class DryRunJobOut(BaseModel):
+    """Where one job of a dry run would go now, or why it would wait."""
+
+    name: str
+    vc: str
+    priority: int
+    placed: bool = Field(description="true: the scheduler would place it in its next cycle")
+    placements: list[PlacementOut] = Field([], description="task -> node, when placed")
+    pending_reason: PendingReasonOut | None = Field(None, description="why not, when not placed")
+    rejected: dict[str, dict[str, int]] = Field(
+        {}, description="role -> {filter: nodes it rejected} (scheduler.core.explain)"
+    )
+    nodes: int = Field(description="nodes judged")
+
+
+class DryRunOut(BaseModel):
+    """``POST /jobs:dry-run``: the spec as a submit would validate it; nothing stored."""
+
+    format: str = Field(description="pasture | openpai-v1 | openpai-v2 | maro | volcano")
+    warnings: list[str] = Field([], description="fields accepted without effect")
+    jobs: list[DryRunJobOut] = Field(description="one per job the submit would store")
 
 
 class JobPage(BaseModel):
@@ -126,6 +179,10 @@ class NodeOut(_Open):
     labels: dict[str, str] = {}
     state: str = Field(description="ready | cordoned | draining | lost")
     heartbeat: float = 0.0
+    state_reason: str = Field("", description="why it is in its state (by whom, GPU health)")
+    executor: str = ""
+    usage: dict[str, Any] = Field({}, description="the agent's last usage report")
+    events: list[EventOut] | None = Field(None, description="GET /nodes/{name} only")
 
 
 class VcOut(_Open):

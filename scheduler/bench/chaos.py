@@ -38,6 +38,7 @@ from scheduler import dev
 from scheduler.bench import chaos_task
 from scheduler.bench.proxy import PartitionProxy
 from scheduler.spec import parse_job_spec
+from scheduler.states import TERMINAL_JOB_STATES
 
 FAULTS = ("store_outage", "agent_kill", "partition", "loop_kill", "two_loops")
 HEARTBEAT_INTERVAL_S = 0.5
@@ -114,7 +115,7 @@ class Chaos:
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 jobs = self.store.get_jobs(names or self.jobs, with_spec=False)
-                if all(j.state in ("succeeded", "failed", "stopped") for j in jobs):
+                if all(j.state in TERMINAL_JOB_STATES for j in jobs):
                     return
             time.sleep(0.5)
 

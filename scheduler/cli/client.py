@@ -1,12 +1,17 @@
-"""HTTP client of the pasture API (httpx), with TLS verified against the cluster CA.
+"""Typed HTTP client of the pasture API (httpx), with TLS verified against the cluster CA.
 
-httpx is imported when the first client is made, not at import: ``pasture --help`` and
-commands that never call the API do not pay for it.
+Every answer is parsed with the API's own response models (:mod:`scheduler.api.schemas`,
+the ones OpenAPI documents), so the CLI reads attributes, never guessed keys: a field the
+API renames or drops fails here (an :class:`ApiError` naming the field) and in the tests,
+instead of printing blanks.
+
+httpx and the schemas (pydantic) are imported when the first client is made, not at
+import: ``pasture --help`` and commands that never call the API do not pay for them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.cli.config import ClientConfig
 
@@ -14,6 +19,23 @@ if TYPE_CHECKING:
     import ssl
 
     import httpx
+    from pydantic import BaseModel
+
+    from scheduler.api.schemas import (
+        DryRunOut,
+        JobDeleteOut,
+        JobEventsOut,
+        JobOut,
+        JobPage,
+        JobSubmitOut,
+        LogFileOut,
+        NodeOut,
+        StatusOut,
+        VcOut,
+        WhoAmI,
+    )
+
+    M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(Exception):
@@ -44,6 +66,45 @@ def _error(response: httpx.Response) -> ApiError:
     return ApiError(response.status_code, str(detail))
 
 
+def parse(model: type[M], data: Any, what: str) -> M:
+    """``data`` (decoded JSON) as ``model``.
+
+    Raises:
+        ApiError (status 0): the answer does not match the model; the message names the
+            request and each field that is missing or of the wrong type.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        fields = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(answer)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ApiError(0, f"unexpected answer to {what} ({model.__name__}): {fields}") from None
+
+
+def parse_list(model: type[M], data: Any, what: str) -> list[M]:
+    """A JSON list of ``model`` objects (see :func:`parse`)."""
+    if not isinstance(data, list):
+        raise ApiError(0, f"unexpected answer to {what}: expected a list of {model.__name__}")
+    return [parse(model, item, what) for item in data]
+
+
+def _skip_httpx_command_line() -> None:
+    """Keep ``import httpx`` from loading its own command-line tool (``httpx._main``:
+    click, pygments, rich.progress and rich.syntax, ~0.1 s of CPU at each CLI start).
+
+    httpx imports it in a ``try: ... except ImportError`` and defines a stand-in
+    ``httpx.main`` without it; a ``None`` entry in ``sys.modules`` makes that import raise
+    ImportError (the import system's documented meaning of None). Nothing else is
+    touched, and nothing happens when httpx is already imported."""
+    import sys
+
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def _verify(config: ClientConfig) -> ssl.SSLContext | bool:
     """TLS verification for httpx: the cluster CA when given, else the system store. A
     plain ``http://`` endpoint (the dev cluster) never does TLS, so no CA bundle is loaded
@@ -56,7 +117,8 @@ def _verify(config: ClientConfig) -> ssl.SSLContext | bool:
 
 
 class ApiClient:
-    """Calls ``/api/v1`` endpoints; every method returns the decoded JSON.
+    """Calls ``/api/v1`` endpoints; every method returns the answer parsed with its
+    response model (:mod:`scheduler.api.schemas`).
 
     Args:
         config: endpoint, token and CA bundle (``verify`` uses it when set, else the
@@ -64,10 +126,12 @@ class ApiClient:
         timeout: seconds per request (streams have no read timeout).
 
     Raises (every method):
-        ApiError: non-2xx answer, or the endpoint cannot be reached (status 0).
+        ApiError: non-2xx answer, the endpoint cannot be reached, or the answer does not
+            match its model (status 0 for the last two).
     """
 
     def __init__(self, config: ClientConfig, timeout: float = 30.0) -> None:
+        _skip_httpx_command_line()
         import httpx
 
         self.config = config
@@ -95,35 +159,58 @@ class ApiClient:
         return response.text
 
     # -- jobs ---------------------------------------------------------------------------
-    def submit(self, body: bytes, json_body: bool = False) -> dict:
+    def _spec(self, path: str, body: bytes, json_body: bool) -> Any:
         ctype = "application/json" if json_body else "application/yaml"
-        return self.request("POST", "/api/v1/jobs", content=body, headers={"content-type": ctype})
+        return self.request("POST", path, content=body, headers={"content-type": ctype})
 
-    def jobs(self, **params: Any) -> dict:
+    def submit(self, body: bytes, json_body: bool = False) -> JobSubmitOut:
+        """``POST /jobs``: the stored job with ``warnings`` (and ``jobs``, a MARO schedule)."""
+        from scheduler.api.schemas import JobSubmitOut
+
+        return parse(JobSubmitOut, self._spec("/api/v1/jobs", body, json_body), "submit")
+
+    def dry_run(self, body: bytes, json_body: bool = False) -> DryRunOut:
+        """``POST /jobs:dry-run``: the submit's checks and where it would be placed now."""
+        from scheduler.api.schemas import DryRunOut
+
+        data = self._spec("/api/v1/jobs:dry-run", body, json_body)
+        return parse(DryRunOut, data, "dry run")
+
+    def jobs(self, **params: Any) -> JobPage:
+        from scheduler.api.schemas import JobPage
+
         params = {k: v for k, v in params.items() if v is not None}
-        return self.request("GET", "/api/v1/jobs", params=params)
+        return parse(JobPage, self.request("GET", "/api/v1/jobs", params=params), "job list")
 
-    def job(self, name: str) -> dict:
-        return self.request("GET", f"/api/v1/jobs/{name}")
+    def job(self, name: str) -> JobOut:
+        from scheduler.api.schemas import JobOut
 
-    def events(self, name: str) -> dict:
-        return self.request("GET", f"/api/v1/jobs/{name}/events")
+        return parse(JobOut, self.request("GET", f"/api/v1/jobs/{name}"), f"job {name}")
 
-    def stop(self, name: str) -> dict:
-        return self.request("POST", f"/api/v1/jobs/{name}/stop")
+    def events(self, name: str) -> JobEventsOut:
+        from scheduler.api.schemas import JobEventsOut
 
-    def delete(self, name: str, force: bool = False) -> dict:
-        return self.request(
+        data = self.request("GET", f"/api/v1/jobs/{name}/events")
+        return parse(JobEventsOut, data, f"events of {name}")
+
+    def stop(self, name: str) -> JobOut:
+        from scheduler.api.schemas import JobOut
+
+        return parse(JobOut, self.request("POST", f"/api/v1/jobs/{name}/stop"), f"stop {name}")
+
+    def delete(self, name: str, force: bool = False) -> JobDeleteOut:
+        from scheduler.api.schemas import JobDeleteOut
+
+        data = self.request(
             "DELETE", f"/api/v1/jobs/{name}", params={"force": "true" if force else "false"}
         )
+        return parse(JobDeleteOut, data, f"delete {name}")
 
-    def log_files(self, name: str) -> list[dict]:
-        return self.request("GET", f"/api/v1/jobs/{name}/logs/files")
+    def log_files(self, name: str) -> list[LogFileOut]:
+        from scheduler.api.schemas import LogFileOut
 
-    def logs(self, name: str, role: str | None, index: int | None, offset: int = 0) -> str:
-        params = {"role": role, "index": index, "offset": offset}
-        params = {k: v for k, v in params.items() if v is not None}
-        return self.request("GET", f"/api/v1/jobs/{name}/logs", params=params)
+        data = self.request("GET", f"/api/v1/jobs/{name}/logs/files")
+        return parse_list(LogFileOut, data, f"log files of {name}")
 
     def log_bytes(self, name: str, role: str, index: int, offset: int = 0) -> bytes:
         """One task's log bytes from ``offset`` (bytes) to the end of what is written."""
@@ -139,21 +226,34 @@ class ApiClient:
         return response.content
 
     # -- cluster ------------------------------------------------------------------------
-    def nodes(self) -> list[dict]:
-        return self.request("GET", "/api/v1/nodes")
+    def nodes(self) -> list[NodeOut]:
+        from scheduler.api.schemas import NodeOut
 
-    def node(self, name: str) -> dict:
+        return parse_list(NodeOut, self.request("GET", "/api/v1/nodes"), "node list")
+
+    def node(self, name: str) -> NodeOut:
         """One node with its events (``GET /api/v1/nodes/{name}``)."""
-        return self.request("GET", f"/api/v1/nodes/{name}")
+        from scheduler.api.schemas import NodeOut
 
-    def node_action(self, name: str, action: str) -> dict:
-        return self.request("POST", f"/api/v1/nodes/{name}/{action}")
+        return parse(NodeOut, self.request("GET", f"/api/v1/nodes/{name}"), f"node {name}")
 
-    def vcs(self) -> list[dict]:
-        return self.request("GET", "/api/v1/vcs")
+    def node_action(self, name: str, action: str) -> NodeOut:
+        from scheduler.api.schemas import NodeOut
 
-    def status(self) -> dict:
-        return self.request("GET", "/api/v1/status")
+        data = self.request("POST", f"/api/v1/nodes/{name}/{action}")
+        return parse(NodeOut, data, f"{action} {name}")
 
-    def whoami(self) -> dict:
-        return self.request("GET", "/api/v1/whoami")
+    def vcs(self) -> list[VcOut]:
+        from scheduler.api.schemas import VcOut
+
+        return parse_list(VcOut, self.request("GET", "/api/v1/vcs"), "vc list")
+
+    def status(self) -> StatusOut:
+        from scheduler.api.schemas import StatusOut
+
+        return parse(StatusOut, self.request("GET", "/api/v1/status"), "status")
+
+    def whoami(self) -> WhoAmI:
+        from scheduler.api.schemas import WhoAmI
+
+        return parse(WhoAmI, self.request("GET", "/api/v1/whoami"), "whoami")

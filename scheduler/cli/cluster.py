@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -20,10 +21,15 @@ from scheduler.cli.output import (
     fmt_time,
     handle_errors,
     output_format,
+    plain,
     print_json,
     styled,
 )
 from scheduler.cli.views import node_allocation
+from scheduler.states import JobState
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import JobOut, NodeOut
 
 node_app = typer.Typer(
     help="List and show nodes; cordon, uncordon and drain them.", no_args_is_help=True
@@ -31,15 +37,13 @@ node_app = typer.Typer(
 vc_app = typer.Typer(help="Virtual clusters.", no_args_is_help=True)
 
 
-def _capacity(n: dict) -> dict:
-    """``{cpu_m, memory, gpu}`` of a node record (millicores, bytes, devices)."""
-    if isinstance(n.get("capacity"), dict):
-        return n["capacity"]
-    return {"cpu_m": n.get("cpu_m", 0), "memory": n.get("memory", 0), "gpu": n.get("gpu", 0)}
+def _capacity(n: NodeOut) -> dict[str, int]:
+    """``{cpu_m, memory, gpu}`` of a node (millicores, bytes, devices)."""
+    return {"cpu_m": n.cpu_m, "memory": n.memory, "gpu": n.gpu}
 
 
-def _labels(n: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
+def _labels(n: NodeOut) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
 
 
 @node_app.command("list")
@@ -52,7 +56,7 @@ def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None
     """
     nodes = ApiClient(load()).nodes()
     fmt = output_format(output, as_json)
-    if emit(nodes, fmt, (str(n.get("name")) for n in nodes)):
+    if emit(nodes, fmt, (n.name for n in nodes)):
         return
     wide = fmt is OutputFormat.wide
     now = time.time()
@@ -64,31 +68,31 @@ def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None
     table.columns[0].no_wrap = True
     for n in nodes:
         row = [
-            str(n.get("name")),
-            styled(n.get("state")),
-            str(n.get("address", "")),
+            n.name,
+            styled(n.state),
+            n.address,
             fmt_resources(_capacity(n)),
-            str(n.get("gpu_model") or ""),
+            n.gpu_model or "",
             _labels(n),
-            fmt_age(n.get("heartbeat"), now),
-            str(n.get("state_reason") or ""),
+            fmt_age(n.heartbeat, now),
+            n.state_reason,
         ]
         if wide:
-            row += [fmt_time(n.get("heartbeat")), str(n.get("executor") or "")]
+            row += [fmt_time(n.heartbeat), n.executor]
         table.add_row(*row)
     console.print(table)
 
 
-def _active_jobs(client: ApiClient) -> list[dict]:
+def _active_jobs(client: ApiClient) -> list[JobOut]:
     """Scheduled and running jobs with their tasks (one request per job)."""
     jobs = []
-    for state in ("scheduled", "running"):
+    for state in (JobState.SCHEDULED, JobState.RUNNING):
         offset = 0
         while True:
             page = client.jobs(state=state, limit=1000, offset=offset)
-            jobs += [client.job(str(j["name"])) for j in page["items"]]
-            offset += len(page["items"])
-            if not page["items"] or offset >= page.get("total", 0):
+            jobs += [client.job(j.name) for j in page.items]
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
                 break
     return jobs
 
@@ -105,29 +109,29 @@ def node_show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonO
     node = client.node(name)
     used, tasks = node_allocation(name, _active_jobs(client))
     capacity = _capacity(node)
-    free = {k: int(capacity.get(k) or 0) - used[k] for k in used}
+    free = {k: capacity[k] - used[k] for k in used}
     fmt = output_format(output, as_json)
-    if emit({**node, "allocated": used, "free": free, "tasks": tasks}, fmt, [name]):
+    if emit({**plain(node), "allocated": used, "free": free, "tasks": tasks}, fmt, [name]):
         return
     now = time.time()
     table = Table(show_header=False, box=None, title=f"node {name}", title_justify="left")
     table.add_column(no_wrap=True)
     table.add_column()
-    table.add_row("state", styled(node.get("state")))
-    table.add_row("address", str(node.get("address", "")))
+    table.add_row("state", styled(node.state))
+    table.add_row("address", node.address)
     table.add_row("capacity", fmt_resources(capacity))
     table.add_row("allocated", fmt_resources(used))
     table.add_row("free", fmt_resources(free))
-    table.add_row("gpu model", str(node.get("gpu_model") or "-"))
+    table.add_row("gpu model", node.gpu_model or "-")
     table.add_row("labels", _labels(node) or "-")
     table.add_row(
         "heartbeat",
-        f"{fmt_age(node.get('heartbeat'), now) or '-'} ago ({fmt_time(node.get('heartbeat'))})",
+        f"{fmt_age(node.heartbeat, now) or '-'} ago ({fmt_time(node.heartbeat)})",
     )
-    if node.get("executor"):
-        table.add_row("executor", str(node["executor"]))
-    if node.get("state_reason"):
-        table.add_row("reason", str(node["state_reason"]))
+    if node.executor:
+        table.add_row("executor", node.executor)
+    if node.state_reason:
+        table.add_row("reason", node.state_reason)
     console.print(table)
     _gpu_health_table(node)
     tasks_table = Table("job", "role", "index", "state", "resources", title="tasks")
@@ -138,14 +142,15 @@ def node_show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonO
         )
     console.print(tasks_table if tasks else "tasks: none")
     events = Table("time", "state", "reason", title="events")
-    for e in node.get("events") or []:
-        events.add_row(fmt_time(e.get("time")), styled(e.get("state")), str(e.get("reason", "")))
+    for e in node.events or []:
+        events.add_row(fmt_time(e.time), styled(e.state), e.reason)
     console.print(events)
 
 
-def _gpu_health_table(node: dict) -> None:
-    """The agent's per-GPU health (NVML probe), when it reports any."""
-    gpus = [g for g in (node.get("usage") or {}).get("gpu_health") or [] if isinstance(g, dict)]
+def _gpu_health_table(node: NodeOut) -> None:
+    """The agent's per-GPU health (NVML probe), when it reports any (``usage`` is the
+    agent's free-form report: its keys are the agent's, not the API's)."""
+    gpus = [g for g in node.usage.get("gpu_health") or [] if isinstance(g, dict)]
     if not gpus:
         return
     table = Table("gpu", "healthy", "temp C", "power W", "problems / warnings", title="GPUs")
@@ -162,7 +167,7 @@ def _gpu_health_table(node: dict) -> None:
 
 def _action(action: str, name: str) -> None:
     node = ApiClient(load()).node_action(name, action)
-    console.print(f"node {name}: {styled(node.get('state'))}")
+    console.print(f"node {name}: {styled(node.state)}")
 
 
 @node_app.command()
@@ -195,7 +200,7 @@ def vc_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
     """
     vcs = ApiClient(load()).vcs()
     fmt = output_format(output, as_json)
-    if emit(vcs, fmt, (str(v.get("name")) for v in vcs)):
+    if emit(vcs, fmt, (v.name for v in vcs)):
         return
     columns = ["name", "guarantee", "max", "used", "borrowed", "running", "queued"]
     if fmt is OutputFormat.wide:
@@ -204,16 +209,16 @@ def vc_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
     table.columns[0].no_wrap = True
     for v in vcs:
         row = [
-            str(v.get("name")),
-            fmt_resources(v.get("guarantee")),
-            fmt_resources(v.get("max")) or "-",
-            fmt_resources(v.get("used")),
-            fmt_resources(v.get("borrowed")),
-            str(v.get("jobs_running", "")),
-            str(v.get("jobs_queued", "")),
+            v.name,
+            fmt_resources(v.guarantee),
+            fmt_resources(v.max) or "-",
+            fmt_resources(v.used),
+            fmt_resources(v.borrowed),
+            str(v.jobs_running),
+            str(v.jobs_queued),
         ]
         if fmt is OutputFormat.wide:
-            row.append("yes" if v.get("can_borrow") else "no")
+            row.append("yes" if v.can_borrow else "no")
         table.add_row(*row)
     console.print(table)
 
@@ -230,8 +235,8 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print_json(s)
         return
-    table = Table("", "", title=f"cluster {s.get('cluster', '')}", show_header=False)
-    for key, value in s.items():
+    table = Table("", "", title=f"cluster {s.cluster}", show_header=False)
+    for key, value in plain(s).items():
         if key in _STATUS_HIDDEN:
             continue
         if isinstance(value, dict) and {"cpu_m", "memory"} & set(value):

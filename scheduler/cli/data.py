@@ -247,7 +247,7 @@ def image_push(
         from scheduler.cli.config import load
 
         api_nodes = ApiClient(load()).nodes()
-        nodes = [(n["name"], n.get("address") or n["name"], user) for n in api_nodes]
+        nodes = [(n.name, n.address or n.name, user) for n in api_nodes]
     if not nodes:
         err_console.print("[red]error:[/red] no nodes to push to")
         raise typer.Exit(JOB_NOT_SUCCEEDED)

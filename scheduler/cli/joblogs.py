@@ -18,9 +18,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler.cli.client import ApiClient
 from scheduler.cli.views import TERMINAL, WAITING, reason_text
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import JobOut, LogFileOut
 
 ATTEMPT_HEADER = re.compile(rb"^=== attempt (\d+) on .* ===$")
 
@@ -85,13 +89,12 @@ class JobLogs:
         self._last_notice = ""
 
     # -- selection ------------------------------------------------------------------------
-    def _selected(self, files: list[dict]) -> list[dict]:
+    def _selected(self, files: list[LogFileOut]) -> list[LogFileOut]:
         o = self.options
         return [
             f
             for f in files
-            if (o.role is None or f["role"] == o.role)
-            and (o.index is None or f["index"] == o.index)
+            if (o.role is None or f.role == o.role) and (o.index is None or f.index == o.index)
         ]
 
     def _prefix(self, task: TaskLog) -> bytes:
@@ -125,28 +128,28 @@ class JobLogs:
         if lines:
             self.write(b"".join(prefix + line for line in lines))
 
-    def _read(self, f: dict, final: bool) -> tuple[TaskLog, list[bytes]]:
-        key = (f["role"], f["index"])
+    def _read(self, f: LogFileOut, final: bool) -> tuple[TaskLog, list[bytes]]:
+        key = (f.role, f.index)
         task = self.tasks.get(key)
         if task is None:
-            task = self.tasks[key] = TaskLog(f["role"], f["index"])
+            task = self.tasks[key] = TaskLog(f.role, f.index)
             self.width = max(self.width, len(task.key))
         lines: list[bytes] = []
-        if f["size"] > task.offset or (final and task.partial):
+        if f.size > task.offset or (final and task.partial):
             data = b""
-            if f["size"] > task.offset:
+            if f.size > task.offset:
                 data = self.client.log_bytes(self.name, task.role, task.index, task.offset)
                 task.offset += len(data)
             lines = self._lines(task, data, final)
         return task, lines
 
     # -- commands -------------------------------------------------------------------------
-    def waiting_reason(self, job: dict) -> str | None:
+    def waiting_reason(self, job: JobOut) -> str | None:
         """The line to show while the job has not started (None once it has)."""
-        if job.get("state") not in WAITING:
+        if job.state not in WAITING:
             return None
-        reason = reason_text(job.get("pending_reason")) or job.get("reason") or "queued"
-        return f"job {self.name} is waiting to start ({job.get('state')}): {reason}"
+        reason = reason_text(job.pending_reason) or job.reason or "queued"
+        return f"job {self.name} is waiting to start ({job.state}): {reason}"
 
     def _say(self, text: str) -> None:
         if text != self._last_notice:
@@ -163,7 +166,7 @@ class JobLogs:
                 self._say(waiting)
             return False
         for f in files:
-            self.tasks.setdefault((f["role"], f["index"]), TaskLog(f["role"], f["index"]))
+            self.tasks.setdefault((f.role, f.index), TaskLog(f.role, f.index))
         self.width = max(len(t.key) for t in self.tasks.values())
         for f in files:
             task, lines = self._read(f, final=True)
@@ -174,7 +177,7 @@ class JobLogs:
         n = self.options.tail
         return lines if n is None else lines[-n:] if n > 0 else []
 
-    def follow(self) -> dict:
+    def follow(self) -> JobOut:
         """Stream new lines of every selected task until the job is in a final state and
         every log is read to its end; returns the job's last record. Lines are written
         as they arrive, interleaved across tasks; ``tail`` applies to what existed when
@@ -182,10 +185,10 @@ class JobLogs:
         first = True
         while True:
             job = self.client.job(self.name)
-            done = job.get("state") in TERMINAL
+            done = job.state in TERMINAL
             files = self._selected(self.client.log_files(self.name))
             for f in files:  # width known before the first line is printed
-                self.width = max(self.width, len(f"{f['role']}-{f['index']}"))
+                self.width = max(self.width, len(f"{f.role}-{f.index}"))
             if not files and (waiting := self.waiting_reason(job)):
                 self._say(waiting)
             for f in files:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -34,6 +35,7 @@ from scheduler.cli.output import (
 )
 from scheduler.cli.views import (
     TERMINAL,
+    UNSUCCESSFUL,
     WAITING,
     job_gpus,
     job_reason,
@@ -41,6 +43,10 @@ from scheduler.cli.views import (
     reason_text,
     task_nodes,
 )
+from scheduler.states import JobState
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import JobOut
 
 app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
 
@@ -55,7 +61,7 @@ def similar_jobs(client: ApiClient, name: str, limit: int = 1000) -> list[str]:
         page = client.jobs(limit=limit)
     except ApiError:
         return []
-    names = [str(j.get("name")) for j in page.get("items", [])]
+    names = [j.name for j in page.items]
     return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
 
 
@@ -81,8 +87,12 @@ def job_hint(client: ApiClient, name: str) -> Iterator[None]:
 
 
 def wait_for(
-    client: ApiClient, name: str, states: set[str], poll_s: float = 0.5, timeout_s: float = 0
-) -> dict:
+    client: ApiClient,
+    name: str,
+    states: Collection[str],
+    poll_s: float = 0.5,
+    timeout_s: float = 0,
+) -> JobOut:
     """Poll the job with a spinner until its state is in ``states``; returns the job.
 
     Raises:
@@ -92,10 +102,10 @@ def wait_for(
     with console.status(f"job {name}: waiting", spinner="dots") as status:
         while True:
             job = client.job(name)
-            state = job.get("state")
+            state = job.state
             if state in states:
                 return job
-            reason = reason_text(job.get("pending_reason"))
+            reason = reason_text(job.pending_reason)
             status.update(f"job {name}: {state}" + (f" ({reason})" if reason else ""))
             if deadline and time.monotonic() > deadline:
                 break
@@ -105,14 +115,14 @@ def wait_for(
     raise typer.Exit(JOB_NOT_SUCCEEDED)
 
 
-def _final(job: dict) -> int:
-    state = job.get("state")
-    console.print(f"job {job.get('name')}: {styled(state)}")
-    if state != "succeeded":
-        reason = job_reason(job) or str(job.get("reason") or "")
+def _final(job: JobOut) -> int:
+    state = job.state
+    console.print(f"job {job.name}: {styled(state)}")
+    if state != JobState.SUCCEEDED:
+        reason = job_reason(job) or job.reason
         if reason:
             console.print(f"  reason: {reason}")
-    return OK if state == "succeeded" else JOB_NOT_SUCCEEDED
+    return OK if state == JobState.SUCCEEDED else JOB_NOT_SUCCEEDED
 
 
 @app.command()
@@ -135,6 +145,12 @@ def submit(
     ),
     secret: list[str] | None = SecretOpt,
     secrets_file: Path | None = SecretsFileOpt,
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="check it on the cluster as a submit would and show where it would be placed"
+        " now (or why not); nothing is submitted",
+    ),
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
 
@@ -145,16 +161,20 @@ def submit(
 
     client = _client()
     given = read_secrets(secret, secrets_file)
+    if dry_run:
+        from scheduler.cli.dryrun import dry_run_file
+
+        raise typer.Exit(dry_run_file(client, file, new_name, vc, env, sets, as_json))
     job = submit_with_overrides(client, file, new_name, vc, env, sets, given) or client.submit(
         file.read_bytes(), json_body=file.suffix.lower() == ".json"
     )
-    name = job.get("name")
+    name = job.name
     if as_json:
         print_json(job)
     else:
-        for other in job.get("jobs") or [name]:
-            console.print(f"submitted job [bold]{other}[/bold] to vc {job.get('vc')}")
-    for warning in job.get("warnings") or []:
+        for other in job.jobs or [name]:
+            console.print(f"submitted job [bold]{other}[/bold] to vc {job.vc}")
+    for warning in job.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {warning}")
     if follow:
         JobLogs(client, name, LogOptions()).follow()
@@ -181,7 +201,7 @@ def list_jobs(
     client = _client()
     page = client.jobs(vc=vc, state=state, limit=limit, offset=offset)
     fmt = output_format(output, as_json)
-    if emit(page, fmt, (str(j.get("name")) for j in page["items"])):
+    if emit(page, fmt, (j.name for j in page.items)):
         return
     wide = fmt is OutputFormat.wide
     now = time.time()
@@ -191,32 +211,32 @@ def list_jobs(
         columns += ["submitted", "exit code", "nodes"]
     table = Table(*columns)
     table.columns[0].no_wrap = True
-    for j in page["items"]:
+    for j in page.items:
         row = [
-            str(j.get("name")),
-            str(j.get("vc")),
-            styled(j.get("state")),
-            str(j.get("attempt", "")),
+            j.name,
+            j.vc,
+            styled(j.state),
+            str(j.attempt),
             str(job_gpus(j)),
-            fmt_age(j.get("created"), now),
+            fmt_age(j.created, now),
             job_run_time(j, now),
             job_reason(j),
         ]
         if wide:
-            row[4:4] = [str(j.get("user", "")), str(j.get("priority", ""))]
-            placed = j.get("state") not in WAITING
-            tasks = client.job(str(j.get("name"))).get("tasks") if placed else []
-            exit_code = j.get("exit_code")
+            row[4:4] = [j.user, str(j.priority)]
+            placed = j.state not in WAITING
+            tasks = client.job(j.name).tasks if placed else []
+            exit_code = j.exit_code
             row += [
-                fmt_time(j.get("created")),
+                fmt_time(j.created),
                 "" if exit_code is None else str(exit_code),
                 task_nodes(tasks),
             ]
         table.add_row(*row)
     console.print(table)
-    shown = len(page["items"])
-    if page.get("total", shown) > shown:
-        console.print(f"{shown} of {page['total']} jobs (--offset / --limit for more)")
+    shown = len(page.items)
+    if page.total > shown:
+        console.print(f"{shown} of {page.total} jobs (--offset / --limit for more)")
 
 
 @app.command()
@@ -231,25 +251,25 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
         job = client.job(name)
     events = client.events(name)
     fmt = output_format(output, as_json)
-    if emit({"job": job, "events": events["events"]}, fmt, [str(job.get("name"))]):
+    if emit({"job": job, "events": events.events}, fmt, [job.name]):
         return
     now = time.time()
     console.print(
-        f"[bold]{job.get('name')}[/bold]  vc={job.get('vc')}"
-        f"  state={styled(job.get('state'))}  attempt={job.get('attempt', '')}"
-        f"  priority={job.get('priority', '')}  user={job.get('user', '')}"
+        f"[bold]{job.name}[/bold]  vc={job.vc}"
+        f"  state={styled(job.state)}  attempt={job.attempt}"
+        f"  priority={job.priority}  user={job.user}"
     )
     console.print(
-        f"gpus={job_gpus(job)}  age={fmt_age(job.get('created'), now) or '-'}"
+        f"gpus={job_gpus(job)}  age={fmt_age(job.created, now) or '-'}"
         f"  run time={job_run_time(job, now) or '-'}"
-        f"  submitted={fmt_time(job.get('created')) or '-'}"
-        f"  ended={fmt_time(job.get('end_time')) or '-'}"
+        f"  submitted={fmt_time(job.created) or '-'}"
+        f"  ended={fmt_time(job.end_time) or '-'}"
     )
-    if events.get("pending_reason"):
-        console.print(f"pending: [yellow]{reason_text(events['pending_reason'])}[/yellow]")
-    elif job.get("state") in ("failed", "stopped") and job.get("reason"):
-        console.print(f"reason: [red]{job['reason']}[/red]")
-    tasks = job.get("tasks") or []
+    if events.pending_reason:
+        console.print(f"pending: [yellow]{reason_text(events.pending_reason)}[/yellow]")
+    elif job.state in UNSUCCESSFUL and job.reason:
+        console.print(f"reason: [red]{job.reason}[/red]")
+    tasks = job.tasks or []
     if tasks:
         from scheduler.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
 
@@ -266,38 +286,38 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
         )
         for t in tasks:
             table.add_row(
-                str(t.get("role")),
-                str(t.get("index")),
-                styled(t.get("state")),
-                str(t.get("node") or ""),
-                "" if t.get("exit_code") is None else str(t.get("exit_code")),
-                str(t.get("restarts") or ""),
-                str(t.get("message") or ""),
+                t.role,
+                str(t.index),
+                styled(t.state),
+                t.node,
+                "" if t.exit_code is None else str(t.exit_code),
+                str(t.restarts or ""),
+                t.message,
                 diagnosis_text(t),
             )
         console.print(table)
-    attempts = job.get("attempts") or []
+    attempts = job.attempts
     if attempts:  # which attempts the infrastructure ended (not charged to the job)
         table = Table(
             "attempt", "ended in", "cause", "charged", "nodes", "reason", title="attempts"
         )
         for at in attempts:
             table.add_row(
-                str(at.get("attempt", "")),
-                styled(at.get("state")),
-                str(at.get("cause") or "task"),
-                "yes" if at.get("charged") else "no",
-                ", ".join(at.get("nodes") or []),
-                str(at.get("reason", "")),
+                str(at.attempt),
+                styled(at.state),
+                at.cause or "task",
+                "yes" if at.charged else "no",
+                ", ".join(at.nodes),
+                at.reason,
             )
         console.print(table)
     table = Table("time", "state", "attempt", "reason", title="events")
-    for e in events["events"]:
+    for e in events.events:
         table.add_row(
-            fmt_time(e.get("time")),
-            styled(e.get("state", "")),
-            "" if e.get("attempt") is None else str(e["attempt"]),
-            str(e.get("reason") or ""),
+            fmt_time(e.time),
+            styled(e.state),
+            "" if e.attempt is None else str(e.attempt),
+            e.reason,
         )
     console.print(table)
 
@@ -337,7 +357,7 @@ def logs(
     if reader.waiting_reason(job) is None:
         which = f" matching --role {role}" if role else ""
         which += f" --index {index}" if index is not None else ""
-        err_console.print(f"job {name} ({job.get('state')}) has no task logs{which}")
+        err_console.print(f"job {name} ({job.state}) has no task logs{which}")
         raise typer.Exit(NOT_FOUND)
 
 
@@ -351,10 +371,10 @@ def stop(
     client = _client()
     with job_hint(client, name):
         job = client.stop(name)
-    console.print(f"job {name}: stop requested (state {styled(job.get('state'))})")
+    console.print(f"job {name}: stop requested (state {styled(job.state)})")
     if wait:
         job = wait_for(client, name, TERMINAL)
-        console.print(f"job {name}: {styled(job.get('state'))}")
+        console.print(f"job {name}: {styled(job.state)}")
 
 
 @app.command()
@@ -371,8 +391,8 @@ def delete(
     client = _client()
     with job_hint(client, name):
         out = client.delete(name, force=force)
-    if not out.get("deleted"):
-        console.print(f"job {name}: stopping before delete (state {styled(out.get('state'))})")
+    if not out.deleted:
+        console.print(f"job {name}: stopping before delete (state {styled(out.state)})")
         wait_for(client, name, TERMINAL, timeout_s=timeout)
         out = client.delete(name)
     console.print(f"job {name}: deleted")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -33,7 +33,10 @@ from scheduler.cli.output import (
     output_format,
     styled,
 )
-from scheduler.cli.views import job_gpus
+from scheduler.cli.views import spec_gpus
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import JobSubmitOut
 
 NameOpt = typer.Option(None, "--name", help="job name instead of the spec's")
 VcOpt = typer.Option(None, "--vc", help="virtual cluster instead of the spec's")
@@ -177,6 +180,22 @@ def load_spec_and_secrets(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     return parsed.spec.model_dump(mode="json"), parsed.secrets
 
 
+def spec_body(
+    path: Path,
+    name: str | None = None,
+    vc: str | None = None,
+    env: list[str] | None = None,
+    sets: list[str] | None = None,
+) -> tuple[bytes, bool]:
+    """What to send for ``path``: ``(body, is_json)``. The file as it is when no override
+    is given; else the pasture-format JSON of the parsed spec with the overrides applied."""
+    pairs = parse_env(env)
+    if not (name or vc or pairs or sets):
+        return path.read_bytes(), path.suffix.lower() == ".json"
+    spec = apply_overrides(load_spec(path), name, vc, pairs, sets)
+    return json.dumps(spec).encode(), True
+
+
 def submit_with_overrides(
     client: ApiClient,
     path: Path,
@@ -185,7 +204,7 @@ def submit_with_overrides(
     env: list[str] | None,
     sets: list[str] | None = None,
     secrets: dict[str, str] | None = None,
-) -> dict | None:
+) -> JobSubmitOut | None:
     """Submit ``path`` with the overrides and the ``--secret`` values applied; None when
     there are none (the caller sends the file as it is)."""
     pairs = parse_env(env)
@@ -216,7 +235,7 @@ def validate(
         return
     console.print(
         f"[green]valid[/green]: job [bold]{spec['name']}[/bold], vc {spec['vc']},"
-        f" priority {spec['priority']}, {job_gpus({'spec': spec})} gpu(s) in all"
+        f" priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
     )
     table = Table("role", "replicas", "per task", "command")
     table.columns[0].no_wrap = True
@@ -265,7 +284,7 @@ def resubmit(
     client = ApiClient(load())
     with job_hint(client, name):
         old = client.job(name)
-    spec = old.get("spec") or {}
+    spec = old.spec
     if not spec:
         raise typer.BadParameter(f"job {name} has no stored spec", param_hint="NAME")
     if replace:
@@ -277,6 +296,5 @@ def resubmit(
     body = attach(apply_overrides(spec, target, vc, parse_env(env), sets), {}, given)
     job = client.submit(json.dumps(body).encode(), json_body=True)
     console.print(
-        f"resubmitted {name} as job [bold]{job.get('name')}[/bold] to vc {job.get('vc')}"
-        f" ({styled(job.get('state'))})"
+        f"resubmitted {name} as job [bold]{job.name}[/bold] to vc {job.vc} ({styled(job.state)})"
     )

@@ -39,8 +39,8 @@ def login(
     config = ClientConfig(endpoint.rstrip("/"), token, str(ca_cert) if ca_cert else None)
     if check:
         who = ApiClient(config).whoami()
-        vcs = ", ".join(who["vcs"]) or "-"
-        console.print(f"token {who['name']!r}: role {who['role']}, vcs {vcs}")
+        vcs = ", ".join(who.vcs) or "-"
+        console.print(f"token {who.name!r}: role {who.role}, vcs {vcs}")
     path = save_login(config.endpoint, token, config.ca_cert, context=context)
     console.print(f"saved context {context!r} in {path} (current)")
 

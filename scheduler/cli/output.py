@@ -82,6 +82,18 @@ def output_format(output: OutputFormat, as_json: bool) -> OutputFormat:
     return OutputFormat.json if as_json else output
 
 
+def plain(data: Any) -> Any:
+    """The JSON data of API models (pydantic, with the fields the API added), lists and
+    dicts of them; anything else as it is."""
+    if hasattr(data, "model_dump"):
+        return data.model_dump(mode="json")
+    if isinstance(data, list | tuple):
+        return [plain(d) for d in data]
+    if isinstance(data, dict):
+        return {k: plain(v) for k, v in data.items()}
+    return data
+
+
 def emit(data: Any, fmt: OutputFormat, names: Iterable[str] = ()) -> bool:
     """Print ``data`` for the machine formats; True when done (json, yaml, name), False
     for table/wide (the caller draws its table).
@@ -94,7 +106,7 @@ def emit(data: Any, fmt: OutputFormat, names: Iterable[str] = ()) -> bool:
     elif fmt is OutputFormat.yaml:
         import yaml
 
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False, allow_unicode=True))
     elif fmt is OutputFormat.name:
         for name in names:
             sys.stdout.write(f"{name}\n")
@@ -141,8 +153,9 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 def print_json(data: Any) -> None:
-    """JSON of ``data``: coloured on a terminal, plain ``json.dumps`` when piped."""
-    text = json.dumps(data, default=str, indent=2)
+    """JSON of ``data`` (API models as their JSON): coloured on a terminal, plain
+    ``json.dumps`` when piped."""
+    text = json.dumps(plain(data), default=str, indent=2)
     if console.is_terminal:
         console.print_json(text)
     else:
@@ -151,10 +164,12 @@ def print_json(data: Any) -> None:
 
 
 def fmt_resources(r: Any) -> str:
-    """``{cpu_m, memory, gpu}`` (millicores, bytes, devices) -> '2 cpu, 4Gi, 1 gpu'
-    (:func:`scheduler.units.format_resources`)."""
+    """``{cpu_m, memory, gpu}`` (millicores, bytes, devices; a dict or an API model such
+    as ``ResourcesOut``) -> '2 cpu, 4Gi, 1 gpu' (:func:`scheduler.units.format_resources`)."""
+    if r is None:
+        return ""
     if not isinstance(r, dict):
-        return "" if r is None else str(r)
+        r = plain(r)
     return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"))
 
 

@@ -1,27 +1,35 @@
 """Figures derived from the API's records for CLI tables (pure; no I/O, no Rich).
 
-Records are the API's JSON dicts (``JobOut``, ``TaskOut``, ``NodeOut`` in
+Records are the API's response models (``JobOut``, ``TaskOut`` in
 :mod:`scheduler.api.schemas`): times in seconds since the epoch, ``cpu_m`` millicores,
-``memory`` bytes, ``gpu`` devices.
+``memory`` bytes, ``gpu`` devices. States come from :mod:`scheduler.states`, their one
+definition.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from scheduler.states import (
+    TASK_ACTIVE_STATES,
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    JobState,
+)
 from scheduler.units import format_duration
 
-# Job states in which a job is waiting for placement (its pending reason applies) and in
-# which it has ended (scheduler.store.records.JobState / TERMINAL_JOB_STATES).
-WAITING = frozenset({"submitted", "queued", "preempted"})
-TERMINAL = frozenset({"succeeded", "failed", "stopped"})
-# Task states that hold resources on a node (scheduler.store.records.TaskState).
-TASK_ACTIVE = frozenset({"scheduled", "running"})
+if TYPE_CHECKING:
+    from scheduler.api.schemas import JobOut, PendingReasonOut, TaskOut
+
+WAITING = WAITING_JOB_STATES
+TERMINAL = TERMINAL_JOB_STATES
+# job states whose ``reason`` says why it ended without success
+UNSUCCESSFUL = frozenset({JobState.FAILED, JobState.STOPPED})
 
 
-def job_gpus(job: dict) -> int:
-    """GPUs the job asks for: sum over roles of replicas x per-task GPUs (its spec)."""
-    roles = (job.get("spec") or {}).get("roles") or {}
+def spec_gpus(spec: dict[str, Any]) -> int:
+    """GPUs a pasture-format spec asks for: sum over roles of replicas x per-task GPUs."""
+    roles = spec.get("roles") or {}
     total = 0
     for role in roles.values() if isinstance(roles, dict) else ():
         resources = role.get("resources") or {}
@@ -29,39 +37,40 @@ def job_gpus(job: dict) -> int:
     return total
 
 
-def job_run_time(job: dict, now: float) -> str:
+def job_gpus(job: JobOut) -> int:
+    """GPUs the job asks for (its stored spec; :func:`spec_gpus`)."""
+    return spec_gpus(job.spec)
+
+
+def job_run_time(job: JobOut, now: float) -> str:
     """Time from its start to its end (or to ``now`` while it runs); '' if never started."""
-    start = job.get("start_time")
-    if not isinstance(start, int | float) or start <= 0:
+    start = job.start_time
+    if start is None or start <= 0:
         return ""
-    end = job.get("end_time")
-    end = end if isinstance(end, int | float) and end >= start else now
+    end = job.end_time if job.end_time is not None and job.end_time >= start else now
     return format_duration(end - start)
 
 
-def reason_text(reason: Any) -> str:
-    """A pending reason (dict with message/kind, or text) as one line."""
-    if isinstance(reason, dict):
-        return str(reason.get("message") or reason.get("kind") or "")
-    return "" if reason is None else str(reason)
+def reason_text(reason: PendingReasonOut | None) -> str:
+    """A pending reason as one line (its message, else its kind)."""
+    return "" if reason is None else reason.message or reason.kind
 
 
-def job_reason(job: dict) -> str:
+def job_reason(job: JobOut) -> str:
     """Why it waits (pending reason) or why it ended without success (failure reason)."""
-    state = job.get("state")
-    if state in WAITING:
-        return reason_text(job.get("pending_reason")) or str(job.get("reason") or "")
-    if state in ("failed", "stopped"):
-        return str(job.get("reason") or "")
+    if job.state in WAITING:
+        return reason_text(job.pending_reason) or job.reason
+    if job.state in UNSUCCESSFUL:
+        return job.reason
     return ""
 
 
-def task_nodes(tasks: list[dict] | None) -> str:
+def task_nodes(tasks: list[TaskOut] | None) -> str:
     """The nodes of a job's tasks, sorted, comma-separated."""
-    return ",".join(sorted({str(t["node"]) for t in tasks or [] if t.get("node")}))
+    return ",".join(sorted({t.node for t in tasks or [] if t.node}))
 
 
-def node_allocation(node: str, jobs: list[dict]) -> tuple[dict, list[dict]]:
+def node_allocation(node: str, jobs: list[JobOut]) -> tuple[dict, list[dict]]:
     """What the tasks of ``jobs`` (records with ``tasks``) hold on ``node``.
 
     Returns:
@@ -71,13 +80,12 @@ def node_allocation(node: str, jobs: list[dict]) -> tuple[dict, list[dict]]:
     used = {"cpu_m": 0, "memory": 0, "gpu": 0}
     rows = []
     for job in jobs:
-        for t in job.get("tasks") or []:
-            if t.get("node") != node or t.get("state") not in TASK_ACTIVE:
+        for t in job.tasks or []:
+            if t.node != node or t.state not in TASK_ACTIVE_STATES:
                 continue
-            row = {"job": job.get("name"), "role": t.get("role"), "index": t.get("index")}
-            row["state"] = t.get("state")
+            row: dict[str, Any] = {"job": job.name, "role": t.role, "index": t.index}
+            row.update(state=t.state, cpu_m=t.cpu_m, memory=t.memory, gpu=t.gpu)
             for key in used:
-                row[key] = int(t.get(key) or 0)
                 used[key] += row[key]
             rows.append(row)
     return used, rows

@@ -12,9 +12,8 @@ from types import MappingProxyType
 
 from scheduler.core.model import Job, PendingReason, ReasonKind
 from scheduler.core.policy import PreemptionMode
+from scheduler.units import format_bytes, format_millicores
 
-GiB = 1024**3
-MiB = 1024**2
 DIM_NAMES = ("cpu_m", "memory", "gpu")
 
 
@@ -23,15 +22,13 @@ def fmt_gpu(n: int) -> str:
 
 
 def fmt_cpu(millicores: int) -> str:
-    cores = millicores / 1000
-    text = f"{cores:g}"
-    return f"{text} core" if cores == 1 else f"{text} cores"
+    """'2 cpu', '500m cpu' (:func:`scheduler.units.format_millicores`, as the CLI prints)."""
+    return f"{format_millicores(millicores)} cpu"
 
 
 def fmt_mem(nbytes: int) -> str:
-    if nbytes >= GiB or nbytes == 0:
-        return f"{nbytes / GiB:.4g} GiB"
-    return f"{nbytes / MiB:.4g} MiB"
+    """'64Gi', '512Mi' (:func:`scheduler.units.format_bytes`, as the CLI prints)."""
+    return format_bytes(nbytes)
 
 
 def fmt_dim(d: int, amount: int) -> str:
@@ -40,7 +37,7 @@ def fmt_dim(d: int, amount: int) -> str:
 
 
 def fmt_request(cpu_m: int, memory: int, gpu: int) -> str:
-    """'8 GPUs, 32 cores and 64 GiB' (zero components left out)."""
+    """'8 GPUs, 32 cpu and 64Gi' (zero components left out)."""
     parts = []
     if gpu:
         parts.append(fmt_gpu(gpu))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -22,17 +22,26 @@ from scheduler.services.errors import (
     NotFoundError,
 )
 from scheduler.services.principal import Principal, require_role, require_vc
-from scheduler.services.records import as_dict, field
+from scheduler.services.records import as_dict
+from scheduler.store.records import TERMINAL_JOB_STATES, JobRecord, JobState
 from scheduler.store.tokens import TokenRole
 
-TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
-JobStateName = Literal[
-    "submitted", "queued", "scheduled", "running", "succeeded", "failed", "stopped", "preempted"
-]
-JOB_STATES: tuple[str, ...] = get_args(JobStateName)
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scheduler.core.model import Node
+    from scheduler.spec import ParsedJob
+    from scheduler.spec.model import JobSpec
+    from scheduler.store import Store
+
+# The one job-state definition is scheduler.store.records.JobState; these are its views.
+TERMINAL_STATES = TERMINAL_JOB_STATES
+# The ``state`` query parameter's type (FastAPI documents and checks the enum).
+JobStateName = JobState
+JOB_STATES: tuple[str, ...] = tuple(s.value for s in JobState)
 
 
-def parse_document(body: bytes, content_type: str | None = None) -> dict:
+def parse_document(body: bytes, content_type: str | None = None) -> dict[str, Any]:
     """Parse a request body holding a job spec as YAML or JSON, within the spec's bounds
     (size, nesting depth, YAML aliases: :mod:`scheduler.spec.bounded`). This is the one
     parse of the text; :meth:`JobService.submit` validates the result once.
@@ -109,15 +118,18 @@ class JobService:
     """
 
     def __init__(
-        self, store: Any, node_cache_s: float = 10.0, secrets_key_file: Any = None
+        self,
+        store: Store,
+        node_cache_s: float = 10.0,
+        secrets_key_file: str | Path | None = None,
     ) -> None:
         self.store = store
         self.secrets_key_file = secrets_key_file
         self.node_cache_s = node_cache_s
-        self._nodes: list[Any] | None = None
-        self._nodes_read = 0.0
+        self._nodes: list[Node] = []
+        self._nodes_read: float | None = None
 
-    def fit_reason(self, spec: Any) -> str | None:
+    def fit_reason(self, spec: JobSpec) -> str | None:
         """Why the gang can never be placed on this cluster, None when it can.
 
         The cluster's shape is cached for ``node_cache_s`` seconds (reading every node on
@@ -125,7 +137,7 @@ class JobService:
         cache, a "never fits" is confirmed against a fresh read before a job is rejected.
         """
         now = time.monotonic()
-        fresh = self._nodes is None or now - self._nodes_read > self.node_cache_s
+        fresh = self._nodes_read is None or now - self._nodes_read > self.node_cache_s
         if fresh:
             self._nodes, self._nodes_read = backend.core_nodes(self.store), now
         reason = backend.unfittable_reason(spec, self._nodes)
@@ -135,7 +147,7 @@ class JobService:
         return reason
 
     # -- submit -------------------------------------------------------------------------
-    def validate(self, document: dict) -> Any:
+    def validate(self, document: dict[str, Any]) -> ParsedJob:
         """Translate (OpenPAI v1/v2, MARO, Volcano) and validate a parsed document once.
 
         Returns:
@@ -174,7 +186,33 @@ class JobService:
                 ],
             )
 
-    def submit(self, principal: Principal, document: dict) -> dict:
+    def admit(self, principal: Principal, document: dict[str, Any]) -> ParsedJob:
+        """Every check of a submit but the store's write: parse and validate once, the
+        caller's role and VC, the VC exists, the gang can ever be placed, and (several
+        jobs) no name is taken. ``submit`` and the dry run (:mod:`scheduler.services.dryrun`)
+        both call it, so a dry run refuses exactly what a submit refuses.
+
+        Raises:
+            As :meth:`submit` (a single job's name conflict is the store's to find).
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        parsed = self.validate(document)
+        for spec in parsed.specs:
+            require_vc(principal, spec.vc)
+            self._check_vc(spec.vc)
+            reason = self.fit_reason(spec)
+            if reason is not None:
+                raise InvalidSpecError(
+                    f"job can never be placed: {reason}",
+                    [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
+                )
+        if len(parsed.specs) > 1:
+            for spec in parsed.specs:
+                if self.store.get_job(spec.name) is not None:
+                    raise ConflictError(f"job {spec.name!r} already exists")
+        return parsed
+
+    def submit(self, principal: Principal, document: dict[str, Any]) -> dict[str, Any]:
         """Validate and store a new job; returns the stored job record with ``warnings``
         (list of sentences: fields of a foreign format accepted without effect). A MARO
         schedule stores one job per name (all checked before any is stored) and the answer
@@ -185,34 +223,19 @@ class JobService:
             ForbiddenError (403, VC not allowed), ConflictError (409, a job of that name
             exists).
         """
-        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
-        parsed = self.validate(document)
-        specs = list(getattr(parsed, "specs", [parsed]))
-        for spec in specs:
-            vc = field(spec, "vc", default="default")
-            require_vc(principal, vc)
-            self._check_vc(vc)
-            reason = self.fit_reason(spec)
-            if reason is not None:
-                raise InvalidSpecError(
-                    f"job can never be placed: {reason}",
-                    [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
-                )
-        if len(specs) > 1:
-            for spec in specs:
-                if self.store.get_job(spec.name) is not None:
-                    raise ConflictError(f"job {spec.name!r} already exists")
-        sealed = self._seal(specs[0].name, getattr(parsed, "secrets", None))
-        jobs = []
+        parsed = self.admit(principal, document)
+        specs = parsed.specs
+        sealed = self._seal(specs[0].name, parsed.secrets)
+        jobs: list[JobRecord] = []
         for spec in specs:
             try:
                 jobs.append(self.store.create_job(spec, user=principal.name, **sealed))
             except backend.job_exists_error() as exc:
                 raise ConflictError(str(exc)) from None
         out = as_dict(jobs[0])
-        out["warnings"] = list(getattr(parsed, "warnings", []))
+        out["warnings"] = list(parsed.warnings)
         if len(jobs) > 1:
-            out["jobs"] = [field(j, "name") for j in jobs]
+            out["jobs"] = [j.name for j in jobs]
         return out
 
     def _seal(self, job: str, values: dict[str, str] | None) -> dict[str, str]:
@@ -230,14 +253,18 @@ class JobService:
             ) from None
 
     # -- read ---------------------------------------------------------------------------
-    def _visible(self, principal: Principal, name: str) -> Any:
+    def _visible(self, principal: Principal, name: str) -> JobRecord:
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         job = self.store.get_job(name)
-        if job is None or not principal.may_use_vc(field(job, "vc", default="")):
+        if job is None or not principal.may_use_vc(job.vc):
             raise NotFoundError(f"job {name!r} not found")
         return job
 
-    def get(self, principal: Principal, name: str) -> dict:
+    def state(self, principal: Principal, name: str) -> JobState:
+        """The job's state. Raises NotFoundError as :meth:`get`."""
+        return JobState(self._visible(principal, name).state)
+
+    def get(self, principal: Principal, name: str) -> dict[str, Any]:
         """The job record (state, attempt, pending reason, tasks...).
 
         Raises:
@@ -257,7 +284,7 @@ class JobService:
         user: str | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Jobs visible to the caller, newest first (``user``: only jobs submitted by it).
 
         Returns:
@@ -278,15 +305,16 @@ class JobService:
             )
         else:  # several VCs: merge each VC's newest offset+limit jobs, newest first
             items, total = [], 0
+            page: list[JobRecord]
             for one in vcs:
                 page, n = self.store.list_jobs(vc=one, state=state, user=user, limit=offset + limit)
                 items.extend(page)
                 total += n
-            items.sort(key=lambda j: field(j, "created", default=0.0), reverse=True)
+            items.sort(key=lambda j: j.created, reverse=True)
             items = items[offset : offset + limit]
         return {"items": as_dict(items), "total": total, "limit": limit, "offset": offset}
 
-    def events(self, principal: Principal, name: str) -> dict:
+    def events(self, principal: Principal, name: str) -> dict[str, Any]:
         """The job's event history and its current pending reason.
 
         Returns:
@@ -300,13 +328,13 @@ class JobService:
             "events": as_dict(self.store.events(name)),
         }
 
-    def stop(self, principal: Principal, name: str, reason: str | None = None) -> dict:
+    def stop(self, principal: Principal, name: str, reason: str | None = None) -> dict[str, Any]:
         """Ask for the job to be stopped (the loop and agents carry it out).
 
         Stopping a finished job is a no-op that returns its record.
         """
         job = self._visible(principal, name)
-        if field(job, "state") in TERMINAL_STATES:
+        if JobState(job.state).terminal:
             return as_dict(job)
         try:
             self.store.request_stop(name, reason=reason or f"stopped by {principal.name}")
@@ -314,7 +342,7 @@ class JobService:
             raise NotFoundError(f"job {name!r} not found") from None
         return as_dict(self.store.get_job(name))
 
-    def delete(self, principal: Principal, name: str, force: bool = False) -> dict:
+    def delete(self, principal: Principal, name: str, force: bool = False) -> dict[str, Any]:
         """Delete a finished job's records: ``{"name", "deleted": True, "state"}``.
 
         A job that has not finished is refused, unless ``force``: then it is asked to stop
@@ -325,15 +353,15 @@ class JobService:
             ConflictError: the job has not finished and ``force`` is false.
         """
         job = self._visible(principal, name)
-        state = field(job, "state")
-        if state not in TERMINAL_STATES:
+        state = job.state
+        if not JobState(state).terminal:
             if not force:
                 raise ConflictError(
                     f"job {name!r} is {state}; stop it first or delete with force=true"
                 )
             self.stop(principal, name, reason=f"deleted by {principal.name}")
-            now = field(self.store.get_job(name), "state")
-            return {"name": name, "deleted": False, "state": now}
+            now = self.store.get_job(name)
+            return {"name": name, "deleted": False, "state": now.state if now else state}
         try:
             self.store.delete_job(name)
         except backend.not_found_errors():

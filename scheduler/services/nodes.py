@@ -6,13 +6,16 @@ token (agent tokens are what automation such as the on-prem Pulumi stack uses to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scheduler.services import backend
 from scheduler.services.errors import NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenRole
+
+if TYPE_CHECKING:
+    from scheduler.store import Store
 
 # action -> the NodeState value (scheduler.core.model.NodeState) the store records.
 ACTIONS = {"cordon": "cordoned", "uncordon": "ready", "drain": "draining"}
@@ -21,7 +24,7 @@ ACTIONS = {"cordon": "cordoned", "uncordon": "ready", "drain": "draining"}
 class NodeService:
     """Use cases on nodes. Args: store: the backend store."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def list(self, principal: Principal) -> list[dict]:

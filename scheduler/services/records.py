@@ -1,4 +1,5 @@
-"""Turn whatever the store returns (pydantic models, dataclasses, dicts) into JSON dicts."""
+"""Turn what the store returns (its record dataclasses, pydantic models, dicts) into the
+JSON data the API's response models validate (``scheduler/api/schemas.py``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def as_dict(obj: Any) -> Any:
+def as_dict(obj: object) -> Any:
     """A JSON-ready copy of ``obj``: dicts, lists, str, int, float, bool, None.
 
     Pydantic models go through ``model_dump(mode="json")``, dataclasses field by field,
-    enums to their value, tuples/sets to lists.
+    enums to their value, tuples/sets to lists. The result is decoded-JSON-shaped data
+    (``Any`` as ``json.loads`` returns it); the route's response model validates it.
     """
     if obj is None or isinstance(obj, str | int | float | bool):
         return obj
@@ -27,14 +29,3 @@ def as_dict(obj: Any) -> Any:
     if isinstance(obj, list | tuple | set | frozenset):
         return [as_dict(v) for v in obj]
     return str(obj)
-
-
-def field(record: Any, *names: str, default: Any = None) -> Any:
-    """The first of ``names`` present in ``record`` (dict or object), else ``default``."""
-    for name in names:
-        if isinstance(record, Mapping):
-            if name in record:
-                return record[name]
-        elif hasattr(record, name):
-            return getattr(record, name)
-    return default

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenRole
 
+if TYPE_CHECKING:
+    from scheduler.store import Store
+
 
 class StatusService:
     """Cluster summary. Args: store: the backend store."""
 
-    def __init__(self, store: Any, cluster_name: str = "") -> None:
+    def __init__(self, store: Store, cluster_name: str = "") -> None:
         self.store = store
         self.cluster_name = cluster_name
 

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from scheduler.core.model import Node, NodeState, Resources
 from scheduler.core.plugins import FILTERS
 from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL, JobSpec
-from scheduler.spec.quantity import format_cpu, format_memory
+from scheduler.units import format_bytes, format_millicores
 
 
 def _describe(r: Resources) -> str:
-    return f"cpu {format_cpu(r.cpu_m)}, memory {format_memory(r.memory)}, gpu {r.gpu}"
+    return f"cpu {format_millicores(r.cpu_m)}, memory {format_bytes(r.memory)}, gpu {r.gpu}"
 
 
 def unfittable_reason(spec: JobSpec, nodes: Iterable[Node]) -> str | None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import re
 
+from scheduler.units import format_bytes, format_millicores
+
 _MEMORY_SUFFIX = {
     "": 1,
     "k": 10**3,
@@ -102,14 +104,12 @@ def parse_memory(value: object, *, mib: bool = False) -> int:
 
 
 def format_cpu(millicores: int) -> str:
-    """Millicores -> '2' or '500m' (inverse of :func:`parse_cpu`)."""
-    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+    """Millicores -> '2' or '500m' (inverse of :func:`parse_cpu`;
+    :func:`scheduler.units.format_millicores` with ``exact``)."""
+    return format_millicores(millicores, exact=True)
 
 
 def format_memory(n_bytes: int) -> str:
-    """Bytes -> the largest exact binary unit ('4Gi', '512Mi') or a byte count."""
-    for suffix in ("Pi", "Ti", "Gi", "Mi", "Ki"):
-        unit = _MEMORY_SUFFIX[suffix]
-        if n_bytes and n_bytes % unit == 0:
-            return f"{n_bytes // unit}{suffix}"
-    return str(n_bytes)
+    """Bytes -> the largest exact binary unit ('4Gi', '512Mi') or a byte count (inverse
+    of :func:`parse_memory`; :func:`scheduler.units.format_bytes` with ``exact``)."""
+    return format_bytes(n_bytes, exact=True)

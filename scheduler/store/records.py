@@ -10,41 +10,12 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-
-class JobState(StrEnum):
-    """Job lifecycle: submitted -> queued -> scheduled -> running -> succeeded | failed |
-    stopped; preempted and retries return to queued with the attempt counter kept."""
-
-    SUBMITTED = "submitted"
-    QUEUED = "queued"
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
-
-
-TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
-
-
-class TaskState(StrEnum):
-    """Task (one attempt of one replica) states. ``lost``: its node stopped heartbeating."""
-
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    LOST = "lost"
-
-    @property
-    def done(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST)
+from scheduler.states import (  # noqa: F401  (re-exported: the store's public names)
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    JobState,
+    TaskState,
+)
 
 
 class Cause(StrEnum):

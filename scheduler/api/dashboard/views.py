@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES
 from scheduler.units import format_bytes, format_duration, format_millicores
 
 # Pending-reason kinds (scheduler.core.model.ReasonKind) in words; the reason's own
@@ -26,7 +27,9 @@ REASON_WORDS: dict[str, str] = {
     "preempting": "Preempting other jobs to make room",
     "cycle-limit": "Not looked at in the last cycle yet",
 }
-TERMINAL = ("succeeded", "failed", "stopped")
+# job states: their one definition (scheduler.states)
+TERMINAL = TERMINAL_JOB_STATES
+WAITING = WAITING_JOB_STATES
 # What each action that asks first does, in the words of its confirmation (dialog and page).
 # The dialog and the confirmation page put them after "Stop job J?" / "Drain node N?".
 CONSEQUENCES = {
@@ -34,12 +37,11 @@ CONSEQUENCES = {
     "drain": "It takes no new task, and its running tasks are stopped and requeued elsewhere.",
     "stop": "Its tasks get SIGTERM, then SIGKILL after the grace period; it does not restart.",
 }
-WAITING = ("submitted", "queued")
 
 
 def duration(seconds: float | None) -> str:
-    """``45s``, ``3m20s``, ``2h5m``, ``2d7h`` (:func:`scheduler.units.format_duration`);
-    ``-`` for None."""
+    """``3s``, ``4m5s``, ``2h3m``, ``3d4h`` (:func:`scheduler.units.format_duration`, as
+    the CLI prints); ``-`` for None."""
     return "-" if seconds is None else format_duration(seconds)
 
 

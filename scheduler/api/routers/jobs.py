@@ -17,10 +17,18 @@ from scheduler.api.responses import (
     TOO_LARGE,
     errors,
 )
-from scheduler.api.schemas import VC_NAME, JobDeleteOut, JobEventsOut, JobOut, JobPage, LogFileOut
+from scheduler.api.schemas import (
+    VC_NAME,
+    DryRunOut,
+    JobDeleteOut,
+    JobEventsOut,
+    JobOut,
+    JobPage,
+    JobSubmitOut,
+    LogFileOut,
+)
 from scheduler.services.errors import BadRequestError, InvalidSpecError
-from scheduler.services.jobs import TERMINAL_STATES, JobService, JobStateName, parse_document
-from scheduler.services.records import field
+from scheduler.services.jobs import JobService, JobStateName, parse_document
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -78,7 +86,7 @@ def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
     "",
     status_code=201,
     openapi_extra=_SPEC_BODY,
-    response_model=JobOut,
+    response_model=JobSubmitOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
 async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
@@ -90,6 +98,49 @@ async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> d
     return await anyio.to_thread.run_sync(
         parse_and_submit,
         request.app.state.jobs,
+        who,
+        body,
+        request.headers.get("content-type"),
+        limiter=_spec_limiter(request),
+    )
+
+
+def parse_and_dry_run(
+    request: Request, who: TokenInfo, body: bytes, content_type: str | None
+) -> dict:
+    """Parse ``body`` as :func:`parse_and_submit` does (same bounds, same errors), then
+    dry-run it (:class:`scheduler.services.dryrun.DryRunService`; runs in a worker thread)."""
+    try:
+        document = parse_document(body, content_type)
+    except RecursionError:
+        raise BadRequestError("job spec: the document is nested too deeply to parse") from None
+    check_document(document)
+    try:
+        return request.app.state.dry_run.dry_run(who, document)
+    except (RecursionError, OverflowError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number too large"
+        raise InvalidSpecError(
+            f"invalid job spec: {what}", [{"loc": [], "msg": what, "type": "value_error"}]
+        ) from None
+
+
+@router.post(
+    ":dry-run",
+    status_code=200,
+    openapi_extra=_SPEC_BODY,
+    response_model=DryRunOut,
+    responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
+)
+async def dry_run_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+    """Check a job spec exactly as a submit would and say where the scheduler would place
+    it now (task -> node) or why it would wait; nothing is stored, no event is written.
+    200 with ``{format, warnings, jobs: [{name, vc, placed, placements, pending_reason,
+    rejected, nodes}]}``; 400, 403, 409, 413 and 422 as ``POST /jobs`` (422 also when no
+    node could ever hold the job)."""
+    body = await request.body()
+    return await anyio.to_thread.run_sync(
+        parse_and_dry_run,
+        request,
         who,
         body,
         request.headers.get("content-type"),
@@ -206,7 +257,7 @@ def job_logs(
 
     def finished() -> bool:
         try:
-            return field(jobs.get(who, name), "state") in TERMINAL_STATES
+            return jobs.state(who, name).terminal
         except Exception:
             return True
 

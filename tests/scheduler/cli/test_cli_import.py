@@ -44,3 +44,10 @@ def test_the_dev_state_file_is_where_scheduler_dev_writes_it(monkeypatch, tmp_pa
         else:
             monkeypatch.setenv("PASTURE_DEV_DIR", value)
         assert devstate.state_file() == dev.state_dir() / dev.STATE_NAME
+
+
+def test_the_schemas_the_client_parses_with_load_no_server():
+    loaded = _loaded_after("import scheduler.api.schemas")
+    server = ("fastapi", "starlette", "redis", "scheduler.api.app", "scheduler.services")
+    assert "pydantic" in loaded
+    assert [m for m in loaded if m.startswith(server)] == []

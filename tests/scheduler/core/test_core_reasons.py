@@ -21,7 +21,7 @@ def test_gpu_free_but_cpu_short_names_the_resource():
     s = snapshot([node("a", cpu=8)], [job("j", gpu=1, cpu=8)], held)
     why = schedule(s, Policy(), 0.0).pending["j"]
     assert why.kind is ReasonKind.INSUFFICIENT_RESOURCES
-    assert "lack the cpu or memory" in why.message and "4 cores" in why.message
+    assert "lack the cpu or memory" in why.message and "4 cpu" in why.message
 
 
 def test_cpu_only_task_reason():
@@ -31,8 +31,8 @@ def test_cpu_only_task_reason():
         [running(job("r", gpu=0, cpu=3), ["a"])],
     )
     why = schedule(s, Policy(), 0.0).pending["j"]
-    assert why.message.startswith("role worker needs 2 cores and 1 GiB on one node")
-    assert "1 core" in why.message
+    assert why.message.startswith("role worker needs 2 cpu and 1Gi on one node")
+    assert "the most free cpu is 1 cpu" in why.message
 
 
 def test_no_fit_ever_names_the_largest_node():
@@ -58,9 +58,9 @@ def test_every_pending_job_gets_exactly_one_reason_or_a_bind():
 
 
 def test_formatting_helpers():
-    assert fmt_cpu(500) == "0.5 cores" and fmt_cpu(1000) == "1 core"
-    assert fmt_mem(512 * 1024**2) == "512 MiB" and fmt_mem(64 * GiB) == "64 GiB"
-    assert fmt_request(2000, 4 * GiB, 1) == "1 GPU, 2 cores and 4 GiB"
+    assert fmt_cpu(500) == "500m cpu" and fmt_cpu(1000) == "1 cpu"
+    assert fmt_mem(512 * 1024**2) == "512Mi" and fmt_mem(64 * GiB) == "64Gi"
+    assert fmt_request(2000, 4 * GiB, 1) == "1 GPU, 2 cpu and 4Gi"
 
 
 def test_decisions_are_deterministic():

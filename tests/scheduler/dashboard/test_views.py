@@ -10,7 +10,7 @@ from scheduler.api.dashboard import views
 def test_duration_and_units():
     assert views.duration(None) == "-"
     assert views.duration(5.9) == "5s"
-    assert views.duration(245) == "4m5s"
+    assert views.duration(245) == "4m5s"  # scheduler.units, as the CLI prints
     assert views.duration(7380) == "2h3m"
     assert views.duration(3 * 86400 + 4 * 3600) == "3d4h"
     assert views.cpu(1500) == "1.5"
