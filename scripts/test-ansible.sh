@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ansible checks of `make test`: the pinned collections, yamllint, ansible-lint at the
 # repository root, `vagrant validate`, then
-# `molecule test` of every roles/*/molecule/default (podman driver, one /24 per scenario).
+# `molecule test` of every roles/*/molecule/default (podman driver, one /24 per scenario,
+# MOLECULE_JOBS scenarios at a time, default 2).
 # Builds the base image first when it is missing. Fails on the first failing stage after
 # running every scenario, and prints the time each role took.
 #   bash scripts/test-ansible.sh              # everything
@@ -40,13 +41,37 @@ roles=("$@")
 if ((${#roles[@]} == 0)); then
   for d in roles/*/molecule/default; do [[ -d $d ]] && roles+=("$(basename "$(dirname "$(dirname "$d")")")"); done
 fi
-declare -A took status
+# Scenarios run MOLECULE_JOBS at a time (default 2: each spends much of its time waiting on
+# its containers' systemd and package steps, so two overlap well on a 2-core machine). Each
+# scenario's output goes to .state/molecule/<role>.log and is printed whole when it ends,
+# so logs never interleave.
+jobs_max=${MOLECULE_JOBS:-2}
+logdir=.state/molecule
+mkdir -p "$logdir"
+declare -A took=() status=() pid_role=() started=()
+run_scenario() {  # role -> exit status of `molecule test`, output in $logdir/<role>.log
+  (cd "roles/$1" && molecule test --scenario-name default) >"$logdir/$1.log" 2>&1
+}
+reap() {  # wait for one scenario to end, then print its log and record its result
+  local pid rc role
+  wait -n -p pid; rc=$?
+  role=${pid_role[$pid]}; unset "pid_role[$pid]"
+  took[$role]=$((SECONDS - ${started[$role]}))
+  step "molecule test ($role): $( ((rc == 0)) && echo passed || echo FAILED) in ${took[$role]}s"
+  cat "$logdir/$role.log"
+  if ((rc == 0)); then status[$role]=passed; else status[$role]=FAILED; failed+=("molecule $role"); fi
+}
 for role in "${roles[@]}"; do
   [[ -d roles/$role/molecule/default ]] || { echo "no scenario roles/$role/molecule/default"; failed+=("$role (no scenario)"); continue; }
-  step "molecule test ($role)"
-  start=$SECONDS
-  if (cd "roles/$role" && molecule test --scenario-name default); then status[$role]=passed; else status[$role]=FAILED; failed+=("molecule $role"); fi
-  took[$role]=$((SECONDS - start))
+  while ((${#pid_role[@]} >= jobs_max)); do reap; done
+  echo "==> molecule test ($role) started (log: $logdir/$role.log)"
+  started[$role]=$SECONDS
+  run_scenario "$role" &
+  pid_role[$!]=$role
+done
+while ((${#pid_role[@]})); do reap; done
+for role in "${roles[@]}"; do  # a scenario that never reported is a failure, not a pass
+  [[ -n ${status[$role]:-} || ! -d roles/$role/molecule/default ]] || failed+=("molecule $role (no result)")
 done
 
 echo
