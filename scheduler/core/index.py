@@ -28,6 +28,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Hashable, Sequence
 
 from scheduler.core.model import Node, NodeState
+from scheduler.core.resources import Triple
 
 
 class _GpuBucket:
@@ -57,7 +58,7 @@ class NodeClass:
         self.cid = cid
         self.rep = rep
         self.members: list[int] = []
-        self.capacities: dict[tuple[int, int, int], int] = {}
+        self.capacities: dict[Triple, int] = {}
         self.gpu_keys: list[int] = []
         self.by_gpu: dict[int, _GpuBucket] = {}
 
@@ -105,7 +106,9 @@ class NodeIndex:
             seen: set[str] = set()
             dup = next(n for n in self.names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
             raise ValueError(f"Snapshot.nodes: node name {dup!r} appears more than once")
-        # One pass over the nodes: this is the fixed cost of every cycle.
+        # One pass over the nodes: this is the fixed cost of every cycle. Capacity is kept
+        # as per-component lists of plain ints and unpacked to locals here, deliberately
+        # not through resources.py (a call per node would cost more than the work).
         cap_cpu: list[int] = []
         cap_mem: list[int] = []
         cap_gpu: list[int] = []
