@@ -26,7 +26,7 @@ from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, TaskPlacement, TaskRole
 from scheduler.core.plugins import FILTERS, SCORERS
 from scheduler.core.policy import Policy
-from scheduler.core.resources import Triple, scale, total
+from scheduler.core.resources import Triple
 
 CANDIDATES_PER_CLASS = 3
 """How many feasible nodes per node class the index yields per task for scoring. The index
@@ -89,7 +89,14 @@ def _widest_first(role: TaskRole) -> Triple:
 def gang_request(job: Job) -> Triple:
     """(cpu millicores, memory bytes, GPUs) of ``job``'s gang: every role's
     min_available tasks."""
-    return total(scale(r.resources.triple(), r.gang_min) for r in job.roles)
+    # Called several times per pending job per cycle: a plain loop, not resources.py calls.
+    c = m = g = 0
+    for role in job.roles:
+        r, n = role.resources, role.gang_min
+        c += r.cpu_m * n
+        m += r.memory * n
+        g += r.gpu * n
+    return (c, m, g)
 
 
 class Placer:

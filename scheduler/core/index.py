@@ -227,6 +227,10 @@ class NodeIndex:
             self._move(i, c, m, g)
 
     # -- queries --------------------------------------------------------------------------
+    def free_of(self, i: int) -> Triple:
+        """Node i's free capacity (cpu_m, memory bytes, gpu); negative when over-committed."""
+        return (self.free_cpu[i], self.free_mem[i], self.free_gpu[i])
+
     def fits(self, i: int, cpu_m: int, memory: int, gpu: int) -> bool:
         """True when node i's free capacity holds (cpu_m, memory, gpu)."""
         return self.free_gpu[i] >= gpu and self.free_cpu[i] >= cpu_m and self.free_mem[i] >= memory
