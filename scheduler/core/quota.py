@@ -157,13 +157,26 @@ class VcLedger:
             if rj.releasing:
                 continue  # going away; its VC should not be charged for it
             iadd(self.usage.setdefault(rj.job.vc, [0, 0, 0]), rj.held())
+        # Once per pending job and per node every cycle (its fixed cost): plain local ints
+        # rather than resources.py calls.
         for j in pending:
             d = self.demand.setdefault(j.vc, [0, 0, 0])
             w = self.demand_by_width.setdefault(j.vc, {}).setdefault(task_width(j), [0, 0, 0])
-            gang = gang_request(j)
-            iadd(d, gang)
-            iadd(w, gang)
-        self.total = list(total(n.capacity.triple() for n in nodes if n.state == "ready"))
+            c, m, g = gang_request(j)
+            d[0] += c
+            d[1] += m
+            d[2] += g
+            w[0] += c
+            w[1] += m
+            w[2] += g
+        tc = tm = tg = 0
+        for n in nodes:
+            if n.state == "ready":
+                cap = n.capacity
+                tc += cap.cpu_m
+                tm += cap.memory
+                tg += cap.gpu
+        self.total = [tc, tm, tg]
 
     # -- state changes --------------------------------------------------------------------
     def charge(self, vc: str, req: Triple, job: Job | None = None) -> None:
