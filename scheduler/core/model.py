@@ -9,6 +9,9 @@ Units, everywhere in the core:
     memory  bytes
     gpu     whole devices (a task's GPUs always sit on one node)
     time    seconds, as a float; the current time is always an argument, never read
+
+:class:`~scheduler.core.resources.Resources` (and ``ZERO``) live in ``resources.py``, the
+home of all resource arithmetic, and are re-exported here.
 """
 
 from __future__ import annotations
