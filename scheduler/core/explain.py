@@ -17,6 +17,7 @@ from types import MappingProxyType
 from scheduler.core.model import Bind, PendingReason, Snapshot
 from scheduler.core.plugins import FILTERS, SCORERS
 from scheduler.core.policy import Policy
+from scheduler.core.resources import sub
 from scheduler.core.scheduler import schedule
 
 _NONE: Mapping[str, float] = MappingProxyType({})
@@ -86,12 +87,10 @@ def explain(snapshot: Snapshot, policy: Policy, job_name: str, now: float) -> Ex
     scorers = [(n, SCORERS[n].score, w) for n, w in policy.scorers]
     verdicts = []
     for role in job.roles:
-        r = role.resources
-        req = (r.cpu_m, r.memory, r.gpu)
+        req = role.resources.triple()
         for node in snapshot.nodes:
-            cap = (node.capacity.cpu_m, node.capacity.memory, node.capacity.gpu)
-            a = node.allocated
-            free = (cap[0] - a.cpu_m, cap[1] - a.memory, cap[2] - a.gpu)
+            cap = node.capacity.triple()
+            free = sub(cap, node.allocated.triple())
             rejected = next((f.name for f in filters if not f.check(node, free, role)), None)
             if rejected is not None:
                 verdicts.append(NodeVerdict(node.name, role.name, rejected, _NONE, None))

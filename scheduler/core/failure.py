@@ -6,10 +6,11 @@ nothing). Split out of :mod:`scheduler.core.scheduler` (issue 14 item 5).
 
 from __future__ import annotations
 
-from scheduler.core.gang import GangFailure, Placer, role_request
+from scheduler.core.gang import GangFailure, Placer
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, PendingReason, ReasonKind
 from scheduler.core.reasons import fmt_gpu, fmt_request, fmt_selector, reason
+from scheduler.core.resources import Triple
 
 
 def failure_reason(
@@ -19,10 +20,10 @@ def failure_reason(
     node of the cluster could hold a task), INSUFFICIENT_RESOURCES (free capacity, GPU
     blocks, cordoned nodes) or GANG_INCOMPLETE (some tasks fit, not the gang)."""
     role = failure.role
-    c, m, g = role_request(role)
+    c, m, g = role.resources.triple()
     # Could this task fit some node of the cluster at all (ignoring node state)?
     any_state = placer.classes_for(role, ignore_state=True)
-    biggest: tuple[int, int, int] | None = None
+    biggest: Triple | None = None
     biggest_node = None
     ever = False
     for cid in any_state:
@@ -111,11 +112,11 @@ def failure_reason(
     )
 
 
-def _gcm(r: tuple[int, int, int]) -> tuple[int, int, int]:
+def _gcm(r: Triple) -> Triple:
     return (r[2], r[0], r[1])
 
 
-def _free(index: NodeIndex, i: int) -> tuple[int, int, int]:
+def _free(index: NodeIndex, i: int) -> Triple:
     return (max(index.free_cpu[i], 0), max(index.free_mem[i], 0), 0)
 
 

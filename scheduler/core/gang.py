@@ -26,6 +26,7 @@ from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, TaskPlacement, TaskRole
 from scheduler.core.plugins import FILTERS, SCORERS
 from scheduler.core.policy import Policy
+from scheduler.core.resources import Triple
 
 CANDIDATES_PER_CLASS = 3
 """How many feasible nodes per node class the index yields per task for scoring. The index
@@ -80,26 +81,21 @@ class GangFailure:
     fit: int
 
 
-def _widest_first(role: TaskRole) -> tuple[int, int, int]:
+def _widest_first(role: TaskRole) -> Triple:
     r = role.resources
     return (-r.gpu, -r.cpu_m, -r.memory)
 
 
-def role_request(role: TaskRole) -> tuple[int, int, int]:
-    """(cpu millicores, memory bytes, GPUs) of one task of ``role``."""
-    r = role.resources
-    return (r.cpu_m, r.memory, r.gpu)
-
-
-def gang_request(job: Job) -> tuple[int, int, int]:
+def gang_request(job: Job) -> Triple:
     """(cpu millicores, memory bytes, GPUs) of ``job``'s gang: every role's
     min_available tasks."""
+    # Called several times per pending job per cycle: a plain loop, not resources.py calls.
     c = m = g = 0
-    for r in job.roles:
-        n = r.gang_min
-        c += r.resources.cpu_m * n
-        m += r.resources.memory * n
-        g += r.resources.gpu * n
+    for role in job.roles:
+        r, n = role.resources, role.gang_min
+        c += r.cpu_m * n
+        m += r.memory * n
+        g += r.gpu * n
     return (c, m, g)
 
 
@@ -158,7 +154,7 @@ class Placer:
         return cached
 
     def place_gang(
-        self, job: Job, extra_ok: Callable[[tuple[int, int, int]], bool] | None = None
+        self, job: Job, extra_ok: Callable[[Triple], bool] | None = None
     ) -> GangPlacement | GangFailure:
         """Place ``job``'s gang; on failure roll back and return a :class:`GangFailure`.
 
@@ -179,7 +175,7 @@ class Placer:
         if extra_ok is not None:
             for role in roles:
                 extra = role.replicas - role.gang_min
-                req = role_request(role)
+                req = role.resources.triple()
                 while extra > 0 and extra_ok(req):
                     if self._place_tasks(role, 1, on_node, gp) < 1:
                         break
@@ -191,7 +187,7 @@ class Placer:
         role: TaskRole,
         count: int,
         near: dict[int, int],
-        ok: Callable[[tuple[int, int, int]], bool],
+        ok: Callable[[Triple], bool],
     ) -> GangPlacement:
         """Place up to ``count`` more tasks of ``role`` one at a time while ``ok(request)``
         admits each (no rollback: what is placed stays journaled). ``near`` is
@@ -199,7 +195,7 @@ class Placer:
         a running job placed at ``min_available`` that did not fit then."""
         gp = GangPlacement()
         on_node = dict(near)
-        req = role_request(role)
+        req = role.resources.triple()
         for _ in range(count):
             if not ok(req) or self._place_tasks(role, 1, on_node, gp) < 1:
                 break
@@ -209,8 +205,10 @@ class Placer:
         self, role: TaskRole, count: int, on_node: dict[int, int], gp: GangPlacement
     ) -> int:
         index = self.index
-        c, m, g = role_request(role)
-        req = (c, m, g)
+        req = role.resources.triple()
+        # The loop below is the hot path: it reads the index's per-node arrays and keeps
+        # the request as local ints (c, m, g) rather than calling resources.py per node.
+        c, m, g = req
         class_ids = self.classes_for(role)
         if not class_ids or count <= 0:
             return 0
@@ -245,11 +243,11 @@ class Placer:
                 cap = (cap_cpu[i], cap_mem[i], cap_gpu[i])
                 k = on_node.get(i, 0)
                 parts = [(name, fn(cap, free, req, k)) for name, fn, _w in scorers]
-                total = 0.0
+                weighted = 0.0
                 for (_, s), (_, _, w) in zip(parts, scorers, strict=True):
-                    total += w * s
-                if best < 0 or total > best_score:
-                    best, best_score, best_parts = i, total, parts
+                    weighted += w * s
+                if best < 0 or weighted > best_score:
+                    best, best_score, best_parts = i, weighted, parts
             if best < 0:
                 break
             index.allocate(best, c, m, g)

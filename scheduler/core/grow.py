@@ -15,6 +15,7 @@ from collections.abc import Callable
 from scheduler.core.gang import Placer
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Bind, RunningJob, TaskPlacement
+from scheduler.core.resources import Triple
 
 
 def missing_replicas(rj: RunningJob) -> dict[str, list[int]]:
@@ -48,7 +49,7 @@ def grow(
     jobs: list[RunningJob],
     index: NodeIndex,
     placer: Placer,
-    admit: Callable[[RunningJob, tuple[int, int, int]], bool],
+    admit: Callable[[RunningJob, Triple], bool],
 ) -> list[Bind]:
     """Place what fits of each job's missing replicas, oldest job first.
 

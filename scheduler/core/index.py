@@ -28,6 +28,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Hashable, Sequence
 
 from scheduler.core.model import Node, NodeState
+from scheduler.core.resources import Triple
 
 
 class _GpuBucket:
@@ -57,7 +58,7 @@ class NodeClass:
         self.cid = cid
         self.rep = rep
         self.members: list[int] = []
-        self.capacities: dict[tuple[int, int, int], int] = {}
+        self.capacities: dict[Triple, int] = {}
         self.gpu_keys: list[int] = []
         self.by_gpu: dict[int, _GpuBucket] = {}
 
@@ -105,7 +106,9 @@ class NodeIndex:
             seen: set[str] = set()
             dup = next(n for n in self.names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
             raise ValueError(f"Snapshot.nodes: node name {dup!r} appears more than once")
-        # One pass over the nodes: this is the fixed cost of every cycle.
+        # One pass over the nodes: this is the fixed cost of every cycle. Capacity is kept
+        # as per-component lists of plain ints and unpacked to locals here, deliberately
+        # not through resources.py (a call per node would cost more than the work).
         cap_cpu: list[int] = []
         cap_mem: list[int] = []
         cap_gpu: list[int] = []
@@ -224,6 +227,10 @@ class NodeIndex:
             self._move(i, c, m, g)
 
     # -- queries --------------------------------------------------------------------------
+    def free_of(self, i: int) -> Triple:
+        """Node i's free capacity (cpu_m, memory bytes, gpu); negative when over-committed."""
+        return (self.free_cpu[i], self.free_mem[i], self.free_gpu[i])
+
     def fits(self, i: int, cpu_m: int, memory: int, gpu: int) -> bool:
         """True when node i's free capacity holds (cpu_m, memory, gpu)."""
         return self.free_gpu[i] >= gpu and self.free_cpu[i] >= cpu_m and self.free_mem[i] >= memory

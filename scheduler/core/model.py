@@ -9,6 +9,9 @@ Units, everywhere in the core:
     memory  bytes
     gpu     whole devices (a task's GPUs always sit on one node)
     time    seconds, as a float; the current time is always an argument, never read
+
+:class:`~scheduler.core.resources.Resources` (and ``ZERO``) live in ``resources.py``, the
+home of all resource arithmetic, and are re-exported here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from enum import IntEnum, StrEnum
 from types import MappingProxyType
 
 from scheduler.core.history import History
+from scheduler.core.resources import ZERO, Resources, Triple
 
 EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
@@ -26,65 +30,6 @@ EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 def _empty() -> Mapping:
     # dataclasses refuse an unhashable default (mappingproxy); share one read-only empty map.
     return EMPTY_LABELS
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Resources:
-    """A vector of schedulable resources.
-
-    Attributes:
-        cpu_m: CPU in millicores (1000 = one core).
-        memory: memory in bytes.
-        gpu: GPU devices.
-
-    Arithmetic is element-wise; ``a <= b`` is NOT element-wise (dataclass ordering), use
-    :meth:`fits_in` for "a fits in b".
-    """
-
-    cpu_m: int = 0
-    memory: int = 0
-    gpu: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("cpu_m", "memory", "gpu"):
-            if not isinstance(getattr(self, name), int):
-                raise TypeError(f"Resources.{name} must be int, got {getattr(self, name)!r}")
-
-    def __add__(self, other: Resources) -> Resources:
-        return Resources(self.cpu_m + other.cpu_m, self.memory + other.memory, self.gpu + other.gpu)
-
-    def __sub__(self, other: Resources) -> Resources:
-        return Resources(self.cpu_m - other.cpu_m, self.memory - other.memory, self.gpu - other.gpu)
-
-    def __mul__(self, n: int) -> Resources:
-        return Resources(self.cpu_m * n, self.memory * n, self.gpu * n)
-
-    __rmul__ = __mul__
-
-    def fits_in(self, other: Resources) -> bool:
-        """True when every component of self is <= the same component of other."""
-        return self.cpu_m <= other.cpu_m and self.memory <= other.memory and self.gpu <= other.gpu
-
-    def is_nonnegative(self) -> bool:
-        return self.cpu_m >= 0 and self.memory >= 0 and self.gpu >= 0
-
-    def is_zero(self) -> bool:
-        return self.cpu_m == 0 and self.memory == 0 and self.gpu == 0
-
-    def clamp_min_zero(self) -> Resources:
-        return Resources(max(self.cpu_m, 0), max(self.memory, 0), max(self.gpu, 0))
-
-    def min(self, other: Resources) -> Resources:
-        return Resources(
-            min(self.cpu_m, other.cpu_m), min(self.memory, other.memory), min(self.gpu, other.gpu)
-        )
-
-    def exceeded_by(self, other: Resources) -> list[str]:
-        """Names of the components in which ``other`` exceeds ``self`` (for reasons)."""
-        return [n for n in ("gpu", "cpu_m", "memory") if getattr(other, n) > getattr(self, n)]
-
-
-ZERO = Resources()
 
 
 class PriorityClass(IntEnum):
@@ -258,7 +203,7 @@ class RunningJob:
     def vc(self) -> str:
         return self.job.vc
 
-    def held(self) -> tuple[int, int, int]:
+    def held(self) -> Triple:
         """(cpu_m, memory bytes, GPUs) summed over its placements, as plain ints for the
         core's per-cycle loops."""
         c = m = g = 0

@@ -18,9 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import RunningJob, TaskPlacement
-from scheduler.core.preemption import per_node
-
-Triple = tuple[int, int, int]
+from scheduler.core.resources import ZERO3, Triple, iadd, isub, per_node, sub, take
 
 
 class ReleasingPool:
@@ -43,16 +41,27 @@ class ReleasingPool:
         self.jobs: dict[int, list[str]] = {}
         for rj in releasing:
             for i, v in nodes_of(rj).items():
-                acc = self.free.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += v[k]
+                iadd(self.free.setdefault(i, [0, 0, 0]), v)
                 self.jobs.setdefault(i, []).append(rj.job.name)
         # {job: (taken from the index, taken from the pool)}, both {node id: (c, m, g)}
-        self.nominated: dict[str, tuple[dict[int, tuple], dict[int, tuple]]] = {}
+        self.nominated: dict[str, tuple[dict[int, Triple], dict[int, Triple]]] = {}
 
     def live(self) -> list[tuple[int, list[int]]]:
         """(node id, [c, m, g]) entries of the pool with something left."""
         return [(i, v) for i, v in self.free.items() if any(v)]
+
+    def release_live(self) -> int | None:
+        """What-if: release what is left of the pool on the index, as if the releasing
+        jobs were gone. Returns the index mark to roll back to, or None when the pool is
+        empty (nothing changed)."""
+        live = self.live()
+        if not live:
+            return None
+        index = self.index
+        mark = index.mark()
+        for i, v in live:
+            index.release(i, v[0], v[1], v[2])
+        return mark
 
     def claim(
         self, need: Mapping[int, Sequence[int]], released: Mapping | None = None
@@ -61,21 +70,19 @@ class ReleasingPool:
         on the index (less what ``released`` victims will free there). Returns the names of
         releasing jobs whose capacity was promised (for reasons)."""
         index = self.index
-        frees = (index.free_cpu, index.free_mem, index.free_gpu)
         waits: list[str] = []
         for i, v in need.items():
-            rel = released.get(i, (0, 0, 0)) if released else (0, 0, 0)
-            q = (0, 0, 0)
+            rel = released.get(i, ZERO3) if released else ZERO3
+            q = ZERO3
             p = self.free.get(i)
             if p is not None:
-                q = tuple(max(min(v[k], p[k]), 0) for k in range(3))
-                for k in range(3):
-                    p[k] -= q[k]
+                q = take(v, p)
+                isub(p, q)
                 if any(q):
                     waits.extend(n for n in self.jobs[i] if n not in waits)
-            take = [max(min(v[k] - q[k] - rel[k], frees[k][i]), 0) for k in range(3)]
-            if any(take):
-                index.allocate(i, *take)
+            t = take(sub(sub(v, q), rel), index.free_of(i))
+            if any(t):
+                index.allocate(i, *t)
         return waits
 
     def hold_nominations(
@@ -85,23 +92,21 @@ class ReleasingPool:
         on the index, the rest from the pool (so neither a job ahead of it nor another
         waiting job takes it)."""
         index = self.index
-        frees = (index.free_cpu, index.free_mem, index.free_gpu)
         for name in sorted(nominations):
             if name not in pending:
                 continue
-            taken: dict[int, tuple] = {}
-            pooled: dict[int, tuple] = {}
+            taken: dict[int, Triple] = {}
+            pooled: dict[int, Triple] = {}
             for i, v in per_node(nominations[name], index.id_of).items():
-                t = tuple(max(min(v[k], frees[k][i]), 0) for k in range(3))
+                t = take(v, index.free_of(i))
                 if any(t):
                     index.allocate(i, *t)
                     taken[i] = t
                 pool = self.free.get(i)
                 if pool is not None:
-                    q = tuple(max(min(v[k] - t[k], pool[k]), 0) for k in range(3))
+                    q = take(sub(v, t), pool)
                     if any(q):
-                        for k in range(3):
-                            pool[k] -= q[k]
+                        isub(pool, q)
                         pooled[i] = q
             self.nominated[name] = (taken, pooled)
 
@@ -112,7 +117,5 @@ class ReleasingPool:
         for i, t in taken.items():
             self.index.release(i, *t)
         for i, q in pooled.items():
-            pool = self.free[i]
-            for k in range(3):
-                pool[k] += q[k]
+            iadd(self.free[i], q)
         return bool(taken or pooled)

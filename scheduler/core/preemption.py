@@ -43,30 +43,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from scheduler.core.gang import GangPlacement, Placer
+from scheduler.core.gang import GangPlacement, Placer, gang_key
 from scheduler.core.index import NodeIndex
-from scheduler.core.model import Job, RunningJob, TaskPlacement
+from scheduler.core.model import Job, RunningJob
 from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.core.queue import OrderContext, QueueOrder, rank_key
-from scheduler.core.quota import VcLedger, _governed, borrowing_jobs, exceeds
+from scheduler.core.quota import VcLedger, borrowing_jobs, exceeds, governed_dims
+from scheduler.core.resources import (
+    ZERO3,
+    PrefixSums,
+    Triple,
+    add,
+    fits,
+    iadd,
+    per_node,
+    sub,
+    total,
+)
 
 MAX_MINIMISE = 16
 """Victim sets larger than this skip the give-back pass (each step is one placement)."""
-
-
-def per_node(placements: Iterable[TaskPlacement], id_of: dict[str, int]) -> dict[int, list[int]]:
-    """{node id: [cpu_m, memory, gpu]} summed over ``placements`` (a running job's, or a
-    nomination's); placements on unknown nodes are skipped."""
-    out: dict[int, list[int]] = {}
-    for p in placements:
-        i = id_of.get(p.node)
-        if i is None:
-            continue
-        v = out.setdefault(i, [0, 0, 0])
-        v[0] += p.resources.cpu_m
-        v[1] += p.resources.memory
-        v[2] += p.resources.gpu
-    return out
 
 
 def _with_last(items: Iterable[RunningJob]) -> Iterator[tuple[RunningJob, bool]]:
@@ -82,59 +78,8 @@ def _with_last(items: Iterable[RunningJob]) -> Iterator[tuple[RunningJob, bool]]
     yield prev, True
 
 
-class _Taken:
-    """Borrowing jobs of one VC taken as victims, by position in the VC's (start, name)
-    order: a Fenwick tree per component (prefix sums in O(log n)) and the total."""
-
-    __slots__ = ("tree", "total", "n")
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.tree = [0] * (3 * (n + 1))
-        self.total = [0, 0, 0]
-
-    def add(self, pos: int, alloc: tuple[int, int, int]) -> None:
-        tree = self.tree
-        for k in range(3):
-            self.total[k] += alloc[k]
-        i = pos + 1
-        while i <= self.n:
-            b = 3 * i
-            tree[b] += alloc[0]
-            tree[b + 1] += alloc[1]
-            tree[b + 2] += alloc[2]
-            i += i & -i
-
-    def before(self, pos: int) -> list[int]:
-        """Sum of the taken jobs at positions < ``pos``."""
-        tree = self.tree
-        out = [0, 0, 0]
-        i = pos
-        while i > 0:
-            b = 3 * i
-            out[0] += tree[b]
-            out[1] += tree[b + 1]
-            out[2] += tree[b + 2]
-            i -= i & -i
-        return out
-
-
 def _least_valuable_first(rj: RunningJob) -> tuple:
     return (rj.job.priority, -rj.start_time, rj.job.name)
-
-
-def gang_shape(job: Job) -> tuple:
-    return tuple(
-        (
-            r.resources.cpu_m,
-            r.resources.memory,
-            r.resources.gpu,
-            r.gang_min,
-            r.gpu_model,
-            tuple(sorted(r.node_selector.items())),
-        )
-        for r in job.roles
-    )
 
 
 class Preemptor:
@@ -171,18 +116,18 @@ class Preemptor:
         self._failed: set[tuple] = set()
         self._per_node: dict[str, dict[int, list[int]]] = {}
         self._running = running
-        self._alloc_cache: dict[str, tuple[int, int, int]] | None = None
+        self._alloc_cache: dict[str, Triple] | None = None
         self._by_value_cache: list[RunningJob] | None = None
-        self._scope_cache: dict[tuple, tuple[list, tuple[int, int, int]]] = {}
+        self._scope_cache: dict[tuple, tuple[list, Triple]] = {}
         self._borrowing_cache: dict | None = None
         self._vc_sizes_cache: dict[str, int] | None = None
         self._cursor: dict[tuple, int] = {}
         # per VC: [(start_time, name, alloc)] of its borrowing jobs taken as victims so far
-        self._taken_by_vc: dict[str, _Taken] = {}
+        self._taken_by_vc: dict[str, PrefixSums] = {}
 
     # Built on first use: most cycles preempt nothing and should not pay for them.
     @property
-    def _alloc(self) -> dict[str, tuple[int, int, int]]:
+    def _alloc(self) -> dict[str, Triple]:
         if self._alloc_cache is None:
             self._alloc_cache = {rj.job.name: rj.held() for rj in self._running}
         return self._alloc_cache
@@ -205,7 +150,7 @@ class Preemptor:
         return self._vc_sizes_cache
 
     @property
-    def _borrowing(self) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]]:
+    def _borrowing(self) -> dict[str, tuple[Triple, Triple, int]]:
         """{borrowing job: (what its VC's earlier-started jobs hold, what it holds, its
         position in its VC's start order)}."""
         if self._borrowing_cache is None:
@@ -223,30 +168,21 @@ class Preemptor:
         running jobs)."""
         before, a, pos = self._borrowing[rj.job.name]
         vc = rj.job.vc
-        g = self.ledger.guarantee.get(vc, (0, 0, 0))
-        dims = _governed(g)
-        cum = [before[0] + a[0], before[1] + a[1], before[2] + a[2]]
+        g = self.ledger.guarantee_of(vc)
+        dims = governed_dims(g)
+        cum = add(before, a)
         taken = self._taken_by_vc.get(vc)
         mine = local.get(vc)
         if taken is None and mine is None:
             return exceeds(cum, g, dims)
         # Fast path: still over the guarantee even if every taken job had started before it.
-        low = list(cum)
-        for total in (taken.total if taken else None, mine[0] if mine else None):
-            if total is not None:
-                for k in range(3):
-                    low[k] -= total[k]
+        low = sub(sub(cum, taken.total if taken else ZERO3), mine[0] if mine else ZERO3)
         if exceeds(low, g, dims):
             return True
         if taken is not None:
-            gone = taken.before(pos)
-            for k in range(3):
-                cum[k] -= gone[k]
+            cum = sub(cum, taken.before(pos))
         if mine is not None:
-            for opos, oa in mine[1]:
-                if opos < pos:
-                    for k in range(3):
-                        cum[k] -= oa[k]
+            cum = sub(cum, total(oa for opos, oa in mine[1] if opos < pos))
         return exceeds(cum, g, dims)
 
     def forget_failures(self) -> None:
@@ -262,7 +198,7 @@ class Preemptor:
         return v
 
     # -- candidates -----------------------------------------------------------------------
-    def _scoped(self, mode: PreemptionMode, scope: str | None) -> tuple[list, tuple[int, int, int]]:
+    def _scoped(self, mode: PreemptionMode, scope: str | None) -> tuple[list, Triple]:
         """Running jobs that may ever be ``mode`` victims for jobs of ``scope`` (a VC, or
         None for any), in victim order, with the sum of their allocations (built once per
         cycle; the per-job threshold and the victims taken so far are applied lazily)."""
@@ -300,19 +236,11 @@ class Preemptor:
             items.sort(key=lambda kr: (kr[0], kr[1].start_time, kr[1].job.name), reverse=True)
         else:
             raise ValueError(f"Policy.preemption: unknown mode {mode!r}")
-        total = [0, 0, 0]
         alloc = self._alloc
-        for _, rj in items:
-            a = alloc[rj.job.name]
-            total[0] += a[0]
-            total[1] += a[1]
-            total[2] += a[2]
-        cached = self._scope_cache[key] = (items, (total[0], total[1], total[2]))
+        cached = self._scope_cache[key] = (items, total(alloc[rj.job.name] for _, rj in items))
         return cached
 
-    def candidates(
-        self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
-    ) -> Iterator[RunningJob]:
+    def candidates(self, mode: PreemptionMode, job: Job, req: Triple) -> Iterator[RunningJob]:
         """Victim candidates for ``job`` under ``mode``, least valuable first (lazy)."""
         if mode is PreemptionMode.VC_RECLAIM:
             if not self.ledger.within_guarantee(job, req):
@@ -356,7 +284,7 @@ class Preemptor:
 
     # -- selection ------------------------------------------------------------------------
     def select(
-        self, mode: PreemptionMode, job: Job, req: tuple[int, int, int]
+        self, mode: PreemptionMode, job: Job, req: Triple
     ) -> tuple[list[RunningJob], GangPlacement, dict[int, list[int]]] | None:
         """Victims whose removal lets ``job``'s gang fit, or None (index unchanged).
 
@@ -377,13 +305,13 @@ class Preemptor:
                 rank = job.priority
             else:
                 rank = None
-            memo = (mode, scope, rank, gang_shape(job))
+            memo = (mode, scope, rank, gang_key(job))
             if memo in self._failed:
                 return None
         # Necessary condition, cheap: free capacity plus all that the scope's jobs hold.
-        _, total = self._scoped(mode, scope)
+        _, held = self._scoped(mode, scope)
         rf = self.index.ready_free
-        if any(rf[k] + total[k] < req[k] for k in range(3)):
+        if not fits(req, add(rf, held)):
             result = None
         else:
             result = self._select(mode, job, req, self.candidates(mode, job, req))
@@ -402,7 +330,7 @@ class Preemptor:
         self,
         mode: PreemptionMode,
         job: Job,
-        req: tuple[int, int, int],
+        req: Triple,
         cands: Iterator[RunningJob],
     ) -> tuple[list[RunningJob], GangPlacement, dict[int, list[int]]] | None:
         index = self.index
@@ -429,14 +357,12 @@ class Preemptor:
                 if lt is None:
                     lt = local[rj.job.vc] = ([0, 0, 0], [])
                 a = self._alloc[rj.job.name]
-                for k in range(3):
-                    lt[0][k] += a[k]
+                iadd(lt[0], a)
                 lt[1].append((self._borrowing[rj.job.name][2], a))
             for i, r in self.nodes_of(rj).items():
                 index.release(i, r[0], r[1], r[2])
             chosen.append(rj)
-            rf = index.ready_free
-            if rf[0] < req[0] or rf[1] < req[1] or rf[2] < req[2]:
+            if not fits(req, index.ready_free):
                 continue
             if len(chosen) < next_probe and not is_last:
                 continue
@@ -481,15 +407,13 @@ class Preemptor:
         released: dict[int, list[int]] = {}
         for rj in chosen:
             for i, r in self.nodes_of(rj).items():
-                acc = released.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += r[k]
+                iadd(released.setdefault(i, [0, 0, 0]), r)
         for rj in chosen:
             self.victims.add(rj.job.name)
             if rj.job.name in self._borrowing:
                 t = self._taken_by_vc.get(rj.job.vc)
                 if t is None:
-                    t = self._taken_by_vc[rj.job.vc] = _Taken(self._vc_sizes[rj.job.vc])
+                    t = self._taken_by_vc[rj.job.vc] = PrefixSums(self._vc_sizes[rj.job.vc])
                 t.add(self._borrowing[rj.job.name][2], self._alloc[rj.job.name])
         return chosen, found, released
 

@@ -35,20 +35,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from scheduler.core.gang import gang_request
 from scheduler.core.model import Job, Node, PendingReason, ReasonKind, RunningJob, VirtualCluster
 from scheduler.core.reasons import fmt_dim, reason
+from scheduler.core.resources import (
+    DIM_NAMES,
+    ZERO3,
+    Triple,
+    add,
+    excess,
+    iadd,
+    isub,
+    isub_floor,
+    total,
+)
 
-Vec = list[int]
 
-
-def _governed(r: tuple[int, int, int]) -> tuple[int, ...]:
+def governed_dims(r: Triple) -> tuple[int, ...]:
     """Components (0 cpu_m, 1 memory, 2 gpu) a guarantee governs: its non-zero ones; an
     all-zero guarantee governs all three (the VC owns nothing)."""
-    dims = tuple(d for d in range(3) if r[d] > 0)
+    dims = tuple(d for d in (0, 1, 2) if r[d] > 0)
     return dims if dims else (0, 1, 2)
 
 
-def exceeds(cum: Sequence[int], g: tuple[int, int, int], dims: tuple[int, ...]) -> bool:
+def exceeds(cum: Sequence[int], g: Triple, dims: tuple[int, ...]) -> bool:
     """True when the allocation ``cum`` ([cpu_m, memory, gpu]) is above the guarantee ``g``
     in any of the governed components ``dims``."""
     return any(cum[d] > g[d] for d in dims)
@@ -56,12 +66,12 @@ def exceeds(cum: Sequence[int], g: tuple[int, int, int], dims: tuple[int, ...]) 
 
 def borrowing_jobs(
     ledger: VcLedger, running: Iterable[RunningJob]
-) -> dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]]:
+) -> dict[str, tuple[Triple, Triple, int]]:
     """The running jobs that are borrowing (opportunistic), whole-job semantics.
 
     Each VC's running jobs are ordered by (start_time, name); a job is guaranteed while
     the VC's cumulative allocation including it stays within the VC's guarantee in every
-    governed component (see :func:`_governed`), and borrowing from the first job that
+    governed component (see :func:`governed_dims`), and borrowing from the first job that
     exceeds it onward (allocations are non-negative, so that is exactly the jobs whose own
     cumulative allocation exceeds). Source: OpenPAI HiveD guaranteed vs opportunistic jobs
     (Zhao et al., OSDI 2020), YARN capacity scheduler's over-capacity containers.
@@ -79,22 +89,20 @@ def borrowing_jobs(
         both (cpu_m, memory bytes, gpu), and ``position`` its 0-based place in its VC's
         (start_time, name) order. Guaranteed jobs are absent.
     """
-    per_vc: dict[str, list[tuple[float, str, tuple[int, int, int]]]] = {}
+    per_vc: dict[str, list[tuple[float, str, Triple]]] = {}
     for rj in running:
         if rj.releasing:
             continue
         per_vc.setdefault(rj.job.vc, []).append((rj.start_time, rj.job.name, rj.held()))
-    out: dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]] = {}
+    out: dict[str, tuple[Triple, Triple, int]] = {}
     for vc, jobs in per_vc.items():
-        guar = ledger.guarantee.get(vc, (0, 0, 0))
-        dims = _governed(guar)
+        guar = ledger.guarantee_of(vc)
+        dims = governed_dims(guar)
         jobs.sort(key=lambda t: (t[0], t[1]))
-        cum = [0, 0, 0]
+        cum = ZERO3
         for pos, (_, name, a) in enumerate(jobs):
-            before = (cum[0], cum[1], cum[2])
-            cum[0] += a[0]
-            cum[1] += a[1]
-            cum[2] += a[2]
+            before = cum
+            cum = add(cum, a)
             if exceeds(cum, guar, dims):
                 out[name] = (before, a, pos)
     return out
@@ -106,10 +114,6 @@ _UNSET = object()
 def task_width(job: Job) -> int:
     """GPUs of the job's widest task (0 for CPU-only jobs)."""
     return max((r.resources.gpu for r in job.roles), default=0)
-
-
-def _triple(r) -> tuple[int, int, int]:
-    return (r.cpu_m, r.memory, r.gpu)
 
 
 class VcLedger:
@@ -137,15 +141,14 @@ class VcLedger:
     ) -> None:
         self.enabled = enabled
         self.vcs: dict[str, VirtualCluster] = {v.name: v for v in vcs}
-        self.guarantee: dict[str, tuple[int, int, int]] = {
-            n: _triple(v.guarantee) for n, v in self.vcs.items()
-        }
-        self.governed = {n: _governed(g) for n, g in self.guarantee.items()}
-        self.usage: dict[str, Vec] = {}
-        self.demand: dict[str, Vec] = {}
+        self.guarantee: dict[str, Triple] = {n: v.guarantee.triple() for n, v in self.vcs.items()}
+        self.governed = {n: governed_dims(g) for n, g in self.guarantee.items()}
+        # accumulators (list[int], see resources.py), changed in place as the cycle goes
+        self.usage: dict[str, list[int]] = {}
+        self.demand: dict[str, list[int]] = {}
         # the same demand by the job's widest task in GPUs: {vc: {gpus: [c, m, g]}}
-        self.demand_by_width: dict[str, dict[int, Vec]] = {}
-        self._usable: dict[tuple[str, int], Vec] = {}  # usable_demand, until demand changes
+        self.demand_by_width: dict[str, dict[int, list[int]]] = {}
+        self._usable: dict[tuple[str, int], list[int]] = {}  # usable_demand, until demand changes
         self._held_cache: dict[tuple, tuple[int, list[str]]] = {}
         self.total = [0, 0, 0]
         if not track_usage:
@@ -153,58 +156,60 @@ class VcLedger:
         for rj in running:
             if rj.releasing:
                 continue  # going away; its VC should not be charged for it
-            u = self.usage.setdefault(rj.job.vc, [0, 0, 0])
-            for k, v in enumerate(rj.held()):
-                u[k] += v
+            iadd(self.usage.setdefault(rj.job.vc, [0, 0, 0]), rj.held())
+        # Once per pending job and per node every cycle (its fixed cost): plain local ints
+        # rather than resources.py calls.
         for j in pending:
             d = self.demand.setdefault(j.vc, [0, 0, 0])
             w = self.demand_by_width.setdefault(j.vc, {}).setdefault(task_width(j), [0, 0, 0])
-            for role in j.roles:
-                r, n = role.resources, role.gang_min
-                for acc in (d, w):
-                    acc[0] += r.cpu_m * n
-                    acc[1] += r.memory * n
-                    acc[2] += r.gpu * n
-        total = [0, 0, 0]
+            c, m, g = gang_request(j)
+            d[0] += c
+            d[1] += m
+            d[2] += g
+            w[0] += c
+            w[1] += m
+            w[2] += g
+        tc = tm = tg = 0
         for n in nodes:
             if n.state == "ready":
-                total[0] += n.capacity.cpu_m
-                total[1] += n.capacity.memory
-                total[2] += n.capacity.gpu
-        self.total = total
+                cap = n.capacity
+                tc += cap.cpu_m
+                tm += cap.memory
+                tg += cap.gpu
+        self.total = [tc, tm, tg]
 
     # -- state changes --------------------------------------------------------------------
-    def charge(self, vc: str, req: tuple[int, int, int], job: Job | None = None) -> None:
+    def charge(self, vc: str, req: Triple, job: Job | None = None) -> None:
         """Add ``req`` to the VC's usage and remove it from its pending demand (and
         ``job``'s gang from the demand by width, when given)."""
         self._held_cache.clear()
-        u = self.usage.setdefault(vc, [0, 0, 0])
-        d = self.demand.setdefault(vc, [0, 0, 0])
-        for k in range(3):
-            u[k] += req[k]
-            d[k] = max(d[k] - req[k], 0)
+        iadd(self.usage.setdefault(vc, [0, 0, 0]), req)
+        isub_floor(self.demand.setdefault(vc, [0, 0, 0]), req)
         if job is not None:
             self._forget_width(job)
 
-    def drop_demand(self, vc: str, req: tuple[int, int, int], job: Job | None = None) -> None:
+    def drop_demand(self, vc: str, req: Triple, job: Job | None = None) -> None:
         """Forget pending demand that cannot be served (job unplaceable for good)."""
         self._held_cache.clear()
-        d = self.demand.setdefault(vc, [0, 0, 0])
-        for k in range(3):
-            d[k] = max(d[k] - req[k], 0)
+        isub_floor(self.demand.setdefault(vc, [0, 0, 0]), req)
         if job is not None:
             self._forget_width(job)
+
+    def adjust_usage(self, vc: str, delta: Triple, sign: int = 1) -> None:
+        """Add ``sign * delta`` to the VC's usage only, for a tentative charge that the
+        caller takes back (with ``sign=-1``) before the cycle goes on: pending demand and
+        the held-capacity cache, which does not read the VC's own usage, stay as they are."""
+        u = self.usage.setdefault(vc, [0, 0, 0])
+        if sign >= 0:
+            iadd(u, delta)
+        else:
+            isub(u, delta)
 
     def _forget_width(self, job: Job) -> None:
         self._usable.clear()
         w = self.demand_by_width.get(job.vc, {}).get(task_width(job))
-        if w is None:
-            return
-        for role in job.roles:
-            r, n = role.resources, role.gang_min
-            w[0] = max(w[0] - r.cpu_m * n, 0)
-            w[1] = max(w[1] - r.memory * n, 0)
-            w[2] = max(w[2] - r.gpu * n, 0)
+        if w is not None:
+            isub_floor(w, gang_request(job))
 
     def _held(self, vc: str, d: int, block: int | None) -> tuple[int, list[str]]:
         """Idle capacity in component ``d`` held for other VCs' guarantees, and which VCs
@@ -222,14 +227,14 @@ class VcLedger:
             dem = self.usable_demand(other, block)
             if not dem or dem[d] <= 0:
                 continue
-            unmet = og[d] - self.usage.get(other, (0, 0, 0))[d]
+            unmet = og[d] - self.usage.get(other, ZERO3)[d]
             if unmet > 0:
                 held += min(unmet, dem[d])
                 holders.append(other)
         out = self._held_cache[key] = (held, holders)
         return out
 
-    def usable_demand(self, vc: str, block: int | None) -> Vec | None:
+    def usable_demand(self, vc: str, block: int | None) -> list[int] | None:
         """Pending demand of ``vc`` from jobs whose widest task needs at most ``block``
         GPUs (all of it when ``block`` is None)."""
         if block is None:
@@ -240,12 +245,7 @@ class VcLedger:
         by_width = self.demand_by_width.get(vc)
         if not by_width:
             return None
-        out = self._usable[(vc, block)] = [0, 0, 0]
-        for w, v in by_width.items():
-            if w <= block:
-                out[0] += v[0]
-                out[1] += v[1]
-                out[2] += v[2]
+        out = self._usable[(vc, block)] = list(total(v for w, v in by_width.items() if w <= block))
         return out
 
     # -- queries --------------------------------------------------------------------------
@@ -257,15 +257,17 @@ class VcLedger:
         u = self.usage.get(vc)
         if u is None:
             return 0.0
-        return max((u[k] / self.total[k] if self.total[k] else 0.0) for k in range(3))
+        return max((u[k] / self.total[k] if self.total[k] else 0.0) for k in (0, 1, 2))
 
-    def borrowed(self, vc: str) -> Vec:
+    def guarantee_of(self, vc: str) -> Triple:
+        """The VC's guarantee (cpu_m, memory bytes, gpu); (0, 0, 0) for an unknown VC."""
+        return self.guarantee.get(vc, ZERO3)
+
+    def borrowed(self, vc: str) -> Triple:
         """Usage above guarantee, per component (a component with no guarantee counts whole)."""
-        u = self.usage.get(vc, [0, 0, 0])
-        g = self.guarantee.get(vc, (0, 0, 0))
-        return [max(u[k] - g[k], 0) for k in range(3)]
+        return excess(self.usage.get(vc, ZERO3), self.guarantee_of(vc))
 
-    def within_guarantee(self, job: Job, req: tuple[int, int, int]) -> bool:
+    def within_guarantee(self, job: Job, req: Triple) -> bool:
         """True when the job, started now, would be a guaranteed job of its VC: the VC's
         usage plus ``req`` (cpu_m, memory bytes, gpu) stays within the guarantee in every
         governed component (the same test :func:`borrowing_jobs` applies to running jobs,
@@ -277,17 +279,17 @@ class VcLedger:
         g = self.guarantee[job.vc]
         if not any(g):
             return False
-        u = self.usage.get(job.vc, [0, 0, 0])
+        u = self.usage.get(job.vc, ZERO3)
         dims = self.governed[job.vc]
         if not any(req[d] > 0 for d in dims):
             return False
-        return not exceeds([u[k] + req[k] for k in range(3)], g, dims)
+        return not exceeds(add(u, req), g, dims)
 
     def admit(
         self,
         job: Job,
-        req: tuple[int, int, int],
-        ready_free: Vec,
+        req: Triple,
+        ready_free: Sequence[int],
         block: Callable[[], int] | None = None,
     ) -> PendingReason | None:
         """None when the job's VC may take ``req`` now, else the reason it may not.
@@ -309,10 +311,10 @@ class VcLedger:
                 vc=job.vc,
                 known=sorted(self.vcs),
             )
-        u = self.usage.get(job.vc, [0, 0, 0])
+        u = self.usage.get(job.vc, ZERO3)
         if v.max is not None:
-            cap = _triple(v.max)
-            capped = (0, 1, 2) if not any(cap) else tuple(d for d in range(3) if cap[d] > 0)
+            cap = v.max.triple()
+            capped = governed_dims(cap)  # zero components are uncapped, all zero caps all
             for d in (2, 0, 1):
                 if d in capped and u[d] + req[d] > cap[d]:
                     return reason(
@@ -320,7 +322,7 @@ class VcLedger:
                         f"vc {job.vc} is at its max of {fmt_dim(d, cap[d])} "
                         f"(holds {fmt_dim(d, u[d])}, the job needs {fmt_dim(d, req[d])})",
                         vc=job.vc,
-                        resource=("cpu_m", "memory", "gpu")[d],
+                        resource=DIM_NAMES[d],
                         max=cap[d],
                         used=u[d],
                         requested=req[d],
@@ -339,7 +341,7 @@ class VcLedger:
                     f"vc {job.vc} is at its guarantee of {fmt_dim(d, g[d])} and may not borrow "
                     f"(holds {fmt_dim(d, u[d])}, the job needs {fmt_dim(d, req[d])})",
                     vc=job.vc,
-                    resource=("cpu_m", "memory", "gpu")[d],
+                    resource=DIM_NAMES[d],
                     guarantee=g[d],
                     used=u[d],
                     requested=req[d],
@@ -353,7 +355,7 @@ class VcLedger:
                     f"vc {job.vc} would borrow {fmt_dim(d, borrow)} beyond its guarantee, but "
                     f"the idle capacity is held for the guarantee of vc {', '.join(holders)}",
                     vc=job.vc,
-                    resource=("cpu_m", "memory", "gpu")[d],
+                    resource=DIM_NAMES[d],
                     borrow=borrow,
                     held_for=holders,
                 )

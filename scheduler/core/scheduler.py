@@ -55,6 +55,7 @@ from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import preemption_phrase, reason
 from scheduler.core.reservation import Reservation, head_since, reserve
+from scheduler.core.resources import Triple, iadd
 
 INF = math.inf
 
@@ -241,19 +242,15 @@ class _Cycle:
             self._failed.clear()
             self.preemptor.forget_failures()
 
-    def _try_wait_release(self, job: Job, req: tuple[int, int, int]) -> bool:
+    def _try_wait_release(self, job: Job, req: Triple) -> bool:
         """A job that fits once releasing jobs are gone waits for them (PREEMPTING,
         nominated) instead of preempting more: the part of its what-if placement that is
         free now is held, the rest is taken from the pool."""
-        live = self.pool.live()
-        if not live:
+        mark = self.pool.release_live()
+        if mark is None:
             return False
-        index = self.index
-        mark = index.mark()
-        for i, v in live:
-            index.release(i, v[0], v[1], v[2])
         probe = self.placer.place_gang(job)
-        index.rollback(mark)
+        self.index.rollback(mark)
         if not isinstance(probe, GangPlacement):
             return False
         self.epoch += 1
@@ -344,7 +341,7 @@ class _Cycle:
         end = self.now + est if est is not None else INF
         self.bound_ends.append((end, job.name, gp.per_node()))
 
-    def _admit_one(self, rj: RunningJob, req: tuple[int, int, int]) -> bool:
+    def _admit_one(self, rj: RunningJob, req: Triple) -> bool:
         """One more task of running job ``rj`` (:mod:`scheduler.core.grow`): admitted and
         charged against its VC, or False."""
         if self.ledger.admit(rj.job, req, self.index.ready_free, self._block) is not None:
@@ -406,25 +403,23 @@ class _Cycle:
         if not any(r.replicas > r.gang_min for r in job.roles):
             return self.placer.place_gang(job)
         ledger = self.ledger
-        usage = ledger.usage.setdefault(job.vc, [0, 0, 0])
-        gang = gang_request(job)
-        added = list(gang)
-        for k in range(3):
-            usage[k] += gang[k]
+        added = [0, 0, 0]
 
-        def ok(req: tuple[int, int, int]) -> bool:
+        def charge(req: Triple) -> None:
+            ledger.adjust_usage(job.vc, req)
+            iadd(added, req)
+
+        def ok(req: Triple) -> bool:
             if ledger.admit(job, req, self.index.ready_free, self._block) is not None:
                 return False
-            for k in range(3):
-                usage[k] += req[k]
-                added[k] += req[k]
+            charge(req)
             return True
 
+        charge(gang_request(job))
         try:
             return self.placer.place_gang(job, ok)
         finally:
-            for k in range(3):
-                usage[k] -= added[k]
+            ledger.adjust_usage(job.vc, tuple(added), -1)
 
     # -- EASY reservation -----------------------------------------------------------------
     def _reserve(self, job: Job) -> Reservation | None:
@@ -454,26 +449,22 @@ class _Cycle:
         return res
 
     # -- preemption -----------------------------------------------------------------------
-    def _try_preempt(self, job: Job, req: tuple[int, int, int]) -> bool:
+    def _try_preempt(self, job: Job, req: Triple) -> bool:
         """Try each enabled preemption mode; on success record the victims, hold the part
         of the gang's what-if placement that is free now (so later jobs this cycle leave
         it), charge the job to its VC and report it PREEMPTING. Capacity releasing jobs
         still hold and nobody has claimed counts as coming free: the what-if uses it first,
         so that no more is preempted than needed beside it."""
         index = self.index
-        live_pool = self.pool.live()
         res = self.reservation
         for mode in self.policy.preemption:
             # a borrowing head's EASY holds are opportunistic: reclaim may take them (HiveD)
             lift = res is not None and res.borrowing and mode is PreemptionMode.VC_RECLAIM
             if lift:
                 res.lift(index)
-            if live_pool:
-                mark = index.mark()
-                for i, v in live_pool:
-                    index.release(i, v[0], v[1], v[2])
+            mark = self.pool.release_live()
             found = self.preemptor.select(mode, job, req)
-            if live_pool:
+            if mark is not None:
                 index.rollback(mark)
             if found is not None:
                 self.pool.claim(found[1].per_node(), found[2])
