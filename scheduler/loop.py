@@ -62,6 +62,7 @@ from scheduler.store.records import (
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
+from scheduler.store.view import LedgerView
 
 log = logging.getLogger("pasture.loop")
 
@@ -127,9 +128,16 @@ class Loop:
         self.schedule = schedule or default_schedule()
         self._specs: dict[tuple[str, float], JobSpec] = {}
         self._core_jobs: dict[tuple, Job] = {}
-        self._pipe = store.r.pipeline(transaction=True)
+        # active jobs as last read (name -> record); between full passes only new, dirty
+        # and own-changed jobs are read again (see cycle)
+        self._jobs: dict[str, JobRecord] = {}
+        self._stale: set[str] = set()  # jobs this loop changed by its last commit
+        self._dirty: set[str] = set()  # jobs in the dirty set this cycle
+        self._batch = store.batch()
+        self.view = LedgerView()  # nodes, VCs, ledger; re-read on a version gap only
         self._last_full = 0.0
         self._node_states: dict[str, str] = {}
+        self._draining: list[str] = []
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
         self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
@@ -138,12 +146,55 @@ class Loop:
         self.history = HistoryWindow()
 
     def _flush(self) -> None:
-        """Execute the transitions queued on this cycle's pipeline (one round trip)."""
-        if len(self._pipe):
-            self._pipe.execute()
+        """Send the writes queued on this cycle's batch (one round trip); the view
+        follows the releases among them."""
+        for r in self._batch.execute():
+            self.view.released(r.job, r.entries, r.version)
+
+    def _transition(
+        self, job: JobRecord, state: str, reason: str, *, now: float, attempt: int, **fields
+    ) -> None:
+        """Queue a transition of ``job`` (:meth:`Store.transition`) and apply it to the
+        cached record too, so that it need not be read back."""
+        self._batch.transition(job.name, state, reason, now=now, attempt=attempt, **fields)
+        job.state, job.reason, job.updated, job.attempt = str(state), reason, now, attempt
+        for name, value in fields.items():
+            setattr(job, name, value)
 
     def _spec(self, job: JobRecord) -> JobSpec:
         return self._specs[(job.name, job.created)]
+
+    def forget(self) -> None:
+        """Drop every cached read (view, job records): the next cycle reads everything.
+        After a failed cycle or a refused commit."""
+        self.view.invalidate()
+        self._jobs.clear()
+        self._last_full = 0.0
+        self._batch = self.store.batch()
+
+    def _read_jobs(self, full: bool) -> list[JobRecord]:
+        """The active jobs, reading only new ones, dirty ones and those this loop changed
+        (every one on a full pass); specs of new jobs are read and validated once."""
+        names = self.store.active_job_names()
+        dirty = self.store.take_dirty_jobs()
+        for name in [n for n in self._jobs if n not in names]:
+            del self._jobs[name]
+        known = set(self._jobs)
+        want = names if full else (names - known) | ((dirty | self._stale) & names)
+        self._stale = set()
+        for rec in self.store.get_jobs(sorted(want), with_spec=False):
+            self._jobs[rec.name] = rec
+        self._dirty = dirty
+        live = {(j.name, j.created) for j in self._jobs.values()}
+        for key in [k for k in self._specs if k not in live]:
+            del self._specs[key]
+        missing = [j.name for j in self._jobs.values() if (j.name, j.created) not in self._specs]
+        for name, raw in self.store.job_specs(missing).items():
+            if name in self._jobs:
+                self._specs[(name, self._jobs[name].created)] = JobSpec.model_validate(raw)
+        return [
+            self._jobs[n] for n in sorted(self._jobs) if (n, self._jobs[n].created) in self._specs
+        ]
 
     # ---- one cycle ------------------------------------------------------------------
     def cycle(self) -> CycleResult:
@@ -152,23 +203,15 @@ class Loop:
         t0 = time.perf_counter()
         apply_node_reports(self.store)  # agents' task reports, checked against the ledger
         now = self.store.now()
-        nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
+        self.view.refresh(self.store)
+        nodes = self.view.nodes_now(self.store)
         self._check_heartbeats(nodes, now)
         self._clean_up_finished(now)
-        active = self.store.active_jobs(with_spec=False)
-        live = {(j.name, j.created) for j in active}
-        for key in [k for k in self._specs if k not in live]:
-            del self._specs[key]
-        created = {j.name: j.created for j in active}
-        missing = [j.name for j in active if (j.name, j.created) not in self._specs]
-        for name, raw in self.store.job_specs(missing).items():
-            self._specs[(name, created[name])] = JobSpec.model_validate(raw)
-        active = [j for j in active if (j.name, j.created) in self._specs]
-        # A full pass reads every placed job's tasks; in between, only jobs something was
-        # reported on (the dirty set) or that are ending. Full passes run every
-        # FULL_PASS_S and whenever a node changed state, so nothing is missed for long
-        # even if a dirty mark is lost with a crashed loop.
-        dirty = self.store.take_dirty_jobs()
+        # A full pass reads every active job and every placed job's tasks; in between,
+        # only new jobs, jobs something was reported on (the dirty set), jobs this loop
+        # changed, and ending ones. Full passes run every FULL_PASS_S and whenever a node
+        # changed state, so nothing is missed for long even if a dirty mark is lost with a
+        # crashed loop.
         node_states = {n: r.state for n, r in nodes.items()}
         full = (
             now - self._last_full >= max(FULL_PASS_S, self.settings.loop.interval_s)
@@ -177,6 +220,9 @@ class Loop:
         if full:
             self._last_full = now
         self._node_states = node_states
+        self._draining = [n for n, st in node_states.items() if st == "draining"]
+        active = self._read_jobs(full)
+        dirty = self._dirty
         placed = [
             j
             for j in active
@@ -186,20 +232,18 @@ class Loop:
         tasks = self.store.tasks_of([j.name for j in placed])
         todo = [j for j in active if j.state in (JobState.SUBMITTED, JobState.QUEUED)] + placed
         changed = []
-        self._pipe = self.store.r.pipeline(transaction=True)
         for job in todo:
             if self._advance(job, tasks.get(job.name, []), nodes, now):
                 result.transitions += 1
                 changed.append(job.name)
-        self._flush()
-        if changed:  # read back what this cycle changed; the rest is as read above
-            fresh = {j.name: j for j in self.store.get_jobs(changed, with_spec=False)}
-            active = [fresh.get(j.name, j) for j in active]
+        self._flush()  # the cached records were changed along with the queued writes
         live_names = {j.name for j in active}
         for key in [k for k in self._core_jobs if k[0] not in live_names]:
             del self._core_jobs[key]
         t1 = time.perf_counter()
-        snapshot, ctx = take_snapshot(self.store, self._specs, active, self._core_jobs)
+        snapshot, ctx = take_snapshot(
+            self.store, self._specs, active, self._core_jobs, view=self.view
+        )
         snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
         snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
@@ -213,6 +257,10 @@ class Loop:
         result.seconds.update(core=t3 - t2, commit=time.perf_counter() - t3)
         result.committed, result.detail = ok, detail
         if ok:
+            self.view.committed(ctx.version, int(detail), payload)
+            self._stale = {b["job"] for b in payload["binds"]} | {
+                p["job"] for p in payload["preemptions"]
+            }
             self._nominations = dict(decision.nominations)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
@@ -226,6 +274,7 @@ class Loop:
                 )
         else:
             log.info("commit refused: %s", detail)
+            self.forget()
         return result
 
     # ---- heartbeats -----------------------------------------------------------------
@@ -241,40 +290,37 @@ class Loop:
         """Move one job along its lifecycle; True when it changed state."""
         st = JobState(job.state)
         if st in (JobState.SUBMITTED, JobState.QUEUED) and job.stop_requested:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.STOPPED,
                 job.stop_requested,
                 now=now,
                 attempt=job.attempt,
-                pipe=self._pipe,
                 end_time=now,
             )
             return True
         if st == JobState.SUBMITTED:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.QUEUED,
                 f"queued in virtual cluster {job.vc}",
                 now=now,
                 attempt=job.attempt,
-                pipe=self._pipe,
             )
             return True
         if st == JobState.QUEUED:
             return False
         spec = self._spec(job)
         tasks = ordered_tasks(spec, tasks)
-        self._mark_lost(job, tasks, nodes)
+        self._mark_lost(job, tasks, nodes, now)
         changed = False
         if st == JobState.SCHEDULED and any(t.state != TaskState.SCHEDULED for t in tasks):
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.RUNNING,
                 "tasks started",
                 now=now,
                 attempt=job.attempt,
-                pipe=self._pipe,
                 start_time=now,
             )
             job.start_time = now
@@ -283,24 +329,23 @@ class Loop:
         if ending is None:
             step = self._outcome(job, spec, tasks, nodes)
             if step.ending is None:
-                return self._apply_step(job, tasks, step) or changed
+                return self._apply_step(job, tasks, step, now) or changed
             ending = step.ending
-            self._flush()  # queued transitions of this job go first
-            self.store.set_job_fields(job.name, ending=ending.to_dict())
+            self._batch.set_job_fields(job.name, ending=ending.to_dict())
+            job.ending = ending.to_dict()
             log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
-        self._flush()
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
             if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
                 t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
-        self.store.update_tasks(job.name, stop)
+        self._batch.update_tasks(job.name, stop)
         if not all(t.done for t in tasks):
             return changed
         return self._finish(job, spec, tasks, ending, now)
 
     def _mark_lost(
-        self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
+        self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord], now: float
     ) -> None:
         lost = []
         for t in tasks:
@@ -312,25 +357,30 @@ class Loop:
                 t.cause = Cause.NODE_LOST
                 lost.append(t)
         if lost:
-            self.store.update_tasks(job.name, lost, notify=False)
-            self.store.add_event(
-                job.name, "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost}))
+            self._batch.update_tasks(job.name, lost, notify=False)
+            self._batch.add_event(
+                job.name,
+                "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost})),
+                now=now,
+                state=job.state,
+                attempt=job.attempt,
             )
 
     def _outcome(
         self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
     ) -> lifecycle.Step:
         """What happens next to this attempt (:func:`scheduler.lifecycle.decide`)."""
-        draining = [n for n, rec in nodes.items() if rec.state == "draining"]
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
-            draining=draining,
+            draining=self._draining,
         )
 
-    def _apply_step(self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step) -> bool:
+    def _apply_step(
+        self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step, now: float
+    ) -> bool:
         """Restart tasks in place, release waiting ones and give back finished tasks'
         allocations (:class:`scheduler.lifecycle.Step`); True when any task changed."""
         by_key = {t.key: t for t in tasks}
@@ -341,15 +391,22 @@ class Loop:
             t.exit_code = t.started = t.finished = None
             t.handle = ""
             changed.append(t)
-            self.store.add_event(job.name, f"task {r.key} restarted in place: {r.reason}")
+            self._batch.add_event(
+                job.name,
+                f"task {r.key} restarted in place: {r.reason}",
+                now=now,
+                state=job.state,
+                attempt=job.attempt,
+            )
         for key in step.release:
             by_key[key].desired = "run"
             changed.append(by_key[key])
         if changed:
-            self._flush()
-            self.store.update_tasks(job.name, changed)
+            self._batch.update_tasks(job.name, changed)
         if step.free:
-            self.store.free_tasks(job.name, step.free)
+            self._flush()
+            if self.store.free_tasks(job.name, step.free):
+                self.view.invalidate()  # a version bump the view does not follow
         return bool(changed)
 
     def _finish(
@@ -362,7 +419,7 @@ class Loop:
     ) -> bool:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
-        self.store.release(job.name)  # this cycle's snapshot (taken next) sees the room
+        self._batch.release(job.name)  # this cycle's snapshot (taken next) sees the room
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight
@@ -383,8 +440,8 @@ class Loop:
             },
         ]
         if state == JobState.QUEUED:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.QUEUED,
                 ending.reason,
                 now=now,
@@ -398,8 +455,8 @@ class Loop:
                 attempts=attempts,
             )
         else:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 state,
                 ending.reason,
                 now=now,
@@ -416,7 +473,7 @@ class Loop:
             ttl = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
             if ttl is not None:
-                self.store.expire_job_at(job.name, now + ttl)
+                self._batch.expire_job_at(job.name, now + ttl)
         return True
 
     def _clean_up_finished(self, now: float) -> None:
@@ -445,6 +502,7 @@ class Loop:
                     self.store.record_cycle(time.perf_counter() - started)  # for /metrics
                 except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
                     log.exception("scheduling cycle failed")
+                    self.forget()
                     self._health.blind()  # silences restart when the store answers again
                     stop.wait(interval)
                 notes.wait(interval)  # a notification, or the interval

@@ -212,11 +212,7 @@ class Agent:
     # ---- reconcile ------------------------------------------------------------------
     def reconcile(self) -> None:
         """One pass: start, stop and report tasks (see the module docstring)."""
-        records: dict[tuple[str, str], TaskRecord] = {}
-        for job, key in self.store.node_bindings(self.node):
-            rec = self.store.task(job, key)
-            if rec is not None and rec.node == self.node:
-                records[(job, key)] = rec
+        records = self.store.bound_tasks(self.node)  # one pipelined read of every record
         # stop what the store no longer wants here
         for t in list(self.local.values()):
             rec = records.get((t.job, t.key))

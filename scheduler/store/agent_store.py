@@ -87,6 +87,11 @@ class NodeStore:
         """(job, task key) pairs the ledger binds to ``node`` (this node's set)."""
         return self._s.node_bindings(node)
 
+    def bound_tasks(self, node: str) -> dict[tuple[str, str], TaskRecord]:
+        """This node's bound tasks (:meth:`scheduler.store.Store.bound_tasks`)."""
+        self._own(node)
+        return self._s.bound_tasks(node)
+
     def task(self, job: str, key: str) -> TaskRecord | None:
         """The task record ``key`` (``<role>-<index>``) of ``job``, or None."""
         return self._s.task(job, key)
@@ -168,15 +173,19 @@ class NodeStore:
         handle: str = "",
         cause: str = "",
         diagnosis: dict[str, Any] | None = None,
+        pipe: redis.client.Pipeline | None = None,
     ) -> bool:
         """Queue a report on a task of this node (state running / succeeded / failed /
         stopped / lost, exit code, message, executor handle, infrastructure cause or "")
         for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
-        to this node. Returns True (queued; whether it applies is the loop's decision).
-        Raises ValueError for another node."""
+        to this node. One round trip (XADD, SADD, PUBLISH in one transaction); with
+        ``pipe`` only queued on it (a caller reporting many at once). Returns True
+        (queued; whether it applies is the loop's decision). Raises ValueError for
+        another node."""
         self._own(node)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(
+        own = pipe is None
+        p = self.r.pipeline(transaction=True) if own else pipe
+        p.xadd(
             self.reports_key(),
             {
                 "kind": "task",
@@ -194,9 +203,10 @@ class NodeStore:
             maxlen=REPORTS_MAXLEN,
             approximate=True,
         )
-        pipe.sadd(self._s.k("reports", "pending"), self.node)
-        pipe.publish(self.loop_channel, "task")
-        pipe.execute()
+        p.sadd(self._s.k("reports", "pending"), self.node)
+        p.publish(self.loop_channel, "task")
+        if own:
+            p.execute()
         return True
 
     def request_cordon(self, node: str, reason: str) -> bool:

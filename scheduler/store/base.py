@@ -47,6 +47,8 @@ class StoreBase:
         self._commit = client.register_script(lua.COMMIT)
         self._report = client.register_script(lua.REPORT_TASK)
         self._heartbeat = client.register_script(lua.HEARTBEAT)
+        self._release = client.register_script(lua.RELEASE)
+        self._create_job = client.register_script(lua.CREATE_JOB)
 
     @classmethod
     def from_settings(cls, redis_settings: Any, **kwargs: Any) -> Self:
@@ -88,6 +90,13 @@ class StoreBase:
         ps = self.r.pubsub(ignore_subscribe_messages=True)
         ps.subscribe(*channels)
         return ps
+
+    def batch(self) -> Any:
+        """A :class:`scheduler.store.batch.WriteBatch` on this store (writes queued for one
+        round trip)."""
+        from scheduler.store.batch import WriteBatch
+
+        return WriteBatch(self)
 
     # ---- reads ----------------------------------------------------------------------
     def _read_hashes(self, keys: list[str], fields: Sequence[str] | None) -> list[dict[str, str]]:

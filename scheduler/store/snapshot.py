@@ -31,6 +31,7 @@ from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
 from scheduler.store.store import Store
+from scheduler.store.view import LedgerView
 
 
 @dataclass
@@ -56,6 +57,7 @@ def take_snapshot(
     spec_cache: dict[tuple[str, float], JobSpec] | None = None,
     jobs: list[JobRecord] | None = None,
     core_cache: dict[tuple, Job] | None = None,
+    view: LedgerView | None = None,
 ) -> tuple[Snapshot, SnapshotContext]:
     """Snapshot of nodes, VCs, queued jobs and allocations (see module docstring).
 
@@ -66,13 +68,15 @@ def take_snapshot(
             need no version protection: the commit script re-checks state and attempt.
         core_cache: the core's Job per (name, created, attempt, attained, user); the
             caller prunes it.
+        view: the loop's :class:`~scheduler.store.view.LedgerView` (refreshed here, so
+            nodes, VCs and ledger are read only after a version gap); None reads them.
     """
     core_cache = {} if core_cache is None else core_cache
     jobs_list = store.active_jobs(with_spec=False) if jobs is None else jobs
-    version = store.version()
-    node_recs = {n.name: n for n in store.list_nodes(with_usage=False)}
-    vcs = store.vcs()
-    ledger = store.ledger()
+    if view is None:
+        view = LedgerView()
+    version = view.refresh(store)
+    node_recs, vcs, ledger = view.nodes, view.vcs, view.ledger
     by_name = {j.name: j for j in jobs_list if not JobState(j.state).terminal}
     cache = {} if spec_cache is None else spec_cache
     missing = [j.name for j in by_name.values() if (j.name, j.created) not in cache]

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.integration
 # Every authenticated endpoint, with path parameters filled in.
 ENDPOINTS = [
     ("POST", "/api/v1/jobs"),
+    ("POST", "/api/v1/jobs:batch"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/hello"),
     ("GET", "/api/v1/jobs/hello/events"),
