@@ -69,6 +69,9 @@ log = logging.getLogger("pasture.loop")
 # seconds between full lifecycle passes (every placed job's tasks re-read)
 FULL_PASS_S = 5.0
 
+# seconds (of the silence clock) between two reads of every node's heartbeat time
+HEARTBEATS_EVERY_S = 0.25
+
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
 
@@ -138,6 +141,7 @@ class Loop:
         self._last_full = 0.0
         self._node_states: dict[str, str] = {}
         self._draining: list[str] = []
+        self._beats_read = 0.0  # silence clock of the last heartbeat read
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
         self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
@@ -169,6 +173,7 @@ class Loop:
         After a failed cycle or a refused commit."""
         self.view.invalidate()
         self._jobs.clear()
+        self._beats_read = 0.0
         self._last_full = 0.0
         self._batch = self.store.batch()
 
@@ -204,8 +209,15 @@ class Loop:
         apply_node_reports(self.store)  # agents' task reports, checked against the ledger
         now = self.store.now()
         self.view.refresh(self.store)
-        nodes = self.view.nodes_now(self.store)
-        self._check_heartbeats(nodes, now)
+        # heartbeat times (one HGET per node) are read at most every HEARTBEATS_EVERY_S
+        # of the silence clock: a node's silence is measured in seconds, not cycles
+        beat_every = min(HEARTBEATS_EVERY_S, self.settings.loop.heartbeat_timeout_s / 20)
+        if self._health.clock() - self._beats_read >= beat_every or not self._beats_read:
+            self._beats_read = self._health.clock()
+            nodes = self.view.nodes_now(self.store)
+            self._check_heartbeats(nodes, now)
+        else:
+            nodes = dict(self.view.nodes)
         self._clean_up_finished(now)
         # A full pass reads every active job and every placed job's tasks; in between,
         # only new jobs, jobs something was reported on (the dirty set), jobs this loop

@@ -18,18 +18,15 @@ from typing import Any
 from scheduler.core.model import (
     Decision,
     Job,
-    Node,
-    NodeState,
     Resources,
     RunningJob,
     Snapshot,
-    TaskPlacement,
     VirtualCluster,
 )
 from scheduler.discovery import port_names
 from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
-from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
+from scheduler.store.records import JobRecord, JobState, NodeRecord
 from scheduler.store.store import Store
 from scheduler.store.view import LedgerView
 
@@ -76,7 +73,7 @@ def take_snapshot(
     if view is None:
         view = LedgerView()
     version = view.refresh(store)
-    node_recs, vcs, ledger = view.nodes, view.vcs, view.ledger
+    node_recs, vcs = view.nodes, view.vcs
     by_name = {j.name: j for j in jobs_list if not JobState(j.state).terminal}
     cache = {} if spec_cache is None else spec_cache
     missing = [j.name for j in by_name.values() if (j.name, j.created) not in cache]
@@ -92,28 +89,7 @@ def take_snapshot(
         specs[j.name] = cache[key]
     jobs = by_name
 
-    allocated: dict[str, Resources] = {}
-    by_job: dict[str, list[Allocation]] = {}
-    used_ports: dict[str, set[int]] = {}
-    used_gpus: dict[str, set[int]] = {}
-    for a in ledger.values():
-        r = Resources(a.cpu_m, a.memory, a.gpu)
-        allocated[a.node] = allocated.get(a.node, Resources()) + r
-        by_job.setdefault(a.job, []).append(a)
-        used_ports.setdefault(a.node, set()).update(a.ports)
-        used_gpus.setdefault(a.node, set()).update(a.gpus)
-
-    nodes = tuple(
-        Node(
-            name=n.name,
-            capacity=Resources(n.cpu_m, n.memory, n.gpu),
-            allocated=allocated.get(n.name, Resources()),
-            labels=dict(n.labels),
-            gpu_model=n.gpu_model,
-            state=NodeState(n.state),
-        )
-        for n in node_recs.values()
-    )
+    nodes = view.core_nodes()
     pending = []
     running = []
     for name, j in jobs.items():
@@ -126,20 +102,13 @@ def take_snapshot(
                 attempt=j.attempt,
                 attained_service=j.attained_service,
             )
-        if name in by_job:
+        placements = view.placements(name)
+        if placements:
             running.append(
                 RunningJob(
                     job=core_job,
                     start_time=j.scheduled_time or j.created,
-                    placements=tuple(
-                        TaskPlacement(
-                            role=a.role,
-                            index=a.index,
-                            node=a.node,
-                            resources=Resources(a.cpu_m, a.memory, a.gpu),
-                        )
-                        for a in sorted(by_job[name], key=lambda a: (a.role, a.index))
-                    ),
+                    placements=placements,
                 )
             )
         elif j.state == JobState.QUEUED and not j.stop_requested:
@@ -159,7 +128,9 @@ def take_snapshot(
         running=tuple(running),
         version=version,
     )
-    return snapshot, SnapshotContext(version, node_recs, jobs, specs, used_ports, used_gpus)
+    return snapshot, SnapshotContext(
+        version, node_recs, jobs, specs, view.used_ports, view.used_gpus
+    )
 
 
 class PortsExhaustedError(RuntimeError):
@@ -174,8 +145,8 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
     Binds whose ports cannot be assigned are left out (the job stays queued with a reason
     in ``payload['pending']``).
     """
-    used_ports = {k: set(v) for k, v in ctx.used_ports.items()}
-    used_gpus = {k: set(v) for k, v in ctx.used_gpus.items()}
+    used_ports: dict[str, set[int]] = {}  # copies of the nodes this Decision touches
+    used_gpus: dict[str, set[int]] = {}
     binds = []
     pending = {job: _reason_json(r.kind.value, r.message) for job, r in decision.pending.items()}
     grows = []
@@ -189,8 +160,11 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
             for pl in bind.placements:
                 node = ctx.nodes[pl.node]
                 names = port_names(spec, pl.role)
-                ports = _take_ports(node, used_ports.setdefault(pl.node, set()), len(names))
-                gpus = _take_gpus(node, used_gpus.setdefault(pl.node, set()), pl.resources.gpu)
+                if pl.node not in used_ports:
+                    used_ports[pl.node] = set(ctx.used_ports.get(pl.node, ()))
+                    used_gpus[pl.node] = set(ctx.used_gpus.get(pl.node, ()))
+                ports = _take_ports(node, used_ports[pl.node], len(names))
+                gpus = _take_gpus(node, used_gpus[pl.node], pl.resources.gpu)
                 alloc = {
                     "job": bind.job,
                     "role": pl.role,

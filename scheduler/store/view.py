@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.core.model import Node, NodeState, Resources, TaskPlacement
 from scheduler.store.records import Allocation, NodeRecord
 
 
@@ -39,6 +40,13 @@ class LedgerView:
         self.vcs: dict[str, dict[str, Any]] = {}
         self.ledger: dict[str, Allocation] = {}
         self._by_job: dict[str, set[str]] = {}  # job -> its ledger keys
+        # derived from the ledger, kept up to date entry by entry (see derived())
+        self.allocated: dict[str, Resources] = {}  # node -> what its entries hold
+        self.used_ports: dict[str, set[int]] = {}
+        self.used_gpus: dict[str, set[int]] = {}
+        self._core_nodes: dict[str, Node] = {}  # the core's Node, rebuilt when changed
+        self._changed_nodes: set[str] = set()
+        self._placements: dict[str, tuple[TaskPlacement, ...]] = {}
         self.resyncs = 0  # full re-reads so far (for tests and the bench)
 
     def refresh(self, store: Any) -> int:
@@ -48,10 +56,12 @@ class LedgerView:
         if version != self.version:
             self.nodes = {n.name: n for n in store.list_nodes(with_usage=False)}
             self.vcs = store.vcs()
-            self.ledger = store.ledger()
-            self._by_job = {}
-            for key, a in self.ledger.items():
-                self._by_job.setdefault(a.job, set()).add(key)
+            ledger = store.ledger()
+            self.ledger, self._by_job = {}, {}
+            self.allocated, self.used_ports, self.used_gpus = {}, {}, {}
+            self._core_nodes, self._placements = {}, {}
+            for key, a in ledger.items():
+                self._add(key, a)
             self.version = version
             self.resyncs += 1
         return version
@@ -70,9 +80,7 @@ class LedgerView:
             return
         for b in [*payload["binds"], *payload["grows"]]:
             for t in b["tasks"]:
-                key = f"{b['job']}/{t['key']}"
-                self.ledger[key] = Allocation.from_dict(t["alloc"])
-                self._by_job.setdefault(b["job"], set()).add(key)
+                self._add(f"{b['job']}/{t['key']}", Allocation.from_dict(t["alloc"]))
         self.version = after
 
     def released(self, job: str, entries: int, after: int) -> None:
@@ -87,8 +95,73 @@ class LedgerView:
             self.invalidate()
             return
         for key in keys:
-            self.ledger.pop(key, None)
+            self._remove(key)
         self.version = after
+
+    def _add(self, key: str, a: Allocation) -> None:
+        if key in self.ledger:
+            self._remove(key)
+        self.ledger[key] = a
+        self._by_job.setdefault(a.job, set()).add(key)
+        self.allocated[a.node] = self.allocated.get(a.node, Resources()) + Resources(
+            a.cpu_m, a.memory, a.gpu
+        )
+        self.used_ports.setdefault(a.node, set()).update(a.ports)
+        self.used_gpus.setdefault(a.node, set()).update(a.gpus)
+        self._changed_nodes.add(a.node)
+        self._placements.pop(a.job, None)
+
+    def _remove(self, key: str) -> None:
+        a = self.ledger.pop(key, None)
+        if a is None:
+            return
+        keys = self._by_job.get(a.job)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_job[a.job]
+        self.allocated[a.node] = self.allocated[a.node] - Resources(a.cpu_m, a.memory, a.gpu)
+        self.used_ports[a.node].difference_update(a.ports)
+        self.used_gpus[a.node].difference_update(a.gpus)
+        self._changed_nodes.add(a.node)
+        self._placements.pop(a.job, None)
+
+    def core_nodes(self) -> tuple[Node, ...]:
+        """The core's nodes (capacity, what the ledger allocates there, labels, state);
+        only nodes whose entries changed are built again."""
+        out = []
+        for name, n in self.nodes.items():
+            node = self._core_nodes.get(name)
+            if node is None or name in self._changed_nodes or node.state.value != n.state:
+                node = self._core_nodes[name] = Node(
+                    name=n.name,
+                    capacity=Resources(n.cpu_m, n.memory, n.gpu),
+                    allocated=self.allocated.get(n.name, Resources()),
+                    labels=dict(n.labels),
+                    gpu_model=n.gpu_model,
+                    state=NodeState(n.state),
+                )
+            out.append(node)
+        self._changed_nodes.clear()
+        return tuple(out)
+
+    def placements(self, job: str) -> tuple[TaskPlacement, ...]:
+        """The ledger's placements of ``job`` by (role, index); () when it holds none."""
+        out = self._placements.get(job)
+        if out is None:
+            allocs = sorted(
+                (self.ledger[k] for k in self._by_job.get(job, ())), key=lambda a: (a.role, a.index)
+            )
+            out = self._placements[job] = tuple(
+                TaskPlacement(
+                    role=a.role,
+                    index=a.index,
+                    node=a.node,
+                    resources=Resources(a.cpu_m, a.memory, a.gpu),
+                )
+                for a in allocs
+            )
+        return out
 
     def invalidate(self) -> None:
         """Forget the version: the next :meth:`refresh` re-reads everything."""

@@ -59,8 +59,14 @@ _BODY = {
                 "schema": {
                     "type": "object",
                     "required": ["jobs"],
+                    "additionalProperties": False,
                     "properties": {
-                        "jobs": {"type": "array", "items": {"type": "object"}, "maxItems": 500}
+                        "jobs": {
+                            "type": "array",
+                            "items": {"type": "object"},
+                            "minItems": 1,
+                            "maxItems": MAX_BATCH_JOBS,
+                        }
                     },
                 }
             },
@@ -88,6 +94,13 @@ def parse_and_submit_many(
         msg = f"expected a list of 1 to {MAX_BATCH_JOBS} job documents, got {got}"
         raise InvalidSpecError(
             f"batch: jobs: {msg}", [{"loc": ["jobs"], "msg": msg, "type": "batch"}]
+        )
+    bad = [i for i, d in enumerate(docs) if not isinstance(d, dict)]
+    if bad:
+        msg = f"expected a mapping (a job document), got {type(docs[bad[0]]).__name__}"
+        raise InvalidSpecError(
+            f"batch: jobs[{bad[0]}]: {msg}",
+            [{"loc": ["jobs", str(i)], "msg": msg, "type": "batch"} for i in bad[:20]],
         )
     extra = sorted(set(document) - {"jobs"})
     if extra:
