@@ -67,7 +67,7 @@ from scheduler.store.view import LedgerView
 log = logging.getLogger("pasture.loop")
 
 # seconds between full lifecycle passes (every placed job's tasks re-read)
-FULL_PASS_S = 5.0
+FULL_PASS_S = 15.0
 
 # seconds (of the silence clock) between two reads of every node's heartbeat time
 HEARTBEATS_EVERY_S = 0.25

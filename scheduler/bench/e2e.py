@@ -299,6 +299,12 @@ def _drive(args, rng, store, procs: _Procs, base_url: str, token: str) -> dict:
         d = [p[b] - p[a] for p in phases.values() if a in p and b in p]
         out[f"{a}_to_{b}_p50_s"] = _pct(d, 50)
         out[f"{a}_to_{b}_p99_s"] = _pct(d, 99)
+    log = procs.procs["loop"].log_path.read_text(errors="replace")
+    out["loop_failed_cycles"] = log.count("scheduling cycle failed")
+    out["loop_refused_commits"] = log.count("commit refused")
+    if out["loop_failed_cycles"]:
+        first = log.index("scheduling cycle failed")
+        print(log[first : first + 3000], file=sys.stderr)
     out["cpu_ms_per_job"] = cpu  # CPU milliseconds per job, per process
     out["cpu_ms_per_job_total"] = round(sum(cpu.values()), 3)
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]

@@ -99,6 +99,10 @@ class ApiClient:
         ctype = "application/json" if json_body else "application/yaml"
         return self.request("POST", "/api/v1/jobs", content=body, headers={"content-type": ctype})
 
+    def submit_batch(self, documents: list[dict]) -> dict:
+        """``POST /api/v1/jobs:batch``: ``{"items": [...], "created", "failed"}``."""
+        return self.request("POST", "/api/v1/jobs:batch", json={"jobs": documents})
+
     def jobs(self, **params: Any) -> dict:
         params = {k: v for k, v in params.items() if v is not None}
         return self.request("GET", "/api/v1/jobs", params=params)

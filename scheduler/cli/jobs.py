@@ -118,6 +118,9 @@ def _final(job: dict) -> int:
 @handle_errors
 def submit(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec (YAML/JSON)"),
+    more: list[Path] | None = typer.Argument(
+        None, exists=True, dir_okay=False, help="more job specs: all sent in one batch request"
+    ),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="stream every task's log (role-index | line)"
     ),
@@ -135,10 +138,21 @@ def submit(
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
 
-    Fields of a foreign format that have no effect here are printed as warnings."""
+    Fields of a foreign format that have no effect here are printed as warnings. Several
+    files go in one request (``POST /api/v1/jobs:batch``, at most 500); each is reported
+    on its own, and the exit code is 1 when any was refused."""
     from scheduler.cli.jobspec import submit_with_overrides
 
     client = _client()
+    if more:
+        from scheduler.cli.batch import submit_files
+
+        if follow or wait or new_name or vc or env or sets:
+            raise typer.BadParameter(
+                "--follow, --wait, --name, --vc, --env and --set take one file, got "
+                f"{1 + len(more)}"
+            )
+        raise typer.Exit(submit_files(client, [file, *more], as_json))
     job = submit_with_overrides(client, file, new_name, vc, env, sets) or client.submit(
         file.read_bytes(), json_body=file.suffix.lower() == ".json"
     )

@@ -62,8 +62,9 @@ class JobsMixin(StoreBase):
         name was taken (that job is not stored; the others are)."""
         recs = [self._new_record(spec, user) for spec in specs]
         pipe = self.r.pipeline(transaction=False)
-        for rec in recs:
-            self._create_job(args=self._create_args(rec), client=pipe)
+        for i, rec in enumerate(recs):  # one wake-up of the loop, with the last job
+            quiet = i < len(recs) - 1
+            self._create_job(args=self._create_args(rec, quiet=quiet), client=pipe)
         out: list[JobRecord | None] = []
         for rec, created in zip(recs, pipe.execute(), strict=True):
             if created:
@@ -85,12 +86,18 @@ class JobsMixin(StoreBase):
             reason="submitted",
         )
 
-    def _create_args(self, rec: JobRecord) -> list[str]:
+    def _create_args(self, rec: JobRecord, quiet: bool = False) -> list[str]:
         # shallow: asdict() deep-copies the spec, most of a submit's store-side cost
         fields = encode_fields(
             {f: getattr(rec, f) for f in _RECORD_FIELDS if f not in ("created", "updated")}
         )
-        return [self.p, rec.name, json.dumps(fields), rec.user or "unknown"]
+        return [
+            self.p,
+            rec.name,
+            json.dumps(fields),
+            rec.user or "unknown",
+            "quiet" if quiet else "",
+        ]
 
     @staticmethod
     def _job_fields(rec: JobRecord) -> dict[str, str]:
