@@ -181,11 +181,13 @@ class Loop:
         """The active jobs, reading only new ones, dirty ones and those this loop changed
         (every one on a full pass); specs of new jobs are read and validated once."""
         names = self.store.active_job_names()
-        dirty = self.store.take_dirty_jobs()
+        dirty, changed = self.store.take_marks()
         for name in [n for n in self._jobs if n not in names]:
             del self._jobs[name]
         known = set(self._jobs)
-        want = names if full else (names - known) | ((dirty | self._stale) & names)
+        # task reports (dirty) leave the record as it was: only new jobs and records
+        # changed by someone else (stop requests, preemptions) are read
+        want = names if full else (names - known) | ((changed | self._stale) & names)
         self._stale = set()
         for rec in self.store.get_jobs(sorted(want), with_spec=False):
             self._jobs[rec.name] = rec
@@ -270,9 +272,14 @@ class Loop:
         result.committed, result.detail = ok, detail
         if ok:
             self.view.committed(ctx.version, int(detail), payload)
-            self._stale = {b["job"] for b in payload["binds"]} | {
-                p["job"] for p in payload["preemptions"]
-            }
+            at = self.store.committed_at or now
+            for b in payload["binds"]:  # what the commit script wrote, without reading it
+                job = self._jobs.get(b["job"])
+                if job is not None:
+                    job.state, job.reason = JobState.SCHEDULED.value, "placed on " + b["nodes"]
+                    job.scheduled_time = job.updated = at
+                    job.pending_reason = None
+            self._stale = {p["job"] for p in payload["preemptions"]}
             self._nominations = dict(decision.nominations)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])

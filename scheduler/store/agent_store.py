@@ -13,6 +13,7 @@ goes to this node's own keys::
                    when the node was not pending yet (one round trip)
     (every XADD)   SADD reports:pending <n> in the same transaction, so the loop reads
                    only the streams of nodes with something queued
+    wait_bindings  BLPOP node:<n>:wake (written by the commit and the loop's task updates)
     reads          node:<n>:tasks (bindings), job:<job> (spec), job:<job>:tasks, TIME
 
 The loop applies the reports (:func:`scheduler.store.reports.apply_node_reports`) only for
@@ -88,6 +89,12 @@ class NodeStore:
     def node_bindings(self, node: str) -> list[tuple[str, str]]:
         """(job, task key) pairs the ledger binds to ``node`` (this node's set)."""
         return self._s.node_bindings(node)
+
+    def wait_bindings(self, node: str, timeout_s: float) -> bool:
+        """Block until this node's agent is woken or ``timeout_s`` passes
+        (:meth:`scheduler.store.Store.wait_bindings`)."""
+        self._own(node)
+        return self._s.wait_bindings(node, timeout_s)
 
     def bound_tasks(self, node: str) -> dict[tuple[str, str], TaskRecord]:
         """This node's bound tasks (:meth:`scheduler.store.Store.bound_tasks`)."""

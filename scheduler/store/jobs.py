@@ -202,6 +202,7 @@ class JobsMixin(StoreBase):
             event(self.now(), job.state, job.attempt, f"stop requested: {reason}"),
         )
         pipe.sadd(self.k("jobs", "dirty"), name)
+        pipe.sadd(self.k("jobs", "changed"), name)
         pipe.publish(self.loop_channel, "stop")
         pipe.execute()
         job.stop_requested = reason
@@ -227,6 +228,7 @@ class JobsMixin(StoreBase):
             pipe.zrem(self.k("jobs", "expiry"), name)
             pipe.srem(self.k("jobs", "active"), name)
             pipe.srem(self.k("jobs", "dirty"), name)
+            pipe.srem(self.k("jobs", "changed"), name)
 
         self.r.transaction(tx, jk)
 
@@ -253,10 +255,19 @@ class JobsMixin(StoreBase):
         """Names of jobs whose tasks were reported on, stopped or preempted since the last
         call (atomically read and cleared). The loop re-reads only those between its full
         passes."""
+        return self.take_marks()[0]
+
+    def take_marks(self) -> tuple[set[str], set[str]]:
+        """``(dirty, changed)``, both read and cleared in one transaction: ``jobs:dirty``
+        (tasks reported on, stopped or preempted: their tasks are read again) and
+        ``jobs:changed`` (the job record itself changed outside the loop: a stop request,
+        a preemption; the record is read again)."""
         pipe = self.r.pipeline(transaction=True)
         pipe.smembers(self.k("jobs", "dirty"))
-        pipe.delete(self.k("jobs", "dirty"))
-        return set(pipe.execute()[0])
+        pipe.smembers(self.k("jobs", "changed"))
+        pipe.delete(self.k("jobs", "dirty"), self.k("jobs", "changed"))
+        dirty, changed, _ = pipe.execute()
+        return set(dirty), set(changed)
 
     def transition(
         self,

@@ -24,9 +24,9 @@ local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
 #   payload = {binds: [{job, attempt, nodes, tasks: [{key, node, alloc, task}]}],
 #              grows: [same shape: tasks added to a scheduled/running job],
 #              preemptions: [{job, reason}], pending: {job: reason_json}}
-# Returns {ok, version_or_error}. All-or-nothing: any failed check aborts before a write.
-# Every node given a task gets a ``bindings`` notification and a ``node:<n>:wake`` entry
-# (its agent's blocking read, scheduler/store/agent_store.py).
+# Returns {1, version, commit time} or {0, error}. All-or-nothing: any failed check aborts
+# before a write. Every node given a task (or a task to stop) gets a ``bindings``
+# notification. Preempted jobs go to jobs:dirty and jobs:changed (the loop re-reads them).
 COMMIT = (
     EVENT
     + _NOW
@@ -120,6 +120,7 @@ for _, v in ipairs(d.preemptions) do
     redis.call('HSET', jk, 'state', 'preempted', 'updated', now, 'reason', v.reason,
                'ending', cjson.encode({state = 'queued', reason = v.reason, preempted = true}))
     redis.call('SADD', p .. 'jobs:dirty', v.job)
+    redis.call('SADD', p .. 'jobs:changed', v.job)
     event(jk, now, 'preempted', redis.call('HGET', jk, 'attempt'), v.reason)
     local tasks = redis.call('HGETALL', jk .. ':tasks')
     for i = 1, #tasks, 2 do
@@ -146,8 +147,11 @@ if #d.preemptions > 0 then
 end
 for node, _ in pairs(notify) do
   redis.call('PUBLISH', p .. 'notify:node:' .. node, 'bindings')
+  -- the agent's blocking read (BLPOP): one pending wake-up at most
+  redis.call('LPUSH', p .. 'node:' .. node .. ':wake', 'bindings')
+  redis.call('LTRIM', p .. 'node:' .. node .. ':wake', 0, 0)
 end
-return {1, tostring(newv)}
+return {1, tostring(newv), tostring(now)}
 """
 )
 

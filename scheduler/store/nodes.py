@@ -187,7 +187,7 @@ class NodesMixin(StoreBase):
         pipe.hset(nk, mapping={"state": state, "state_reason": reason})
         pipe.incr(self.k("version"))
         pipe.publish(self.loop_channel, "node")
-        pipe.publish(self.node_channel(name), "node")
+        self.notify_node(name, "node", pipe=pipe)
         pipe.execute()
         node = self.get_node(name)
         assert node is not None

@@ -61,8 +61,8 @@ class TasksMixin(StoreBase):
             mapping={t.key: json.dumps(t.to_dict()) for t in tasks},
         )
         if notify:
-            for node in {t.node for t in tasks}:
-                p.publish(self.node_channel(node), "bindings")
+            for node in sorted({t.node for t in tasks}):
+                self.notify_node(node, "bindings", pipe=p)
         if own:
             p.execute()
 
@@ -171,5 +171,6 @@ class TasksMixin(StoreBase):
 
         Returns (True, new version) or (False, why it was rejected).
         """
-        ok, detail = self._commit(args=[self.p, version, json.dumps(payload)])
+        ok, detail, *at = self._commit(args=[self.p, version, json.dumps(payload)])
+        self.committed_at = float(at[0]) if at else None  # Redis time of the commit (s)
         return bool(ok), str(detail)
