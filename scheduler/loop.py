@@ -69,8 +69,9 @@ log = logging.getLogger("pasture.loop")
 # seconds between full lifecycle passes (every placed job's tasks re-read)
 FULL_PASS_S = 15.0
 
-# seconds (of the silence clock) between two reads of every node's heartbeat time
-HEARTBEATS_EVERY_S = 0.25
+# seconds (of the silence clock) between two reads of every node's heartbeat time, at
+# most; never more than a 20th of the heartbeat timeout
+HEARTBEATS_EVERY_S = 1.0
 
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
