@@ -20,15 +20,13 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 ``loop.interval_s``. All lifecycle steps are idempotent, so a loop killed at any point
 resumes from the store.
 
-What ends a job, restarts a task in place, releases tasks held by ``depends_on`` or
-requeues it is decided by :func:`scheduler.lifecycle.decide` (completion rules, event
-policies, per-task restart, retry budget; docs/jobs.md); this module applies it.
-Preemption and drains requeue without counting a failure. Finished jobs are deleted
-``ttl_after_finished`` (else ``loop.finished_job_ttl_s``) seconds after they ended.
-An attempt ended by the infrastructure (``TaskRecord.disrupted``: node lost, fencing, agent
-restart) is requeued without counting a failure (``lifecycle.Ending.failure`` false). Every
-ended attempt is recorded in ``JobRecord.attempts`` with its cause and whether it was
-charged.
+What ends a job, restarts a task in place, releases ``depends_on`` tasks or requeues it
+is decided by :func:`scheduler.lifecycle.decide` (docs/jobs.md); this module applies it.
+Preemption, drains and infrastructure faults (``TaskRecord.disrupted``) requeue without
+counting a failure; every ended attempt is recorded in ``JobRecord.attempts`` with its
+cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
+``loop.finished_job_ttl_s``) seconds after they ended. Reads between cycles are cached
+(scheduler/store/view.py); a cycle's writes go in one batch (scheduler/store/batch.py).
 """
 
 from __future__ import annotations
@@ -60,9 +58,9 @@ from scheduler.store.records import (
     TaskState,
 )
 from scheduler.store.reports import apply_node_reports
-from scheduler.store.snapshot import commit_payload, take_snapshot
+from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
-from scheduler.store.view import LedgerView
+from scheduler.store.view import JobsView, LedgerView
 
 log = logging.getLogger("pasture.loop")
 
@@ -130,13 +128,8 @@ class Loop:
         self.settings = settings
         self.policy = policy or load_policy(settings.loop.policy)
         self.schedule = schedule or default_schedule()
-        self._specs: dict[tuple[str, float], JobSpec] = {}
         self._core_jobs: dict[tuple, Job] = {}
-        # active jobs as last read (name -> record); between full passes only new, dirty
-        # and own-changed jobs are read again (see cycle)
-        self._jobs: dict[str, JobRecord] = {}
-        self._stale: set[str] = set()  # jobs this loop changed by its last commit
-        self._dirty: set[str] = set()  # jobs in the dirty set this cycle
+        self.jobs = JobsView()  # active jobs and specs; only new / changed ones read
         self._batch = store.batch()
         self.view = LedgerView()  # nodes, VCs, ledger; re-read on a version gap only
         self._last_full = 0.0
@@ -151,58 +144,29 @@ class Loop:
         self.history = HistoryWindow()
 
     def _flush(self) -> None:
-        """Send the writes queued on this cycle's batch (one round trip); the view
-        follows the releases among them."""
+        """Send this cycle's queued writes (one round trip); the view follows releases."""
         for r in self._batch.execute():
             self.view.released(r.job, r.entries, r.version)
 
     def _transition(
         self, job: JobRecord, state: str, reason: str, *, now: float, attempt: int, **fields
     ) -> None:
-        """Queue a transition of ``job`` (:meth:`Store.transition`) and apply it to the
-        cached record too, so that it need not be read back."""
+        """Queue a transition (:meth:`Store.transition`) and apply it to the cached record."""
         self._batch.transition(job.name, state, reason, now=now, attempt=attempt, **fields)
         job.state, job.reason, job.updated, job.attempt = str(state), reason, now, attempt
         for name, value in fields.items():
             setattr(job, name, value)
 
     def _spec(self, job: JobRecord) -> JobSpec:
-        return self._specs[(job.name, job.created)]
+        return self.jobs.specs[(job.name, job.created)]
 
     def forget(self) -> None:
-        """Drop every cached read (view, job records): the next cycle reads everything.
-        After a failed cycle or a refused commit."""
+        """Drop every cached read (after a failed cycle or a refused commit)."""
         self.view.invalidate()
-        self._jobs.clear()
+        self.jobs.forget()
         self._beats_read = 0.0
         self._last_full = 0.0
         self._batch = self.store.batch()
-
-    def _read_jobs(self, full: bool) -> list[JobRecord]:
-        """The active jobs, reading only new ones, dirty ones and those this loop changed
-        (every one on a full pass); specs of new jobs are read and validated once."""
-        names = self.store.active_job_names()
-        dirty, changed = self.store.take_marks()
-        for name in [n for n in self._jobs if n not in names]:
-            del self._jobs[name]
-        known = set(self._jobs)
-        # task reports (dirty) leave the record as it was: only new jobs and records
-        # changed by someone else (stop requests, preemptions) are read
-        want = names if full else (names - known) | ((changed | self._stale) & names)
-        self._stale = set()
-        for rec in self.store.get_jobs(sorted(want), with_spec=False):
-            self._jobs[rec.name] = rec
-        self._dirty = dirty
-        live = {(j.name, j.created) for j in self._jobs.values()}
-        for key in [k for k in self._specs if k not in live]:
-            del self._specs[key]
-        missing = [j.name for j in self._jobs.values() if (j.name, j.created) not in self._specs]
-        for name, raw in self.store.job_specs(missing).items():
-            if name in self._jobs:
-                self._specs[(name, self._jobs[name].created)] = JobSpec.model_validate(raw)
-        return [
-            self._jobs[n] for n in sorted(self._jobs) if (n, self._jobs[n].created) in self._specs
-        ]
 
     # ---- one cycle ------------------------------------------------------------------
     def cycle(self) -> CycleResult:
@@ -218,15 +182,13 @@ class Loop:
         if self._health.clock() - self._beats_read >= beat_every or not self._beats_read:
             self._beats_read = self._health.clock()
             nodes = self.view.nodes_now(self.store)
-            self._check_heartbeats(nodes, now)
+            # lost nodes, or the cluster condition instead (scheduler/health.py)
+            self._health.check(nodes, now)
         else:
             nodes = dict(self.view.nodes)
         self._clean_up_finished(now)
-        # A full pass reads every active job and every placed job's tasks; in between,
-        # only new jobs, jobs something was reported on (the dirty set), jobs this loop
-        # changed, and ending ones. Full passes run every FULL_PASS_S and whenever a node
-        # changed state, so nothing is missed for long even if a dirty mark is lost with a
-        # crashed loop.
+        # A full pass (every FULL_PASS_S, and when a node changed state) reads every active
+        # job and placed job's tasks; in between only new, changed, dirty and ending ones.
         node_states = {n: r.state for n, r in nodes.items()}
         full = (
             now - self._last_full >= max(FULL_PASS_S, self.settings.loop.interval_s)
@@ -236,8 +198,7 @@ class Loop:
             self._last_full = now
         self._node_states = node_states
         self._draining = [n for n, st in node_states.items() if st == "draining"]
-        active = self._read_jobs(full)
-        dirty = self._dirty
+        active, dirty = self.jobs.read(self.store, full)
         placed = [
             j
             for j in active
@@ -246,20 +207,17 @@ class Loop:
         ]
         tasks = self.store.tasks_of([j.name for j in placed])
         todo = [j for j in active if j.state in (JobState.SUBMITTED, JobState.QUEUED)] + placed
-        changed = []
         for job in todo:
-            if self._advance(job, tasks.get(job.name, []), nodes, now):
-                result.transitions += 1
-                changed.append(job.name)
+            result.transitions += self._advance(job, tasks.get(job.name, []), nodes, now)
         self._flush()  # the cached records were changed along with the queued writes
         live_names = {j.name for j in active}
         for key in [k for k in self._core_jobs if k[0] not in live_names]:
             del self._core_jobs[key]
         t1 = time.perf_counter()
         snapshot, ctx = take_snapshot(
-            self.store, self._specs, active, self._core_jobs, view=self.view
+            self.store, self.jobs.specs, active, self._core_jobs, view=self.view
         )
-        snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
+        snapshot = with_releasing(snapshot, ctx.jobs, self._nominations)
         snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
@@ -273,35 +231,20 @@ class Loop:
         result.committed, result.detail = ok, detail
         if ok:
             self.view.committed(ctx.version, int(detail), payload)
-            at = self.store.committed_at or now
-            for b in payload["binds"]:  # what the commit script wrote, without reading it
-                job = self._jobs.get(b["job"])
-                if job is not None:
-                    job.state, job.reason = JobState.SCHEDULED.value, "placed on " + b["nodes"]
-                    job.scheduled_time = job.updated = at
-                    job.pending_reason = None
-            self._stale = {p["job"] for p in payload["preemptions"]}
+            self.jobs.committed(payload, self.store.committed_at or now)
             self._nominations = dict(decision.nominations)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
             if payload["binds"] or payload["preemptions"] or payload["grows"]:
+                grows = len(payload["grows"])
                 log.info(
-                    "committed %d binds, %d grows, %d preemptions (version %s)",
-                    result.bound,
-                    len(payload["grows"]),
-                    result.preempted,
-                    detail,
+                    f"committed {result.bound} binds, {grows} grows, "
+                    f"{result.preempted} preemptions (version {detail})"
                 )
         else:
             log.info("commit refused: %s", detail)
             self.forget()
         return result
-
-    # ---- heartbeats -----------------------------------------------------------------
-    def _check_heartbeats(self, nodes: dict[str, NodeRecord], now: float) -> None:
-        """Mark lost the nodes observed silent past their limit, or raise the cluster
-        condition instead (:class:`scheduler.health.NodeHealth`); updates ``nodes``."""
-        self._health.check(nodes, now)
 
     # ---- lifecycle ------------------------------------------------------------------
     def _advance(
@@ -528,27 +471,6 @@ class Loop:
                 notes.wait(interval)  # a notification, or the interval
         finally:
             notes.close()
-
-
-def _with_releasing(snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict) -> Snapshot:
-    """The snapshot with running jobs that are already on their way out (preempted, or
-    stopping) marked ``releasing`` and the previous Decision's nominations, so that the core
-    neither preempts them again nor lets a job ahead in the queue take what was freed for
-    another (scheduler/core/README.md, "Preemption")."""
-    running = snapshot.running
-    if any(_ending(jobs.get(rj.name)) for rj in running):
-        running = tuple(
-            replace(rj, releasing=True) if _ending(jobs.get(rj.name)) else rj for rj in running
-        )
-    if running is snapshot.running and not nominations:
-        return snapshot
-    return replace(snapshot, running=running, nominations=nominations)
-
-
-def _ending(rec: JobRecord | None) -> bool:
-    return rec is not None and (
-        rec.state == JobState.PREEMPTED or bool(rec.ending) or bool(rec.stop_requested)
-    )
 
 
 def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:

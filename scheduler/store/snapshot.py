@@ -12,7 +12,7 @@ lowest free GPU indices, free meaning not held by any ledger entry on that node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.core.model import (
@@ -240,3 +240,24 @@ def _take_gpus(node: NodeRecord, used: set[int], n: int) -> list[int]:
     free = [i for i in range(node.gpu) if i not in used][:n]
     used.update(free)
     return free
+
+
+def with_releasing(snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict) -> Snapshot:
+    """The snapshot with running jobs that are already on their way out (preempted, or
+    stopping) marked ``releasing`` and the previous Decision's nominations, so that the core
+    neither preempts them again nor lets a job ahead in the queue take what was freed for
+    another (scheduler/core/README.md, "Preemption")."""
+    running = snapshot.running
+    if any(_ending(jobs.get(rj.name)) for rj in running):
+        running = tuple(
+            replace(rj, releasing=True) if _ending(jobs.get(rj.name)) else rj for rj in running
+        )
+    if running is snapshot.running and not nominations:
+        return snapshot
+    return replace(snapshot, running=running, nominations=nominations)
+
+
+def _ending(rec: JobRecord | None) -> bool:
+    return rec is not None and (
+        rec.state == JobState.PREEMPTED or bool(rec.ending) or bool(rec.stop_requested)
+    )

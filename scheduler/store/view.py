@@ -1,4 +1,5 @@
-"""The loop's copy of what the ledger version guards: nodes, VCs and the ledger.
+"""The loop's copies: what the ledger version guards (nodes, VCs and the ledger:
+:class:`LedgerView`) and the active jobs (:class:`JobsView`).
 
 Every write that changes allocations, a node's capacity or state, or the VCs bumps the
 ledger ``version`` (README.md). :class:`LedgerView` keeps those three read models in the
@@ -28,7 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.core.model import Node, NodeState, Resources, TaskPlacement
-from scheduler.store.records import Allocation, NodeRecord
+from scheduler.spec.model import JobSpec
+from scheduler.store.records import Allocation, JobRecord, NodeRecord
 
 
 class LedgerView:
@@ -166,3 +168,61 @@ class LedgerView:
     def invalidate(self) -> None:
         """Forget the version: the next :meth:`refresh` re-reads everything."""
         self.version = None
+
+
+class JobsView:
+    """The loop's copy of the active jobs' records and their validated specs.
+
+    :meth:`read` reads ``jobs:active`` and takes the marks (``Store.take_marks``) each
+    cycle, but reads records only of new jobs, of jobs in ``jobs:changed`` (stop requests,
+    preemptions) and of ``stale`` ones (set by the loop: jobs its commit preempted); on a
+    full pass every record. The loop applies its own transitions and binds to
+    ``records`` as it writes them. Specs are read and validated once per (name,
+    created)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, JobRecord] = {}
+        self.specs: dict[tuple[str, float], JobSpec] = {}
+        self.stale: set[str] = set()
+
+    def forget(self) -> None:
+        """Drop the records: the next :meth:`read` reads every one."""
+        self.records.clear()
+
+    def committed(self, payload: dict[str, Any], at: float) -> None:
+        """Apply what the commit script wrote for ``payload``'s binds (state scheduled at
+        ``at``, the commit's Redis time) without reading it; its preempted jobs are read
+        next time."""
+        for b in payload["binds"]:
+            job = self.records.get(b["job"])
+            if job is not None:
+                job.state, job.reason = "scheduled", "placed on " + b["nodes"]
+                job.scheduled_time = job.updated = at
+                job.pending_reason = None
+        self.stale = {p["job"] for p in payload["preemptions"]}
+
+    def read(self, store: Any, full: bool) -> tuple[list[JobRecord], set[str]]:
+        """``(active jobs with a spec, by name; jobs:dirty)`` (see the class docstring)."""
+        names = store.active_job_names()
+        dirty, changed = store.take_marks()
+        for name in [n for n in self.records if n not in names]:
+            del self.records[name]
+        # task reports (dirty) leave the record as it was: only new jobs and records
+        # changed by someone else are read
+        want = names if full else (names - set(self.records)) | ((changed | self.stale) & names)
+        self.stale = set()
+        for rec in store.get_jobs(sorted(want), with_spec=False):
+            self.records[rec.name] = rec
+        live = {(j.name, j.created) for j in self.records.values()}
+        for key in [k for k in self.specs if k not in live]:
+            del self.specs[key]
+        missing = [j.name for j in self.records.values() if (j.name, j.created) not in self.specs]
+        for name, raw in store.job_specs(missing).items():
+            if name in self.records:
+                self.specs[(name, self.records[name].created)] = JobSpec.model_validate(raw)
+        active = [
+            self.records[n]
+            for n in sorted(self.records)
+            if (n, self.records[n].created) in self.specs
+        ]
+        return active, dirty
