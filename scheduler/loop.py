@@ -20,15 +20,13 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 ``loop.interval_s``. All lifecycle steps are idempotent, so a loop killed at any point
 resumes from the store.
 
-What ends a job, restarts a task in place, releases tasks held by ``depends_on`` or
-requeues it is decided by :func:`scheduler.lifecycle.decide` (completion rules, event
-policies, per-task restart, retry budget; docs/jobs.md); this module applies it.
-Preemption and drains requeue without counting a failure. Finished jobs are deleted
-``ttl_after_finished`` (else ``loop.finished_job_ttl_s``) seconds after they ended.
-An attempt ended by the infrastructure (``TaskRecord.disrupted``: node lost, fencing, agent
-restart) is requeued without counting a failure (``lifecycle.Ending.failure`` false). Every
-ended attempt is recorded in ``JobRecord.attempts`` with its cause and whether it was
-charged.
+What ends a job, restarts a task in place, releases ``depends_on`` tasks or requeues it
+is decided by :func:`scheduler.lifecycle.decide` (docs/jobs.md); this module applies it.
+Preemption, drains and infrastructure faults (``TaskRecord.disrupted``) requeue without
+counting a failure; every ended attempt is recorded in ``JobRecord.attempts`` with its
+cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
+``loop.finished_job_ttl_s``) seconds after they ended. Reads between cycles are cached
+(scheduler/store/view.py); a cycle's writes go in one batch (scheduler/store/batch.py).
 """
 
 from __future__ import annotations
@@ -60,13 +58,18 @@ from scheduler.store.records import (
     TaskState,
 )
 from scheduler.store.reports import apply_node_reports
-from scheduler.store.snapshot import commit_payload, take_snapshot
+from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
+from scheduler.store.view import JobsView, LedgerView
 
 log = logging.getLogger("pasture.loop")
 
 # seconds between full lifecycle passes (every placed job's tasks re-read)
-FULL_PASS_S = 5.0
+FULL_PASS_S = 15.0
+
+# seconds (of the silence clock) between two reads of every node's heartbeat time, at
+# most; never more than a 20th of the heartbeat timeout
+HEARTBEATS_EVERY_S = 1.0
 
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
@@ -125,11 +128,14 @@ class Loop:
         self.settings = settings
         self.policy = policy or load_policy(settings.loop.policy)
         self.schedule = schedule or default_schedule()
-        self._specs: dict[tuple[str, float], JobSpec] = {}
         self._core_jobs: dict[tuple, Job] = {}
-        self._pipe = store.r.pipeline(transaction=True)
+        self.jobs = JobsView()  # active jobs and specs; only new / changed ones read
+        self._batch = store.batch()
+        self.view = LedgerView()  # nodes, VCs, ledger; re-read on a version gap only
         self._last_full = 0.0
         self._node_states: dict[str, str] = {}
+        self._draining: list[str] = []
+        self._beats_read = 0.0  # silence clock of the last heartbeat read
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
         self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
@@ -138,12 +144,29 @@ class Loop:
         self.history = HistoryWindow()
 
     def _flush(self) -> None:
-        """Execute the transitions queued on this cycle's pipeline (one round trip)."""
-        if len(self._pipe):
-            self._pipe.execute()
+        """Send this cycle's queued writes (one round trip); the view follows releases."""
+        for r in self._batch.execute():
+            self.view.released(r.job, r.entries, r.version)
+
+    def _transition(
+        self, job: JobRecord, state: str, reason: str, *, now: float, attempt: int, **fields
+    ) -> None:
+        """Queue a transition (:meth:`Store.transition`) and apply it to the cached record."""
+        self._batch.transition(job.name, state, reason, now=now, attempt=attempt, **fields)
+        job.state, job.reason, job.updated, job.attempt = str(state), reason, now, attempt
+        for name, value in fields.items():
+            setattr(job, name, value)
 
     def _spec(self, job: JobRecord) -> JobSpec:
-        return self._specs[(job.name, job.created)]
+        return self.jobs.specs[(job.name, job.created)]
+
+    def forget(self) -> None:
+        """Drop every cached read (after a failed cycle or a refused commit)."""
+        self.view.invalidate()
+        self.jobs.forget()
+        self._beats_read = 0.0
+        self._last_full = 0.0
+        self._batch = self.store.batch()
 
     # ---- one cycle ------------------------------------------------------------------
     def cycle(self) -> CycleResult:
@@ -152,23 +175,20 @@ class Loop:
         t0 = time.perf_counter()
         apply_node_reports(self.store)  # agents' task reports, checked against the ledger
         now = self.store.now()
-        nodes = {n.name: n for n in self.store.list_nodes(with_usage=False)}
-        self._check_heartbeats(nodes, now)
+        self.view.refresh(self.store)
+        # heartbeat times (one HGET per node) are read at most every HEARTBEATS_EVERY_S
+        # of the silence clock: a node's silence is measured in seconds, not cycles
+        beat_every = min(HEARTBEATS_EVERY_S, self.settings.loop.heartbeat_timeout_s / 20)
+        if self._health.clock() - self._beats_read >= beat_every or not self._beats_read:
+            self._beats_read = self._health.clock()
+            nodes = self.view.nodes_now(self.store)
+            # lost nodes, or the cluster condition instead (scheduler/health.py)
+            self._health.check(nodes, now)
+        else:
+            nodes = dict(self.view.nodes)
         self._clean_up_finished(now)
-        active = self.store.active_jobs(with_spec=False)
-        live = {(j.name, j.created) for j in active}
-        for key in [k for k in self._specs if k not in live]:
-            del self._specs[key]
-        created = {j.name: j.created for j in active}
-        missing = [j.name for j in active if (j.name, j.created) not in self._specs]
-        for name, raw in self.store.job_specs(missing).items():
-            self._specs[(name, created[name])] = JobSpec.model_validate(raw)
-        active = [j for j in active if (j.name, j.created) in self._specs]
-        # A full pass reads every placed job's tasks; in between, only jobs something was
-        # reported on (the dirty set) or that are ending. Full passes run every
-        # FULL_PASS_S and whenever a node changed state, so nothing is missed for long
-        # even if a dirty mark is lost with a crashed loop.
-        dirty = self.store.take_dirty_jobs()
+        # A full pass (every FULL_PASS_S, and when a node changed state) reads every active
+        # job and placed job's tasks; in between only new, changed, dirty and ending ones.
         node_states = {n: r.state for n, r in nodes.items()}
         full = (
             now - self._last_full >= max(FULL_PASS_S, self.settings.loop.interval_s)
@@ -177,6 +197,8 @@ class Loop:
         if full:
             self._last_full = now
         self._node_states = node_states
+        self._draining = [n for n, st in node_states.items() if st == "draining"]
+        active, dirty = self.jobs.read(self.store, full)
         placed = [
             j
             for j in active
@@ -185,22 +207,17 @@ class Loop:
         ]
         tasks = self.store.tasks_of([j.name for j in placed])
         todo = [j for j in active if j.state in (JobState.SUBMITTED, JobState.QUEUED)] + placed
-        changed = []
-        self._pipe = self.store.r.pipeline(transaction=True)
         for job in todo:
-            if self._advance(job, tasks.get(job.name, []), nodes, now):
-                result.transitions += 1
-                changed.append(job.name)
-        self._flush()
-        if changed:  # read back what this cycle changed; the rest is as read above
-            fresh = {j.name: j for j in self.store.get_jobs(changed, with_spec=False)}
-            active = [fresh.get(j.name, j) for j in active]
+            result.transitions += self._advance(job, tasks.get(job.name, []), nodes, now)
+        self._flush()  # the cached records were changed along with the queued writes
         live_names = {j.name for j in active}
         for key in [k for k in self._core_jobs if k[0] not in live_names]:
             del self._core_jobs[key]
         t1 = time.perf_counter()
-        snapshot, ctx = take_snapshot(self.store, self._specs, active, self._core_jobs)
-        snapshot = _with_releasing(snapshot, ctx.jobs, self._nominations)
+        snapshot, ctx = take_snapshot(
+            self.store, self.jobs.specs, active, self._core_jobs, view=self.view
+        )
+        snapshot = with_releasing(snapshot, ctx.jobs, self._nominations)
         snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
@@ -213,26 +230,21 @@ class Loop:
         result.seconds.update(core=t3 - t2, commit=time.perf_counter() - t3)
         result.committed, result.detail = ok, detail
         if ok:
+            self.view.committed(ctx.version, int(detail), payload)
+            self.jobs.committed(payload, self.store.committed_at or now)
             self._nominations = dict(decision.nominations)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
             if payload["binds"] or payload["preemptions"] or payload["grows"]:
+                grows = len(payload["grows"])
                 log.info(
-                    "committed %d binds, %d grows, %d preemptions (version %s)",
-                    result.bound,
-                    len(payload["grows"]),
-                    result.preempted,
-                    detail,
+                    f"committed {result.bound} binds, {grows} grows, "
+                    f"{result.preempted} preemptions (version {detail})"
                 )
         else:
             log.info("commit refused: %s", detail)
+            self.forget()
         return result
-
-    # ---- heartbeats -----------------------------------------------------------------
-    def _check_heartbeats(self, nodes: dict[str, NodeRecord], now: float) -> None:
-        """Mark lost the nodes observed silent past their limit, or raise the cluster
-        condition instead (:class:`scheduler.health.NodeHealth`); updates ``nodes``."""
-        self._health.check(nodes, now)
 
     # ---- lifecycle ------------------------------------------------------------------
     def _advance(
@@ -241,40 +253,37 @@ class Loop:
         """Move one job along its lifecycle; True when it changed state."""
         st = JobState(job.state)
         if st in (JobState.SUBMITTED, JobState.QUEUED) and job.stop_requested:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.STOPPED,
                 job.stop_requested,
                 now=now,
                 attempt=job.attempt,
-                pipe=self._pipe,
                 end_time=now,
             )
             return True
         if st == JobState.SUBMITTED:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.QUEUED,
                 f"queued in virtual cluster {job.vc}",
                 now=now,
                 attempt=job.attempt,
-                pipe=self._pipe,
             )
             return True
         if st == JobState.QUEUED:
             return False
         spec = self._spec(job)
         tasks = ordered_tasks(spec, tasks)
-        self._mark_lost(job, tasks, nodes)
+        self._mark_lost(job, tasks, nodes, now)
         changed = False
         if st == JobState.SCHEDULED and any(t.state != TaskState.SCHEDULED for t in tasks):
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.RUNNING,
                 "tasks started",
                 now=now,
                 attempt=job.attempt,
-                pipe=self._pipe,
                 start_time=now,
             )
             job.start_time = now
@@ -283,24 +292,23 @@ class Loop:
         if ending is None:
             step = self._outcome(job, spec, tasks, nodes)
             if step.ending is None:
-                return self._apply_step(job, tasks, step) or changed
+                return self._apply_step(job, tasks, step, now) or changed
             ending = step.ending
-            self._flush()  # queued transitions of this job go first
-            self.store.set_job_fields(job.name, ending=ending.to_dict())
+            self._batch.set_job_fields(job.name, ending=ending.to_dict())
+            job.ending = ending.to_dict()
             log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
-        self._flush()
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
             if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
                 t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
-        self.store.update_tasks(job.name, stop)
+        self._batch.update_tasks(job.name, stop)
         if not all(t.done for t in tasks):
             return changed
         return self._finish(job, spec, tasks, ending, now)
 
     def _mark_lost(
-        self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
+        self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord], now: float
     ) -> None:
         lost = []
         for t in tasks:
@@ -312,25 +320,30 @@ class Loop:
                 t.cause = Cause.NODE_LOST
                 lost.append(t)
         if lost:
-            self.store.update_tasks(job.name, lost, notify=False)
-            self.store.add_event(
-                job.name, "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost}))
+            self._batch.update_tasks(job.name, lost, notify=False)
+            self._batch.add_event(
+                job.name,
+                "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost})),
+                now=now,
+                state=job.state,
+                attempt=job.attempt,
             )
 
     def _outcome(
         self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
     ) -> lifecycle.Step:
         """What happens next to this attempt (:func:`scheduler.lifecycle.decide`)."""
-        draining = [n for n, rec in nodes.items() if rec.state == "draining"]
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
-            draining=draining,
+            draining=self._draining,
         )
 
-    def _apply_step(self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step) -> bool:
+    def _apply_step(
+        self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step, now: float
+    ) -> bool:
         """Apply a :class:`scheduler.lifecycle.Step`: restarts in place, releases, stops (of a
         restarting role), freed allocations. True when any task changed."""
         by_key = {t.key: t for t in tasks}
@@ -341,16 +354,23 @@ class Loop:
             t.exit_code = t.started = t.finished = None
             t.handle = ""
             changed.append(t)
-            self.store.add_event(job.name, f"task {r.key} restarted in place: {r.reason}")
+            self._batch.add_event(
+                job.name,
+                f"task {r.key} restarted in place: {r.reason}",
+                now=now,
+                state=job.state,
+                attempt=job.attempt,
+            )
         for keys, desired in ((step.release, "run"), (step.stop, "stop")):  # stop: restart_role
             for key in keys:
                 by_key[key].desired = desired
                 changed.append(by_key[key])
         if changed:
-            self._flush()
-            self.store.update_tasks(job.name, changed)
+            self._batch.update_tasks(job.name, changed)
         if step.free:
-            self.store.free_tasks(job.name, step.free)
+            self._flush()
+            if self.store.free_tasks(job.name, step.free):
+                self.view.invalidate()  # a version bump the view does not follow
         return bool(changed)
 
     def _finish(
@@ -363,7 +383,7 @@ class Loop:
     ) -> bool:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
-        self.store.release(job.name)  # this cycle's snapshot (taken next) sees the room
+        self._batch.release(job.name)  # this cycle's snapshot (taken next) sees the room
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight
@@ -384,8 +404,8 @@ class Loop:
             },
         ]
         if state == JobState.QUEUED:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 JobState.QUEUED,
                 ending.reason,
                 now=now,
@@ -399,8 +419,8 @@ class Loop:
                 attempts=attempts,
             )
         else:
-            self.store.transition(
-                job.name,
+            self._transition(
+                job,
                 state,
                 ending.reason,
                 now=now,
@@ -417,7 +437,7 @@ class Loop:
             ttl = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
             if ttl is not None:
-                self.store.expire_job_at(job.name, now + ttl)
+                self._batch.expire_job_at(job.name, now + ttl)
         return True
 
     def _clean_up_finished(self, now: float) -> None:
@@ -446,32 +466,12 @@ class Loop:
                     self.store.record_cycle(time.perf_counter() - started)  # for /metrics
                 except Exception:  # noqa: BLE001 - keep the loop alive, say what broke
                     log.exception("scheduling cycle failed")
+                    self.forget()
                     self._health.blind()  # silences restart when the store answers again
                     stop.wait(interval)
                 notes.wait(interval)  # a notification, or the interval
         finally:
             notes.close()
-
-
-def _with_releasing(snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict) -> Snapshot:
-    """The snapshot with running jobs that are already on their way out (preempted, or
-    stopping) marked ``releasing`` and the previous Decision's nominations, so that the core
-    neither preempts them again nor lets a job ahead in the queue take what was freed for
-    another (scheduler/core/README.md, "Preemption")."""
-    running = snapshot.running
-    if any(_ending(jobs.get(rj.name)) for rj in running):
-        running = tuple(
-            replace(rj, releasing=True) if _ending(jobs.get(rj.name)) else rj for rj in running
-        )
-    if running is snapshot.running and not nominations:
-        return snapshot
-    return replace(snapshot, running=running, nominations=nominations)
-
-
-def _ending(rec: JobRecord | None) -> bool:
-    return rec is not None and (
-        rec.state == JobState.PREEMPTED or bool(rec.ending) or bool(rec.stop_requested)
-    )
 
 
 def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:

@@ -1,7 +1,9 @@
 """The node agent: register, heartbeat, run the tasks bound to this node, report them.
 
-Pipeline of one pass (:meth:`Agent.reconcile`, run on every notification of the node's
-channel and at least twice a second)::
+Pipeline of one pass (:meth:`Agent.reconcile`). The agent blocks on its node's wake-up
+list (``node:<node>:wake``, BLPOP; pushed by the commit and the loop's task updates) for at
+most LOCAL_POLL_S; the store is read when woken and at least every BINDINGS_REFRESH_S, the
+local tasks are looked at on every pass::
 
     bindings (ledger set of this node) + task records
         -> start tasks that are scheduled here and desired to run (start-up: job dir,
@@ -52,7 +54,6 @@ from scheduler.spec.model import JobSpec
 from scheduler.spec.secrets import env_name
 from scheduler.store.agent_store import NodeStore
 from scheduler.store.lease import fence_s
-from scheduler.store.notify import Notifications
 from scheduler.store.records import Cause, NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import Store
 
@@ -60,6 +61,11 @@ log = logging.getLogger("pasture.agent")
 
 FENCE_POLL_S = 0.25
 """Seconds between two checks of the lease by the fence thread."""
+LOCAL_POLL_S = 0.5
+"""Seconds between two looks at the local tasks (exits are reported within this)."""
+BINDINGS_REFRESH_S = 5.0
+"""Seconds between two reads of the node's bindings when no wake-up came (a safety net:
+the commit and the loop's task updates wake the agent through ``node:<node>:wake``)."""
 
 
 @dataclass
@@ -117,6 +123,7 @@ class Agent:
         self._lock = threading.Lock()
         self._stoppers: dict[str, threading.Thread] = {}
         self._last_heartbeat = 0.0
+        self._records: dict[tuple[str, str], TaskRecord] | None = None  # last read
         self.gpu_health = GpuHealthMonitor(
             RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
         )
@@ -219,13 +226,14 @@ class Agent:
         self.gpu_health.check(self.store, self.node, report["gpu_health"])
 
     # ---- reconcile ------------------------------------------------------------------
-    def reconcile(self) -> None:
-        """One pass: start, stop and report tasks (see the module docstring)."""
-        records: dict[tuple[str, str], TaskRecord] = {}
-        for job, key in self.store.node_bindings(self.node):
-            rec = self.store.task(job, key)
-            if rec is not None and rec.node == self.node:
-                records[(job, key)] = rec
+    def reconcile(self, read: bool = True) -> None:
+        """One pass: start, stop and report tasks (see the module docstring). ``read``
+        False: only report local tasks that ended (no store read; tasks start only on a
+        pass that read the store)."""
+        if read or self._records is None:
+            read = True
+            self._records = self.store.bound_tasks(self.node)  # one pipelined read
+        records = self._records
         # stop what the store no longer wants here
         for t in list(self.local.values()):
             rec = records.get((t.job, t.key))
@@ -273,6 +281,8 @@ class Agent:
             with self._lock:
                 self.local.pop(t.lid, None)
             self._save_state()
+        if not read:
+            return
         # start what is bound here and not running yet
         running = {(t.job, t.key, t.attempt) for t in self.local.values()}
         for (job, key), rec in records.items():
@@ -461,7 +471,6 @@ class Agent:
         ]
         for th in threads:
             th.start()
-        notes = Notifications(self.store, self.store.node_channel(self.node))
         log.info(
             "agent %s started (executor %s, lease %g s, fence %g s)",
             self.node,
@@ -469,15 +478,29 @@ class Agent:
             self.lease_s,
             self.fence_s,
         )
+        woken, last_read = True, 0.0
         try:
             while not stop.is_set():
+                read = woken or time.monotonic() - last_read >= BINDINGS_REFRESH_S
                 try:
-                    self.reconcile()
+                    self.reconcile(read=read)
+                    if read:
+                        last_read = time.monotonic()
                 except Exception:  # noqa: BLE001 - Redis hiccups must not kill the agent
                     log.exception("agent pass failed")
                     stop.wait(1.0)
-                notes.wait(0.5)
+                woken = self._wait_woken(stop)
         finally:
-            notes.close()
             for th in threads:
                 th.join(self.lease_s)
+
+    def _wait_woken(self, stop: threading.Event) -> bool:
+        """Wait up to LOCAL_POLL_S for a wake-up of this node (its bindings changed: the
+        store's blocking read); True when woken or when the store could not be asked (so
+        the next pass reads it)."""
+        try:
+            return self.store.wait_bindings(self.node, LOCAL_POLL_S)
+        except Exception as exc:  # noqa: BLE001 - unreachable store: poll instead
+            log.debug("waiting for bindings failed: %s", exc)
+            stop.wait(LOCAL_POLL_S)
+            return True

@@ -176,6 +176,10 @@ class ApiClient:
         data = self._spec("/api/v1/jobs:dry-run", body, json_body)
         return parse(DryRunOut, data, "dry run")
 
+    def submit_batch(self, documents: list[dict]) -> dict:
+        """``POST /api/v1/jobs:batch``: ``{"items": [...], "created", "failed"}``."""
+        return self.request("POST", "/api/v1/jobs:batch", json={"jobs": documents})
+
     def jobs(self, **params: Any) -> JobPage:
         from scheduler.api.schemas import JobPage
 

@@ -129,6 +129,9 @@ def _final(job: JobOut) -> int:
 @handle_errors
 def submit(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec (YAML/JSON)"),
+    more: list[Path] | None = typer.Argument(
+        None, exists=True, dir_okay=False, help="more job specs: all sent in one batch request"
+    ),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="stream every task's log (role-index | line)"
     ),
@@ -155,11 +158,23 @@ def submit(
     """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
 
     Fields of a foreign format that have no effect here are printed as warnings.
-    --secret/--secrets-file give values of the secrets the job declares."""
+    --secret/--secrets-file give values of the secrets the job declares. Several files go
+    in one request (``POST /api/v1/jobs:batch``, at most 500); each is reported on its
+    own, and the exit code is 1 when any was refused."""
     from scheduler.cli.jobsecrets import read_secrets
     from scheduler.cli.jobspec import submit_with_overrides
 
     client = _client()
+    if more:
+        from scheduler.cli.batch import submit_files
+
+        one_file = (follow, wait, dry_run, new_name, vc, env, sets, secret, secrets_file)
+        if any(one_file):
+            raise typer.BadParameter(
+                "--follow, --wait, --dry-run, --name, --vc, --env, --set, --secret and"
+                f" --secrets-file take one file, got {1 + len(more)}"
+            )
+        raise typer.Exit(submit_files(client, [file, *more], as_json))
     given = read_secrets(secret, secrets_file)
     if dry_run:
         from scheduler.cli.dryrun import dry_run_file

@@ -7,6 +7,7 @@ The model (Redis 7 ACL v2 key permissions and selectors; docs/ansible.md "Creden
    read-write  pasture:node:<name>            its node record (registration, heartbeat)
                pasture:node:<name>:usage      its usage history
                pasture:node:<name>:reports    its report stream (task states, registration)
+               pasture:node:<name>:wake       its wake-ups (BLPOP; pushed by the commit)
    read        pasture:node:<name>:tasks      its bindings (written by the loop's commit)
                pasture:job:*                  job records, specs and task records
    selectors   (+sadd ~pasture:nodes ~pasture:reports:pending)  may add, never remove, a
@@ -51,6 +52,7 @@ AGENT_COMMANDS = (
     "expire",
     "lrange",
     "xadd",
+    "blpop",
     "publish",
     "subscribe",
     "unsubscribe",
@@ -98,6 +100,7 @@ def agent_rules(node: str, prefix: str = DEFAULT_PREFIX) -> list[str]:
         f"%RW~{own}",
         f"%RW~{own}:usage",
         f"%RW~{own}:reports",
+        f"%RW~{own}:wake",
         f"%R~{own}:tasks",
         f"%R~{prefix}job:*",
         f"&{prefix}notify:node:{node}",

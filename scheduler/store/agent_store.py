@@ -8,10 +8,12 @@ goes to this node's own keys::
                    XADD node:<n>:reports {kind: register}, PUBLISH notify:loop
     heartbeat      script: HSET node:<n> heartbeat/usage, usage history and the
                    cluster's per-minute sums; lost -> ready with a {kind: node} report
-    report_task    XADD node:<n>:reports {kind: task, job, key, attempt, state, ...},
-                   PUBLISH notify:loop
+    report_task    script lua.NODE_REPORT: XADD node:<n>:reports {kind: task, job, key,
+                   attempt, state, ...}, SADD reports:pending, PUBLISH notify:loop only
+                   when the node was not pending yet (one round trip)
     (every XADD)   SADD reports:pending <n> in the same transaction, so the loop reads
                    only the streams of nodes with something queued
+    wait_bindings  BLPOP node:<n>:wake (written by the commit and the loop's task updates)
     reads          node:<n>:tasks (bindings), job:<job> (spec), job:<job>:tasks, TIME
 
 The loop applies the reports (:func:`scheduler.store.reports.apply_node_reports`) only for
@@ -26,7 +28,7 @@ from typing import Any
 
 import redis
 
-from scheduler.store.lua import NODE_HEARTBEAT
+from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
 from scheduler.store.nodes import heartbeat_args
 from scheduler.store.records import JobRecord, NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import Store
@@ -56,6 +58,7 @@ class NodeStore:
         self.p = self._s.p
         self.node = node
         self._heartbeat = client.register_script(NODE_HEARTBEAT)
+        self._node_report = client.register_script(NODE_REPORT)
 
     @classmethod
     def from_settings(cls, redis_settings: Any, node: str, **kwargs: Any) -> NodeStore:
@@ -86,6 +89,17 @@ class NodeStore:
     def node_bindings(self, node: str) -> list[tuple[str, str]]:
         """(job, task key) pairs the ledger binds to ``node`` (this node's set)."""
         return self._s.node_bindings(node)
+
+    def wait_bindings(self, node: str, timeout_s: float) -> bool:
+        """Block until this node's agent is woken or ``timeout_s`` passes
+        (:meth:`scheduler.store.Store.wait_bindings`)."""
+        self._own(node)
+        return self._s.wait_bindings(node, timeout_s)
+
+    def bound_tasks(self, node: str) -> dict[tuple[str, str], TaskRecord]:
+        """This node's bound tasks (:meth:`scheduler.store.Store.bound_tasks`)."""
+        self._own(node)
+        return self._s.bound_tasks(node)
 
     def task(self, job: str, key: str) -> TaskRecord | None:
         """The task record ``key`` (``<role>-<index>``) of ``job``, or None."""
@@ -172,35 +186,34 @@ class NodeStore:
         handle: str = "",
         cause: str = "",
         diagnosis: dict[str, Any] | None = None,
+        pipe: redis.client.Pipeline | None = None,
     ) -> bool:
         """Queue a report on a task of this node (state running / succeeded / failed /
         stopped / lost, exit code, message, executor handle, infrastructure cause or "")
         for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
-        to this node. Returns True (queued; whether it applies is the loop's decision).
-        Raises ValueError for another node."""
+        to this node. One round trip (lua.NODE_REPORT: XADD, SADD, and a PUBLISH when it
+        made the node pending); with ``pipe`` only queued on it (a caller reporting many
+        at once). Returns True
+        (queued; whether it applies is the loop's decision). Raises ValueError for
+        another node."""
         self._own(node)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(
-            self.reports_key(),
-            {
-                "kind": "task",
-                "job": job,
-                "key": key,
-                "attempt": str(attempt),
-                "state": str(state),
-                "exit_code": "" if exit_code is None else str(exit_code),
-                "message": message,
-                "handle": handle,
-                "cause": cause,
-                # issue 19: the failure's class (scheduler.diagnosis), JSON
-                "diagnosis": json.dumps(diagnosis) if diagnosis else "",
-            },
-            maxlen=REPORTS_MAXLEN,
-            approximate=True,
-        )
-        pipe.sadd(self._s.k("reports", "pending"), self.node)
-        pipe.publish(self.loop_channel, "task")
-        pipe.execute()
+        fields = {
+            "kind": "task",
+            "job": job,
+            "key": key,
+            "attempt": str(attempt),
+            "state": str(state),
+            "exit_code": "" if exit_code is None else str(exit_code),
+            "message": message,
+            "handle": handle,
+            "cause": cause,
+            # issue 19: the failure's class (scheduler.diagnosis), JSON
+            "diagnosis": json.dumps(diagnosis) if diagnosis else "",
+        }
+        args = [self.p, self.node, REPORTS_MAXLEN]
+        for k, v in fields.items():
+            args += [k, v]
+        self._node_report(args=args, client=pipe or self.r)
         return True
 
     def request_cordon(self, node: str, reason: str) -> bool:

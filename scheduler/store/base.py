@@ -45,8 +45,11 @@ class StoreBase:
         self.r = client
         self.p = prefix
         self._commit = client.register_script(lua.COMMIT)
+        self.committed_at: float | None = None  # Redis time of this store's last commit
         self._report = client.register_script(lua.REPORT_TASK)
         self._heartbeat = client.register_script(lua.HEARTBEAT)
+        self._release = client.register_script(lua.RELEASE)
+        self._create_job = client.register_script(lua.CREATE_JOB)
 
     @classmethod
     def from_settings(cls, redis_settings: Any, **kwargs: Any) -> Self:
@@ -79,15 +82,35 @@ class StoreBase:
         """Wake the loop (kind: submit | stop | task | node)."""
         self.r.publish(self.loop_channel, kind)
 
-    def notify_node(self, node: str, kind: str = "bindings") -> None:
-        """Wake a node's agent."""
-        self.r.publish(self.node_channel(node), kind)
+    def notify_node(self, node: str, kind: str = "bindings", pipe: Any = None) -> None:
+        """Wake a node's agent: a message on its channel and one pending entry on its
+        ``node:<node>:wake`` list (what the agent's blocking read waits on; at most one
+        kept). With ``pipe`` only queued on it."""
+        p = pipe if pipe is not None else self.r.pipeline(transaction=True)
+        p.publish(self.node_channel(node), kind)
+        p.lpush(self.k("node", node, "wake"), kind)
+        p.ltrim(self.k("node", node, "wake"), 0, 0)
+        if pipe is None:
+            p.execute()
+
+    def wait_bindings(self, node: str, timeout_s: float) -> bool:
+        """Block until ``node``'s agent is woken (:meth:`notify_node`, the commit) or
+        ``timeout_s`` passes (BLPOP on ``node:<node>:wake``; the entry is durable, so a
+        wake-up sent while the agent was away is not lost). True when woken."""
+        return self.r.blpop([self.k("node", node, "wake")], timeout=timeout_s) is not None
 
     def subscribe(self, *channels: str) -> redis.client.PubSub:
         """A PubSub subscribed to ``channels`` (e.g. ``store.loop_channel``)."""
         ps = self.r.pubsub(ignore_subscribe_messages=True)
         ps.subscribe(*channels)
         return ps
+
+    def batch(self) -> Any:
+        """A :class:`scheduler.store.batch.WriteBatch` on this store (writes queued for one
+        round trip)."""
+        from scheduler.store.batch import WriteBatch
+
+        return WriteBatch(self)
 
     # ---- reads ----------------------------------------------------------------------
     def _read_hashes(self, keys: list[str], fields: Sequence[str] | None) -> list[dict[str, str]]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -36,42 +37,78 @@ _JOB_FIELDS_NO_SPEC = [
 ]
 
 
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JobRecord))
+
+
 class JobsMixin(StoreBase):
     """The job area of :class:`scheduler.store.Store`."""
 
     def create_job(self, spec: Any, user: str = "", sealed_secrets: str = "") -> JobRecord:
-        """Store a validated :class:`scheduler.spec.JobSpec` in state ``submitted``, with
-        the token of its sealed secret values (:mod:`scheduler.sealed`) in the hash field
-        ``sealed_secrets`` when given (read back only by :meth:`sealed_secrets`).
+        """Store a validated :class:`scheduler.spec.JobSpec` in state ``submitted`` (one
+        round trip: ``lua.CREATE_JOB``), with the token of its sealed secret values
+        (:mod:`scheduler.sealed`) in the hash field ``sealed_secrets`` when given (read
+        back only by :meth:`sealed_secrets`).
 
         Raises JobExistsError when the name is taken. Wakes the loop.
         """
-        name = spec.name
-        jk = self.k("job", name)
-        if not self.r.hsetnx(jk, "name", name):
-            raise JobExistsError(f"a job named {name!r} exists already; job names are unique")
-        now = self.now()
-        rec = JobRecord(
-            name=name,
+        rec = self._new_record(spec, user)
+        created = self._create_job(args=self._create_args(rec, sealed_secrets=sealed_secrets))
+        if not created:
+            raise JobExistsError(f"a job named {rec.name!r} exists already; job names are unique")
+        rec.created = rec.updated = float(created)
+        return rec
+
+    def create_jobs(
+        self, specs: list[Any], user: str = "", sealed_secrets: list[str] | None = None
+    ) -> list[JobRecord | None]:
+        """Store many validated specs in one round trip (each atomically, as
+        :meth:`create_job`; ``sealed_secrets``: each spec's token, "" for none). Returns,
+        in order, each stored record, or None where the name was taken (that job is not
+        stored; the others are)."""
+        tokens = sealed_secrets or [""] * len(specs)
+        recs = [self._new_record(spec, user) for spec in specs]
+        pipe = self.r.pipeline(transaction=False)
+        for i, rec in enumerate(recs):  # one wake-up of the loop, with the last job
+            quiet = i < len(recs) - 1
+            args = self._create_args(rec, quiet=quiet, sealed_secrets=tokens[i])
+            self._create_job(args=args, client=pipe)
+        out: list[JobRecord | None] = []
+        for rec, created in zip(recs, pipe.execute(), strict=True):
+            if created:
+                rec.created = rec.updated = float(created)
+                out.append(rec)
+            else:
+                out.append(None)
+        return out
+
+    @staticmethod
+    def _new_record(spec: Any, user: str) -> JobRecord:
+        return JobRecord(
+            name=spec.name,
             vc=spec.vc,
             user=user,
             priority=spec.priority,
             spec=spec.model_dump(mode="json"),
             state=JobState.SUBMITTED,
             reason="submitted",
-            created=now,
-            updated=now,
         )
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(jk, mapping=self._job_fields(rec))
-        if sealed_secrets:
-            pipe.hset(jk, "sealed_secrets", sealed_secrets)
-        pipe.zadd(self.k("jobs"), {name: now})
-        pipe.sadd(self.k("jobs", "active"), name)
-        pipe.rpush(jk + ":events", event(now, "submitted", 1, f"submitted by {user or 'unknown'}"))
-        pipe.publish(self.loop_channel, "submit")
-        pipe.execute()
-        return rec
+
+    def _create_args(
+        self, rec: JobRecord, quiet: bool = False, sealed_secrets: str = ""
+    ) -> list[str]:
+        # shallow: asdict() deep-copies the spec, most of a submit's store-side cost
+        fields = encode_fields(
+            {f: getattr(rec, f) for f in _RECORD_FIELDS if f not in ("created", "updated")}
+        )
+        if sealed_secrets:  # a hash field of its own, never part of the record's answers
+            fields["sealed_secrets"] = sealed_secrets
+        return [
+            self.p,
+            rec.name,
+            json.dumps(fields),
+            rec.user or "unknown",
+            "quiet" if quiet else "",
+        ]
 
     @staticmethod
     def _job_fields(rec: JobRecord) -> dict[str, str]:
@@ -180,6 +217,7 @@ class JobsMixin(StoreBase):
             event(self.now(), job.state, job.attempt, f"stop requested: {reason}"),
         )
         pipe.sadd(self.k("jobs", "dirty"), name)
+        pipe.sadd(self.k("jobs", "changed"), name)
         pipe.publish(self.loop_channel, "stop")
         pipe.execute()
         job.stop_requested = reason
@@ -205,12 +243,16 @@ class JobsMixin(StoreBase):
             pipe.zrem(self.k("jobs", "expiry"), name)
             pipe.srem(self.k("jobs", "active"), name)
             pipe.srem(self.k("jobs", "dirty"), name)
+            pipe.srem(self.k("jobs", "changed"), name)
 
         self.r.transaction(tx, jk)
 
-    def expire_job_at(self, name: str, when: float) -> None:
-        """Mark a finished job for deletion at ``when`` (seconds since the epoch)."""
-        self.r.zadd(self.k("jobs", "expiry"), {name: when})
+    def expire_job_at(
+        self, name: str, when: float, pipe: redis.client.Pipeline | None = None
+    ) -> None:
+        """Mark a finished job for deletion at ``when`` (seconds since the epoch); with
+        ``pipe`` only queued on it."""
+        (pipe or self.r).zadd(self.k("jobs", "expiry"), {name: when})
 
     def drop_expiry(self, name: str) -> None:
         """Forget a deletion time set by :meth:`expire_job_at`."""
@@ -228,10 +270,19 @@ class JobsMixin(StoreBase):
         """Names of jobs whose tasks were reported on, stopped or preempted since the last
         call (atomically read and cleared). The loop re-reads only those between its full
         passes."""
+        return self.take_marks()[0]
+
+    def take_marks(self) -> tuple[set[str], set[str]]:
+        """``(dirty, changed)``, both read and cleared in one transaction: ``jobs:dirty``
+        (tasks reported on, stopped or preempted: their tasks are read again) and
+        ``jobs:changed`` (the job record itself changed outside the loop: a stop request,
+        a preemption; the record is read again)."""
         pipe = self.r.pipeline(transaction=True)
         pipe.smembers(self.k("jobs", "dirty"))
-        pipe.delete(self.k("jobs", "dirty"))
-        return set(pipe.execute()[0])
+        pipe.smembers(self.k("jobs", "changed"))
+        pipe.delete(self.k("jobs", "dirty"), self.k("jobs", "changed"))
+        dirty, changed, _ = pipe.execute()
+        return set(dirty), set(changed)
 
     def transition(
         self,
@@ -267,11 +318,29 @@ class JobsMixin(StoreBase):
         if own:
             p.execute()
 
-    def set_job_fields(self, name: str, **fields: Any) -> None:
-        """Set job fields without a state change (None clears, dicts are JSON)."""
-        self.r.hset(self.k("job", name), mapping=encode_fields(fields))
+    def set_job_fields(
+        self, name: str, _pipe: redis.client.Pipeline | None = None, **fields: Any
+    ) -> None:
+        """Set job fields without a state change (None clears, dicts are JSON); with
+        ``_pipe`` only queued on it."""
+        (_pipe or self.r).hset(self.k("job", name), mapping=encode_fields(fields))
 
-    def add_event(self, name: str, reason: str) -> None:
-        """Append an event that is not a state change (e.g. a task finished)."""
-        h = self.r.hmget(self.k("job", name), "state", "attempt")
-        self.r.rpush(self.k("job", name) + ":events", event(self.now(), h[0], h[1] or 1, reason))
+    def add_event(
+        self,
+        name: str,
+        reason: str,
+        *,
+        at: tuple[float, str, int] | None = None,
+        pipe: redis.client.Pipeline | None = None,
+    ) -> None:
+        """Append an event that is not a state change (e.g. a task finished). ``at``:
+        (time s, state, attempt) when the caller knows them (saves two round trips);
+        with ``pipe`` only queued on it."""
+        if at is None:
+            h = self.r.hmget(self.k("job", name), "state", "attempt")
+            at = (self.now(), h[0], h[1] or 1)
+        (pipe or self.r).rpush(self.k("job", name) + ":events", event(*at, reason))
+
+    def active_job_names(self) -> set[str]:
+        """Names of the jobs not in a terminal state (``jobs:active``)."""
+        return set(self.r.smembers(self.k("jobs", "active")))

@@ -5,21 +5,50 @@ Redis, never Redis Cluster, so undeclared keys are fine). Time is Redis' ``TIME`
 heartbeats, the loop and the API agree on one clock.
 """
 
-# ARGV: prefix, expected version, payload JSON
-#   payload = {binds: [{job, attempt, tasks: [{key, node, alloc, task}]}],
-#              grows: [same shape: tasks added to a scheduled/running job],
-#              preemptions: [{job, reason}], pending: {job: reason_json}}
-# Returns {ok, version_or_error}. All-or-nothing: any failed check aborts before a write.
-COMMIT = r"""
-local p = ARGV[1]
+# The one Lua builder of a job event, the same JSON as ``codec.event`` (``{time, state,
+# attempt, reason}``); every script that appends to ``job:<job>:events`` starts with it
+# (tests/scheduler/store/test_store_perf.py checks both builders agree).
+EVENT = r"""
+local function event(jk, now, state, attempt, reason)
+  redis.call('RPUSH', jk .. ':events', cjson.encode({time = now, state = state,
+             attempt = tonumber(attempt), reason = reason}))
+end
+"""
+
+_NOW = r"""
 local now_t = redis.call('TIME')
 local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
+"""
+
+# ARGV: prefix, expected version, payload JSON
+#   payload = {binds: [{job, attempt, nodes, tasks: [{key, node, alloc, task}]}],
+#              grows: [same shape: tasks added to a scheduled/running job],
+#              preemptions: [{job, reason}], pending: {job: reason_json}}
+# Returns {1, version, commit time} or {0, error}. All-or-nothing: any failed check aborts
+# before a write. Every node given a task (or a task to stop) gets a ``bindings``
+# notification. Preempted jobs go to jobs:dirty and jobs:changed (the loop re-reads them).
+COMMIT = (
+    EVENT
+    + _NOW
+    + r"""
+local p = ARGV[1]
 local version = tonumber(redis.call('GET', p .. 'version') or '0')
 if version ~= tonumber(ARGV[2]) then
   return {0, 'version ' .. ARGV[2] .. ' is stale; store is at ' .. version}
 end
 local d = cjson.decode(ARGV[3])
 local nodes_ok = {}
+-- nil when every node of the bind is ready, else the refusal
+local function nodes_refused(b)
+  for _, t in ipairs(b.tasks) do
+    if nodes_ok[t.node] == nil then
+      local ns = redis.call('HGET', p .. 'node:' .. t.node, 'state')
+      if ns ~= 'ready' then return 'node ' .. t.node .. ' is ' .. tostring(ns) end
+      nodes_ok[t.node] = true
+    end
+  end
+  return nil
+end
 for _, b in ipairs(d.binds) do
   local jk = p .. 'job:' .. b.job
   local st = redis.call('HGET', jk, 'state')
@@ -32,15 +61,8 @@ for _, b in ipairs(d.binds) do
   if redis.call('EXISTS', jk .. ':alloc') == 1 then
     return {0, 'job ' .. b.job .. ' already holds an allocation'}
   end
-  for _, t in ipairs(b.tasks) do
-    if nodes_ok[t.node] == nil then
-      local ns = redis.call('HGET', p .. 'node:' .. t.node, 'state')
-      if ns ~= 'ready' then
-        return {0, 'node ' .. t.node .. ' is ' .. tostring(ns)}
-      end
-      nodes_ok[t.node] = true
-    end
-  end
+  local refused = nodes_refused(b)
+  if refused then return {0, refused} end
 end
 -- grows: tasks added to a running gang (replicas beyond min_available placed later);
 -- a grow whose job moved on (other attempt, ending, stop) or whose task exists is dropped
@@ -54,18 +76,16 @@ for _, b in ipairs(d.grows or {}) do
     and (redis.call('HGET', jk, 'stop_requested') or '') == ''
   for _, t in ipairs(b.tasks) do
     if ok and redis.call('HEXISTS', jk .. ':tasks', t.key) == 1 then ok = false end
-    if ok and nodes_ok[t.node] == nil then
-      local ns = redis.call('HGET', p .. 'node:' .. t.node, 'state')
-      if ns ~= 'ready' then
-        return {0, 'node ' .. t.node .. ' is ' .. tostring(ns)}
-      end
-      nodes_ok[t.node] = true
-    end
   end
-  if ok then table.insert(grows, b) end
+  if ok then
+    local refused = nodes_refused(b)
+    if refused then return {0, refused} end
+    table.insert(grows, b)
+  end
 end
 local notify = {}
-for _, b in ipairs(grows) do
+-- ledger entry, node binding, job allocation and task record of each task of a bind/grow
+local function place(b)
   local jk = p .. 'job:' .. b.job
   for _, t in ipairs(b.tasks) do
     local lk = b.job .. '/' .. t.key
@@ -77,27 +97,20 @@ for _, b in ipairs(grows) do
     redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
     notify[t.node] = true
   end
-  redis.call('RPUSH', jk .. ':events', cjson.encode({time = now,
-             state = redis.call('HGET', jk, 'state'), attempt = tonumber(b.attempt),
-             reason = #b.tasks .. ' more task(s) placed on ' .. b.nodes}))
+  return jk
+end
+for _, b in ipairs(grows) do
+  local jk = place(b)
+  event(jk, now, redis.call('HGET', jk, 'state'), b.attempt,
+        #b.tasks .. ' more task(s) placed on ' .. b.nodes)
 end
 for _, b in ipairs(d.binds) do
   local jk = p .. 'job:' .. b.job
   redis.call('DEL', jk .. ':tasks')
-  for _, t in ipairs(b.tasks) do
-    local lk = b.job .. '/' .. t.key
-    redis.call('HSET', p .. 'ledger', lk, cjson.encode(t.alloc))
-    redis.call('SADD', p .. 'node:' .. t.node .. ':tasks', lk)
-    redis.call('SADD', jk .. ':alloc', lk)
-    local task = t.task
-    task['scheduled'] = now
-    redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
-    notify[t.node] = true
-  end
+  place(b)
   redis.call('HSET', jk, 'state', 'scheduled', 'scheduled_time', now, 'updated', now,
              'reason', 'placed on ' .. b.nodes, 'pending_reason', '')
-  redis.call('RPUSH', jk .. ':events', cjson.encode({time = now, state = 'scheduled',
-             attempt = tonumber(b.attempt), reason = 'placed on ' .. b.nodes}))
+  event(jk, now, 'scheduled', b.attempt, 'placed on ' .. b.nodes)
 end
 for _, v in ipairs(d.preemptions) do
   local jk = p .. 'job:' .. v.job
@@ -107,8 +120,8 @@ for _, v in ipairs(d.preemptions) do
     redis.call('HSET', jk, 'state', 'preempted', 'updated', now, 'reason', v.reason,
                'ending', cjson.encode({state = 'queued', reason = v.reason, preempted = true}))
     redis.call('SADD', p .. 'jobs:dirty', v.job)
-    redis.call('RPUSH', jk .. ':events', cjson.encode({time = now, state = 'preempted',
-               attempt = tonumber(redis.call('HGET', jk, 'attempt')), reason = v.reason}))
+    redis.call('SADD', p .. 'jobs:changed', v.job)
+    event(jk, now, 'preempted', redis.call('HGET', jk, 'attempt'), v.reason)
     local tasks = redis.call('HGETALL', jk .. ':tasks')
     for i = 1, #tasks, 2 do
       local t = cjson.decode(tasks[i + 1])
@@ -134,13 +147,71 @@ if #d.preemptions > 0 then
 end
 for node, _ in pairs(notify) do
   redis.call('PUBLISH', p .. 'notify:node:' .. node, 'bindings')
+  -- the agent's blocking read (BLPOP): one pending wake-up at most
+  redis.call('LPUSH', p .. 'node:' .. node .. ':wake', 'bindings')
+  redis.call('LTRIM', p .. 'node:' .. node .. ':wake', 0, 0)
 end
-return {1, tostring(newv)}
+return {1, tostring(newv), tostring(now)}
 """
+)
+
+# ARGV: prefix, job. Drops every ledger entry of the job, its node bindings and its
+# allocation set; bumps the version when anything was dropped. Returns {entries dropped,
+# version after}. (``Store.release``; the loop queues it in its write batch.)
+RELEASE = r"""
+local p = ARGV[1]
+local jk = p .. 'job:' .. ARGV[2]
+local entries = redis.call('SMEMBERS', jk .. ':alloc')
+for _, lk in ipairs(entries) do
+  local raw = redis.call('HGET', p .. 'ledger', lk)
+  if raw then
+    local node = cjson.decode(raw).node
+    redis.call('SREM', p .. 'node:' .. node .. ':tasks', lk)
+  end
+  redis.call('HDEL', p .. 'ledger', lk)
+end
+redis.call('DEL', jk .. ':alloc')
+local v
+if #entries > 0 then
+  v = redis.call('INCR', p .. 'version')
+else
+  v = tonumber(redis.call('GET', p .. 'version') or '0')
+end
+return {#entries, v}
+"""
+
+# ARGV: prefix, job, fields JSON (the job hash, without created / updated), user,
+#       'quiet' to not wake the loop (all but the last job of a batch).
+# Creates a job in state submitted in one step: refused (returns 0) when the name is
+# taken; else the hash (created = updated = now), the jobs / jobs:active indexes, the
+# first event, a wake-up of the loop. Returns the creation time (string).
+CREATE_JOB = (
+    EVENT
+    + _NOW
+    + r"""
+local p = ARGV[1]
+local jk = p .. 'job:' .. ARGV[2]
+if redis.call('EXISTS', jk) == 1 then return 0 end
+local f = cjson.decode(ARGV[3])
+local args = {}
+for k, v in pairs(f) do
+  table.insert(args, k)
+  table.insert(args, v)
+end
+redis.call('HSET', jk, 'created', tostring(now), 'updated', tostring(now), unpack(args))
+redis.call('ZADD', p .. 'jobs', now, ARGV[2])
+redis.call('SADD', p .. 'jobs:active', ARGV[2])
+event(jk, now, 'submitted', 1, 'submitted by ' .. ARGV[4])
+if ARGV[5] ~= 'quiet' then redis.call('PUBLISH', p .. 'notify:loop', 'submit') end
+return tostring(now)
+"""
+)
 
 # ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid,
 #       cause ('' = the task's own outcome, else an infrastructure cause: records.Cause)
-#       diagnosis JSON ('' = none: scheduler.diagnosis)
+#       diagnosis JSON ('' = none: scheduler.diagnosis), 'quiet' to not wake the loop (the
+#       loop applying its nodes' reports itself; a flood of self-notifications cost it
+#       most of a cycle at 500 jobs/s)
 # Applies an agent's report when it is about the task's current attempt on that node and
 # the task is not finished yet. Returns 1 when applied, 0 when stale.
 REPORT_TASK = r"""
@@ -167,8 +238,24 @@ else
 end
 redis.call('HSET', jk .. ':tasks', ARGV[3], cjson.encode(t))
 redis.call('SADD', p .. 'jobs:dirty', ARGV[2])
-redis.call('PUBLISH', p .. 'notify:loop', 'task')
+if ARGV[12] ~= 'quiet' then redis.call('PUBLISH', p .. 'notify:loop', 'task') end
 return 1
+"""
+
+# ARGV: prefix, node, stream MAXLEN, then the report's field / value pairs.
+# A node agent's report (scheduler/store/agent_store.py): XADD to its own stream, SADD the
+# node to reports:pending, and wake the loop only when that made the node pending (the
+# loop's settle script wakes itself for reports queued while it applied; reports.py), so
+# a busy cluster does not flood the loop with one notification per report. Returns the
+# entry id.
+NODE_REPORT = r"""
+local p = ARGV[1]
+local id = redis.call('XADD', p .. 'node:' .. ARGV[2] .. ':reports', 'MAXLEN', '~', ARGV[3],
+                      '*', unpack(ARGV, 4))
+if redis.call('SADD', p .. 'reports:pending', ARGV[2]) == 1 then
+  redis.call('PUBLISH', p .. 'notify:loop', 'task')
+end
+return id
 """
 
 # ARGV: prefix, node, usage JSON, usage sample JSON ('' = none), sample interval s, samples

@@ -30,6 +30,15 @@ def heartbeat_args(prefix: str, node: str, usage: dict[str, Any]) -> list[Any]:
 
 NODE_STATES = ("ready", "cordoned", "draining", "lost")
 
+# ARGV: prefix, node names. Each node's heartbeat field ('' when none), in order.
+_HEARTBEATS = r"""
+local out = {}
+for i = 2, #ARGV do
+  out[i - 1] = redis.call('HGET', ARGV[1] .. 'node:' .. ARGV[i], 'heartbeat') or ''
+end
+return out
+"""
+
 
 def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
     """The compact history sample of an agent's usage report: ``{cpu, mem, gpu}`` in
@@ -162,6 +171,14 @@ class NodesMixin(StoreBase):
         )
         return [self._node_from_hash(h) for h in rows if h.get("name")]
 
+    def heartbeats(self, names: list[str]) -> dict[str, float]:
+        """``{node: last heartbeat time (s)}`` of ``names`` in one round trip (0.0 for a node
+        without one); the loop's per-cycle read, lighter than :meth:`list_nodes`."""
+        if not names:
+            return {}
+        values = self.r.eval(_HEARTBEATS, 0, self.p, *names)  # one reply, not one per node
+        return {n: float(v or 0) for n, v in zip(names, values, strict=True)}
+
     def get_node(self, name: str) -> NodeRecord | None:
         h = self.r.hgetall(self.k("node", name))
         return self._node_from_hash(h) if h.get("name") else None
@@ -181,7 +198,7 @@ class NodesMixin(StoreBase):
         pipe.hset(nk, mapping={"state": state, "state_reason": reason})
         pipe.incr(self.k("version"))
         pipe.publish(self.loop_channel, "node")
-        pipe.publish(self.node_channel(name), "node")
+        self.notify_node(name, "node", pipe=pipe)
         pipe.execute()
         node = self.get_node(name)
         assert node is not None

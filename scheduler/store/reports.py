@@ -41,11 +41,17 @@ log = logging.getLogger("pasture.store.reports")
 # ARGV: prefix, node names. Drops from reports:pending the nodes whose stream is empty.
 _SETTLE = r"""
 local p = ARGV[1]
+local left = false
 for i = 2, #ARGV do
   if redis.call('XLEN', p .. 'node:' .. ARGV[i] .. ':reports') == 0 then
     redis.call('SREM', p .. 'reports:pending', ARGV[i])
+  else
+    left = true
   end
 end
+-- a node that queued reports meanwhile stays pending; its agent did not wake the loop
+-- (only a report that makes a node pending does: lua.NODE_REPORT), so wake it here
+if left then redis.call('PUBLISH', p .. 'notify:loop', 'task') end
 return 0
 """
 
@@ -181,6 +187,7 @@ def _task_args(
         f.get("handle", "")[:MAX_HANDLE],
         f.get("cause", "")[:MAX_CAUSE],  # ARGV[10] of REPORT_TASK where it takes a cause
         _diagnosis_arg(f.get("diagnosis", "")),  # ARGV[11]: issue 19
+        "quiet",  # ARGV[12]: the loop applies these itself; no wake-up for it
     ]
 
 

@@ -12,25 +12,23 @@ lowest free GPU indices, free meaning not held by any ledger entry on that node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.core.model import (
     Decision,
     Job,
-    Node,
-    NodeState,
     Resources,
     RunningJob,
     Snapshot,
-    TaskPlacement,
     VirtualCluster,
 )
 from scheduler.discovery import port_names
 from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
-from scheduler.store.records import Allocation, JobRecord, JobState, NodeRecord
+from scheduler.store.records import JobRecord, JobState, NodeRecord
 from scheduler.store.store import Store
+from scheduler.store.view import LedgerView
 
 
 @dataclass
@@ -56,6 +54,7 @@ def take_snapshot(
     spec_cache: dict[tuple[str, float], JobSpec] | None = None,
     jobs: list[JobRecord] | None = None,
     core_cache: dict[tuple, Job] | None = None,
+    view: LedgerView | None = None,
 ) -> tuple[Snapshot, SnapshotContext]:
     """Snapshot of nodes, VCs, queued jobs and allocations (see module docstring).
 
@@ -66,13 +65,15 @@ def take_snapshot(
             need no version protection: the commit script re-checks state and attempt.
         core_cache: the core's Job per (name, created, attempt, attained, user); the
             caller prunes it.
+        view: the loop's :class:`~scheduler.store.view.LedgerView` (refreshed here, so
+            nodes, VCs and ledger are read only after a version gap); None reads them.
     """
     core_cache = {} if core_cache is None else core_cache
     jobs_list = store.active_jobs(with_spec=False) if jobs is None else jobs
-    version = store.version()
-    node_recs = {n.name: n for n in store.list_nodes(with_usage=False)}
-    vcs = store.vcs()
-    ledger = store.ledger()
+    if view is None:
+        view = LedgerView()
+    version = view.refresh(store)
+    node_recs, vcs = view.nodes, view.vcs
     by_name = {j.name: j for j in jobs_list if not JobState(j.state).terminal}
     cache = {} if spec_cache is None else spec_cache
     missing = [j.name for j in by_name.values() if (j.name, j.created) not in cache]
@@ -88,28 +89,7 @@ def take_snapshot(
         specs[j.name] = cache[key]
     jobs = by_name
 
-    allocated: dict[str, Resources] = {}
-    by_job: dict[str, list[Allocation]] = {}
-    used_ports: dict[str, set[int]] = {}
-    used_gpus: dict[str, set[int]] = {}
-    for a in ledger.values():
-        r = Resources(a.cpu_m, a.memory, a.gpu)
-        allocated[a.node] = allocated.get(a.node, Resources()) + r
-        by_job.setdefault(a.job, []).append(a)
-        used_ports.setdefault(a.node, set()).update(a.ports)
-        used_gpus.setdefault(a.node, set()).update(a.gpus)
-
-    nodes = tuple(
-        Node(
-            name=n.name,
-            capacity=Resources(n.cpu_m, n.memory, n.gpu),
-            allocated=allocated.get(n.name, Resources()),
-            labels=dict(n.labels),
-            gpu_model=n.gpu_model,
-            state=NodeState(n.state),
-        )
-        for n in node_recs.values()
-    )
+    nodes = view.core_nodes()
     pending = []
     running = []
     for name, j in jobs.items():
@@ -122,20 +102,13 @@ def take_snapshot(
                 attempt=j.attempt,
                 attained_service=j.attained_service,
             )
-        if name in by_job:
+        placements = view.placements(name)
+        if placements:
             running.append(
                 RunningJob(
                     job=core_job,
                     start_time=j.scheduled_time or j.created,
-                    placements=tuple(
-                        TaskPlacement(
-                            role=a.role,
-                            index=a.index,
-                            node=a.node,
-                            resources=Resources(a.cpu_m, a.memory, a.gpu),
-                        )
-                        for a in sorted(by_job[name], key=lambda a: (a.role, a.index))
-                    ),
+                    placements=placements,
                 )
             )
         elif j.state == JobState.QUEUED and not j.stop_requested:
@@ -155,7 +128,9 @@ def take_snapshot(
         running=tuple(running),
         version=version,
     )
-    return snapshot, SnapshotContext(version, node_recs, jobs, specs, used_ports, used_gpus)
+    return snapshot, SnapshotContext(
+        version, node_recs, jobs, specs, view.used_ports, view.used_gpus
+    )
 
 
 class PortsExhaustedError(RuntimeError):
@@ -170,8 +145,8 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
     Binds whose ports cannot be assigned are left out (the job stays queued with a reason
     in ``payload['pending']``).
     """
-    used_ports = {k: set(v) for k, v in ctx.used_ports.items()}
-    used_gpus = {k: set(v) for k, v in ctx.used_gpus.items()}
+    used_ports: dict[str, set[int]] = {}  # copies of the nodes this Decision touches
+    used_gpus: dict[str, set[int]] = {}
     binds = []
     pending = {job: _reason_json(r.kind.value, r.message) for job, r in decision.pending.items()}
     grows = []
@@ -185,8 +160,11 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
             for pl in bind.placements:
                 node = ctx.nodes[pl.node]
                 names = port_names(spec, pl.role)
-                ports = _take_ports(node, used_ports.setdefault(pl.node, set()), len(names))
-                gpus = _take_gpus(node, used_gpus.setdefault(pl.node, set()), pl.resources.gpu)
+                if pl.node not in used_ports:
+                    used_ports[pl.node] = set(ctx.used_ports.get(pl.node, ()))
+                    used_gpus[pl.node] = set(ctx.used_gpus.get(pl.node, ()))
+                ports = _take_ports(node, used_ports[pl.node], len(names))
+                gpus = _take_gpus(node, used_gpus[pl.node], pl.resources.gpu)
                 alloc = {
                     "job": bind.job,
                     "role": pl.role,
@@ -262,3 +240,24 @@ def _take_gpus(node: NodeRecord, used: set[int], n: int) -> list[int]:
     free = [i for i in range(node.gpu) if i not in used][:n]
     used.update(free)
     return free
+
+
+def with_releasing(snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict) -> Snapshot:
+    """The snapshot with running jobs that are already on their way out (preempted, or
+    stopping) marked ``releasing`` and the previous Decision's nominations, so that the core
+    neither preempts them again nor lets a job ahead in the queue take what was freed for
+    another (scheduler/core/README.md, "Preemption")."""
+    running = snapshot.running
+    if any(_ending(jobs.get(rj.name)) for rj in running):
+        running = tuple(
+            replace(rj, releasing=True) if _ending(jobs.get(rj.name)) else rj for rj in running
+        )
+    if running is snapshot.running and not nominations:
+        return snapshot
+    return replace(snapshot, running=running, nominations=nominations)
+
+
+def _ending(rec: JobRecord | None) -> bool:
+    return rec is not None and (
+        rec.state == JobState.PREEMPTED or bool(rec.ending) or bool(rec.stop_requested)
+    )

@@ -42,18 +42,29 @@ class TasksMixin(StoreBase):
         raw = self.r.hget(self.k("job", job) + ":tasks", key)
         return TaskRecord.from_dict(json.loads(raw)) if raw else None
 
-    def update_tasks(self, job: str, tasks: Iterable[TaskRecord], notify: bool = True) -> None:
-        """Overwrite task records (the loop: desired=stop, state=lost) and wake their nodes."""
+    def update_tasks(
+        self,
+        job: str,
+        tasks: Iterable[TaskRecord],
+        notify: bool = True,
+        pipe: redis.client.Pipeline | None = None,
+    ) -> None:
+        """Overwrite task records (the loop: desired=stop, state=lost) and wake their nodes.
+        With ``pipe`` the commands are only queued on it (:class:`~.batch.WriteBatch`)."""
         tasks = list(tasks)
         if not tasks:
             return
-        pipe = self.r.pipeline(transaction=True)
-        for t in tasks:
-            pipe.hset(self.k("job", job) + ":tasks", t.key, json.dumps(t.to_dict()))
+        own = pipe is None
+        p = self.r.pipeline(transaction=True) if own else pipe
+        p.hset(
+            self.k("job", job) + ":tasks",
+            mapping={t.key: json.dumps(t.to_dict()) for t in tasks},
+        )
         if notify:
-            for node in {t.node for t in tasks}:
-                pipe.publish(self.node_channel(node), "bindings")
-        pipe.execute()
+            for node in sorted({t.node for t in tasks}):
+                self.notify_node(node, "bindings", pipe=p)
+        if own:
+            p.execute()
 
     def report_task(
         self,
@@ -107,28 +118,26 @@ class TasksMixin(StoreBase):
             out.append((job, key))
         return sorted(out)
 
+    def bound_tasks(self, node: str) -> dict[tuple[str, str], TaskRecord]:
+        """``{(job, task key): TaskRecord}`` of every task the ledger binds to ``node``
+        whose record names that node: two round trips (the node's bindings, then every
+        record in one pipeline), whatever the number of tasks (what an agent reads)."""
+        pairs = self.node_bindings(node)
+        pipe = self.r.pipeline(transaction=False)
+        for job, key in pairs:
+            pipe.hget(self.k("job", job) + ":tasks", key)
+        out = {}
+        for (job, key), raw in zip(pairs, pipe.execute() if pairs else [], strict=True):
+            if raw:
+                rec = TaskRecord.from_dict(json.loads(raw))
+                if rec.node == node:
+                    out[(job, key)] = rec
+        return out
+
     def release(self, job: str) -> int:
-        """Drop every ledger entry of ``job`` (atomically) and bump the version.
-
-        Returns the number of entries released.
-        """
-        jk = self.k("job", job)
-
-        def tx(pipe: redis.client.Pipeline) -> int:
-            entries = pipe.smembers(jk + ":alloc")
-            allocs = pipe.hmget(self.k("ledger"), *entries) if entries else []
-            pipe.multi()
-            for lk, raw in zip(entries, allocs, strict=True):
-                if raw:
-                    node = json.loads(raw)["node"]
-                    pipe.srem(self.k("node", node) + ":tasks", lk)
-                pipe.hdel(self.k("ledger"), lk)
-            pipe.delete(jk + ":alloc")
-            if entries:
-                pipe.incr(self.k("version"))
-            return len(entries)
-
-        return self.r.transaction(tx, jk + ":alloc", value_from_callable=True)
+        """Drop every ledger entry of ``job`` (atomically, ``lua.RELEASE``) and bump the
+        version. Returns the number of entries released."""
+        return int(self._release(args=[self.p, job])[0])
 
     def free_tasks(self, job: str, keys: Iterable[str]) -> int:
         """Zero the ledger entries of finished tasks of a job that goes on (their node
@@ -162,5 +171,6 @@ class TasksMixin(StoreBase):
 
         Returns (True, new version) or (False, why it was rejected).
         """
-        ok, detail = self._commit(args=[self.p, version, json.dumps(payload)])
+        ok, detail, *at = self._commit(args=[self.p, version, json.dumps(payload)])
+        self.committed_at = float(at[0]) if at else None  # Redis time of the commit (s)
         return bool(ok), str(detail)

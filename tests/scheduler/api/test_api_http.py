@@ -16,6 +16,7 @@ pytestmark = pytest.mark.integration
 ENDPOINTS = [
     ("POST", "/api/v1/jobs"),
     ("POST", "/api/v1/jobs:dry-run"),
+    ("POST", "/api/v1/jobs:batch"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/hello"),
     ("GET", "/api/v1/jobs/hello/events"),
