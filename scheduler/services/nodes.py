@@ -97,6 +97,16 @@ class NodeService:
                 others["gpu"] += a.gpu
         return {"tasks": sorted(tasks, key=lambda a: (a.job, a.role, a.index)), "others": others}
 
+    def check_change(self, principal: Principal, name: str) -> None:
+        """The refusals of :meth:`set_state` without changing anything (a form asks for
+        confirmation only after these).
+
+        Raises:
+            ForbiddenError: a user token. NotFoundError: unknown node.
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
+        self.get(principal, name)
+
     def set_state(self, principal: Principal, name: str, action: str) -> dict:
         """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off).
 
