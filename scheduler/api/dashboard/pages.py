@@ -33,7 +33,16 @@ from scheduler.api.dashboard.sessions import (
     SessionStore,
     csrf_ok,
 )
-from scheduler.api.schemas import VC_NAME, JobOut, JobPage, NodeOut, StatusOut, TaskOut
+from scheduler.api.schemas import (
+    VC_NAME,
+    JobEventsOut,
+    JobOut,
+    JobPage,
+    NodeOut,
+    StatusOut,
+    TaskOut,
+    VcOut,
+)
 from scheduler.services.errors import NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
 
@@ -172,7 +181,7 @@ def overview(request: Request) -> Response:
         return to_login(request)
     state = request.app.state
     status = StatusOut.model_validate(state.status.status(s.who))
-    vcs = state.vcs.list(s.who)
+    vcs = [VcOut.model_validate(v) for v in state.vcs.list(s.who)]
     jobs, capacity, allocated = status.jobs, status.capacity, status.allocated
     return render(
         request,
@@ -316,7 +325,7 @@ def job_page(name: str, request: Request) -> Response:
     state = request.app.state
     try:
         job = JobOut.model_validate(state.jobs.get(s.who, name))
-        events = state.jobs.events(s.who, name)["events"]
+        events = JobEventsOut.model_validate(state.jobs.events(s.who, name)).events
     except NotFoundError as exc:
         return error(request, s, 404, exc.message)
     now = state.status.now()
@@ -383,7 +392,7 @@ def vcs_page(request: Request) -> Response:
     s = session(request)
     if s is None:
         return to_login(request)
-    vcs = request.app.state.vcs.list(s.who)
+    vcs = [VcOut.model_validate(v) for v in request.app.state.vcs.list(s.who)]
     return render(
         request,
         "vcs.html",

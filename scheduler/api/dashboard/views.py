@@ -19,7 +19,7 @@ from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES
 from scheduler.units import format_bytes, format_duration, format_millicores
 
 if TYPE_CHECKING:
-    from scheduler.api.schemas import JobOut, NodeOut, TaskOut
+    from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
     from scheduler.services.nodes import NodeAllocated
     from scheduler.services.usage import UsageSample
 
@@ -165,24 +165,21 @@ def node_rows(
     return rows
 
 
-def vc_bars(vcs: Iterable[Mapping[str, Any]], resource: str) -> list[dict]:
+def vc_bars(vcs: Iterable[VcOut], resource: str) -> list[dict]:
     """Per-VC bar segments for one resource (``cpu_m``, ``memory`` or ``gpu``): used within
     the guarantee, borrowed, and the free rest of the guarantee, as percentages of the
     bar's scale (the largest of guarantee and used over all VCs)."""
     vcs = list(vcs)
-    scale = max(
-        [max(int(v["guarantee"].get(resource, 0)), int(v["used"].get(resource, 0))) for v in vcs]
-        + [1]
-    )
+    scale = max([max(getattr(v.guarantee, resource), getattr(v.used, resource)) for v in vcs] + [1])
     fmt = {"cpu_m": cpu, "memory": memory, "gpu": str}[resource]
     out = []
     for v in vcs:
-        g = int(v["guarantee"].get(resource, 0))
-        u = int(v["used"].get(resource, 0))
-        b = int(v["borrowed"].get(resource, 0))
+        g = getattr(v.guarantee, resource)
+        u = getattr(v.used, resource)
+        b = getattr(v.borrowed, resource)
         out.append(
             {
-                "name": v["name"],
+                "name": v.name,
                 "within": 100.0 * (u - b) / scale,
                 "borrowed": 100.0 * b / scale,
                 "free": 100.0 * max(0, g - u) / scale,

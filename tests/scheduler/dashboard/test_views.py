@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.api.dashboard import views
-from scheduler.api.schemas import JobOut, NodeOut, TaskOut
+from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
 from scheduler.services.usage import UsageSample
 
 
@@ -62,10 +62,19 @@ def test_job_row_delay_and_reason():
 
 
 def test_vc_bars():
-    vcs = [
-        {"name": "x", "guarantee": {"gpu": 4}, "used": {"gpu": 6}, "borrowed": {"gpu": 2}},
-        {"name": "y", "guarantee": {"gpu": 2}, "used": {"gpu": 1}, "borrowed": {"gpu": 0}},
-    ]
+    def vc(name: str, guarantee: int, used: int, borrowed: int) -> VcOut:
+        zero = {"cpu_m": 0, "memory": 0}
+        return VcOut.model_validate(
+            {
+                "name": name,
+                "can_borrow": True,
+                "guarantee": {**zero, "gpu": guarantee},
+                "used": {**zero, "gpu": used},
+                "borrowed": {**zero, "gpu": borrowed},
+            }
+        )
+
+    vcs = [vc("x", 4, 6, 2), vc("y", 2, 1, 0)]
     x, y = views.vc_bars(vcs, "gpu")
     assert (x["within"], x["borrowed"], x["free"]) == (
         pytest.approx(400 / 6),
