@@ -18,6 +18,7 @@ from starlette.routing import Match
 
 from scheduler.api.auth import principal
 from scheduler.api.dashboard import router as dashboard_router
+from scheduler.api.dashboard.sessions import SessionStore
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import (
     HealthCollector,
@@ -38,6 +39,7 @@ from scheduler.services.logs import LogService
 from scheduler.services.nodes import NodeService
 from scheduler.services.status import StatusService
 from scheduler.services.tokens import TokenService
+from scheduler.services.usage import UsageService
 from scheduler.services.vcs import VcService
 from scheduler.store.tokens import TokenInfo, TokenStore
 
@@ -98,6 +100,13 @@ def create_app(
     app.state.status = status_service
     app.state.logs = LogService(share_dir)
     app.state.token_service = TokenService(tokens)
+    app.state.usage = UsageService(store)
+    # the dashboard's sessions live next to the store's keys (its pages use services only)
+    app.state.dashboard_sessions = SessionStore(
+        getattr(store, "r", None) or client or backend.redis_client(settings),
+        tokens,
+        getattr(store, "p", "pasture:"),
+    )
     app.state.auth_limiter = AuthFailureLimiter(
         int(getattr(api_settings, "auth_failures_per_window", None) or 20),
         int(getattr(api_settings, "auth_failure_window_s", None) or 60),

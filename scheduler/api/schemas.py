@@ -96,6 +96,7 @@ class JobOut(_Open):
     reason: str = Field("", description="why it entered its state")
     attempt: int = 1
     created: float = 0.0
+    scheduled_time: float | None = Field(None, description="when its current attempt was placed")
     start_time: float | None = Field(None, description="when its current attempt started")
     end_time: float | None = Field(None, description="when it ended")
     pending_reason: PendingReasonOut | None = None

@@ -33,7 +33,7 @@ from scheduler.cli.output import (
     output_format,
     styled,
 )
-from scheduler.cli.views import spec_gpus
+from scheduler.services.records import spec_gpus
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobSubmitOut

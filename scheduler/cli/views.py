@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from scheduler.services.records import spec_gpus
 from scheduler.states import (
     TASK_ACTIVE_STATES,
     TERMINAL_JOB_STATES,
@@ -25,16 +26,6 @@ WAITING = WAITING_JOB_STATES
 TERMINAL = TERMINAL_JOB_STATES
 # job states whose ``reason`` says why it ended without success
 UNSUCCESSFUL = frozenset({JobState.FAILED, JobState.STOPPED})
-
-
-def spec_gpus(spec: dict[str, Any]) -> int:
-    """GPUs a pasture-format spec asks for: sum over roles of replicas x per-task GPUs."""
-    roles = spec.get("roles") or {}
-    total = 0
-    for role in roles.values() if isinstance(roles, dict) else ():
-        resources = role.get("resources") or {}
-        total += int(role.get("replicas") or 1) * int(resources.get("gpu") or 0)
-    return total
 
 
 def job_gpus(job: JobOut) -> int:

@@ -416,6 +416,23 @@ class JobService:
             items = items[offset : offset + limit]
         return {"items": as_dict(items), "total": total, "limit": limit, "offset": offset}
 
+    def tasks_of(self, principal: Principal, names: list[str]) -> dict[str, list[dict]]:
+        """Task records of several jobs in one read (the jobs list's placements):
+        ``{job: [task...]}`` in the shape of ``TaskOut`` (:mod:`scheduler.api.schemas`),
+        ordered by (role, index). Only jobs the caller may see (:meth:`get`'s rule) are
+        answered; another VC's job, or one that does not exist, is left out, so a name
+        learnt elsewhere reveals nothing."""
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        names = list(dict.fromkeys(names))
+        if principal.role is not TokenRole.ADMIN:
+            jobs = self.store.get_jobs(names, with_spec=False)
+            names = [j.name for j in jobs if principal.may_use_vc(j.vc)]
+        found = self.store.tasks_of(names) if names else {}
+        return {
+            job: sorted(as_dict(tasks), key=lambda t: (t.get("role", ""), t.get("index", 0)))
+            for job, tasks in found.items()
+        }
+
     def events(self, principal: Principal, name: str) -> dict[str, Any]:
         """The job's event history and its current pending reason.
 

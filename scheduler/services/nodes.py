@@ -6,6 +6,7 @@ token (agent tokens are what automation such as the on-prem Pulumi stack uses to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scheduler.services import backend
@@ -19,6 +20,17 @@ if TYPE_CHECKING:
 
 # action -> the NodeState value (scheduler.core.model.NodeState) the store records.
 ACTIONS = {"cordon": "cordoned", "uncordon": "ready", "drain": "draining"}
+
+
+@dataclass(frozen=True)
+class NodeAllocated:
+    """What the ledger holds on one node, summed over every job (no job is named, so every
+    role may see it): ``cpu_m`` millicores, ``memory`` bytes, ``gpu`` devices, ``tasks``."""
+
+    cpu_m: int = 0
+    memory: int = 0
+    gpu: int = 0
+    tasks: int = 0
 
 
 class NodeService:
@@ -38,6 +50,24 @@ class NodeService:
         if node is None:
             raise NotFoundError(f"node {name!r} not found")
         return {**as_dict(node), "events": self.store.node_events(name)}
+
+    def allocated(self, principal: Principal, node: str | None = None) -> dict[str, NodeAllocated]:
+        """What the ledger allocates per node, summed (``{node: NodeAllocated}``; a node
+        with nothing allocated is absent). With ``node``, only that node's entry (raises
+        NotFoundError for an unknown node). Sums name no job, so the figures are the same
+        for every caller, as the totals of ``GET /api/v1/status`` are."""
+        if node is not None:
+            self.get(principal, node)
+        sums: dict[str, list[int]] = {}
+        for a in self.store.ledger().values():
+            if node is not None and a.node != node:
+                continue
+            got = sums.setdefault(a.node, [0, 0, 0, 0])
+            got[0] += a.cpu_m
+            got[1] += a.memory
+            got[2] += a.gpu
+            got[3] += 1
+        return {n: NodeAllocated(*v) for n, v in sums.items()}
 
     def allocations(self, principal: Principal, name: str) -> dict:
         """What is allocated on node ``name``, as far as the caller may see it.
@@ -66,6 +96,16 @@ class NodeService:
                 others["memory"] += a.memory
                 others["gpu"] += a.gpu
         return {"tasks": sorted(tasks, key=lambda a: (a.job, a.role, a.index)), "others": others}
+
+    def check_change(self, principal: Principal, name: str) -> None:
+        """The refusals of :meth:`set_state` without changing anything (a form asks for
+        confirmation only after these).
+
+        Raises:
+            ForbiddenError: a user token. NotFoundError: unknown node.
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
+        self.get(principal, name)
 
     def set_state(self, principal: Principal, name: str, action: str) -> dict:
         """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off).

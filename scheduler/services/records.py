@@ -29,3 +29,15 @@ def as_dict(obj: object) -> Any:
     if isinstance(obj, list | tuple | set | frozenset):
         return [as_dict(v) for v in obj]
     return str(obj)
+
+
+def spec_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs a pasture-format job spec (the dict a job stores, ``JobOut.spec``) asks for:
+    the sum over its roles of replicas x GPUs per task. A spec without roles asks for 0.
+    The one definition the dashboard and the CLI share (stdlib only, cheap to import)."""
+    roles = spec.get("roles") or {}
+    total = 0
+    for role in roles.values() if isinstance(roles, Mapping) else ():
+        resources = role.get("resources") or {}
+        total += int(role.get("replicas") or 1) * int(resources.get("gpu") or 0)
+    return total

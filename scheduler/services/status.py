@@ -26,3 +26,8 @@ class StatusService:
         out = as_dict(self.store.cluster_status())
         out.setdefault("cluster", self.cluster_name)
         return out
+
+    def now(self) -> float:
+        """The cluster's clock: the store's (Redis server) time in seconds since the epoch,
+        the clock every stored time (created, heartbeat, start_time...) is taken from."""
+        return self.store.now()

@@ -25,3 +25,11 @@ class VcService:
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         return as_dict(self.store.vc_usage())
+
+    def names(self, principal: Principal) -> list[str]:
+        """The VC names the caller may use, sorted: every configured VC for an admin, the
+        token's own VCs for a user (the jobs list's VC filter offers these)."""
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        if principal.role is TokenRole.ADMIN:
+            return sorted(self.store.vcs())
+        return sorted(principal.vcs)

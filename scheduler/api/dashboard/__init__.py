@@ -4,7 +4,9 @@
   tail), VCs
 - ``actions.py``  the state-changing forms (stop, resubmit, cordon / drain), confirmed
 - ``sessions.py`` server-side sessions in Redis and CSRF tokens
-- ``views.py``    what the pages show, computed from store records
+- ``views.py``    what the pages show, computed from the services' answers parsed with
+  the API's response models (``JobOut``, ``TaskOut``, ``NodeOut``); the pages read
+  nothing but the services
 - ``templates/``, ``static/`` Jinja2 templates, CSS, scripts and the vendored
   uPlot (``static/README.md``)
 """

@@ -15,8 +15,6 @@ from scheduler.api.dashboard import views
 from scheduler.api.dashboard.pages import error, render, router, session
 from scheduler.api.dashboard.sessions import Session, csrf_ok
 from scheduler.services.errors import ConflictError, ServiceError
-from scheduler.services.principal import require_role
-from scheduler.store.tokens import TokenRole
 
 
 def confirm_page(request: Request, s: Session, action: str, name: str, target: str) -> Response:
@@ -52,8 +50,7 @@ def node_action(
         return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
     try:
         # refusals (a user token, an unknown node) come before the question
-        require_role(s.who, TokenRole.ADMIN, TokenRole.AGENT)
-        request.app.state.nodes.get(s.who, name)
+        request.app.state.nodes.check_change(s.who, name)
         if action in views.CONSEQUENCES and confirmed != "yes":
             target = f"/dashboard/nodes/{quote(name)}/{action}"
             return confirm_page(request, s, action, name, target)

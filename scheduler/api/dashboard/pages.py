@@ -5,6 +5,11 @@ page. Every state-changing form (login, logout, stop job, cordon / uncordon / dr
 must carry the CSRF token (403 otherwise). Permissions are the API's: the routes call the
 same services with the session's token info, so a user sees only its VCs' jobs (another
 VC's job is "not found") and only admins may change nodes.
+
+The pages read nothing but the services on ``app.state`` (jobs, nodes, vcs, status,
+usage, logs) and the session store made by :func:`scheduler.api.app.create_app`; never
+the store itself (``tests/scheduler/dashboard/test_services_only.py`` checks it). Jobs,
+tasks and nodes are parsed with the API's response models before a view sees them.
 """
 
 from __future__ import annotations
@@ -28,10 +33,18 @@ from scheduler.api.dashboard.sessions import (
     SessionStore,
     csrf_ok,
 )
-from scheduler.api.schemas import VC_NAME
-from scheduler.services.errors import NotFoundError
+from scheduler.api.schemas import (
+    VC_NAME,
+    JobEventsOut,
+    JobOut,
+    JobPage,
+    NodeOut,
+    StatusOut,
+    TaskOut,
+    VcOut,
+)
+from scheduler.services.errors import NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
-from scheduler.services.records import as_dict
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
@@ -48,14 +61,8 @@ router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
 
 def sessions(request: Request) -> SessionStore:
-    """The app's session store (made on first use from the store's Redis client)."""
-    state = request.app.state
-    if getattr(state, "dashboard_sessions", None) is None:
-        store = state.store
-        state.dashboard_sessions = SessionStore(
-            store.r, state.tokens, getattr(store, "p", "pasture:")
-        )
-    return state.dashboard_sessions
+    """The app's session store (``app.state.dashboard_sessions``, made by ``create_app``)."""
+    return request.app.state.dashboard_sessions
 
 
 def session(request: Request) -> Session | None:
@@ -173,25 +180,24 @@ def overview(request: Request) -> Response:
     if s is None:
         return to_login(request)
     state = request.app.state
-    status = state.status.status(s.who)
-    vcs = state.vcs.list(s.who)
-    jobs = status.get("jobs") or {}
-    capacity, allocated = status.get("capacity") or {}, status.get("allocated") or {}
+    status = StatusOut.model_validate(state.status.status(s.who))
+    vcs = [VcOut.model_validate(v) for v in state.vcs.list(s.who)]
+    jobs, capacity, allocated = status.jobs, status.capacity, status.allocated
     return render(
         request,
         "overview.html",
         s,
-        cluster=status.get("cluster") or getattr(state.status, "cluster_name", ""),
-        nodes=sum((status.get("nodes") or {}).values()),
-        node_states=sorted((status.get("nodes") or {}).items()),
+        cluster=status.cluster,
+        nodes=sum(status.nodes.values()),
+        node_states=sorted(status.nodes.items()),
         jobs={
             "running": jobs.get("running", 0),
             "waiting": sum(jobs.get(k, 0) for k in views.WAITING),
         },
         gpus={
-            "total": capacity.get("gpu", 0),
-            "allocated": allocated.get("gpu", 0),
-            "free": max(0, capacity.get("gpu", 0) - allocated.get("gpu", 0)),
+            "total": capacity.gpu,
+            "allocated": allocated.gpu,
+            "free": max(0, capacity.gpu - allocated.gpu),
         },
         capacity=capacity,
         allocated=allocated,
@@ -212,19 +218,13 @@ def usage_series(
     s = session(request)
     if s is None:
         return JSONResponse({"detail": "log in first"}, status_code=401)
-    state = request.app.state
-    store = state.store
-    now = store.now()
-    if node is None:
-        samples = store.cluster_usage(now - window_s, now)
-    else:
-        try:
-            state.nodes.get(s.who, node)
-        except NotFoundError as exc:
-            return JSONResponse({"detail": exc.message}, status_code=404)
-        samples = store.usage_history(node, since=now - window_s)
+    usage = request.app.state.usage
+    try:
+        got = usage.cluster(s.who, window_s) if node is None else usage.node(s.who, node, window_s)
+    except ServiceError as exc:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
     return JSONResponse(
-        {**views.chart_series(samples), "now": now, "window_s": window_s},
+        {**views.chart_series(got.samples), "now": got.now, "window_s": got.window_s},
         headers={"Cache-Control": "no-store"},
     )
 
@@ -235,8 +235,8 @@ def nodes_page(request: Request) -> Response:
     if s is None:
         return to_login(request)
     state = request.app.state
-    nodes = state.nodes.list(s.who)
-    rows = views.node_rows(nodes, state.store.ledger().values(), state.store.now())
+    nodes = [NodeOut.model_validate(n) for n in state.nodes.list(s.who)]
+    rows = views.node_rows(nodes, state.nodes.allocated(s.who), state.status.now())
     return render(request, "nodes.html", s, rows=rows, admin=s.who.role.value == "admin")
 
 
@@ -245,16 +245,15 @@ def node_page(name: str, request: Request) -> Response:
     s = session(request)
     if s is None:
         return to_login(request)
-    store = request.app.state.store
+    state = request.app.state
     try:
-        node = request.app.state.nodes.get(s.who, name)
+        node = NodeOut.model_validate(state.nodes.get(s.who, name))
         # The API's visibility rule: other VCs' tasks are summed, never named.
-        held = request.app.state.nodes.allocations(s.who, name)
+        held = state.nodes.allocations(s.who, name)
+        allocated = state.nodes.allocated(s.who, name)
     except NotFoundError as exc:
         return error(request, s, 404, exc.message)
-    now = store.now()
-    ledger = [a for a in store.ledger().values() if a.node == name]
-    row = views.node_rows([node], ledger, now)[0]
+    row = views.node_rows([node], allocated, state.status.now())[0]
     return render(
         request,
         "node.html",
@@ -286,18 +285,22 @@ def jobs_page(
         return error(
             request, s, 400, f"state: expected one of {', '.join(JOB_STATES)}, got {state!r}"
         )
-    jobs = request.app.state.jobs
-    store = request.app.state.store
+    services = request.app.state
+    jobs = services.jobs
     if vc is not None and not re.match(VC_NAME, vc):
         return error(request, s, 400, f"vc: expected a VC name, got {vc!r}")
     listing = jobs.list(
         s.who, vc=vc, state=state, user=user, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
     )
-    items, total = listing["items"], listing["total"]
-    tasks = store.tasks_of([j["name"] for j in items])
-    now = store.now()
-    rows = [views.job_row(j, as_dict(tasks.get(j["name"], [])), now) for j in items]
-    vcs = sorted(store.vcs()) if s.who.role.value == "admin" else s.who.vcs
+    page_ = JobPage.model_validate(listing)
+    items, total = page_.items, page_.total
+    tasks = jobs.tasks_of(s.who, [j.name for j in items])
+    now = services.status.now()
+    rows = [
+        views.job_row(j, [TaskOut.model_validate(t) for t in tasks.get(j.name, [])], now)
+        for j in items
+    ]
+    vcs = services.vcs.names(s.who)
     return render(
         request,
         "jobs.html",
@@ -321,13 +324,13 @@ def job_page(name: str, request: Request) -> Response:
         return to_login(request)
     state = request.app.state
     try:
-        job = state.jobs.get(s.who, name)
-        events = state.jobs.events(s.who, name)["events"]
+        job = JobOut.model_validate(state.jobs.get(s.who, name))
+        events = JobEventsOut.model_validate(state.jobs.events(s.who, name)).events
     except NotFoundError as exc:
         return error(request, s, 404, exc.message)
-    now = state.store.now()
-    tasks = sorted(job.get("tasks") or [], key=lambda t: (t.get("role", ""), t.get("index", 0)))
-    roles = (job.get("spec") or {}).get("roles") or {}
+    now = state.status.now()
+    tasks = sorted(job.tasks or [], key=lambda t: (t.role, t.index))
+    roles = job.spec.get("roles") or {}
     try:
         files = state.logs.files(name)
     except NotFoundError:
@@ -344,8 +347,8 @@ def job_page(name: str, request: Request) -> Response:
         events=events,
         files=files,
         now=now,
-        terminal=job.get("state") in views.TERMINAL,
-        spec_yaml=yaml.safe_dump(job.get("spec") or {}, sort_keys=False, allow_unicode=True),
+        terminal=job.state in views.TERMINAL,
+        spec_yaml=yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
     )
 
 
@@ -389,7 +392,7 @@ def vcs_page(request: Request) -> Response:
     s = session(request)
     if s is None:
         return to_login(request)
-    vcs = request.app.state.vcs.list(s.who)
+    vcs = [VcOut.model_validate(v) for v in request.app.state.vcs.list(s.who)]
     return render(
         request,
         "vcs.html",

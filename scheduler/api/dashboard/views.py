@@ -1,5 +1,9 @@
-"""What the dashboard pages show, computed from store records (no HTTP, no Redis calls).
+"""What the dashboard pages show, computed from the services' answers (no HTTP, no Redis
+calls).
 
+Jobs, tasks and nodes come in as the API's own response models (``JobOut``, ``TaskOut``,
+``NodeOut`` of :mod:`scheduler.api.schemas`, the shapes ``/api/v1`` answers and the CLI
+parses), so a field renamed in the store or the API fails here as it fails there.
 Units in: cpu_m millicores, memory bytes, times seconds (Redis clock). Out: display strings
 and numbers the templates print as they are.
 """
@@ -8,10 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from scheduler.services.records import spec_gpus
 from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES
 from scheduler.units import format_bytes, format_duration, format_millicores
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
+    from scheduler.services.nodes import NodeAllocated
+    from scheduler.services.usage import UsageSample
 
 # Pending-reason kinds (scheduler.core.model.ReasonKind) in words; the reason's own
 # message (one sentence with the numbers) is shown next to it.
@@ -62,40 +72,28 @@ def clock(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t)))
 
 
-def job_gpus(job: Mapping[str, Any]) -> int:
-    """GPUs the job asks for: the sum over its roles of replicas x GPUs per task (spec)."""
-    roles = (job.get("spec") or {}).get("roles") or {}
-    total = 0
-    for role in roles.values() if isinstance(roles, dict) else ():
-        resources = role.get("resources") or {}
-        total += int(role.get("replicas") or 1) * int(resources.get("gpu") or 0)
-    return total
-
-
-def run_time(job: Mapping[str, Any], now: float) -> float | None:
+def run_time(job: JobOut, now: float) -> float | None:
     """Seconds from the job's start to its end (or to ``now`` while it runs); None when it
     never started."""
-    start = job.get("start_time")
-    if not isinstance(start, int | float) or start <= 0:
+    start = job.start_time
+    if start is None or start <= 0:
         return None
-    end = job.get("end_time")
-    end = end if isinstance(end, int | float) and end >= start else now
+    end = job.end_time if job.end_time is not None and job.end_time >= start else now
     return end - start
 
 
-def pending_words(job: Mapping[str, Any]) -> str:
+def pending_words(job: JobOut) -> str:
     """Why a waiting job waits, in words (``""`` when it is not waiting)."""
-    if job.get("state") not in WAITING:
+    if job.state not in WAITING:
         return ""
-    reason = job.get("pending_reason") or {}
-    if not reason:
+    reason = job.pending_reason
+    if reason is None:
         return "Waiting for the scheduler's next cycle"
-    words = REASON_WORDS.get(str(reason.get("kind")), str(reason.get("kind") or "Pending"))
-    message = str(reason.get("message") or "")
-    return f"{words}: {message}" if message else words
+    words = REASON_WORDS.get(reason.kind, reason.kind or "Pending")
+    return f"{words}: {reason.message}" if reason.message else words
 
 
-def task_diagnosis(task: Mapping[str, Any]) -> dict | None:
+def task_diagnosis(task: TaskOut) -> dict | None:
     """The failure class of a task record for the job page's task table:
     ``{"kind", "summary", "retry" (bool), "hint", "retry_text"}``, None for a task that did
     not fail. The same diagnosis as ``pasture job show``
@@ -111,83 +109,77 @@ def task_diagnosis(task: Mapping[str, Any]) -> dict | None:
     }
 
 
-def job_row(job: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], now: float) -> dict:
+def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict:
     """One line of the jobs table: name, vc, user, state, age, queueing delay (from
     creation to placement, or until now while waiting), placement (nodes), reason, gpus
     (asked for), duration (run time so far), ended (UTC end time of a finished job)."""
-    created = float(job.get("created") or now)
-    scheduled = job.get("scheduled_time")
-    if scheduled is not None:
-        delay = float(scheduled) - created
-    elif job.get("state") in WAITING:
+    created = float(job.created or now)
+    if job.scheduled_time is not None:
+        delay = float(job.scheduled_time) - created
+    elif job.state in WAITING:
         delay = now - created
     else:
         delay = None
-    nodes = sorted({str(t.get("node")) for t in tasks if t.get("node")})
+    nodes = sorted({t.node for t in tasks if t.node})
     return {
-        "name": job.get("name"),
-        "vc": job.get("vc"),
-        "user": job.get("user"),
-        "state": job.get("state"),
+        "name": job.name,
+        "vc": job.vc,
+        "user": job.user,
+        "state": job.state.value,
         "age": duration(now - created),
         "delay": duration(delay),
         "placement": ", ".join(nodes) if nodes else "-",
         "reason": pending_words(job),
-        "gpus": job_gpus(job),
+        "gpus": spec_gpus(job.spec),
         "duration": duration(run_time(job, now)),
-        "ended": clock(job.get("end_time")) if job.get("state") in TERMINAL else "-",
+        "ended": clock(job.end_time) if job.state in TERMINAL else "-",
     }
 
 
-def node_rows(nodes: Iterable[Mapping[str, Any]], ledger: Iterable[Any], now: float) -> list:
-    """Lines of the nodes table with what the ledger allocates on each node."""
-    alloc: dict[str, dict[str, int]] = {}
-    for a in ledger:
-        got = alloc.setdefault(a.node, {"cpu_m": 0, "memory": 0, "gpu": 0, "tasks": 0})
-        got["cpu_m"] += a.cpu_m
-        got["memory"] += a.memory
-        got["gpu"] += a.gpu
-        got["tasks"] += 1
+def node_rows(
+    nodes: Iterable[NodeOut], allocated: Mapping[str, NodeAllocated], now: float
+) -> list[dict]:
+    """Lines of the nodes table with what the ledger allocates on each node (the node
+    service's sums, :meth:`scheduler.services.nodes.NodeService.allocated`)."""
     rows = []
     for n in nodes:
-        got = alloc.get(n["name"], {"cpu_m": 0, "memory": 0, "gpu": 0, "tasks": 0})
-        usage = n.get("usage") or {}
+        got = allocated.get(n.name)
+        cpu_m, mem, gpu, tasks = (
+            (got.cpu_m, got.memory, got.gpu, got.tasks) if got else (0, 0, 0, 0)
+        )
         rows.append(
             {
-                "name": n["name"],
-                "address": n.get("address", ""),
-                "state": n.get("state", ""),
-                "gpu_model": n.get("gpu_model") or "-",
-                "gpu": f"{got['gpu']} / {n.get('gpu', 0)}",
-                "cpu": f"{cpu(got['cpu_m'])} / {cpu(n.get('cpu_m', 0))}",
-                "memory": f"{memory(got['memory'])} / {memory(n.get('memory', 0))}",
-                "tasks": got["tasks"],
-                "cpu_percent": usage.get("cpu_percent"),
+                "name": n.name,
+                "address": n.address,
+                "state": n.state,
+                "gpu_model": n.gpu_model or "-",
+                "gpu": f"{gpu} / {n.gpu}",
+                "cpu": f"{cpu(cpu_m)} / {cpu(n.cpu_m)}",
+                "memory": f"{memory(mem)} / {memory(n.memory)}",
+                "tasks": tasks,
+                "cpu_percent": n.usage.get("cpu_percent"),
                 "gpus": gpu_summary(n),
-                "heartbeat_age": duration(now - float(n.get("heartbeat") or 0)),
+                "heartbeat_age": duration(now - float(n.heartbeat or 0)),
             }
         )
     return rows
 
 
-def vc_bars(vcs: Iterable[Mapping[str, Any]], resource: str) -> list[dict]:
+def vc_bars(vcs: Iterable[VcOut], resource: str) -> list[dict]:
     """Per-VC bar segments for one resource (``cpu_m``, ``memory`` or ``gpu``): used within
     the guarantee, borrowed, and the free rest of the guarantee, as percentages of the
     bar's scale (the largest of guarantee and used over all VCs)."""
     vcs = list(vcs)
-    scale = max(
-        [max(int(v["guarantee"].get(resource, 0)), int(v["used"].get(resource, 0))) for v in vcs]
-        + [1]
-    )
+    scale = max([max(getattr(v.guarantee, resource), getattr(v.used, resource)) for v in vcs] + [1])
     fmt = {"cpu_m": cpu, "memory": memory, "gpu": str}[resource]
     out = []
     for v in vcs:
-        g = int(v["guarantee"].get(resource, 0))
-        u = int(v["used"].get(resource, 0))
-        b = int(v["borrowed"].get(resource, 0))
+        g = getattr(v.guarantee, resource)
+        u = getattr(v.used, resource)
+        b = getattr(v.borrowed, resource)
         out.append(
             {
-                "name": v["name"],
+                "name": v.name,
                 "within": 100.0 * (u - b) / scale,
                 "borrowed": 100.0 * b / scale,
                 "free": 100.0 * max(0, g - u) / scale,
@@ -201,18 +193,19 @@ def vc_bars(vcs: Iterable[Mapping[str, Any]], resource: str) -> list[dict]:
     return out
 
 
-def chart_series(samples: Iterable[Mapping[str, Any]]) -> dict[str, list]:
-    """Usage samples (``{t, cpu, mem, gpu}``, percent) as the column arrays a uPlot chart
-    takes: ``{t: [Unix s], cpu: [...], mem: [...], gpu: [...]}``, oldest first; a missing
-    figure is None (a gap in the line, never a made-up 0)."""
-    rows = sorted(samples, key=lambda r: float(r.get("t", 0)))
-    out: dict[str, list] = {"t": [float(r.get("t", 0)) for r in rows]}
+def chart_series(samples: Iterable[UsageSample]) -> dict[str, list]:
+    """Usage samples (:class:`scheduler.services.usage.UsageSample`, percent) as the
+    column arrays a uPlot chart takes: ``{t: [Unix s], cpu: [...], mem: [...], gpu:
+    [...]}``, oldest first; a missing figure is None (a gap in the line, never a made-up
+    0)."""
+    rows = sorted(samples, key=lambda r: r.t)
+    out: dict[str, list] = {"t": [r.t for r in rows]}
     for k in ("cpu", "mem", "gpu"):
-        out[k] = [None if r.get(k) is None else round(float(r[k]), 1) for r in rows]
+        out[k] = [None if getattr(r, k) is None else round(getattr(r, k), 1) for r in rows]
     return out
 
 
-def gpu_rows(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+def gpu_rows(node: NodeOut) -> list[dict[str, Any]]:
     """One line per GPU of a node for the per-GPU table: ``{index, util (0-100 or None),
     util_text, memory_used, memory_total (bytes or None), memory_text, memory_percent,
     healthy (bool or None), temperature_c, problems}``.
@@ -221,7 +214,7 @@ def gpu_rows(node: Mapping[str, Any]) -> list[dict[str, Any]]:
     (``usage["gpu_health"]``); a GPU the node declares without a sample (the dev cluster's
     fake GPUs, a GPU NVML refused) shows ``unknown``, never a made-up number.
     """
-    usage = node.get("usage") or {}
+    usage = node.usage or {}
     samples = {
         int(g["index"]): g
         for g in usage.get("gpus") or []
@@ -232,7 +225,7 @@ def gpu_rows(node: Mapping[str, Any]) -> list[dict[str, Any]]:
         for g in usage.get("gpu_health") or []
         if isinstance(g, dict) and g.get("index") is not None
     }
-    count = max([int(node.get("gpu") or 0), *(i + 1 for i in samples), *(i + 1 for i in health)])
+    count = max([int(node.gpu or 0), *(i + 1 for i in samples), *(i + 1 for i in health)])
     rows = []
     for i in range(count):
         g, h = samples.get(i, {}), health.get(i, {})
@@ -256,7 +249,7 @@ def gpu_rows(node: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def gpu_summary(node: Mapping[str, Any]) -> str:
+def gpu_summary(node: NodeOut) -> str:
     """The nodes table's per-GPU cell: ``"87% 12% unknown"`` (utilisation per GPU index),
     ``-`` without GPUs."""
     rows = gpu_rows(node)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -70,9 +71,12 @@ def make_env(redis_url: str, tmp_path: Path, max_body_bytes: int = 1 << 20) -> E
 
 
 @contextlib.contextmanager
-def serve(env: Env) -> Iterator[str]:
-    """Run the app under a real uvicorn server in a thread; yields its base URL."""
+def serve(env: Env, prepare: Callable[[Any], None] | None = None) -> Iterator[str]:
+    """Run the app under a real uvicorn server in a thread; yields its base URL.
+    ``prepare(app)``, when given, runs on the app before it serves."""
     app = create_app(env.settings, store=env.store, tokens=env.tokens)
+    if prepare is not None:
+        prepare(app)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(

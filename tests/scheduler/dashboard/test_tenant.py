@@ -33,6 +33,8 @@ def placed(base, env):
         loop.cycle()
     on = {a.job: a.node for a in env.store.ledger().values()}
     assert {MINE, SECRET} <= set(on), on
+    for node in ("node-1", "node-2"):  # a usage sample each, for the charts
+        env.store.heartbeat(node, {"cpu_percent": 25.0, "memory_used": 1, "memory_total": 4})
     return on
 
 
@@ -49,8 +51,13 @@ def test_other_vcs_job_names_appear_on_no_dashboard_page(browser, base, env, pla
         "/dashboard/jobs?user=bob",
         "/dashboard/jobs?state=scheduled",
         "/dashboard/jobs?user=bob&vc=research",
+        "/dashboard/jobs?vc=research&state=scheduled",
+        "/dashboard/jobs?page=2",
         "/dashboard/vcs",
         f"/dashboard/jobs/{MINE}",
+        "/dashboard/usage",
+        "/dashboard/usage?node=node-1",
+        "/dashboard/usage?node=node-2",
     ]
     seen = {}
     for page in pages:
@@ -61,6 +68,13 @@ def test_other_vcs_job_names_appear_on_no_dashboard_page(browser, base, env, pla
     # not vacuous: alice's own job is named, on the page of the node it runs on
     assert MINE in seen[f"/dashboard/nodes/{placed[MINE]}"]
     assert MINE in seen["/dashboard/jobs"]
+    assert placed[MINE] in seen["/dashboard/jobs"]  # its placement, from the job service
+    # the VC filter offers alice's VCs only (the VC service's names for her token)
+    assert '<option value="default"' in seen["/dashboard/jobs"]
+    assert '<option value="research"' not in seen["/dashboard/jobs"]
+    # the charts: samples only, the same for every caller
+    for node in ("node-1", "node-2"):
+        assert b.get(f"/dashboard/usage?node={node}").json()["cpu"] == [25.0]
     # bob's tasks are counted on their node without a name
     assert "other virtual clusters" in seen[f"/dashboard/nodes/{placed[SECRET]}"]
     # bob's job itself is "not found", exactly like a job that does not exist

@@ -1,10 +1,34 @@
-"""What the pages show, from records: durations, pending reasons, bars, the usage chart."""
+"""What the pages show, from the API's models: durations, pending reasons, bars, the usage
+chart."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from scheduler.api.dashboard import views
+from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
+from scheduler.services.usage import UsageSample
+
+
+def job(**fields: Any) -> JobOut:
+    """A JobOut as ``GET /api/v1/jobs/{name}`` would answer it, with ``fields`` set."""
+    base = {"name": "j", "vc": "default", "user": "u", "priority": 0}
+    return JobOut.model_validate(base | fields)
+
+
+def task(node: str) -> TaskOut:
+    return TaskOut.model_validate(
+        {"role": "w", "index": 0, "attempt": 1, "node": node, "state": "running"}
+    )
+
+
+def node(**fields: Any) -> NodeOut:
+    return NodeOut.model_validate(
+        {"name": "n", "address": "10.0.0.1", "cpu_m": 1000, "memory": 1 << 30, "state": "ready"}
+        | fields
+    )
 
 
 def test_duration_and_units():
@@ -22,27 +46,35 @@ def test_duration_and_units():
 
 
 def test_job_row_delay_and_reason():
-    waiting = {
-        "name": "j",
-        "state": "queued",
-        "created": 100.0,
-        "pending_reason": {"kind": "gang-incomplete", "message": "2 of 4 workers fit"},
-    }
+    waiting = job(
+        state="queued",
+        created=100.0,
+        pending_reason={"kind": "gang-incomplete", "message": "2 of 4 workers fit"},
+    )
     row = views.job_row(waiting, [], now=160.0)
     assert row["delay"] == "1m" and row["placement"] == "-"
     assert row["reason"] == "Waiting until the whole gang fits at once: 2 of 4 workers fit"
-    placed = {"name": "j", "state": "running", "created": 100.0, "scheduled_time": 103.0}
-    tasks = [{"node": "b"}, {"node": "a"}, {"node": "b"}]
+    placed = job(state="running", created=100.0, scheduled_time=103.0)
+    tasks = [task("b"), task("a"), task("b")]
     row = views.job_row(placed, tasks, now=500.0)
     assert row["delay"] == "3s" and row["placement"] == "a, b" and row["reason"] == ""
-    assert views.pending_words({"state": "submitted"}).startswith("Waiting for the scheduler")
+    assert views.pending_words(job(state="submitted")).startswith("Waiting for the scheduler")
 
 
 def test_vc_bars():
-    vcs = [
-        {"name": "x", "guarantee": {"gpu": 4}, "used": {"gpu": 6}, "borrowed": {"gpu": 2}},
-        {"name": "y", "guarantee": {"gpu": 2}, "used": {"gpu": 1}, "borrowed": {"gpu": 0}},
-    ]
+    def vc(name: str, guarantee: int, used: int, borrowed: int) -> VcOut:
+        zero = {"cpu_m": 0, "memory": 0}
+        return VcOut.model_validate(
+            {
+                "name": name,
+                "can_borrow": True,
+                "guarantee": {**zero, "gpu": guarantee},
+                "used": {**zero, "gpu": used},
+                "borrowed": {**zero, "gpu": borrowed},
+            }
+        )
+
+    vcs = [vc("x", 4, 6, 2), vc("y", 2, 1, 0)]
     x, y = views.vc_bars(vcs, "gpu")
     assert (x["within"], x["borrowed"], x["free"]) == (
         pytest.approx(400 / 6),
@@ -54,8 +86,7 @@ def test_vc_bars():
 
 
 def test_job_row_gpus_duration_and_end_time():
-    job = {
-        "name": "j",
+    fields = {
         "state": "succeeded",
         "created": 100.0,
         "scheduled_time": 110.0,
@@ -68,30 +99,29 @@ def test_job_row_gpus_duration_and_end_time():
             }
         },
     }
-    row = views.job_row(job, [], now=200_000.0)
+    row = views.job_row(job(**fields), [], now=200_000.0)
     assert row["gpus"] == 8
     assert row["duration"] == "1d1h"  # start to end, not to now
     assert row["ended"] == "1970-01-02 01:02:00"
-    running = {**job, "state": "running", "end_time": None}
+    running = job(**{**fields, "state": "running", "end_time": None})
     row = views.job_row(running, [], now=180.0)
     assert (row["duration"], row["ended"]) == ("1m", "-")
-    assert (
-        views.job_row({**job, "state": "queued", "start_time": None}, [], 500.0)["duration"] == "-"
-    )
+    queued = job(**{**fields, "state": "queued", "start_time": None})
+    assert views.job_row(queued, [], 500.0)["duration"] == "-"
 
 
 def test_gpu_rows_measured_and_unknown():
-    node = {
-        "gpu": 3,
-        "usage": {
+    measured = node(
+        gpu=3,
+        usage={
             "gpus": [
                 {"index": 0, "util_percent": 87, "memory_used": 20 << 30, "memory_total": 80 << 30},
                 {"index": 1, "util_percent": None, "memory_used": None, "memory_total": None},
             ],
             "gpu_health": [{"index": 0, "healthy": True, "temperature_c": 61}],
         },
-    }
-    g0, g1, g2 = views.gpu_rows(node)
+    )
+    g0, g1, g2 = views.gpu_rows(measured)
     assert (g0["util_text"], g0["memory_text"], g0["memory_percent"]) == (
         "87%",
         "20Gi / 80Gi",
@@ -102,16 +132,16 @@ def test_gpu_rows_measured_and_unknown():
     for g in (g1, g2):
         assert (g["util"], g["util_text"], g["memory_text"]) == (None, "unknown", "unknown")
         assert g["healthy"] is None
-    assert views.gpu_summary(node) == "87% unknown unknown"
-    fake = {"gpu": 2, "usage": {"gpus": []}}  # the dev cluster's fake GPUs
+    assert views.gpu_summary(measured) == "87% unknown unknown"
+    fake = node(gpu=2, usage={"gpus": []})  # the dev cluster's fake GPUs
     assert [g["util_text"] for g in views.gpu_rows(fake)] == ["unknown", "unknown"]
-    assert views.gpu_rows({"gpu": 0, "usage": {}}) == [] and views.gpu_summary({"gpu": 0}) == "-"
+    assert views.gpu_rows(node(gpu=0)) == [] and views.gpu_summary(node(gpu=0)) == "-"
 
 
 def test_chart_series_columns_with_gaps():
     samples = [
-        {"t": 9960.0, "cpu": 40.04, "mem": 50.0, "gpu": None},
-        {"t": 9900.0, "cpu": 30.0, "mem": 45.0, "gpu": 10.0},
+        UsageSample(t=9960.0, cpu=40.04, mem=50.0, gpu=None),
+        UsageSample(t=9900.0, cpu=30.0, mem=45.0, gpu=10.0),
     ]
     assert views.chart_series(samples) == {
         "t": [9900.0, 9960.0],
