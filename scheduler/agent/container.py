@@ -64,10 +64,20 @@ class ContainerExecutor(Executor):
         self.network = network
         self._watchdogs: dict[str, subprocess.Popen] = {}  # by container name, to reap
 
-    def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    def _run(
+        self, *args: str, timeout: float = 60, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        # cwd: conmon (podman's container monitor) inherits it and writes a file named
+        # ``oom`` there when the container is OOM-killed; ``run`` passes the task's state
+        # directory so that file never lands in the agent's (or a test's) working directory
         try:
             return subprocess.run(
-                [self.cli, *args], capture_output=True, text=True, timeout=timeout, check=False
+                [self.cli, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                cwd=cwd,
             )
         except FileNotFoundError as exc:
             raise ExecutorError(f"container CLI {self.cli!r} not found on PATH") from exc
@@ -148,7 +158,7 @@ class ContainerExecutor(Executor):
         fenced = launch.state_dir / "fenced"
         fenced.unlink(missing_ok=True)
         try:
-            res = self._run(*self.argv(launch, str(env_file)))
+            res = self._run(*self.argv(launch, str(env_file)), cwd=launch.state_dir)
         finally:
             env_file.unlink(missing_ok=True)
         if res.returncode != 0:

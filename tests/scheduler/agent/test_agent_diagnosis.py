@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -85,6 +86,8 @@ def test_real_container_oom_kill_is_diagnosed(tmp_path):
     """A container over its --memory limit is killed by the cgroup OOM killer: exit 137
     and inspect's OOMKilled; the diagnosis uses that evidence."""
     ex = ContainerExecutor("podman")
+    stray = Path.cwd() / "oom"  # conmon's OOM mark goes to the task's state dir, not here
+    was_there = stray.exists()
     la = launch(tmp_path, "echo allocating; python3 -c \"x = b'x' * (1024 ** 3)\"")
     la = dataclasses.replace(la, task_id=f"alerts-oom-{uuid.uuid4().hex[:8]}", memory=64 * 2**20)
     handle = ex.start(la)
@@ -97,6 +100,7 @@ def test_real_container_oom_kill_is_diagnosed(tmp_path):
         evidence = ex.evidence(handle)
         assert code == 137
         assert evidence == {"oom_killed": True}
+        assert was_there or not stray.exists()
         d = diagnose_report(la.log_path, code, "exited with code 137", evidence)
         assert d["kind"] == "oom_killed" and d["retry"] is False
     finally:
