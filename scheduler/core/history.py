@@ -8,18 +8,31 @@ ignores it.
 
 Rules (each from a published system, none tuned on a trace):
 
-* **LAS queue thresholds at quantiles of finished jobs' attained service** (Tiresias,
-  Gu et al., NSDI'19, section 4.2: discretised 2D-LAS whose queue thresholds follow the
-  distribution of job service; the Gittins-index variant uses that same distribution).
-  Thresholds at the 0.9 and 0.99 quantiles: LAS exists to keep the heavy tail from
-  blocking the many short jobs, so only the tail is demoted: the first queue holds the 90%
-  of jobs that the cluster's own history calls ordinary (FIFO among them, never preempted
-  by queue order for their age), the second the longest tenth, the third the longest
-  hundredth (three queues as in Tiresias' evaluation). Each demotion costs a job a restart
-  when it is then preempted, so demoting the median job (a threshold at the 0.5 quantile)
-  would put that cost on half the jobs. Chosen from this rule before measuring it (a first
-  version at the 0.5 and 0.9 quantiles was measured and is reported in
-  scheduler/sim/README.md).
+* **One tenant: plain Tiresias 2D-LAS** (Gu et al., NSDI'19: thresholds 1 and 10
+  GPU-hours, the paper's, as the ``tiresias-las`` baseline uses them; no
+  ``preemption_min_runtime_s`` floor). Where VC guarantees do not split the cluster
+  (``Policy.vc_quota`` off, or fewer than two VCs with a guaranteed GPU share, see
+  :func:`tenants`) pasture's other rules have nothing to protect: there is no reclaim,
+  so neither the floor (which keeps a job just restarted after reclaim from being
+  evicted again by queue order) nor tail-only demotion has a reason to exist, and each
+  measurably moved the mean both ways against plain 2D-LAS (scheduler/sim/README.md,
+  "The adaptive policy"). The policy is then exactly Tiresias-LAS plus EASY backfill for
+  jobs with a bounded shadow time. This is a rule on the cluster's configuration (its
+  VCs), known at run time, not a constant taken from a trace; it was chosen after
+  measuring, which the README says.
+* **Two or more tenants: LAS queue thresholds at quantiles of finished jobs' attained
+  service** (Tiresias, Gu et al., NSDI'19, section 4.2: discretised 2D-LAS whose queue
+  thresholds follow the distribution of job service; the Gittins-index variant uses that
+  same distribution). Thresholds at the 0.9 and 0.99 quantiles: LAS exists to keep the
+  heavy tail from blocking the many short jobs, so only the tail is demoted: the first
+  queue holds the 90% of jobs that the cluster's own history calls ordinary (FIFO among
+  them, never preempted by queue order for their age), the second the longest tenth, the
+  third the longest hundredth (three queues as in Tiresias' evaluation). Each demotion
+  costs a job a restart when it is then preempted, and with guarantees a demoted job of
+  one VC is also a reclaim candidate of another (restarts compound), so demoting the
+  median job (a threshold at the 0.5 quantile) would put that cost on half the jobs.
+  Chosen from this rule before measuring it (a first version at the 0.5 and 0.9
+  quantiles was measured and is reported in scheduler/sim/README.md).
 * **Backfill horizon = the 0.9 quantile of finished jobs' run times.** The horizon is a
   starvation guard for the tail, not the common case (there EASY's holds already keep the
   capacity the head needs): a job that has been the head longer than 90% of the cluster's
@@ -46,6 +59,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from scheduler.core.model import VirtualCluster
     from scheduler.core.policy import Policy
 
 LAS_QUANTILES = (0.9, 0.99)
@@ -83,28 +99,44 @@ def quantile(sorted_xs: tuple[float, ...], q: float) -> float | None:
     return sorted_xs[min(n - 1, max(0, math.ceil(q * n) - 1))]
 
 
-def adapt(policy: Policy, history: History | None) -> Policy:
-    """The policy in force given what has been observed.
+def tenants(vcs: Iterable[VirtualCluster]) -> int:
+    """How many VCs hold a guaranteed GPU share (the tenants VC guarantees isolate)."""
+    return sum(1 for vc in vcs if vc.guarantee.gpu > 0)
 
-    For ``policy.adaptive`` policies: ``las_thresholds`` at the ``LAS_QUANTILES`` of
-    finished jobs' attained service (those estimable; strictly increasing, positive) and
-    ``backfill_horizon_s`` at the ``HORIZON_QUANTILE`` of run times, each falling back to
-    the policy's static value while not estimable. Other policies, or no history, are
-    returned unchanged.
+
+def adapt(policy: Policy, history: History | None, vcs: Iterable[VirtualCluster] = ()) -> Policy:
+    """The policy in force given the VCs and what has been observed.
+
+    For ``policy.adaptive`` policies:
+
+    * with at least two tenants (``policy.vc_quota`` and :func:`tenants` of ``vcs`` >= 2):
+      ``las_thresholds`` at the ``LAS_QUANTILES`` of finished jobs' attained service (those
+      estimable; strictly increasing, positive), the policy's static values until then;
+    * with one tenant (or none): plain Tiresias 2D-LAS: the policy's static thresholds and
+      no ``preemption_min_runtime_s`` floor (see the module docstring);
+    * either way ``backfill_horizon_s`` at the ``HORIZON_QUANTILE`` of run times once
+      estimable.
+
+    Other policies are returned unchanged, and so is a policy for which nothing changes.
     """
-    if history is None or not policy.adaptive:
+    if not policy.adaptive:
         return policy
-    th: list[float] = []
-    for q in LAS_QUANTILES:
-        v = quantile(history.services_gpu_s, q)
-        if v is not None and v > 0 and (not th or v > th[-1]):
-            th.append(v)
-    horizon = quantile(history.runtimes_s, HORIZON_QUANTILE)
     changes: dict = {}
-    if th:
-        changes["las_thresholds"] = tuple(th)
-    if horizon is not None:
-        changes["backfill_horizon_s"] = horizon
+    shared = policy.vc_quota and tenants(vcs) >= 2
+    if not shared and policy.preemption_min_runtime_s:
+        changes["preemption_min_runtime_s"] = 0.0
+    if history is not None:
+        th: list[float] = []
+        if shared:
+            for q in LAS_QUANTILES:
+                v = quantile(history.services_gpu_s, q)
+                if v is not None and v > 0 and (not th or v > th[-1]):
+                    th.append(v)
+        if th:
+            changes["las_thresholds"] = tuple(th)
+        horizon = quantile(history.runtimes_s, HORIZON_QUANTILE)
+        if horizon is not None:
+            changes["backfill_horizon_s"] = horizon
     return replace(policy, **changes) if changes else policy
 
 

@@ -25,12 +25,14 @@ replays traces under each of them side by side. None of them is a fork of the co
                    reclaim, gangs, 2D-LAS inside a priority class (queue-order preemption
                    within a VC and of other VCs' borrowing jobs, not of jobs younger than
                    5 minutes), EASY backfill for jobs whose shadow time is bounded.
-                   Adaptive (scheduler.core.history): the LAS thresholds are the 0.9 and
-                   0.99 quantiles of finished jobs' attained GPU-service (Tiresias, Gu et
-                   al., NSDI'19), the backfill horizon the 0.9 quantile of their run times;
-                   until 50 jobs have finished, one threshold at one GPU-hour applies. A
-                   reservation whose shadow time is unknown (no estimates) holds nothing:
-                   the LAS rank protects wide jobs by preemption instead.
+                   Adaptive (scheduler.core.history): with one tenant (fewer than two
+                   VCs with a guaranteed GPU share) it is plain Tiresias-LAS (thresholds
+                   1 and 10 GPU-hours, no 5-minute floor); with two or more, the LAS
+                   thresholds are the 0.9 and 0.99 quantiles of finished jobs' attained
+                   GPU-service (Tiresias, Gu et al., NSDI'19) once 50 / 500 jobs have
+                   finished. The backfill horizon is the 0.9 quantile of their run times.
+                   A reservation whose shadow time is unknown (no estimates) holds
+                   nothing: the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
                    makes queue-order preemption thrash (Philly 5,000-job replay: 9,146
@@ -87,7 +89,7 @@ PRESETS = MappingProxyType(
                 PreemptionMode.PRIORITY,
                 PreemptionMode.QUEUE_ORDER,
             ),
-            las_thresholds=(3600.0,),
+            las_thresholds=(3600.0, 36000.0),
             preemption_min_runtime_s=300.0,
             adaptive=True,
         ),

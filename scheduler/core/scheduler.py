@@ -77,7 +77,7 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
     """
     if not snapshot.pending and not growing(snapshot.running):
         return Decision(version=snapshot.version)
-    return _Cycle(snapshot, adapt(policy, snapshot.history), now).run()
+    return _Cycle(snapshot, adapt(policy, snapshot.history, snapshot.vcs), now).run()
 
 
 class _Cycle:

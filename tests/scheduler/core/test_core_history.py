@@ -9,7 +9,7 @@ import pytest
 from scheduler.core import Backfill, Policy, ReasonKind, schedule
 from scheduler.core.history import History, HistoryWindow, adapt, quantile
 from scheduler.core.presets import PRESETS
-from tests.factories import job, node, running, snapshot
+from tests.factories import job, node, running, snapshot, vc
 
 
 def test_a_quantile_is_none_until_estimable_then_the_nearest_rank():
@@ -25,16 +25,34 @@ def test_adapt_sets_thresholds_and_horizon_from_history_and_leaves_others_alone(
     services = tuple(float(i) for i in range(1, 1001))
     runtimes = tuple(float(10 * i) for i in range(1, 1001))
     h = History(runtimes, services)
-    p = adapt(PRESETS["pasture"], h)
+    two = [vc("a", gpu=8), vc("b", gpu=8)]
+    p = adapt(PRESETS["pasture"], h, two)
     assert p.las_thresholds == (900.0, 990.0)
     assert p.backfill_horizon_s == 9000.0
+    assert p.preemption_min_runtime_s == 300.0  # shared cluster: the floor stays
     assert adapt(PRESETS["tiresias-las"], h) is PRESETS["tiresias-las"]
-    assert adapt(PRESETS["pasture"], None) is PRESETS["pasture"]
+    assert adapt(PRESETS["pasture"], None, two) is PRESETS["pasture"]
+
+
+def test_one_tenant_runs_plain_tiresias_and_still_learns_the_horizon():
+    h = History(
+        tuple(float(10 * i) for i in range(1, 1001)), tuple(float(i) for i in range(1, 1001))
+    )
+    static = PRESETS["pasture"].las_thresholds
+    for vcs in ([], [vc("a", gpu=8)], [vc("a", gpu=8), vc("idle", gpu=0)]):
+        p = adapt(PRESETS["pasture"], h, vcs)
+        assert p.las_thresholds == static == (3600.0, 36000.0)
+        assert p.backfill_horizon_s == 9000.0
+        assert p.preemption_min_runtime_s == 0.0  # plain Tiresias: no floor
+    # VC guarantees not enforced: the VCs are no tenants either
+    novc = replace(PRESETS["pasture"], vc_quota=False)
+    assert adapt(novc, h, [vc("a", gpu=8), vc("b", gpu=8)]).las_thresholds == static
 
 
 def test_adapt_keeps_static_values_until_enough_jobs_finished():
     few = History(tuple(float(i) for i in range(20)), tuple(float(i) for i in range(20)))
-    assert adapt(PRESETS["pasture"], few) is PRESETS["pasture"]
+    two = [vc("a", gpu=8), vc("b", gpu=8)]
+    assert adapt(PRESETS["pasture"], few, two) is PRESETS["pasture"]
 
 
 def test_history_rejects_unsorted_or_negative_samples():
