@@ -54,6 +54,7 @@ half-way after ``size / 2``.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -97,6 +98,21 @@ def quantile(sorted_xs: tuple[float, ...], q: float) -> float | None:
     if n == 0 or n * min(q, 1.0 - q) < MIN_TAIL_COUNT:
         return None
     return sorted_xs[min(n - 1, max(0, math.ceil(q * n) - 1))]
+
+
+def median_residual_s(history: History | None, elapsed_s: float) -> float | None:
+    """Median further run time of a job that has run ``elapsed_s`` seconds, from finished
+    jobs' run times: the median of (r - elapsed) over finished run times r > elapsed (the
+    empirical median residual life), or None while fewer than ``2 * MIN_TAIL_COUNT``
+    finished jobs ran that long (then nothing is known about its end)."""
+    if history is None:
+        return None
+    xs = history.runtimes_s
+    i = bisect_right(xs, elapsed_s)
+    n = len(xs) - i
+    if n < 2 * MIN_TAIL_COUNT:
+        return None
+    return xs[i + (n - 1) // 2] - elapsed_s
 
 
 def tenants(vcs: Iterable[VirtualCluster]) -> int:

@@ -439,6 +439,7 @@ class _Cycle:
             self.preemptor.nodes_of,
             self.bound_ends,
             self.now,
+            self.snapshot.history if self.policy.adaptive else None,
         )
         if res is None:
             return None

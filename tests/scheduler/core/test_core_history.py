@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from scheduler.core import Backfill, Policy, ReasonKind, schedule
-from scheduler.core.history import History, HistoryWindow, adapt, quantile
+from scheduler.core.history import History, HistoryWindow, adapt, median_residual_s, quantile
 from scheduler.core.presets import PRESETS
 from tests.factories import job, node, running, snapshot, vc
 
@@ -109,3 +110,38 @@ def test_with_queue_order_preemption_an_unbounded_reservation_holds_nothing():
     held = schedule(s, replace(pol, preemption=()), 10.0)
     assert held.binds == ()
     assert held.pending["small"].kind is ReasonKind.RESERVATION
+
+
+def test_median_residual_is_the_median_further_run_time_once_ten_ran_as_long():
+    h = History(tuple([1500.0] * 50 + [100000.0] * 50), ())
+    assert median_residual_s(h, 1000.0) == 500.0  # median of 100 samples above 1,000 s
+    assert median_residual_s(h, 10000.0) == 90000.0  # only the long ones ran that long
+    assert median_residual_s(h, 100000.0) is None  # nobody ran longer: unknown
+    assert median_residual_s(History(tuple([5.0] * 9), ()), 1.0) is None  # too few
+    assert median_residual_s(None, 1.0) is None
+
+
+def _reserve_beside_old_and_young(history: History | None):
+    # a holds an old job (started at 0), b a young one (started at 9,000), 4 of 8 GPUs
+    # each; "wide" needs a whole node, "small" 4 GPUs. EASY holds the free half of the
+    # node the head is planned on; "small" goes to the other node.
+    old, young = job("old", gpu=4, submit=0), job("young", gpu=4, submit=0)
+    pending = [job("wide", gpu=8, submit=1), job("small", gpu=4, submit=2)]
+    s = snapshot(
+        [node("a"), node("b")],
+        pending,
+        [running(old, ["a"], start=0.0), running(young, ["b"], start=9000.0)],
+    )
+    return schedule(replace(s, history=history), PRESETS["fifo-backfill"], 10000.0)
+
+
+def test_the_reservation_sits_on_the_node_likeliest_to_free_first():
+    # Decreasing hazard: a job that has run 10,000 s will likely run 90,000 s more, one
+    # that has run 1,000 s about 500 s more, so the head is planned on b (young job).
+    h = History(tuple([1500.0] * 50 + [100000.0] * 50), ())
+    d = _reserve_beside_old_and_young(h)
+    assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "a")]
+    assert d.pending["wide"].details["reserved_at"] == math.inf
+    # Nothing learned yet: oldest first, as before (the head planned on a).
+    d = _reserve_beside_old_and_young(None)
+    assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "b")]
