@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from scheduler.core.gang import GangPlacement, Placer
+from scheduler.core.gang import GangPlacement, Placer, gang_key
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, RunningJob, TaskPlacement
 from scheduler.core.policy import Policy, PreemptionMode
@@ -121,20 +121,6 @@ class _Taken:
 
 def _least_valuable_first(rj: RunningJob) -> tuple:
     return (rj.job.priority, -rj.start_time, rj.job.name)
-
-
-def gang_shape(job: Job) -> tuple:
-    return tuple(
-        (
-            r.resources.cpu_m,
-            r.resources.memory,
-            r.resources.gpu,
-            r.gang_min,
-            r.gpu_model,
-            tuple(sorted(r.node_selector.items())),
-        )
-        for r in job.roles
-    )
 
 
 class Preemptor:
@@ -377,7 +363,7 @@ class Preemptor:
                 rank = job.priority
             else:
                 rank = None
-            memo = (mode, scope, rank, gang_shape(job))
+            memo = (mode, scope, rank, gang_key(job))
             if memo in self._failed:
                 return None
         # Necessary condition, cheap: free capacity plus all that the scope's jobs hold.
