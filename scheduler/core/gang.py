@@ -26,6 +26,7 @@ from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, TaskPlacement, TaskRole
 from scheduler.core.plugins import FILTERS, SCORERS
 from scheduler.core.policy import Policy
+from scheduler.core.triple import of as triple_of
 
 CANDIDATES_PER_CLASS = 3
 """How many feasible nodes per node class the index yields per task for scoring. The index
@@ -87,8 +88,7 @@ def _widest_first(role: TaskRole) -> tuple[int, int, int]:
 
 def role_request(role: TaskRole) -> tuple[int, int, int]:
     """(cpu millicores, memory bytes, GPUs) of one task of ``role``."""
-    r = role.resources
-    return (r.cpu_m, r.memory, r.gpu)
+    return triple_of(role.resources)
 
 
 def gang_request(job: Job) -> tuple[int, int, int]:

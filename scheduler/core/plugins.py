@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from scheduler.core.model import Node, NodeState, TaskRole
-
-Triple = tuple[int, int, int]
+from scheduler.core.triple import Triple
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import RunningJob, TaskPlacement
 from scheduler.core.preemption import per_node
-
-Triple = tuple[int, int, int]
+from scheduler.core.triple import add_into, clip, minus_floor, sub_into
 
 
 class ReleasingPool:
@@ -44,8 +43,7 @@ class ReleasingPool:
         for rj in releasing:
             for i, v in nodes_of(rj).items():
                 acc = self.free.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += v[k]
+                add_into(acc, v)
                 self.jobs.setdefault(i, []).append(rj.job.name)
         # {job: (taken from the index, taken from the pool)}, both {node id: (c, m, g)}
         self.nominated: dict[str, tuple[dict[int, tuple], dict[int, tuple]]] = {}
@@ -68,12 +66,13 @@ class ReleasingPool:
             q = (0, 0, 0)
             p = self.free.get(i)
             if p is not None:
-                q = tuple(max(min(v[k], p[k]), 0) for k in range(3))
-                for k in range(3):
-                    p[k] -= q[k]
+                q = clip(v, p)
+                sub_into(p, q)
                 if any(q):
                     waits.extend(n for n in self.jobs[i] if n not in waits)
-            take = [max(min(v[k] - q[k] - rel[k], frees[k][i]), 0) for k in range(3)]
+            take = clip(
+                minus_floor(minus_floor(v, q), rel), (frees[0][i], frees[1][i], frees[2][i])
+            )
             if any(take):
                 index.allocate(i, *take)
         return waits
@@ -92,16 +91,15 @@ class ReleasingPool:
             taken: dict[int, tuple] = {}
             pooled: dict[int, tuple] = {}
             for i, v in per_node(nominations[name], index.id_of).items():
-                t = tuple(max(min(v[k], frees[k][i]), 0) for k in range(3))
+                t = clip(v, (frees[0][i], frees[1][i], frees[2][i]))
                 if any(t):
                     index.allocate(i, *t)
                     taken[i] = t
                 pool = self.free.get(i)
                 if pool is not None:
-                    q = tuple(max(min(v[k] - t[k], pool[k]), 0) for k in range(3))
+                    q = clip(minus_floor(v, t), pool)
                     if any(q):
-                        for k in range(3):
-                            pool[k] -= q[k]
+                        sub_into(pool, q)
                         pooled[i] = q
             self.nominated[name] = (taken, pooled)
 
@@ -113,6 +111,5 @@ class ReleasingPool:
             self.index.release(i, *t)
         for i, q in pooled.items():
             pool = self.free[i]
-            for k in range(3):
-                pool[k] += q[k]
+            add_into(pool, q)
         return bool(taken or pooled)

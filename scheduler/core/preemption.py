@@ -49,6 +49,7 @@ from scheduler.core.model import Job, RunningJob, TaskPlacement
 from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.core.queue import OrderContext, QueueOrder, rank_key
 from scheduler.core.quota import VcLedger, _governed, borrowing_jobs, exceeds
+from scheduler.core.triple import add_into, sub_into
 
 MAX_MINIMISE = 16
 """Victim sets larger than this skip the give-back pass (each step is one placement)."""
@@ -95,8 +96,7 @@ class _Taken:
 
     def add(self, pos: int, alloc: tuple[int, int, int]) -> None:
         tree = self.tree
-        for k in range(3):
-            self.total[k] += alloc[k]
+        add_into(self.total, alloc)
         i = pos + 1
         while i <= self.n:
             b = 3 * i
@@ -220,19 +220,16 @@ class Preemptor:
         low = list(cum)
         for total in (taken.total if taken else None, mine[0] if mine else None):
             if total is not None:
-                for k in range(3):
-                    low[k] -= total[k]
+                sub_into(low, total)
         if exceeds(low, g, dims):
             return True
         if taken is not None:
             gone = taken.before(pos)
-            for k in range(3):
-                cum[k] -= gone[k]
+            sub_into(cum, gone)
         if mine is not None:
             for opos, oa in mine[1]:
                 if opos < pos:
-                    for k in range(3):
-                        cum[k] -= oa[k]
+                    sub_into(cum, oa)
         return exceeds(cum, g, dims)
 
     def forget_failures(self) -> None:
@@ -415,8 +412,7 @@ class Preemptor:
                 if lt is None:
                     lt = local[rj.job.vc] = ([0, 0, 0], [])
                 a = self._alloc[rj.job.name]
-                for k in range(3):
-                    lt[0][k] += a[k]
+                add_into(lt[0], a)
                 lt[1].append((self._borrowing[rj.job.name][2], a))
             for i, r in self.nodes_of(rj).items():
                 index.release(i, r[0], r[1], r[2])
@@ -468,8 +464,7 @@ class Preemptor:
         for rj in chosen:
             for i, r in self.nodes_of(rj).items():
                 acc = released.setdefault(i, [0, 0, 0])
-                for k in range(3):
-                    acc[k] += r[k]
+                add_into(acc, r)
         for rj in chosen:
             self.victims.add(rj.job.name)
             if rj.job.name in self._borrowing:

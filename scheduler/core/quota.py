@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from scheduler.core.model import Job, Node, PendingReason, ReasonKind, RunningJob, VirtualCluster
 from scheduler.core.reasons import fmt_dim, reason
-
-Vec = list[int]
+from scheduler.core.triple import Vec, add_into, minus_floor, plus, sub_floor_into
+from scheduler.core.triple import of as triple_of
 
 
 def _governed(r: tuple[int, int, int]) -> tuple[int, ...]:
@@ -108,10 +108,6 @@ def task_width(job: Job) -> int:
     return max((r.resources.gpu for r in job.roles), default=0)
 
 
-def _triple(r) -> tuple[int, int, int]:
-    return (r.cpu_m, r.memory, r.gpu)
-
-
 class VcLedger:
     """Per-VC usage and pending demand during one cycle.
 
@@ -138,7 +134,7 @@ class VcLedger:
         self.enabled = enabled
         self.vcs: dict[str, VirtualCluster] = {v.name: v for v in vcs}
         self.guarantee: dict[str, tuple[int, int, int]] = {
-            n: _triple(v.guarantee) for n, v in self.vcs.items()
+            n: triple_of(v.guarantee) for n, v in self.vcs.items()
         }
         self.governed = {n: _governed(g) for n, g in self.guarantee.items()}
         self.usage: dict[str, Vec] = {}
@@ -180,9 +176,8 @@ class VcLedger:
         self._held_cache.clear()
         u = self.usage.setdefault(vc, [0, 0, 0])
         d = self.demand.setdefault(vc, [0, 0, 0])
-        for k in range(3):
-            u[k] += req[k]
-            d[k] = max(d[k] - req[k], 0)
+        add_into(u, req)
+        sub_floor_into(d, req)
         if job is not None:
             self._forget_width(job)
 
@@ -190,8 +185,7 @@ class VcLedger:
         """Forget pending demand that cannot be served (job unplaceable for good)."""
         self._held_cache.clear()
         d = self.demand.setdefault(vc, [0, 0, 0])
-        for k in range(3):
-            d[k] = max(d[k] - req[k], 0)
+        sub_floor_into(d, req)
         if job is not None:
             self._forget_width(job)
 
@@ -263,7 +257,7 @@ class VcLedger:
         """Usage above guarantee, per component (a component with no guarantee counts whole)."""
         u = self.usage.get(vc, [0, 0, 0])
         g = self.guarantee.get(vc, (0, 0, 0))
-        return [max(u[k] - g[k], 0) for k in range(3)]
+        return minus_floor(u, g)
 
     def within_guarantee(self, job: Job, req: tuple[int, int, int]) -> bool:
         """True when the job, started now, would be a guaranteed job of its VC: the VC's
@@ -281,7 +275,7 @@ class VcLedger:
         dims = self.governed[job.vc]
         if not any(req[d] > 0 for d in dims):
             return False
-        return not exceeds([u[k] + req[k] for k in range(3)], g, dims)
+        return not exceeds(plus(u, req), g, dims)
 
     def admit(
         self,
@@ -311,7 +305,7 @@ class VcLedger:
             )
         u = self.usage.get(job.vc, [0, 0, 0])
         if v.max is not None:
-            cap = _triple(v.max)
+            cap = triple_of(v.max)
             capped = (0, 1, 2) if not any(cap) else tuple(d for d in range(3) if cap[d] > 0)
             for d in (2, 0, 1):
                 if d in capped and u[d] + req[d] > cap[d]:

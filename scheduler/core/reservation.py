@@ -16,6 +16,7 @@ from scheduler.core.gang import GangPlacement, Placer, gang_request
 from scheduler.core.history import History, median_residual_s
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, RunningJob
+from scheduler.core.triple import add_into, minus_floor
 
 INF = math.inf
 
@@ -121,8 +122,7 @@ def reserve(
         for i, v in per.items():
             index.release(i, v[0], v[1], v[2])
             acc = released.setdefault(i, [0, 0, 0])
-            for k in range(3):
-                acc[k] += v[k]
+            add_into(acc, v)
         last = pos + 1 == len(events)
         if end == INF:
             in_inf += 1
@@ -147,7 +147,7 @@ def reserve(
     holds: dict[int, list[int]] = {}
     for i, v in found.per_node().items():
         rel = released.get(i, (0, 0, 0))
-        h = [max(v[k] - rel[k], 0) for k in range(3)]
+        h = minus_floor(v, rel)
         if any(h):
             holds[i] = h
     return Reservation(job.name, time, holds)

@@ -55,6 +55,7 @@ from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import preemption_phrase, reason
 from scheduler.core.reservation import Reservation, head_since, reserve
+from scheduler.core.triple import add_into, sub_into
 
 INF = math.inf
 
@@ -409,22 +410,19 @@ class _Cycle:
         usage = ledger.usage.setdefault(job.vc, [0, 0, 0])
         gang = gang_request(job)
         added = list(gang)
-        for k in range(3):
-            usage[k] += gang[k]
+        add_into(usage, gang)
 
         def ok(req: tuple[int, int, int]) -> bool:
             if ledger.admit(job, req, self.index.ready_free, self._block) is not None:
                 return False
-            for k in range(3):
-                usage[k] += req[k]
-                added[k] += req[k]
+            add_into(usage, req)
+            add_into(added, req)
             return True
 
         try:
             return self.placer.place_gang(job, ok)
         finally:
-            for k in range(3):
-                usage[k] -= added[k]
+            sub_into(usage, added)
 
     # -- EASY reservation -----------------------------------------------------------------
     def _reserve(self, job: Job) -> Reservation | None:
