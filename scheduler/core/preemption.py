@@ -48,7 +48,7 @@ from scheduler.core.index import NodeIndex
 from scheduler.core.model import Job, RunningJob, TaskPlacement
 from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.core.queue import OrderContext, QueueOrder, rank_key
-from scheduler.core.quota import VcLedger, _governed, borrowing_jobs, exceeds
+from scheduler.core.quota import VcLedger, borrowing_jobs, exceeds, governed_dims
 from scheduler.core.triple import add_into, sub_into
 
 MAX_MINIMISE = 16
@@ -210,7 +210,7 @@ class Preemptor:
         before, a, pos = self._borrowing[rj.job.name]
         vc = rj.job.vc
         g = self.ledger.guarantee.get(vc, (0, 0, 0))
-        dims = _governed(g)
+        dims = governed_dims(g)
         cum = [before[0] + a[0], before[1] + a[1], before[2] + a[2]]
         taken = self._taken_by_vc.get(vc)
         mine = local.get(vc)

@@ -41,7 +41,7 @@ from scheduler.core.triple import Vec, add_into, minus_floor, plus, sub_floor_in
 from scheduler.core.triple import of as triple_of
 
 
-def _governed(r: tuple[int, int, int]) -> tuple[int, ...]:
+def governed_dims(r: tuple[int, int, int]) -> tuple[int, ...]:
     """Components (0 cpu_m, 1 memory, 2 gpu) a guarantee governs: its non-zero ones; an
     all-zero guarantee governs all three (the VC owns nothing)."""
     dims = tuple(d for d in range(3) if r[d] > 0)
@@ -61,7 +61,7 @@ def borrowing_jobs(
 
     Each VC's running jobs are ordered by (start_time, name); a job is guaranteed while
     the VC's cumulative allocation including it stays within the VC's guarantee in every
-    governed component (see :func:`_governed`), and borrowing from the first job that
+    governed component (see :func:`governed_dims`), and borrowing from the first job that
     exceeds it onward (allocations are non-negative, so that is exactly the jobs whose own
     cumulative allocation exceeds). Source: OpenPAI HiveD guaranteed vs opportunistic jobs
     (Zhao et al., OSDI 2020), YARN capacity scheduler's over-capacity containers.
@@ -87,7 +87,7 @@ def borrowing_jobs(
     out: dict[str, tuple[tuple[int, int, int], tuple[int, int, int], int]] = {}
     for vc, jobs in per_vc.items():
         guar = ledger.guarantee.get(vc, (0, 0, 0))
-        dims = _governed(guar)
+        dims = governed_dims(guar)
         jobs.sort(key=lambda t: (t[0], t[1]))
         cum = [0, 0, 0]
         for pos, (_, name, a) in enumerate(jobs):
@@ -136,7 +136,7 @@ class VcLedger:
         self.guarantee: dict[str, tuple[int, int, int]] = {
             n: triple_of(v.guarantee) for n, v in self.vcs.items()
         }
-        self.governed = {n: _governed(g) for n, g in self.guarantee.items()}
+        self.governed = {n: governed_dims(g) for n, g in self.guarantee.items()}
         self.usage: dict[str, Vec] = {}
         self.demand: dict[str, Vec] = {}
         # the same demand by the job's widest task in GPUs: {vc: {gpus: [c, m, g]}}
