@@ -166,3 +166,49 @@ def head_since(job: Job, running: Sequence[RunningJob]) -> float:
         if rj.job.submit_time <= job.submit_time and rj.start_time > t:
             t = rj.start_time
     return t
+
+
+def starved(
+    res: Reservation,
+    job: Job,
+    index: NodeIndex,
+    placer: Placer,
+    running: Sequence[RunningJob],
+    nodes_of: Callable[[RunningJob], dict[int, list[int]]],
+    now: float,
+    horizon_s: float | None,
+    adaptive: bool,
+) -> bool:
+    """Whether nothing whose end is unbounded may start around the reserved head any more
+    (see ``Reservation.starved``). Two rules, either suffices:
+
+    * ``horizon_s`` (``Policy.backfill_horizon_s``): the head has been the head longer
+      than that (:func:`head_since`);
+    * ``adaptive``: backfill is what blocks it. The head would fit now if the jobs that
+      started after it became the head (:func:`head_since`: jobs started around it) were
+      gone; under strict FIFO those jobs would not be running and it would start. From
+      then on it waits only for them: it starts by head-since + twice the longest run
+      (the jobs that ran when it became head end within one longest run, and so do the
+      ones started around it before the rule fired; property-tested). No constant: the
+      rule compares the schedule with the FIFO one it replaces (EASY's promise, Lifka
+      1995, kept without estimates).
+
+    ``res``'s holds are applied on entry and on return.
+    """
+    since = head_since(job, running)
+    if horizon_s is not None and now - since > horizon_s:
+        return True
+    if not adaptive:
+        return False
+    later = [rj for rj in running if rj.start_time > since]
+    if not later:
+        return False
+    res.lift(index)
+    mark = index.mark()
+    for rj in later:
+        for i, v in nodes_of(rj).items():
+            index.release(i, v[0], v[1], v[2])
+    fits = isinstance(placer.place_gang(job), GangPlacement)
+    index.rollback(mark)
+    res.apply(index)
+    return fits

@@ -54,7 +54,7 @@ from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import preemption_phrase, reason
-from scheduler.core.reservation import Reservation, head_since, reserve
+from scheduler.core.reservation import Reservation, reserve, starved
 from scheduler.core.triple import add_into, sub_into
 
 INF = math.inf
@@ -324,10 +324,11 @@ class _Cycle:
             if self.reservation is None and not self.declined:
                 self.reservation = self._reserve(job)
                 if self.reservation is not None:
-                    h = self.policy.backfill_horizon_s
-                    self.reservation.starved = (
-                        h is not None and self.now - head_since(job, self.snapshot.running) > h
-                    )
+                    self.reservation.starved = starved(
+                        self.reservation, job, self.index, self.placer, self.snapshot.running,
+                        self.preemptor.nodes_of, self.now, self.policy.backfill_horizon_s,
+                        self.policy.adaptive,
+                    )  # fmt: skip
                     self.epoch += 1
                     t = self.reservation.time
                     extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"

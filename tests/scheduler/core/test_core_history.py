@@ -22,20 +22,20 @@ def test_a_quantile_is_none_until_estimable_then_the_nearest_rank():
     assert quantile((), 0.5) is None
 
 
-def test_adapt_sets_thresholds_and_horizon_from_history_and_leaves_others_alone():
+def test_adapt_sets_thresholds_from_history_and_leaves_others_alone():
     services = tuple(float(i) for i in range(1, 1001))
     runtimes = tuple(float(10 * i) for i in range(1, 1001))
     h = History(runtimes, services)
     two = [vc("a", gpu=8), vc("b", gpu=8)]
     p = adapt(PRESETS["pasture"], h, two)
     assert p.las_thresholds == (900.0, 990.0)
-    assert p.backfill_horizon_s == 9000.0
+    assert p.backfill_horizon_s is None  # no learned horizon (reservation.starved instead)
     assert p.preemption_min_runtime_s == 300.0  # shared cluster: the floor stays
     assert adapt(PRESETS["tiresias-las"], h) is PRESETS["tiresias-las"]
     assert adapt(PRESETS["pasture"], None, two) is PRESETS["pasture"]
 
 
-def test_one_tenant_runs_plain_tiresias_and_still_learns_the_horizon():
+def test_one_tenant_runs_plain_tiresias():
     h = History(
         tuple(float(10 * i) for i in range(1, 1001)), tuple(float(i) for i in range(1, 1001))
     )
@@ -43,7 +43,6 @@ def test_one_tenant_runs_plain_tiresias_and_still_learns_the_horizon():
     for vcs in ([], [vc("a", gpu=8)], [vc("a", gpu=8), vc("idle", gpu=0)]):
         p = adapt(PRESETS["pasture"], h, vcs)
         assert p.las_thresholds == static == (3600.0, 36000.0)
-        assert p.backfill_horizon_s == 9000.0
         assert p.preemption_min_runtime_s == 0.0  # plain Tiresias: no floor
     # VC guarantees not enforced: the VCs are no tenants either
     novc = replace(PRESETS["pasture"], vc_quota=False)
@@ -145,3 +144,36 @@ def test_the_reservation_sits_on_the_node_likeliest_to_free_first():
     # Nothing learned yet: oldest first, as before (the head planned on a).
     d = _reserve_beside_old_and_young(None)
     assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "b")]
+
+
+def _head_behind(later_start: float):
+    # node a: "old" (2 GPUs, started at 0) and "r" (4 GPUs, started at later_start); the
+    # head "wide" (8 GPUs, submitted at 5) needs all of a; "small" (2 GPUs) fits beside.
+    old, r = job("old", gpu=2, submit=0), job("r", gpu=4, submit=6)
+    pending = [job("wide", gpu=8, submit=5), job("small", gpu=2, submit=7)]
+    s = snapshot(
+        [node("a"), node("c", gpu=2)],
+        pending,
+        [running(old, ["a"], start=0.0), running(r, ["a"], start=later_start)],
+    )
+    return schedule(s, PRESETS["fifo-backfill"], 100.0)
+
+
+def test_backfill_goes_on_while_a_job_from_before_the_head_is_in_its_way():
+    # r started at 10, after "wide" became the head (its submit, 5): without r, "wide"
+    # would not fit yet (old still holds 2 GPUs of a), so backfill goes on
+    d = _head_behind(later_start=10.0)
+    assert [b.job for b in d.binds] == ["small"]
+
+
+def test_a_head_that_would_fit_but_for_backfilled_jobs_is_starved():
+    r = job("r", gpu=6, submit=6)
+    pending = [job("wide", gpu=8, submit=5), job("small", gpu=2, submit=7)]
+    s = snapshot([node("a"), node("c", gpu=2)], pending, [running(r, ["a"], start=10.0)])
+    d = schedule(s, PRESETS["fifo-backfill"], 100.0)
+    # only r (started around the head) is in its way: strict FIFO behind it from now on
+    assert d.binds == ()
+    assert d.pending["small"].kind is ReasonKind.RESERVATION
+    # the same with r running from before the head: not backfill's fault, EASY goes on
+    s = snapshot([node("a"), node("c", gpu=2)], pending, [running(r, ["a"], start=1.0)])
+    assert [b.job for b in schedule(s, PRESETS["fifo-backfill"], 100.0).binds] == ["small"]
