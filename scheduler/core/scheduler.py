@@ -370,7 +370,7 @@ class _Cycle:
             res.apply(self.index)
             return result, False
         if res.starved:
-            # Starvation guard: the head waited past the horizon; nothing whose end is
+            # Starvation guard (reservation.starved): nothing whose end is
             # unbounded starts around it any more (strict FIFO behind it from now on).
             return None, True
         result = self._place_memo(job, shape, True)
