@@ -21,10 +21,12 @@ class Backfill(StrEnum):
         job gets a reservation (earliest time its gang fits, from running jobs' estimated
         ends); a later job may start only if it does not delay that reservation. Without a
         duration estimate a job may only use capacity the reservation does not need.
-        Two bounds keep backfill from hurting when estimates are missing or wrong:
+        Three bounds keep backfill from hurting when estimates are missing or wrong:
         (1) ``Policy.backfill_horizon_s``: once the job has been the head that long, only jobs
         known to end before a finite shadow time start around it (then strict FIFO);
-        (2) a reservation whose shadow time is unknown (the gang fits only when jobs
+        (2) with ``Policy.adaptive``, the same as soon as the head would fit but for jobs
+        started around it (:func:`scheduler.core.reservation.starved`);
+        (3) a reservation whose shadow time is unknown (the gang fits only when jobs
         without estimates end) is not taken at all when QUEUE_ORDER preemption is on:
         the queue order (LAS) protects the wide job instead, by preemption.
     """
@@ -80,11 +82,12 @@ class Policy:
             jobs whose end the reservation cannot bound (no estimate, or an unknown shadow
             time) no longer start around it: the head then starts no later than it would
             under strict FIFO from that moment on.
-            None = no guard (plain EASY). With ``adaptive`` and a history, the 0.9 quantile
-            of finished jobs' run times (:mod:`scheduler.core.history`).
-        adaptive: derive ``las_thresholds`` and ``backfill_horizon_s`` from
-            ``Snapshot.history`` when it is given (:func:`scheduler.core.history.adapt`);
-            the static values apply until enough jobs have finished.
+            None = no time guard.
+        adaptive: adapt to the cluster (:func:`scheduler.core.history.adapt`): plain
+            2D-LAS with one tenant, ``las_thresholds`` from ``Snapshot.history`` with more
+            (static values until enough jobs have finished); EASY reservations ordered by
+            learned residual run times, and starved once backfill alone blocks the head
+            (:mod:`scheduler.core.reservation`).
     """
 
     name: str = "default"

@@ -8,9 +8,10 @@ replays traces under each of them side by side. None of them is a fork of the co
                    (no backfill, no VCs, no preemption).
     fifo-backfill  FIFO with EASY backfill (Lifka 1995; Mu'alem & Feitelson, TPDS 2001).
                    No duration estimates are given, so later jobs only use capacity the
-                   head job's reservation does not need; adaptive: once a job has been
-                   the head longer than the 0.9 quantile of finished jobs' run times,
-                   nothing unbounded starts around it (scheduler.core.history).
+                   head job's reservation does not need; adaptive: the head is planned
+                   where capacity is likeliest to free first (learned residual run
+                   times), and once it would fit but for jobs started around it, nothing
+                   unbounded starts around it any more (scheduler.core.reservation).
     capacity       YARN capacity scheduler as Philly ran it (Jeon et al., ATC'19): per-VC
                    FIFO within guaranteed shares, idle capacity lent out and reclaimed by
                    preemption when its owner has pending work.
@@ -25,12 +26,13 @@ replays traces under each of them side by side. None of them is a fork of the co
                    reclaim, gangs, 2D-LAS inside a priority class (queue-order preemption
                    within a VC and of other VCs' borrowing jobs, not of jobs younger than
                    5 minutes), EASY backfill for jobs whose shadow time is bounded.
-                   Adaptive (scheduler.core.history): the LAS thresholds are the 0.9 and
-                   0.99 quantiles of finished jobs' attained GPU-service (Tiresias, Gu et
-                   al., NSDI'19), the backfill horizon the 0.9 quantile of their run times;
-                   until 50 jobs have finished, one threshold at one GPU-hour applies. A
-                   reservation whose shadow time is unknown (no estimates) holds nothing:
-                   the LAS rank protects wide jobs by preemption instead.
+                   Adaptive (scheduler.core.history): with one tenant (fewer than two
+                   VCs with a guaranteed GPU share) it is plain Tiresias-LAS (thresholds
+                   1 and 10 GPU-hours, no 5-minute floor); with two or more, the LAS
+                   thresholds are the 0.9 and 0.99 quantiles of finished jobs' attained
+                   GPU-service (Tiresias, Gu et al., NSDI'19) once 50 / 500 jobs have
+                   A reservation whose shadow time is unknown (no estimates) holds
+                   nothing: the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
                    makes queue-order preemption thrash (Philly 5,000-job replay: 9,146
@@ -87,7 +89,7 @@ PRESETS = MappingProxyType(
                 PreemptionMode.PRIORITY,
                 PreemptionMode.QUEUE_ORDER,
             ),
-            las_thresholds=(3600.0,),
+            las_thresholds=(3600.0, 36000.0),
             preemption_min_runtime_s=300.0,
             adaptive=True,
         ),

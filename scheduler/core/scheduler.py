@@ -54,7 +54,7 @@ from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import preemption_phrase, reason
-from scheduler.core.reservation import Reservation, head_since, reserve
+from scheduler.core.reservation import Reservation, reserve, starved
 from scheduler.core.resources import Triple, iadd
 
 INF = math.inf
@@ -78,7 +78,7 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
     """
     if not snapshot.pending and not growing(snapshot.running):
         return Decision(version=snapshot.version)
-    return _Cycle(snapshot, adapt(policy, snapshot.history), now).run()
+    return _Cycle(snapshot, adapt(policy, snapshot.history, snapshot.vcs), now).run()
 
 
 class _Cycle:
@@ -320,10 +320,11 @@ class _Cycle:
             if self.reservation is None and not self.declined:
                 self.reservation = self._reserve(job)
                 if self.reservation is not None:
-                    h = self.policy.backfill_horizon_s
-                    self.reservation.starved = (
-                        h is not None and self.now - head_since(job, self.snapshot.running) > h
-                    )
+                    self.reservation.starved = starved(
+                        self.reservation, job, self.index, self.placer, self.snapshot.running,
+                        self.preemptor.nodes_of, self.now, self.policy.backfill_horizon_s,
+                        self.policy.adaptive,
+                    )  # fmt: skip
                     self.epoch += 1
                     t = self.reservation.time
                     extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
@@ -365,7 +366,7 @@ class _Cycle:
             res.apply(self.index)
             return result, False
         if res.starved:
-            # Starvation guard: the head waited past the horizon; nothing whose end is
+            # Starvation guard (reservation.starved): nothing whose end is
             # unbounded starts around it any more (strict FIFO behind it from now on).
             return None, True
         result = self._place_memo(job, shape, True)
@@ -434,6 +435,7 @@ class _Cycle:
             self.preemptor.nodes_of,
             self.bound_ends,
             self.now,
+            self.snapshot.history if self.policy.adaptive else None,
         )
         if res is None:
             return None

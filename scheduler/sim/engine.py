@@ -278,7 +278,7 @@ class Simulator:
             # thresholds in force now (adaptive ones move as jobs finish; a move between
             # events takes effect at the next event)
             hist = self._history.history() if self._history is not None else None
-            for threshold in adapt(self.policy, hist).las_thresholds:
+            for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
                 if threshold > live.job.attained_service:
                     self._push(now + (threshold - live.job.attained_service) / g, _TICK, "", 0)
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from scheduler.core import Backfill, Policy, ReasonKind, schedule
-from scheduler.core.history import History, HistoryWindow, adapt, quantile
+from scheduler.core.history import History, HistoryWindow, adapt, median_residual_s, quantile
 from scheduler.core.presets import PRESETS
-from tests.factories import job, node, running, snapshot
+from tests.factories import job, node, running, snapshot, vc
 
 
 def test_a_quantile_is_none_until_estimable_then_the_nearest_rank():
@@ -21,20 +22,37 @@ def test_a_quantile_is_none_until_estimable_then_the_nearest_rank():
     assert quantile((), 0.5) is None
 
 
-def test_adapt_sets_thresholds_and_horizon_from_history_and_leaves_others_alone():
+def test_adapt_sets_thresholds_from_history_and_leaves_others_alone():
     services = tuple(float(i) for i in range(1, 1001))
     runtimes = tuple(float(10 * i) for i in range(1, 1001))
     h = History(runtimes, services)
-    p = adapt(PRESETS["pasture"], h)
+    two = [vc("a", gpu=8), vc("b", gpu=8)]
+    p = adapt(PRESETS["pasture"], h, two)
     assert p.las_thresholds == (900.0, 990.0)
-    assert p.backfill_horizon_s == 9000.0
+    assert p.backfill_horizon_s is None  # no learned horizon (reservation.starved instead)
+    assert p.preemption_min_runtime_s == 300.0  # shared cluster: the floor stays
     assert adapt(PRESETS["tiresias-las"], h) is PRESETS["tiresias-las"]
-    assert adapt(PRESETS["pasture"], None) is PRESETS["pasture"]
+    assert adapt(PRESETS["pasture"], None, two) is PRESETS["pasture"]
+
+
+def test_one_tenant_runs_plain_tiresias():
+    h = History(
+        tuple(float(10 * i) for i in range(1, 1001)), tuple(float(i) for i in range(1, 1001))
+    )
+    static = PRESETS["pasture"].las_thresholds
+    for vcs in ([], [vc("a", gpu=8)], [vc("a", gpu=8), vc("idle", gpu=0)]):
+        p = adapt(PRESETS["pasture"], h, vcs)
+        assert p.las_thresholds == static == (3600.0, 36000.0)
+        assert p.preemption_min_runtime_s == 0.0  # plain Tiresias: no floor
+    # VC guarantees not enforced: the VCs are no tenants either
+    novc = replace(PRESETS["pasture"], vc_quota=False)
+    assert adapt(novc, h, [vc("a", gpu=8), vc("b", gpu=8)]).las_thresholds == static
 
 
 def test_adapt_keeps_static_values_until_enough_jobs_finished():
     few = History(tuple(float(i) for i in range(20)), tuple(float(i) for i in range(20)))
-    assert adapt(PRESETS["pasture"], few) is PRESETS["pasture"]
+    two = [vc("a", gpu=8), vc("b", gpu=8)]
+    assert adapt(PRESETS["pasture"], few, two) is PRESETS["pasture"]
 
 
 def test_history_rejects_unsorted_or_negative_samples():
@@ -91,3 +109,71 @@ def test_with_queue_order_preemption_an_unbounded_reservation_holds_nothing():
     held = schedule(s, replace(pol, preemption=()), 10.0)
     assert held.binds == ()
     assert held.pending["small"].kind is ReasonKind.RESERVATION
+
+
+def test_median_residual_is_the_median_further_run_time_once_ten_ran_as_long():
+    h = History(tuple([1500.0] * 50 + [100000.0] * 50), ())
+    assert median_residual_s(h, 1000.0) == 500.0  # median of 100 samples above 1,000 s
+    assert median_residual_s(h, 10000.0) == 90000.0  # only the long ones ran that long
+    assert median_residual_s(h, 100000.0) is None  # nobody ran longer: unknown
+    assert median_residual_s(History(tuple([5.0] * 9), ()), 1.0) is None  # too few
+    assert median_residual_s(None, 1.0) is None
+
+
+def _reserve_beside_old_and_young(history: History | None):
+    # a holds an old job (started at 0), b a young one (started at 9,000), 4 of 8 GPUs
+    # each; "wide" needs a whole node, "small" 4 GPUs. EASY holds the free half of the
+    # node the head is planned on; "small" goes to the other node.
+    old, young = job("old", gpu=4, submit=0), job("young", gpu=4, submit=0)
+    pending = [job("wide", gpu=8, submit=1), job("small", gpu=4, submit=2)]
+    s = snapshot(
+        [node("a"), node("b")],
+        pending,
+        [running(old, ["a"], start=0.0), running(young, ["b"], start=9000.0)],
+    )
+    return schedule(replace(s, history=history), PRESETS["fifo-backfill"], 10000.0)
+
+
+def test_the_reservation_sits_on_the_node_likeliest_to_free_first():
+    # Decreasing hazard: a job that has run 10,000 s will likely run 90,000 s more, one
+    # that has run 1,000 s about 500 s more, so the head is planned on b (young job).
+    h = History(tuple([1500.0] * 50 + [100000.0] * 50), ())
+    d = _reserve_beside_old_and_young(h)
+    assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "a")]
+    assert d.pending["wide"].details["reserved_at"] == math.inf
+    # Nothing learned yet: oldest first, as before (the head planned on a).
+    d = _reserve_beside_old_and_young(None)
+    assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "b")]
+
+
+def _head_behind(later_start: float):
+    # node a: "old" (2 GPUs, started at 0) and "r" (4 GPUs, started at later_start); the
+    # head "wide" (8 GPUs, submitted at 5) needs all of a; "small" (2 GPUs) fits beside.
+    old, r = job("old", gpu=2, submit=0), job("r", gpu=4, submit=6)
+    pending = [job("wide", gpu=8, submit=5), job("small", gpu=2, submit=7)]
+    s = snapshot(
+        [node("a"), node("c", gpu=2)],
+        pending,
+        [running(old, ["a"], start=0.0), running(r, ["a"], start=later_start)],
+    )
+    return schedule(s, PRESETS["fifo-backfill"], 100.0)
+
+
+def test_backfill_goes_on_while_a_job_from_before_the_head_is_in_its_way():
+    # r started at 10, after "wide" became the head (its submit, 5): without r, "wide"
+    # would not fit yet (old still holds 2 GPUs of a), so backfill goes on
+    d = _head_behind(later_start=10.0)
+    assert [b.job for b in d.binds] == ["small"]
+
+
+def test_a_head_that_would_fit_but_for_backfilled_jobs_is_starved():
+    r = job("r", gpu=6, submit=6)
+    pending = [job("wide", gpu=8, submit=5), job("small", gpu=2, submit=7)]
+    s = snapshot([node("a"), node("c", gpu=2)], pending, [running(r, ["a"], start=10.0)])
+    d = schedule(s, PRESETS["fifo-backfill"], 100.0)
+    # only r (started around the head) is in its way: strict FIFO behind it from now on
+    assert d.binds == ()
+    assert d.pending["small"].kind is ReasonKind.RESERVATION
+    # the same with r running from before the head: not backfill's fault, EASY goes on
+    s = snapshot([node("a"), node("c", gpu=2)], pending, [running(r, ["a"], start=1.0)])
+    assert [b.job for b in schedule(s, PRESETS["fifo-backfill"], 100.0).binds] == ["small"]
