@@ -20,6 +20,7 @@ from scheduler.agent.kubernetes import KubernetesExecutor, build_pod, pod_of
 from scheduler.agent.ssh import job_key_path
 from scheduler.spec import parse_job_spec
 from scheduler.store import TaskRecord
+from tests.k8s_manifests import validate
 from tests.scheduler.agent.test_kubernetes_pods import SETTINGS, launch, round_trip
 
 API = k8s.ApiClient()
@@ -201,3 +202,14 @@ def test_job_mounts_on_the_share_become_sub_paths_of_its_claim():
         "subPath": "datasets/imagenet",
         "readOnly": True,
     } in mounts
+
+
+def test_the_secret_and_the_pods_are_valid_kubernetes_objects(tmp_path):
+    """kubernetes-validate --strict on 1.30-1.34, as test_kubernetes_validate does."""
+    pod = build_pod(secret_launch(), SETTINGS)
+    validate(API.sanitize_for_serialization(pod))
+    validate(API.sanitize_for_serialization(build_secret(secret_launch().env, pod, "uid-1")))
+    boot, share, task_dir = ssh_boot(tmp_path)
+    settings = replace(SETTINGS, agent_dir=str(tmp_path / "agent"))
+    task = launch(command=boot.command, env=boot.env, mounts=boot.mounts, state_dir=task_dir)
+    validate(API.sanitize_for_serialization(build_pod(replace(task, share_dir=share), settings)))
