@@ -213,3 +213,38 @@ def test_the_secret_and_the_pods_are_valid_kubernetes_objects(tmp_path):
     settings = replace(SETTINGS, agent_dir=str(tmp_path / "agent"))
     task = launch(command=boot.command, env=boot.env, mounts=boot.mounts, state_dir=task_dir)
     validate(API.sanitize_for_serialization(build_pod(replace(task, share_dir=share), settings)))
+
+
+def test_an_agent_on_kubernetes_starts_a_job_with_secrets(tmp_path, redis_url):
+    """The agent (real redis-server) opens the job's sealed values and its kubernetes
+    executor puts them in the pod's Secret only: the pod, the task record and the store's
+    job record hold no value (the agent no longer refuses secrets on kubernetes)."""
+    import redis as redis_py
+
+    from scheduler.sealed import seal, write_key
+    from scheduler.store import Store
+    from tests.scheduler.agent.test_agent import make_agent, place
+
+    key_file = write_key(tmp_path / "secrets.key")
+    store = Store(redis_py.Redis.from_url(redis_url, decode_responses=True))
+    agent = make_agent(store, tmp_path, redis_url, secrets_key_file=str(key_file))
+    api = Api()
+    agent.executor = KubernetesExecutor(settings=replace(SETTINGS, share_claim=None), api=api)
+    real_create = store.create_job
+
+    def create_sealed(spec, user="", sealed_secrets=""):
+        token = seal(key_file.read_bytes().strip(), spec.name, {"HF_TOKEN": TOKEN})
+        return real_create(spec, user, sealed_secrets=token)
+
+    store.create_job = create_sealed
+    agent.register()
+    place(store, "sj", "echo ${PASTURE_SECRET_HF_TOKEN} | sha256sum", secrets={"HF_TOKEN": TOKEN})
+    agent.reconcile()
+    (pod,) = api.pods.values()
+    (secret,) = api.secrets.values()
+    assert TOKEN not in json.dumps(API.sanitize_for_serialization(pod))
+    assert base64.b64decode(secret.data["PASTURE_SECRET_HF_TOKEN"]).decode() == TOKEN
+    assert secret.metadata.owner_references[0].name == pod.metadata.name
+    rec = store.task("sj", "w-0")
+    assert rec.state == "running", rec
+    assert TOKEN not in json.dumps(store.r.hgetall("job:sj"))
