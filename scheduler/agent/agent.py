@@ -388,16 +388,12 @@ class Agent:
         environment only (never a log line, report or record).
 
         Raises:
-            startup.StartupError: no key, another key, a token missing, or an executor
-                that would store the environment in clear (kubernetes).
+            startup.StartupError: no key, another key, or a token missing. (The
+                kubernetes executor puts these variables in a per-task Secret, not the pod
+                spec: scheduler/agent/k8s_secrets.py.)
         """
         if not spec.secrets:
             return {}
-        if self.executor.kind == "kubernetes":
-            raise startup.StartupError(
-                "secrets: the kubernetes executor would put them in the pod's spec in clear; "
-                "run jobs with secrets on container or process nodes"
-            )
         token = self.store.sealed_secrets(job)
         try:
             if not token:

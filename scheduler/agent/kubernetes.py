@@ -40,9 +40,9 @@ Spot eviction: Azure deletes the node and the agent's pod with it, so the agent'
 heartbeat stops; the loop marks the node ``lost`` and its tasks ``lost`` (the
 infrastructure-fault path), it does not see a task failure.
 
-Only :func:`build_pod`, :func:`pod_name` and :func:`exit_code` hold logic; they are pure
-and tested against the Kubernetes client's models. The executor class is a thin wrapper
-over ``CoreV1Api`` (no cluster exists on the test machine; see docs/platforms.md).
+Job secrets go to a per-task Secret the pod references (:mod:`.k8s_secrets`), ssh's
+node-local directory to a hostPath volume (:mod:`.k8s_mounts`). The builders are pure and
+tested as the client's models; the executor wraps ``CoreV1Api`` (no cluster here).
 """
 
 from __future__ import annotations
@@ -59,14 +59,14 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
-from scheduler.agent import taints
+from scheduler.agent import k8s_secrets, taints
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
+from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
 
 log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
-SHARE_VOLUME = "pasture-share"
 AGENT_VOLUME = "pasture-agent"
 FENCE_CONTAINER = "fence"
 FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
@@ -193,6 +193,11 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
                 ),
             )
         )
+    extra_mounts, extra_volumes = task_mounts(
+        launch, settings.share_claim, settings.agent_dir, host_network=settings.host_network
+    )
+    mounts += extra_mounts
+    volumes += extra_volumes
     workdir = str(launch.share_dir) if settings.share_claim else None
     command: list[str] | None = ["/bin/sh", "-c", script]
     args = None
@@ -203,7 +208,7 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         image=launch.image or settings.default_image,
         command=command,
         args=args,
-        env=[k8s.V1EnvVar(name=k, value=str(v)) for k, v in sorted(launch.env.items())],
+        env=k8s_secrets.env_vars(launch.env, pod_name(launch.task_id)),
         resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=dict(limits)),
         volume_mounts=mounts or None,
         working_dir=workdir,
@@ -363,6 +368,7 @@ class KubernetesExecutor(Executor):
         self._clock = clock
         self._disrupted: dict[str, float] = {}  # handle -> when first seen disrupted
         self._deleted: set[str] = set()  # handles this executor deleted
+        self._secrets: set[str] = set()  # pods with a Secret made by this executor
         if api is None:
             from kubernetes import config as k8s_config
 
@@ -374,15 +380,35 @@ class KubernetesExecutor(Executor):
         self.api = api
 
     def start(self, launch: TaskLaunch) -> str:
-        pod = build_pod(launch, self.settings)
+        """Create the task's pod, then its Secret when it has job secrets. Raises
+        ExecutorError: the pod cannot be built or created, or its Secret not created."""
         try:
-            self.api.create_namespaced_pod(self.settings.namespace, pod)
+            pod = build_pod(launch, self.settings)
+        except ValueError as exc:
+            raise ExecutorError(str(exc)) from None
+        ns = self.settings.namespace
+        uid = None  # the pod's, for the Secret's owner reference
+        try:
+            created = self.api.create_namespaced_pod(ns, pod)
+            uid = getattr(getattr(created, "metadata", None), "uid", None)
         except k8s.ApiException as exc:
             if exc.status != 409:  # 409: already created (agent restarted): adopt it
                 raise ExecutorError(
                     f"cannot create pod {pod.metadata.name} on {launch.node}: "
                     f"{exc.status} {exc.reason}"
                 ) from None
+        secret = k8s_secrets.build_secret(launch.env, pod, uid)
+        if secret is not None:
+            try:
+                self.api.create_namespaced_secret(ns, secret)
+            except k8s.ApiException as exc:
+                if exc.status != 409:  # 409: made before an agent restart
+                    self._delete(pod.metadata.name, ns, secret=False)
+                    raise ExecutorError(
+                        f"cannot create secret {secret.metadata.name} of the job's secrets: "
+                        f"{exc.status} {exc.reason} (the agent's Role needs secrets create)"
+                    ) from None
+            self._secrets.add(pod.metadata.name)
         handle = f"{self.settings.namespace}/{pod.metadata.name}"
         if pod.spec.init_containers:  # the fence sidecar: say where it leaves its mark
             handle += f"#{launch.state_dir / 'fenced'}"
@@ -456,8 +482,19 @@ class KubernetesExecutor(Executor):
         namespace, name = pod_of(handle)
         self._disrupted.pop(handle, None)
         self._deleted.discard(handle)
-        try:
-            self.api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except k8s.ApiException as exc:
-            if exc.status != 404:
-                raise
+        self._delete(name, namespace, secret=name in self._secrets)
+        self._secrets.discard(name)
+
+    def _delete(self, name: str, namespace: str, *, secret: bool) -> None:
+        """Delete a task pod now, and its Secret when ``secret`` (one this executor made;
+        a Secret made before an agent restart goes with its pod, by its owner
+        reference). Gone already is fine."""
+        calls = [(self.api.delete_namespaced_pod, name)]
+        if secret:
+            calls.append((self.api.delete_namespaced_secret, k8s_secrets.secret_name(name)))
+        for call, what in calls:
+            try:
+                call(what, namespace, grace_period_seconds=0)
+            except k8s.ApiException as exc:
+                if exc.status != 404:
+                    raise

@@ -120,8 +120,8 @@ def prepare(
         share: the cluster share on this node (tasks see it at the same path).
         task_dir: the node-local directory private to the task (the executor's state_dir).
         task_id: the task's id (container name ``task-<id>``).
-        executor_kind: ``process``, ``container`` or ``kubernetes`` (ssh and the Volcano
-            mount need process or container).
+        executor_kind: ``process``, ``container`` or ``kubernetes`` (the Volcano mount
+            needs container; a kubernetes pod sees the ssh directory as a container does).
     Raises:
         OSError: the share or the node's work dir is not writable.
         StartupError: the job's own settings prevent the start (message says which).
@@ -163,7 +163,8 @@ def prepare(
     env = {**env, **spec.env, **spec.roles[me.role].env, **pasture}
 
     if wants_ssh(spec):
-        if executor_kind not in ("process", "container"):
+        own_fs = executor_kind in ("container", "kubernetes")  # a filesystem of its own
+        if executor_kind not in ("process", "container", "kubernetes"):
             lines.append(
                 f'echo "pasture: ssh between tasks is not available with the {executor_kind}'
                 ' executor" >&2'
@@ -175,16 +176,16 @@ def prepare(
             )
         else:
             key = ssh.ensure_job_key(job_dir, me.attempt)
-            seen = CONTAINER_SSH_DIR if in_container else str(task_dir / "ssh")
+            seen = CONTAINER_SSH_DIR if own_fs else str(task_dir / "ssh")
             ssh.write_task_files(task_dir / "ssh", job, spec, tasks, me, key, seen)
-            if in_container:
+            if own_fs:  # kubernetes: a hostPath volume (agent/k8s_mounts.py)
                 mounts.append((str(task_dir / "ssh"), CONTAINER_SSH_DIR))
             env.update(ssh.ssh_env(spec, tasks, me, seen))
             lines.append(
                 ssh.sshd_script(
                     seen,
                     required=spec.ssh,
-                    in_container=in_container,
+                    in_container=own_fs,
                     user_sshd=ssh.starts_own_sshd(spec.roles[me.role].command or ""),
                 )
             )

@@ -8,6 +8,7 @@
       ├─ StorageAccount (names.storage_account_name) ─ FileShare (the cluster share)
       └─ kubernetes.Provider (kubeconfig, secret) ──> Namespace, then one builder per family:
             redis.py          Secret (Redis password), Service + StatefulSet
+            sealkey.py        Secret (job secrets' Fernet key, derived from the password)
             share.py          Secret (account key), PersistentVolume, PVC "pasture-share"
             scheduler.py      ConfigMap (settings.py: contract 2 from the settings models),
                               Deployment (api + loop), Service (LoadBalancer)

@@ -3,7 +3,8 @@ nodes only, tolerating exactly that pool's taints (with the AKS Spot taint for a
 pool), and giving the same tolerations to the task pods it binds (env
 ``PASTURE_K8S_TOLERATIONS`` of the kubernetes executor).
 
-    ServiceAccount pasture-agent ── Role: pods create/get/list/watch/delete, pods/log get
+    ServiceAccount pasture-agent ── Role: pods create/get/list/watch/delete, pods/log get,
+                                       secrets create/delete (tasks' job secrets)
                                  (no Redis secret: each agent exchanges its pod's token
                                   for its node's own Redis user, stacks/aks/nodecred.py)
                                  └─ ClusterRole <namespace>-agent-nodes: nodes get
@@ -37,6 +38,7 @@ from stacks.aks.common import (
 from stacks.aks.nodecred import FETCH_CREDENTIAL, URL_ENV, agent_mounts, agent_volumes
 from stacks.aks.redis import SECRETS_DIR
 from stacks.aks.scheduler import AGENT_CONFIG
+from stacks.aks.sealkey import key_mount, key_volume
 from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER, WORK_DIR
 from stacks.config import GpuPool
 
@@ -54,8 +56,8 @@ START_AGENT = f"{FETCH_CREDENTIAL} && {WRITE_CONFIG}"
 
 
 def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
-    """ServiceAccount of the agents with its Role (task pods in the namespace) and
-    ClusterRole (read node objects)."""
+    """ServiceAccount of the agents with its Role (task pods and their Secrets, in the
+    namespace only) and ClusterRole (read node objects)."""
     sa = k8s.core.v1.ServiceAccount(
         f"{w.prefix}-agent-sa", metadata=w.meta(AGENT_NAME), opts=w.opts
     )
@@ -70,6 +72,8 @@ def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
                 "verbs": ["create", "get", "list", "watch", "delete"],
             },
             {"api_groups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+            # a task's job secrets, in a Secret its pod references (agent/k8s_secrets.py)
+            {"api_groups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
         ],
         opts=w.opts,
     )
@@ -131,6 +135,7 @@ def agent_daemonset(
             *(m for m in pasture_mounts(SECRETS_DIR) if m["name"] != "redis-secret"),
             *agent_mounts(),
             {"name": "agent-dir", "mount_path": AGENT_DIR},
+            key_mount(),  # opens job secrets (stacks/aks/sealkey.py)
         ],
     }
     agent_dir = {"name": "agent-dir", "host_path": {"path": AGENT_DIR, "type": "DirectoryOrCreate"}}
@@ -152,6 +157,7 @@ def agent_daemonset(
                         *(v for v in pasture_volumes("") if v["name"] != "redis-secret"),
                         *agent_volumes(),
                         agent_dir,
+                        key_volume(),
                     ],
                 },
             },

@@ -25,6 +25,7 @@ from stacks.aks.image import builds_image, pasture_image
 from stacks.aks.nodecred import credentials_url, scheduler_identity
 from stacks.aks.redis import redis_password_secret, redis_server
 from stacks.aks.scheduler import api_service, scheduler_deployment, settings_config_map
+from stacks.aks.sealkey import secrets_key_secret
 from stacks.aks.share import cluster_share
 from stacks.config import GpuPool, StackConfig, StackSecrets
 from stacks.contract import ClusterOutputs, HostOutput, cluster_outputs
@@ -263,6 +264,7 @@ def deploy_workloads(
     """Every pasture object in the namespace; returns the API Service. Per GPU pool: an
     agent DaemonSet and a device plugin DaemonSet (none without GPU pools)."""
     redis_password_secret(w, secrets.redis_password)
+    secrets_key_secret(w, secrets.redis_password)
     cluster_share(w, cfg, account_name, account_key, share)
     redis_server(w, cfg)
     settings_config_map(w, cfg)

@@ -20,6 +20,7 @@ from stacks.aks.common import (
 )
 from stacks.aks.nodecred import SCHEDULER_SA
 from stacks.aks.redis import REDIS_NAME, SECRETS_DIR
+from stacks.aks.sealkey import key_mount, key_volume
 from stacks.aks.settings import agent_settings, scheduler_settings, to_yaml
 from stacks.config import StackConfig
 
@@ -54,7 +55,7 @@ def scheduler_deployment(
         "image": image,
         "command": ["pasture", "serve", "api", "--config", config],
         "ports": [{"container_port": cfg.api_port, "name": "api"}],
-        "volume_mounts": mounts,
+        "volume_mounts": [*mounts, key_mount()],  # the API seals job secrets
         "readiness_probe": {"tcp_socket": {"port": cfg.api_port}, "period_seconds": 5},
     }
     loop = {
@@ -76,7 +77,7 @@ def scheduler_deployment(
                     "node_selector": SYSTEM_NODES,
                     "service_account_name": SCHEDULER_SA,  # reviews agents' tokens
                     "containers": [api, loop],
-                    "volumes": pasture_volumes(REDIS_NAME),
+                    "volumes": [*pasture_volumes(REDIS_NAME), key_volume()],
                 },
             },
         },

@@ -22,6 +22,7 @@ from scheduler.settings import (
 )
 from stacks.aks.common import SHARE_MOUNT
 from stacks.aks.redis import PASSWORD_FILE, agent_redis_settings, redis_settings
+from stacks.aks.sealkey import KEY_FILE
 from stacks.config import StackConfig
 
 NODE_NAME_PLACEHOLDER = "PASTURE_NODE_NAME"
@@ -45,6 +46,7 @@ def scheduler_settings(cfg: StackConfig) -> SchedulerSettings:
             ),
         ),
         loop=LoopSettings(policy="pasture"),
+        secrets_key_file=KEY_FILE,  # seals job secrets at submit (stacks/aks/sealkey.py)
     )
 
 
@@ -58,6 +60,7 @@ def agent_settings(cfg: StackConfig) -> AgentSettings:
         executor="kubernetes",
         task_network="host",
         work_dir=WORK_DIR,
+        secrets_key_file=KEY_FILE,  # opens them at a task's start-up
     )
 
 

@@ -26,12 +26,14 @@ from scheduler.agent.kubernetes import PodSettings, build_pod
 from scheduler.agent.taints import SPOT_TAINT
 from scheduler.inventory import parse_stack_output, write_inventory
 from scheduler.nodecred import AUDIENCE
+from scheduler.sealed import load_key, seal, unseal
 from scheduler.settings import AgentSettings, SchedulerSettings
 from stacks.aks import ACR_PULL_ROLE
 from stacks.aks.agents import ADDRESS_ENV, START_AGENT
 from stacks.aks.image import CONTAINERFILE, REPO_ROOT
 from stacks.aks.names import registry_name, storage_account_name
 from stacks.aks.nodecred import FETCH_CREDENTIAL, URL_ENV
+from stacks.aks.sealkey import KEY_FILE, KEY_SECRET, derive_key
 from stacks.config import ConfigError, parse_config
 from tests.k8s_manifests import manifest, validate
 from tests.stacks.mocks import SSH_KEY, Built, build_stack
@@ -374,6 +376,58 @@ def test_agents_may_read_their_node_object(aks):
     assert pods["resources"] == ["pods"] and "create" in pods["verbs"]
 
 
+def test_agents_may_create_and_delete_secrets_in_their_namespace_only(aks):
+    """The kubernetes executor puts a task's job secrets in a Secret its pod references:
+    the agents' namespaced Role may create and delete Secrets (not read or list them), and
+    no cluster-wide role of theirs names Secrets."""
+    role = k8s_resource(aks, "aks-dev-agent-role")
+    assert role["metadata"]["namespace"] == "pasture"
+    (rule,) = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}
+    binding = k8s_resource(aks, "aks-dev-agent-binding")
+    assert binding["metadata"]["namespace"] == "pasture"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "pasture-agent",
+    }
+    cluster_roles = aks.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    assert cluster_roles  # the agents' nodes role at least
+    for r in cluster_roles:
+        assert "secrets" not in json.dumps(r.inputs.get("rules", [])), r.name
+
+
+def test_the_secrets_key_reaches_the_api_and_the_agents_as_a_secret(aks, tmp_path):
+    """Jobs with secrets are no longer refused on aks: the API and every agent get the
+    cluster's Fernet key (derived from the Redis password, a Pulumi secret), as a mounted
+    Secret named by secrets_key_file in both settings; a value sealed with it by the API
+    opens in an agent."""
+    data = k8s_resource(aks, "aks-dev-secrets-key")["stringData"]
+    assert SECRET_SIG in json.dumps(data)  # stays a Pulumi secret
+    text = json.dumps(data)
+    key = derive_key(SECRETS["redisPassword"])
+    assert key in text and SECRETS["redisPassword"] not in text
+    cm = k8s_resource(aks, "aks-dev-config")["data"]
+    sched = SchedulerSettings.model_validate(yaml.safe_load(cm["scheduler.yaml"]))
+    agent = AgentSettings.model_validate(
+        yaml.safe_load(cm["agent.yaml"].replace("PASTURE_NODE_NAME", "n"))
+    )
+    assert sched.secrets_key_file == agent.secrets_key_file == KEY_FILE
+    api, loop = k8s_resource(aks, "aks-dev-scheduler")["spec"]["template"]["spec"]["containers"]
+    ds = k8s_resource(aks, "aks-dev-agent-t4")["spec"]["template"]["spec"]
+    for container in (api, ds["containers"][0]):
+        mount = [m for m in container["volumeMounts"] if m["mountPath"] == str(KEY_FILE.parent)]
+        assert mount and mount[0]["readOnly"] is True, container["name"]
+    assert not [m for m in loop["volumeMounts"] if m["mountPath"] == str(KEY_FILE.parent)]
+    (vol,) = [v for v in ds["volumes"] if v["name"] == "secrets-key"]
+    assert vol["secret"]["secretName"] == KEY_SECRET
+    (tmp_path / "secrets.key").write_text(key)
+    opened = load_key(tmp_path / "secrets.key")  # a valid Fernet key
+    token = seal(opened, "j", {"HF_TOKEN": "v"})
+    assert unseal(opened, "j", token) == {"HF_TOKEN": "v"}
+    assert derive_key("another-password") != key
+
+
 def test_nvidia_device_plugin_runs_on_each_gpu_pool(aks):
     for pool in ("a100", "t4"):
         ds = k8s_resource(aks, f"aks-dev-nvidia-device-plugin-{pool}")["spec"]["template"]["spec"]
@@ -415,7 +469,8 @@ def test_each_agent_gets_its_own_nodes_redis_user_for_its_pod_token(aks):
     assert "--user" not in redis["args"]
     assert not [r for r in aks.mocks.resources if r.name == "aks-dev-redis-agent-secret"]
     ds = k8s_resource(aks, "aks-dev-agent-a100")["spec"]["template"]["spec"]
-    assert not [v for v in ds["volumes"] if "secret" in v]  # neither admin nor shared
+    # neither admin nor shared Redis password: the one Secret is the secrets key
+    assert [v["secret"]["secretName"] for v in ds["volumes"] if "secret" in v] == [KEY_SECRET]
     (token,) = [v for v in ds["volumes"] if v["name"] == "node-token"]
     (source,) = token["projected"]["sources"]
     assert source["serviceAccountToken"] == {
