@@ -21,7 +21,8 @@ a Slurm job array it is expanded client-side, so the server sees ordinary jobs.
 The name template: ``{KEY}`` is a key's value, the key named in full or by its last
 dotted part when that is unique among the keys; ``{n}`` is the combination's number from
 0. Values are lower-cased and each run of characters a job name cannot hold becomes ``-``
-(``0.01`` -> ``0-01``).
+(``0.01`` -> ``0-01``). Environment values are strings, so a number or boolean swept into
+an ``env`` key is set as its text (``0.1`` -> ``"0.1"``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import product
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from scheduler.cli.output import console, print_json
+from scheduler.cli.output import print_json
 
 if TYPE_CHECKING:
     from scheduler.cli.client import ApiClient
@@ -145,6 +147,15 @@ def _resolve(template: str, keys: list[str]) -> dict[str, str | None]:
     return resolved
 
 
+def _env_text(key: str, value: Any) -> Any:
+    """An environment variable's value is a string: a number or boolean swept into an
+    ``env`` key (``env.X``, ``roles.R.env.X``) is set as its YAML text (0.1 -> "0.1")."""
+    parts = key.split(".")
+    if len(parts) >= 2 and parts[-2] == "env" and isinstance(value, bool | int | float):
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return value
+
+
 def _name_part(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return re.sub(r"[^a-z0-9-]+", "-", text.lower())
@@ -186,8 +197,8 @@ def expand(base: Mapping[str, Any], sweep: Mapping[str, Any]) -> list[SweepJob]:
         if not _NAME.fullmatch(name):
             raise SweepError(
                 "name",
-                f"gives {name!r} for combination {n}: a job name is 1-63 lowercase letters,"
-                " digits and '-', starting and ending with a letter or digit",
+                f"gives {name!r} for combination {n}, not a job name (1-63 lowercase letters,"
+                " digits and '-', starting and ending with a letter or digit)",
             )
         if name in seen:
             raise SweepError(
@@ -196,7 +207,7 @@ def expand(base: Mapping[str, Any], sweep: Mapping[str, Any]) -> list[SweepJob]:
                 " use a key that tells them apart",
             )
         seen[name] = n
-        sets = [f"{k}={json.dumps(v, default=str)}" for k, v in values.items()]
+        sets = [f"{k}={json.dumps(_env_text(k, v), default=str)}" for k, v in values.items()]
         try:
             spec = apply_overrides(dict(base), name, None, {}, sets)
         except typer.BadParameter as exc:
@@ -295,7 +306,7 @@ def submit_sweep(
         if as_json:
             print_json([{"name": j.name, "values": j.values, "spec": j.spec} for j in jobs])
         for job in [] if as_json else jobs:
-            console.print(f"{job.name}\t{job.label()}", markup=False, highlight=False)
+            sys.stdout.write(f"{job.name}\t{job.label()}\n")  # NAME TAB VALUES
         return 0
     documents = [attach(j.spec, known, secrets) for j in jobs]
     return report(client().submit_batch(documents), [j.label() for j in jobs], as_json)
