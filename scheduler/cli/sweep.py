@@ -211,7 +211,7 @@ def expand(base: Mapping[str, Any], sweep: Mapping[str, Any]) -> list[SweepJob]:
         try:
             spec = apply_overrides(dict(base), name, None, {}, sets)
         except typer.BadParameter as exc:
-            raise SweepError(source, f"cannot set {exc.message}") from None
+            raise SweepError(source, exc.message) from None
         try:
             parse_job(spec, require_secret_values=False)
         except SpecError as exc:
