@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 MAX_JOBS = 500  # the API's MAX_BATCH_JOBS
 FIELDS = ("spec", "name", "grid", "list")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # scheduler.spec.model.NAME_RE
 _PATH = re.compile(r"^[^.=\s]+(\.[^.=\s]+)*$")
 
 
@@ -78,10 +77,16 @@ class SweepJob:
         )
 
 
+def _short(value: Any) -> str:
+    """``repr(value)``, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check_key(key: object, field: str) -> str:
     if not isinstance(key, str) or not _PATH.fullmatch(key):
         raise SweepError(
-            field, f"expected a dotted spec path such as roles.worker.replicas, got {key!r}"
+            field, f"expected a dotted spec path such as roles.worker.replicas, got {_short(key)}"
         )
     if key == "name":
         raise SweepError(field, "job names come from the `name` template, not from a key")
@@ -108,11 +113,13 @@ def combinations(sweep: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for key, values in grid.items():
         _check_key(key, f"grid.{key}")
         if not isinstance(values, list) or not values:
-            raise SweepError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
+            raise SweepError(
+                f"grid.{key}", f"expected a non-empty list of values, got {_short(values)}"
+            )
     for i, item in enumerate(listing):
         if not isinstance(item, Mapping) or not item:
             raise SweepError(
-                f"list[{i}]", f"expected a non-empty mapping PATH: value, got {item!r}"
+                f"list[{i}]", f"expected a non-empty mapping PATH: value, got {_short(item)}"
             )
         for key in item:
             _check_key(key, f"list[{i}].{key}")
@@ -173,13 +180,14 @@ def expand(base: Mapping[str, Any], sweep: Mapping[str, Any]) -> list[SweepJob]:
     """
     from scheduler.cli.jobspec import apply_overrides
     from scheduler.spec import SpecError, parse_job
+    from scheduler.spec.model import NAME_RE
 
     combos = combinations(sweep)
     keys = list(dict.fromkeys(k for _, values in combos for k in values))
     default = f"{str(base.get('name', 'job'))[:55].rstrip('-')}-{{n}}"
     template = sweep.get("name") or default
     if not isinstance(template, str):
-        raise SweepError("name", f"expected a template string, got {template!r}")
+        raise SweepError("name", f"expected a template string, got {_short(template)}")
     resolved = _resolve(template, keys)
     jobs: list[SweepJob] = []
     seen: dict[str, int] = {}
@@ -194,7 +202,7 @@ def expand(base: Mapping[str, Any], sweep: Mapping[str, Any]) -> list[SweepJob]:
             return _name_part(values[key])
 
         name = _PLACEHOLDER.sub(part, template)
-        if not _NAME.fullmatch(name):
+        if not re.fullmatch(NAME_RE, name):
             raise SweepError(
                 "name",
                 f"gives {name!r} for combination {n}, not a job name (1-63 lowercase letters,"
@@ -257,7 +265,9 @@ def load_sweep(path: Path) -> tuple[dict[str, Any], dict[str, str], dict[str, An
         elif isinstance(spec, dict):
             parsed = parse_job(spec, require_secret_values=False)
         else:
-            raise SweepError("spec", f"expected a job file's path or a job spec, got {spec!r}")
+            raise SweepError(
+                "spec", f"expected a job file's path or a job spec, got {_short(spec)}"
+            )
     except SpecError as exc:
         raise SweepError("spec", str(exc)) from None
     if len(parsed.specs) != 1:
