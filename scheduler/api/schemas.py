@@ -143,6 +143,28 @@ class DryRunOut(BaseModel):
     jobs: list[DryRunJobOut] = Field(description="one per job the submit would store")
 
 
+class BatchItemOut(BaseModel):
+    """The outcome of one document of ``POST /jobs:batch``."""
+
+    index: int = Field(description="position of the document in ``jobs``")
+    status: int = Field(description="201 stored; else 403, 409 or 422 as a single submit")
+    name: str | None = Field(None, description="the job's name, when the document has one")
+    names: list[str] = Field([], description="every job stored (several for a MARO schedule)")
+    state: str | None = Field(None, description="the stored job's state (submitted)")
+    warnings: list[str] = []
+    detail: str | list[dict[str, Any]] | None = Field(
+        None, description="why it was refused (a sentence, or field problems for 422)"
+    )
+
+
+class BatchOut(BaseModel):
+    """The answer of ``POST /jobs:batch``: one item per document, in order."""
+
+    items: list[BatchItemOut]
+    created: int = Field(description="documents stored")
+    failed: int = Field(description="documents refused")
+
+
 class JobPage(BaseModel):
     items: list[JobOut]
     total: int = Field(description="jobs matching the filters")

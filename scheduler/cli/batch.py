@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
 
 from scheduler.cli.output import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import BatchOut
 
 MAX_FILES = 500  # the API's MAX_BATCH_JOBS
 
@@ -26,22 +32,31 @@ def submit_files(client: Any, files: list[Path], as_json: bool) -> int:
             documents.append(load_document(f.read_bytes(), as_json=f.suffix.lower() == ".json"))
         except ValueError as exc:
             raise ValueError(f"{f}: {exc}") from None
-    answer = client.submit_batch(documents)
+    return report(client.submit_batch(documents), [str(f) for f in files], as_json)
+
+
+def report(answer: BatchOut, labels: Sequence[str], as_json: bool) -> int:
+    """Print a batch answer: one line per document (``submitted job NAME (LABEL)`` on
+    stdout, ``refused (STATUS): LABEL: why`` and warnings on stderr), or the answer as JSON.
+    ``labels`` name the documents in the order they were sent (a file, a sweep's values).
+
+    Returns the exit code: 0 when every document was stored, 1 otherwise."""
     if as_json:
         print_json(answer)
-    for f, item in zip(files, answer["items"], strict=True):
+    for label, item in zip(labels, answer.items, strict=True):
         if as_json:
             continue
-        if item["status"] == 201:
-            console.print(f"submitted job [bold]{', '.join(item['names'])}[/bold] ({f})")
-            for warning in item.get("warnings") or []:
-                err_console.print(f"[yellow]warning:[/yellow] {f}: {warning}")
+        label = escape(label)
+        if item.status == 201:
+            console.print(f"submitted job [bold]{', '.join(item.names)}[/bold] ({label})")
+            for warning in item.warnings:
+                err_console.print(f"[yellow]warning:[/yellow] {label}: {warning}")
         else:
-            detail = item.get("detail")
+            detail = item.detail
             if isinstance(detail, list):
                 detail = "; ".join(
                     f"{'.'.join(map(str, d.get('loc', []))) or '(top)'}: {d.get('msg')}"
                     for d in detail[:5]
                 )
-            err_console.print(f"[red]refused ({item['status']}):[/red] {f}: {detail}")
-    return 0 if answer["failed"] == 0 else 1
+            err_console.print(f"[red]refused ({item.status}):[/red] {label}: {detail}")
+    return 0 if answer.failed == 0 else 1

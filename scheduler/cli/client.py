@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from scheduler.api.schemas import (
+        BatchOut,
         DryRunOut,
         JobDeleteOut,
         JobEventsOut,
@@ -176,9 +177,13 @@ class ApiClient:
         data = self._spec("/api/v1/jobs:dry-run", body, json_body)
         return parse(DryRunOut, data, "dry run")
 
-    def submit_batch(self, documents: list[dict]) -> dict:
-        """``POST /api/v1/jobs:batch``: ``{"items": [...], "created", "failed"}``."""
-        return self.request("POST", "/api/v1/jobs:batch", json={"jobs": documents})
+    def submit_batch(self, documents: list[dict]) -> BatchOut:
+        """``POST /api/v1/jobs:batch`` (at most 500 documents): one item per document, in
+        order (``status`` 201 stored, else 403 / 409 / 422 with ``detail``)."""
+        from scheduler.api.schemas import BatchOut
+
+        data = self.request("POST", "/api/v1/jobs:batch", json={"jobs": documents})
+        return parse(BatchOut, data, "batch submit")
 
     def jobs(self, **params: Any) -> JobPage:
         from scheduler.api.schemas import JobPage

@@ -154,6 +154,9 @@ def submit(
         help="check it on the cluster as a submit would and show where it would be placed"
         " now (or why not); nothing is submitted",
     ),
+    sweep: bool = typer.Option(
+        False, "--sweep", help="FILE is a sweep file: one spec and a grid of --set values"
+    ),
 ) -> None:
     """Submit a job spec (pasture, OpenPAI v1/v2, MARO job/schedule or Volcano Job).
 
@@ -164,6 +167,24 @@ def submit(
     from scheduler.cli.jobsecrets import read_secrets
     from scheduler.cli.jobspec import submit_with_overrides
 
+    if sweep:
+        from scheduler.cli.sweep import submit_sweep
+
+        given, one_job = read_secrets(secret, secrets_file), (follow, wait, new_name)
+        raise typer.Exit(
+            submit_sweep(
+                file,
+                more=more,
+                one_job=one_job,
+                vc=vc,
+                env=env,
+                sets=sets,
+                secrets=given,
+                dry_run=dry_run,
+                as_json=as_json,
+                client=_client,
+            )
+        )
     client = _client()
     if more:
         from scheduler.cli.batch import submit_files

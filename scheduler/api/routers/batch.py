@@ -11,16 +11,14 @@ refuses the others.
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, Field
 
 from scheduler.api.auth import principal
 from scheduler.api.bounds import check_document
 from scheduler.api.responses import BAD_BODY, FORBIDDEN, INVALID, TOO_LARGE, errors
 from scheduler.api.routers.jobs import _spec_limiter
+from scheduler.api.schemas import BatchOut
 from scheduler.services.errors import BadRequestError, InvalidSpecError
 from scheduler.services.jobs import JobService, parse_document
 from scheduler.store.tokens import TokenInfo
@@ -28,26 +26,6 @@ from scheduler.store.tokens import TokenInfo
 router = APIRouter(tags=["jobs"])
 
 MAX_BATCH_JOBS = 500  # documents per request
-
-
-class BatchItemOut(BaseModel):
-    """The outcome of one document of a batch."""
-
-    index: int = Field(description="position of the document in ``jobs``")
-    status: int = Field(description="201 stored; else 403, 409 or 422 as a single submit")
-    name: str | None = Field(None, description="the job's name, when the document has one")
-    names: list[str] = Field([], description="every job stored (several for a MARO schedule)")
-    state: str | None = Field(None, description="the stored job's state (submitted)")
-    warnings: list[str] = []
-    detail: str | list[dict[str, Any]] | None = Field(
-        None, description="why it was refused (a sentence, or field problems for 422)"
-    )
-
-
-class BatchOut(BaseModel):
-    items: list[BatchItemOut]
-    created: int = Field(description="documents stored")
-    failed: int = Field(description="documents refused")
 
 
 _BODY = {
