@@ -42,6 +42,7 @@ import yaml
 
 from scheduler.bench.simagents import SimulatedAgents, simulated_nodes
 from scheduler.dev import free_port, redis_server
+from scheduler.states import TERMINAL_JOB_STATES, JobState
 
 __all__ = ["SimulatedAgents", "add_arguments", "run", "simulated_nodes"]
 
@@ -258,7 +259,7 @@ def _drive(args, rng, store, procs: _Procs, base_url: str, token: str) -> dict:
         for n in order:
             pipe.hget(store.k("job", n), "state")
         for n, st in zip(order, pipe.execute(), strict=True):
-            if st in ("running", "succeeded", "failed", "stopped"):
+            if st == JobState.RUNNING or st in TERMINAL_JOB_STATES:  # reached running
                 waiting.discard(n)
         time.sleep(0.2)
     cpu1, redis1 = procs.cpu_s(), _redis_cpu_s(store)
