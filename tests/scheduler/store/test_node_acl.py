@@ -228,6 +228,33 @@ def test_a_node_credential_reads_no_job_record_only_its_launch_records(acl_redis
     assert admin.r.exists("pasture:node:n2:launch:sec")
 
 
+def _grow(job: str, key: str, node: str, attempt: int) -> dict:
+    """A commit payload adding task ``key`` of ``job`` on ``node`` (scheduler/core/grow.py)."""
+    index = int(key.rpartition("-")[2])
+    alloc = {"job": job, "role": "w", "index": index, "attempt": attempt, "node": node}
+    alloc |= {"cpu_m": 0, "memory": 0, "gpu": 0, "gpus": [], "ports": []}
+    task = {"role": "w", "index": index, "attempt": attempt, "node": node}
+    task |= {"state": "scheduled", "desired": "run"}
+    one = {"key": key, "node": node, "alloc": alloc, "task": task}
+    b = {"job": job, "attempt": attempt, "nodes": node, "tasks": [one]}
+    return {"binds": [], "preemptions": [], "pending": {}, "grows": [b]}
+
+
+def test_a_grow_writes_the_launch_record_of_the_node_it_reaches(acl_redis, admin):
+    n2 = _register(acl_redis, "n2")
+    _register(acl_redis, "n1")
+    apply_node_reports(admin)
+    _bind(admin, "g", "n1")
+    assert n2.launch("n2", "g") is None
+    ok, _ = admin.commit(admin.version(), _grow("g", "w-1", "n2", attempt=9))  # dropped
+    assert ok and n2.launch("n2", "g") is None
+    ok, _ = admin.commit(admin.version(), _grow("g", "w-1", "n2", attempt=1))
+    assert ok and n2.launch("n2", "g").spec["name"] == "g"
+    assert [t.key for t in n2.tasks("g")] == ["w-0", "w-1"]  # its peers, for discovery
+    admin.release("g")
+    assert not list(admin.r.scan_iter("pasture:node:*:launch:*"))
+
+
 def test_the_loop_drops_a_report_on_another_nodes_task(acl_redis, admin, caplog):
     n1 = _register(acl_redis, "n1")
     _register(acl_redis, "n2")
