@@ -304,7 +304,7 @@ class Agent:
                 )
 
     def _start(self, job: str, rec: TaskRecord) -> None:
-        job_rec = self.store.get_job(job)
+        job_rec = self.store.launch(self.node, job)  # its launch record: spec, user, secrets
         if job_rec is None:
             return
         spec = JobSpec.model_validate(job_rec.spec)

@@ -9,14 +9,18 @@ The model (Redis 7 ACL v2 key permissions and selectors; docs/ansible.md "Creden
                pasture:node:<name>:reports    its report stream (task states, registration)
                pasture:node:<name>:wake       its wake-ups (BLPOP; pushed by the commit)
    read        pasture:node:<name>:tasks      its bindings (written by the loop's commit)
-               pasture:job:*                  job records, specs and task records
+               pasture:node:<name>:launch:*   launch records of the jobs bound to it (spec,
+                                              user, sealed secrets: written by the commit)
+               pasture:job:*:tasks            task records (desired state; the peers'
+                                              addresses and ports for discovery)
    selectors   (+sadd ~pasture:nodes ~pasture:reports:pending)  may add, never remove, a
                                               node name (to the nodes / nodes-with-reports sets)
                (+hincrby +hincrbyfloat +expire ~pasture:usage:cluster:*)  usage sums
    channels    pasture:notify:node:<name>, pasture:notify:loop
 ```
 
-Nothing else: no token, ledger, version, VC or other node's key. A node changes another
+Nothing else: no job record (``pasture:job:<job>``: spec, user, sealed secrets, attempts)
+or event list, no token, ledger, version, VC or other node's key. A node changes another
 record only through its report stream, which the loop applies when the ledger binds the
 task to that node (:mod:`scheduler.store.reports`).
 
@@ -102,7 +106,8 @@ def agent_rules(node: str, prefix: str = DEFAULT_PREFIX) -> list[str]:
         f"%RW~{own}:reports",
         f"%RW~{own}:wake",
         f"%R~{own}:tasks",
-        f"%R~{prefix}job:*",
+        f"%R~{own}:launch:*",
+        f"%R~{prefix}job:*:tasks",
         f"&{prefix}notify:node:{node}",
         f"&{prefix}notify:loop",
         f"(+sadd ~{prefix}nodes ~{prefix}reports:pending)",

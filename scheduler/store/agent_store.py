@@ -14,7 +14,10 @@ goes to this node's own keys::
     (every XADD)   SADD reports:pending <n> in the same transaction, so the loop reads
                    only the streams of nodes with something queued
     wait_bindings  BLPOP node:<n>:wake (written by the commit and the loop's task updates)
-    reads          node:<n>:tasks (bindings), job:<job> (spec), job:<job>:tasks, TIME
+    reads          node:<n>:tasks (bindings), node:<n>:launch:<job> (the spec, user and
+                   sealed secrets token of a job bound here: written by the commit,
+                   deleted by the release), job:<job>:tasks (task records: desired
+                   state, peers' addresses and ports), TIME; never job:<job> itself
 
 The loop applies the reports (:func:`scheduler.store.reports.apply_node_reports`) only for
 tasks the ledger binds to this node, so a stolen node credential cannot change another
@@ -30,7 +33,7 @@ import redis
 
 from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
 from scheduler.store.nodes import heartbeat_args
-from scheduler.store.records import JobRecord, NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import Launch, NodeRecord, TaskRecord, TaskState
 from scheduler.store.store import Store
 
 # Entries a node's report stream keeps at most (approximate trim at XADD): a loop that is
@@ -105,17 +108,27 @@ class NodeStore:
         """The task record ``key`` (``<role>-<index>``) of ``job``, or None."""
         return self._s.task(job, key)
 
-    def tasks(self, job: str) -> list[TaskRecord]:
-        """Tasks of the job's current attempt, in role declaration order."""
-        return self._s.tasks(job)
+    def launch(self, node: str, job: str) -> Launch | None:
+        """This node's launch record of ``job`` (:meth:`scheduler.store.Store.launch`), or
+        None: the job's record itself is not readable by a node's user."""
+        self._own(node)
+        return self._s.launch(node, job)
 
-    def get_job(self, name: str) -> JobRecord | None:
-        """The job (with its spec), or None."""
-        return self._s.get_job(name)
+    def tasks(self, job: str) -> list[TaskRecord]:
+        """Tasks of the job's current attempt (its peers included: the discovery
+        environment), in role declaration order of the job's spec as this node's launch
+        record holds it (any order when it holds none)."""
+        raw = self.r.hgetall(self._s.k("job", job) + ":tasks")
+        tasks = [TaskRecord.from_dict(json.loads(v)) for v in raw.values()]
+        launch = self._s.launch(self.node, job)
+        order = {r: i for i, r in enumerate((launch.spec if launch else {}).get("roles", {}))}
+        return sorted(tasks, key=lambda t: (order.get(t.role, 99), t.index))
 
     def sealed_secrets(self, job: str) -> str | None:
-        """The job's sealed secrets token (opened at task start-up), or None."""
-        return self._s.sealed_secrets(job)
+        """The job's sealed secrets token (opened at task start-up) from this node's launch
+        record, or None."""
+        launch = self._s.launch(self.node, job)
+        return (launch.sealed_secrets or None) if launch else None
 
     # ---- writes (own keys only) -----------------------------------------------------
     def register_node(self, node: NodeRecord) -> NodeRecord:
@@ -238,4 +251,4 @@ class NodeStore:
             raise ValueError(f"this store writes only node {self.node!r}'s records, got {node!r}")
 
 
-__all__ = ["NODE_HEARTBEAT", "REPORTS_MAXLEN", "NodeStore"]
+__all__ = ["NODE_HEARTBEAT", "REPORTS_MAXLEN", "Launch", "NodeStore"]

@@ -84,9 +84,12 @@ for _, b in ipairs(d.grows or {}) do
   end
 end
 local notify = {}
--- ledger entry, node binding, job allocation and task record of each task of a bind/grow
+-- ledger entry, node binding, job allocation and task record of each task of a bind/grow,
+-- and the job's launch record on each node it reaches (node:<n>:launch:<job>: what that
+-- node's agent needs to start it, readable by that node alone; RELEASE deletes it)
 local function place(b)
   local jk = p .. 'job:' .. b.job
+  local launch = nil
   for _, t in ipairs(b.tasks) do
     local lk = b.job .. '/' .. t.key
     redis.call('HSET', p .. 'ledger', lk, cjson.encode(t.alloc))
@@ -95,6 +98,12 @@ local function place(b)
     local task = t.task
     task['scheduled'] = now
     redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
+    if launch == nil then
+      launch = redis.call('HMGET', jk, 'spec', 'user', 'sealed_secrets')
+    end
+    redis.call('HSET', p .. 'node:' .. t.node .. ':launch:' .. b.job, 'job', b.job,
+               'attempt', tostring(b.attempt), 'spec', launch[1] or '',
+               'user', launch[2] or '', 'sealed_secrets', launch[3] or '')
     notify[t.node] = true
   end
   return jk
@@ -155,9 +164,10 @@ return {1, tostring(newv), tostring(now)}
 """
 )
 
-# ARGV: prefix, job. Drops every ledger entry of the job, its node bindings and its
-# allocation set; bumps the version when anything was dropped. Returns {entries dropped,
-# version after}. (``Store.release``; the loop queues it in its write batch.)
+# ARGV: prefix, job. Drops every ledger entry of the job, its node bindings, its launch
+# records (node:<n>:launch:<job>) and its allocation set; bumps the version when anything
+# was dropped. Returns {entries dropped, version after}. (``Store.release``; the loop
+# queues it in its write batch.)
 RELEASE = r"""
 local p = ARGV[1]
 local jk = p .. 'job:' .. ARGV[2]
@@ -167,6 +177,7 @@ for _, lk in ipairs(entries) do
   if raw then
     local node = cjson.decode(raw).node
     redis.call('SREM', p .. 'node:' .. node .. ':tasks', lk)
+    redis.call('DEL', p .. 'node:' .. node .. ':launch:' .. ARGV[2])
   end
   redis.call('HDEL', p .. 'ledger', lk)
 end

@@ -243,3 +243,17 @@ class VCUsage:
     borrowed: dict[str, int]
     jobs_running: int = 0
     jobs_queued: int = 0
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a node's agent needs to start a job's tasks, from its launch record
+    ``node:<n>:launch:<job>`` (written by the commit's binds and grows, deleted by the
+    job's release): the job's name, the attempt bound, its spec (dict, as submitted), the
+    submitting user and its sealed secrets token ("" when it has none)."""
+
+    job: str
+    attempt: int
+    spec: dict[str, Any]
+    user: str
+    sealed_secrets: str

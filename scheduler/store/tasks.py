@@ -12,7 +12,7 @@ import redis
 
 from scheduler.store.base import StoreBase
 from scheduler.store.codec import as_json
-from scheduler.store.records import Allocation, TaskRecord, TaskState
+from scheduler.store.records import Allocation, Launch, TaskRecord, TaskState
 
 
 class TasksMixin(StoreBase):
@@ -133,6 +133,22 @@ class TasksMixin(StoreBase):
                 if rec.node == node:
                     out[(job, key)] = rec
         return out
+
+    def launch(self, node: str, job: str) -> Launch | None:
+        """``node``'s launch record of ``job`` (``node:<node>:launch:<job>``: the spec,
+        user and sealed secrets token its agent starts the job's tasks with; written by
+        the commit that binds a task of the job to the node, deleted by the job's
+        release), or None when the node holds none."""
+        h = self.r.hgetall(self.k("node", node, "launch", job))
+        if not h.get("spec"):
+            return None
+        return Launch(
+            job=job,
+            attempt=int(h.get("attempt") or 0),
+            spec=json.loads(h["spec"]),
+            user=h.get("user", ""),
+            sealed_secrets=h.get("sealed_secrets", ""),
+        )
 
     def release(self, job: str) -> int:
         """Drop every ledger entry of ``job`` (atomically, ``lua.RELEASE``) and bump the

@@ -173,8 +173,10 @@ def test_a_node_credential_runs_its_agent(acl_redis, admin):
     _bind(admin, "j1", "n1")
     assert n1.node_bindings("n1") == [("j1", "w-0")]
     assert n1.task("j1", "w-0").node == "n1"
-    assert n1.get_job("j1").spec["name"] == "j1"
+    launch = n1.launch("n1", "j1")  # its own launch record: what the agent needs of the job
+    assert (launch.spec["name"], launch.attempt, launch.user) == ("j1", 1, "")
     assert [t.key for t in n1.tasks("j1")] == ["w-0"]
+    assert admin.r.acl_dryrun(node_user("n1"), "HGETALL", "pasture:node:n1:launch:j1") == "OK"
     ps = n1.subscribe(n1.node_channel("n1"))
     ps.get_message(timeout=0.5)  # subscribing to its own channel is permitted
     admin.notify_node("n1", "bindings")
@@ -190,6 +192,67 @@ def test_a_node_credential_runs_its_agent(acl_redis, admin):
     assert admin.r.xlen(n1.reports_key()) == 0
     with pytest.raises(ValueError, match="only node 'n1'"):
         n1.report_task("j1", "w-0", 1, "n2", "failed")
+
+
+def test_a_node_credential_reads_no_job_record_only_its_launch_records(acl_redis, admin):
+    """Issue 13 item 4: a node reads no job's record (spec, user, sealed secrets), its own
+    job's included, and only its own launch records; the release deletes them."""
+    n1 = _register(acl_redis, "n1")
+    _register(acl_redis, "n2")
+    apply_node_reports(admin)
+    admin.create_job(
+        parse_job_spec({"name": "sec", "roles": {"w": {"command": "true"}}}),
+        sealed_secrets="sealed-token-for-sec",
+    )
+    admin.transition("sec", "queued", "queued")
+    snap, ctx = take_snapshot(admin)
+    role = next(p for p in snap.pending if p.name == "sec").roles[0]
+    bind = Bind("sec", (TaskPlacement("w", 0, "n2", role.resources),))
+    assert admin.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))[0]
+    _bind(admin, "mine", "n1")
+    r = n1.r
+    for key in ("pasture:job:sec", "pasture:job:mine", "pasture:job:sec:events"):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            r.hget(key, "spec") if not key.endswith("events") else r.lrange(key, 0, -1)
+        assert "no permissions" in admin.r.acl_dryrun(node_user("n1"), "HGETALL", key)
+    # n2's launch record holds the sealed token; n1 can read neither it nor the job's
+    n2_launch = NodeStore(node_client(acl_redis, "n2"), "n2").launch("n2", "sec")
+    assert n2_launch.sealed_secrets == "sealed-token-for-sec"
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        r.hgetall("pasture:node:n2:launch:sec")
+    assert n1.launch("n1", "sec") is None  # none of its own for a job not bound to it
+    assert n1.launch("n1", "mine").spec["roles"]["w"]["command"] == "sleep 30"
+    admin.release("mine")
+    assert n1.launch("n1", "mine") is None  # the release deleted it
+    assert not admin.r.exists("pasture:node:n1:launch:mine")
+    assert admin.r.exists("pasture:node:n2:launch:sec")
+
+
+def _grow(job: str, key: str, node: str, attempt: int) -> dict:
+    """A commit payload adding task ``key`` of ``job`` on ``node`` (scheduler/core/grow.py)."""
+    index = int(key.rpartition("-")[2])
+    alloc = {"job": job, "role": "w", "index": index, "attempt": attempt, "node": node}
+    alloc |= {"cpu_m": 0, "memory": 0, "gpu": 0, "gpus": [], "ports": []}
+    task = {"role": "w", "index": index, "attempt": attempt, "node": node}
+    task |= {"state": "scheduled", "desired": "run"}
+    one = {"key": key, "node": node, "alloc": alloc, "task": task}
+    b = {"job": job, "attempt": attempt, "nodes": node, "tasks": [one]}
+    return {"binds": [], "preemptions": [], "pending": {}, "grows": [b]}
+
+
+def test_a_grow_writes_the_launch_record_of_the_node_it_reaches(acl_redis, admin):
+    n2 = _register(acl_redis, "n2")
+    _register(acl_redis, "n1")
+    apply_node_reports(admin)
+    _bind(admin, "g", "n1")
+    assert n2.launch("n2", "g") is None
+    ok, _ = admin.commit(admin.version(), _grow("g", "w-1", "n2", attempt=9))  # dropped
+    assert ok and n2.launch("n2", "g") is None
+    ok, _ = admin.commit(admin.version(), _grow("g", "w-1", "n2", attempt=1))
+    assert ok and n2.launch("n2", "g").spec["name"] == "g"
+    assert [t.key for t in n2.tasks("g")] == ["w-0", "w-1"]  # its peers, for discovery
+    admin.release("g")
+    assert not list(admin.r.scan_iter("pasture:node:*:launch:*"))
 
 
 def test_the_loop_drops_a_report_on_another_nodes_task(acl_redis, admin, caplog):
