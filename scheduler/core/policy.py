@@ -88,6 +88,10 @@ class Policy:
             (static values until enough jobs have finished); EASY reservations ordered by
             learned residual run times, and starved once backfill alone blocks the head
             (:mod:`scheduler.core.reservation`).
+        starve_limit: Tiresias' STARVELIMIT / PROMOTEKNOB (Gu et al., NSDI'19, section 4.2):
+            with the ``las`` order, a preempted job that has waited at least this many
+            times its last attempt's run time is promoted to the highest LAS queue
+            (:mod:`scheduler.core.starvation`). None = no promotion.
     """
 
     name: str = "default"
@@ -104,6 +108,7 @@ class Policy:
     preemption_min_runtime_s: float = 0.0
     backfill_horizon_s: float | None = None
     adaptive: bool = False
+    starve_limit: float | None = None
 
     def __post_init__(self) -> None:
         """Validate names against the core's registries and coerce enum-valued strings.
@@ -158,5 +163,8 @@ class Policy:
         h = self.backfill_horizon_s
         if h is not None and not (h >= 0 and math.isfinite(h)):
             fail("backfill_horizon_s", "None or finite seconds >= 0", h)
+        k = self.starve_limit
+        if k is not None and not (k > 0 and math.isfinite(k)):
+            fail("starve_limit", "None or a finite number > 0", k)
         if self.max_jobs_per_cycle is not None and self.max_jobs_per_cycle < 1:
             fail("max_jobs_per_cycle", "None or an int >= 1", self.max_jobs_per_cycle)

@@ -15,7 +15,10 @@ Registry (:data:`QUEUE_ORDERS`), keyed by ``Policy.queue_order``:
                    every bind.
     las            Tiresias discretised 2D-LAS (Gu et al., NSDI'19): the queue level from
                    attained GPU-service (GPU-seconds; core-seconds for CPU-only jobs), with
-                   ``Policy.las_thresholds`` between levels; FIFO inside a level.
+                   ``Policy.las_thresholds`` between levels; FIFO inside a level. With
+                   ``Policy.starve_limit``, a job starved that long relative to its last
+                   run is promoted to the first level (Tiresias' STARVELIMIT,
+                   :mod:`scheduler.core.starvation`).
     srtf           shortest estimated remaining time first (estimate minus time already
                    served); jobs without an estimate go last.
 
@@ -32,6 +35,7 @@ from types import MappingProxyType
 
 from scheduler.core.model import Job, RunningJob
 from scheduler.core.policy import Policy
+from scheduler.core.starvation import promoted
 
 INF = float("inf")
 
@@ -107,8 +111,18 @@ def _drf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:
     return (ctx.vc_share(job.vc),)
 
 
+def las_service(job: Job, ctx: OrderContext, run: RunningJob | None = None) -> float:
+    """The service that sets the job's LAS level: :func:`attained_service` (GPU-seconds),
+    or for a job promoted by ``Policy.starve_limit`` what it received since the promotion,
+    in seconds of the promoted attempt (0 while pending; :mod:`scheduler.core.starvation`
+    says why seconds, not GPU-seconds)."""
+    if promoted(job, ctx.now, ctx.policy.starve_limit, run):
+        return 0.0 if run is None else max(ctx.now - run.start_time, 0.0)
+    return attained_service(job, ctx.now, run)
+
+
 def _las_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:
-    return (bisect_right(ctx.policy.las_thresholds, attained_service(job, ctx.now, run)),)
+    return (bisect_right(ctx.policy.las_thresholds, las_service(job, ctx, run)),)
 
 
 def _srtf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:

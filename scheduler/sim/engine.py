@@ -1,7 +1,8 @@
 """Discrete-event replay of a trace through the scheduler core.
 
 The clock is simulated: it jumps from event to event (job arrival, job completion, and for
-least-attained-service orders the instant a running job crosses an LAS threshold). All
+least-attained-service orders the instant a running job crosses an LAS threshold and,
+with ``Policy.starve_limit``, the instant a preempted job is promoted). All
 events at one timestamp are applied first, then the core is called once
 (``schedule(snapshot, policy, now)``, the same function the service's loop calls) and its
 Decision applied: preemptions release their allocation at once and requeue the victim,
@@ -38,6 +39,7 @@ from scheduler.core.model import (
     VirtualCluster,
 )
 from scheduler.core.policy import Policy
+from scheduler.core.starvation import promoted, promotion_time
 from scheduler.sim.cluster import gang_shape, synthesise_requests
 from scheduler.sim.trace import TraceJob
 
@@ -278,9 +280,15 @@ class Simulator:
             # thresholds in force now (adaptive ones move as jobs finish; a move between
             # events takes effect at the next event)
             hist = self._history.history() if self._history is not None else None
+            # a job started promoted (starve_limit) is served anew from 0, in seconds
+            # of this attempt (scheduler.core.starvation)
+            if promoted(live.job, now, self.policy.starve_limit, None):
+                g, base = 1, 0.0
+            else:
+                base = live.job.attained_service
             for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
-                if threshold > live.job.attained_service:
-                    self._push(now + (threshold - live.job.attained_service) / g, _TICK, "", 0)
+                if threshold > base:
+                    self._push(now + (threshold - base) / g, _TICK, "", 0)
 
     def _stop(self, live: _Live, now: float, finished: bool) -> None:
         assert live.running is not None
@@ -309,8 +317,13 @@ class Simulator:
             live.job,
             attempt=live.job.attempt + 1,
             attained_service=live.job.attained_service + live.record.gpus * ran,
+            last_run_s=ran,
+            requeued_at=now,
         )
         self._pending[live.job.name] = live.job
+        at = promotion_time(live.job, self.policy.starve_limit) if self._las else None
+        if at is not None and at > now:  # its LAS level changes then, with no other event
+            self._push(at, _TICK, "", 0)
 
     # -- the core ---------------------------------------------------------------------------
     def _cycle(self, now: float, result: SimResult) -> None:

@@ -1,0 +1,100 @@
+"""Tiresias' STARVELIMIT (scheduler/core/starvation.py): a preempted job that has waited
+``starve_limit`` times its last run is promoted to the highest LAS queue for one attempt."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.core import Policy, PreemptionMode, schedule
+from scheduler.core.presets import PRESETS
+from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
+from scheduler.core.starvation import promoted, promotion_time
+from tests.factories import job, node, running, snapshot
+
+LAS = Policy(
+    queue_order="las",
+    preemption=(PreemptionMode.QUEUE_ORDER,),
+    vc_quota=False,
+    aging_per_hour=0,
+    las_thresholds=(3600.0,),
+    starve_limit=1.0,
+)
+
+
+def preempted(name: str, *, ran: float, at: float, attained: float, gpu: int = 8):
+    """A job that ran ``ran`` s in its last attempt and was preempted at ``at``."""
+    return replace(
+        job(name, gpu=gpu, attained=attained, submit=0.0),
+        attempt=2,
+        last_run_s=ran,
+        requeued_at=at,
+    )
+
+
+def test_promotion_time_is_the_requeue_plus_limit_times_the_last_run():
+    j = preempted("j", ran=500.0, at=1000.0, attained=4000.0)
+    assert promotion_time(j, 1.0) == 1500.0
+    assert promotion_time(j, 2.0) == 2000.0
+    assert promotion_time(j, None) is None  # rule off
+    assert promotion_time(job("fresh"), 1.0) is None  # never preempted: nothing to promote
+
+
+def test_a_starved_job_preempts_a_served_job_only_after_limit_times_its_last_run():
+    hog = preempted("hog", ran=500.0, at=1000.0, attained=500.0 * 8 * 2)  # level 1
+    other = running(job("other", gpu=8, attained=9000.0, submit=5.0), ["a"], start=1000.0)
+    s = snapshot([node("a")], [hog], [other])
+    # waited 499 s < 1 x 500 s: both in level 1, FIFO inside a level, no preemption
+    assert schedule(s, LAS, 1499.0).preemptions == ()
+    # waited 500 s: promoted to level 0, outranks the served job and preempts it
+    d = schedule(s, LAS, 1500.0)
+    assert [(p.job, p.for_job) for p in d.preemptions] == [("other", "hog")]
+    # Tiresias-LAS without the rule: never
+    assert schedule(s, replace(LAS, starve_limit=None), 1e9).preemptions == ()
+
+
+def test_a_promoted_attempt_is_ranked_by_its_own_seconds_since_the_promotion():
+    hog = preempted("hog", ran=500.0, at=1000.0, attained=8000.0)
+    fresh = job("fresh", gpu=8, submit=2000.0)
+    # started promoted at 1500 (>= 1000 + 1 x 500): served anew, in seconds of this attempt:
+    # 3,500 s < 3,600 (while 3,500 s x 8 GPUs would be far past it): still level 0
+    s = snapshot([node("a")], [fresh], [running(hog, ["a"], start=1500.0)])
+    assert schedule(s, LAS, 5000.0).preemptions == ()
+    # 3,700 s: level 1, the fresh job preempts it
+    assert [p.job for p in schedule(s, LAS, 5200.0).preemptions] == ["hog"]
+    # started before its promotion time: ranked by its attained service, preempted at once
+    s = snapshot([node("a")], [fresh], [running(hog, ["a"], start=1400.0)])
+    assert [p.job for p in schedule(s, LAS, 1401.0).preemptions] == ["hog"]
+
+
+@given(
+    ran=st.floats(1.0, 1e6),
+    wait=st.floats(0.0, 1e7),
+    limit=st.floats(0.1, 100.0),
+    attained=st.floats(3600.0, 1e9),
+)
+def test_promoted_exactly_when_the_wait_reaches_limit_times_the_last_run(
+    ran, wait, limit, attained
+):
+    at = 1000.0
+    j = preempted("j", ran=ran, at=at, attained=attained, gpu=1)
+    now = at + wait
+    policy = replace(LAS, starve_limit=limit)
+    ctx = OrderContext(now=now, policy=policy, vc_share=lambda vc: 0.0)
+    level = full_key(QUEUE_ORDERS["las"], j, ctx)[1]
+    expect = now >= at + limit * ran
+    assert promoted(j, now, limit, None) is expect
+    assert level == (0 if expect else 1)
+
+
+def test_policy_rejects_a_non_positive_limit():
+    with pytest.raises(ValueError, match="starve_limit"):
+        Policy(starve_limit=0.0)
+
+
+def test_the_rule_is_off_in_the_presets():
+    # measured, not enabled (scheduler/sim/README.md, "STARVELIMIT"); the baseline is plain
+    assert all(p.starve_limit is None for p in PRESETS.values())

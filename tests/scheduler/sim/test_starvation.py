@@ -1,0 +1,47 @@
+"""The simulator under Tiresias' STARVELIMIT (Policy.starve_limit): a job preempted by a
+stream of short jobs is promoted once it has waited limit x its last run, at that instant
+(an engine event, no arrival or completion needed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler.core.presets import PRESETS
+from scheduler.sim.cluster import homogeneous, vc_guarantees
+from scheduler.sim.engine import Simulator
+from scheduler.sim.trace import TraceJob
+
+# L (1 GPU, 10,000 s) is in LAS queue 1 from t=3600; from t=5000 one short job (100 s) arrives
+# every 100 s until t=19,900, so that queue-0 work always waits for the one GPU.
+JOBS = [TraceJob("L", 0, 10_000, 1)] + [
+    TraceJob(f"S{i:03d}", 5000 + 100 * i, 100, 1) for i in range(150)
+]
+
+
+def replay(policy):
+    nodes = homogeneous(1, 1)
+    sim = Simulator([n.to_node() for n in nodes], vc_guarantees(JOBS, nodes), JOBS, policy)
+    return {r.trace.name: r for r in sim.run().records}
+
+
+def test_without_the_rule_the_long_job_waits_for_the_whole_stream():
+    r = replay(PRESETS["tiresias-las"])["L"]
+    assert r.preemptions == 1
+    assert r.end == 20_000 + 5000 + 60  # after the last short job; 60 s restart cost
+
+
+def test_a_preempted_job_is_promoted_after_waiting_limit_x_its_last_run():
+    for limit in (1.0, 0.5):
+        recs = replay(replace(PRESETS["tiresias-las"], starve_limit=limit))
+        r = recs["L"]
+        # preempted at 5000 after a 5000 s run; promoted at 5000 + limit x 5000, it starts
+        # then (ahead of every short job, FIFO in queue 0; the short job running then ends
+        # at that instant), is served anew and back in queue 1 after 3600 s of this attempt,
+        # where the next short job preempts it; promoted again limit x 3600 s later, it runs
+        # the rest: 5000 + 60 - 3600 + 60 = 1520 s
+        first = 5000 + limit * 5000
+        second = first + 3600 + limit * 3600
+        assert r.preemptions == 2
+        assert r.end == second + 1520
+        # it waited for running jobs to end: no short job was preempted for it
+        assert all(rec.preemptions == 0 for name, rec in recs.items() if name != "L")
