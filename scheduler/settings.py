@@ -124,6 +124,9 @@ class ApiSettings(_Model):
     # Failed authentications allowed per client address and window before 429.
     auth_failures_per_window: int = Field(20, gt=0)
     auth_failure_window_s: int = Field(60, gt=0)
+    # Seconds a verified token is trusted without reading Redis again (0: every request
+    # reads it); a revocation from outside the API process takes effect within this.
+    token_cache_s: float = Field(1.0, ge=0, le=60)
     # Per-node Redis users for Kubernetes agents (POST /api/v1/node-credentials); None: off.
     node_credentials: NodeCredentialSettings | None = None
 

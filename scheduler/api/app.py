@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from scheduler.api.auth import principal
+from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.dashboard.sessions import SessionStore
 from scheduler.api.limits import BodySizeLimit
@@ -107,6 +107,8 @@ def create_app(
         tokens,
         getattr(store, "p", "pasture:"),
     )
+    cache_s = getattr(api_settings, "token_cache_s", None)
+    app.state.token_cache = TokenCache(TOKEN_CACHE_S if cache_s is None else float(cache_s))
     app.state.auth_limiter = AuthFailureLimiter(
         int(getattr(api_settings, "auth_failures_per_window", None) or 20),
         int(getattr(api_settings, "auth_failure_window_s", None) or 60),

@@ -27,6 +27,7 @@ def list_tokens(request: Request, who: TokenInfo = Depends(principal)) -> list[d
 def revoke_token(name: str, request: Request, who: TokenInfo = Depends(principal)) -> Response:
     """Revoke the token ``name`` (204); its dashboard sessions end with it."""
     request.app.state.token_service.revoke(who, name)
+    request.app.state.token_cache.clear()  # the revoked secret stops at once here
     return Response(status_code=204)
 
 
@@ -45,4 +46,6 @@ def rotate_token(
     secret stops working at once. ``ttl_days`` defaults to ``api.token_ttl_days``; a longer
     one than ``api.token_max_ttl_days`` is cut to it (``expires`` says what was granted)."""
     ttl = options.ttl_days if options is not None else None
-    return request.app.state.token_service.rotate(who, name, ttl)
+    rotated = request.app.state.token_service.rotate(who, name, ttl)
+    request.app.state.token_cache.clear()  # the old secret stops at once here
+    return rotated

@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 
 from scheduler.api import create_app
+from scheduler.api.server import LOOP_IMPL, BoundedHttpToolsProtocol
 from scheduler.dev import free_port
 from scheduler.settings import SchedulerSettings
 from scheduler.store import NodeRecord, Store
@@ -86,6 +87,8 @@ def serve(env: Env, prepare: Callable[[Any], None] | None = None) -> Iterator[st
             log_level="warning",
             lifespan="off",
             timeout_graceful_shutdown=5,
+            http=BoundedHttpToolsProtocol,  # the protocol and loop `pasture serve api` uses
+            loop=LOOP_IMPL,
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)

@@ -260,10 +260,37 @@ def test_whoami(api, http):
 
 
 def test_revoked_token_is_401(api, http):
+    """Revoked outside the API process (as ``pasture admin token revoke`` does): 401 once
+    the token's cache entry is older than ``api.token_cache_s`` (1 s), not later."""
     _, env = api
+    bound = env.settings.api.token_cache_s
     assert http(env.bob).get("/api/v1/whoami").status_code == 200
     env.tokens.revoke("bob")
-    assert http(env.bob).get("/api/v1/whoami").status_code == 401
+    revoked = time.monotonic()
+    codes = []
+    while time.monotonic() - revoked < bound + 1.0:
+        codes.append(http(env.bob).get("/api/v1/whoami").status_code)
+        if codes[-1] == 401:
+            break
+        time.sleep(0.05)
+    assert codes[-1] == 401, codes
+    assert time.monotonic() - revoked < bound + 1.0
+    assert set(codes) <= {200, 401}, codes
+
+
+def test_revoked_through_the_api_is_401_at_once(api, http):
+    """Revocation and rotation through this process's admin routes empty its token
+    cache: the old secret answers 401 on the very next request."""
+    _, env = api
+    bob, admin = http(env.bob), http(env.admin)
+    assert bob.get("/api/v1/whoami").status_code == 200  # cached now
+    assert admin.delete("/api/v1/admin/tokens/bob").status_code == 204
+    assert bob.get("/api/v1/whoami").status_code == 401
+    alice = http(env.alice)
+    assert alice.get("/api/v1/whoami").status_code == 200
+    fresh = admin.post("/api/v1/admin/tokens/alice/rotate").json()["token"]
+    assert alice.get("/api/v1/whoami").status_code == 401
+    assert http(fresh).get("/api/v1/whoami").json()["name"] == "alice"
 
 
 def test_metrics(api, http):

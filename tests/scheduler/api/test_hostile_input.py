@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -62,6 +63,32 @@ def test_spec_parsing_runs_in_a_worker_thread_never_on_the_event_loop(api, http,
     assert http(env.alice).post("/api/v1/jobs", content=BOMB).status_code in (400, 422)
     assert seen == ["worker thread", "worker thread"]
     assert http(None).get("/healthz").status_code == 200
+
+
+def test_oversized_request_head_is_400_and_bounded(api, http):
+    """httptools buffers headers without a bound of its own: the API's protocol answers
+    400 once a request's line and headers pass MAX_HEAD_BYTES, and keeps serving."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from scheduler.api.server import MAX_HEAD_BYTES
+
+    url, env = api
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        with contextlib.suppress(OSError):  # the server closes the connection midway
+            for _ in range(64 * MAX_HEAD_BYTES // 1009):  # 2 MiB of headers
+                s.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(4096):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"too large" in answer
+    assert http(None).get("/healthz").status_code == 200
+    r = http(env.alice).get("/api/v1/whoami", headers={"X-Pad": "a" * 8000})
+    assert r.status_code == 200  # a large but bounded header is fine
 
 
 @pytest.mark.parametrize(
