@@ -15,12 +15,11 @@ import anyio
 from fastapi import APIRouter, Depends, Request
 
 from scheduler.api.auth import principal
-from scheduler.api.bounds import check_document
 from scheduler.api.responses import BAD_BODY, FORBIDDEN, INVALID, TOO_LARGE, errors
-from scheduler.api.routers.jobs import _spec_limiter
+from scheduler.api.routers.jobs import _spec_limiter, on_spec_body
 from scheduler.api.schemas import BatchOut
-from scheduler.services.errors import BadRequestError, InvalidSpecError
-from scheduler.services.jobs import JobService, parse_document
+from scheduler.services.errors import InvalidSpecError
+from scheduler.services.jobs import JobService
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(tags=["jobs"])
@@ -57,15 +56,18 @@ _BODY = {
 def parse_and_submit_many(
     jobs: JobService, who: TokenInfo, body: bytes, content_type: str | None
 ) -> dict:
-    """Parse a batch body and submit its documents (runs in a worker thread).
+    """Parse a batch body and submit its documents (:func:`on_spec_body`; runs in a
+    worker thread).
 
     Raises BadRequestError (400: malformed), InvalidSpecError (422: not ``{"jobs": [...]}``,
     more than MAX_BATCH_JOBS documents, over the parse bounds)."""
-    try:
-        document = parse_document(body, content_type)
-    except RecursionError:
-        raise BadRequestError("batch: the document is nested too deeply to parse") from None
-    check_document(document)
+    return on_spec_body(
+        body, content_type, lambda document: _submit_batch(jobs, who, document), "batch"
+    )
+
+
+def _submit_batch(jobs: JobService, who: TokenInfo, document: dict) -> dict:
+    """Check the batch's shape (``{"jobs": [1..MAX_BATCH_JOBS mappings]}``), then submit."""
     docs = document.get("jobs")
     if not isinstance(docs, list) or not docs or len(docs) > MAX_BATCH_JOBS:
         got = f"{len(docs)} documents" if isinstance(docs, list) else type(docs).__name__
@@ -84,13 +86,7 @@ def parse_and_submit_many(
     if extra:
         msg = f"unknown field(s) {extra}; expected only 'jobs'"
         raise InvalidSpecError(f"batch: {msg}", [{"loc": [], "msg": msg, "type": "batch"}])
-    try:
-        return jobs.submit_many(who, docs)
-    except (RecursionError, OverflowError) as exc:
-        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number too large"
-        raise InvalidSpecError(
-            f"invalid batch: {what}", [{"loc": [], "msg": what, "type": "value_error"}]
-        ) from None
+    return jobs.submit_many(who, docs)
 
 
 @router.post(

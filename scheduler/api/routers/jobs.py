@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -51,28 +53,41 @@ _SPEC_BODY = {
 }
 
 
-def parse_and_submit(
-    jobs: JobService, who: TokenInfo, body: bytes, content_type: str | None
+def on_spec_body(
+    body: bytes,
+    content_type: str | None,
+    handle: Callable[[dict], dict],
+    what: str = "job spec",
 ) -> dict:
-    """Parse ``body`` and submit it (runs in a worker thread).
+    """Parse ``body`` (YAML or JSON) within the spec's bounds and return ``handle`` of the
+    document (runs in a worker thread). The one path of every spec-carrying request:
+    submit, dry run and batch.
 
     The parsed document must pass :func:`check_document` (size with aliases expanded,
-    depth) before it is validated. Input that defeats the parser or the validator (nesting
-    past the interpreter's recursion limit, numbers that overflow a conversion) is the
-    client's error: 400 while parsing, 422 while validating; never a 500.
+    depth) before ``handle`` sees it. Input that defeats the parser or the validator
+    (nesting past the interpreter's recursion limit, numbers that overflow a conversion)
+    is the client's error: 400 while parsing, 422 while handling; never a 500. ``what``
+    names the body in those messages ("job spec", "batch").
     """
     try:
         document = parse_document(body, content_type)
     except RecursionError:
-        raise BadRequestError("job spec: the document is nested too deeply to parse") from None
+        raise BadRequestError(f"{what}: the document is nested too deeply to parse") from None
     check_document(document)
     try:
-        return jobs.submit(who, document)
+        return handle(document)
     except (RecursionError, OverflowError) as exc:
-        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number too large"
+        why = "nested too deeply" if isinstance(exc, RecursionError) else "a number too large"
         raise InvalidSpecError(
-            f"invalid job spec: {what}", [{"loc": [], "msg": what, "type": "value_error"}]
+            f"invalid {what}: {why}", [{"loc": [], "msg": why, "type": "value_error"}]
         ) from None
+
+
+def parse_and_submit(
+    jobs: JobService, who: TokenInfo, body: bytes, content_type: str | None
+) -> dict:
+    """Parse ``body`` and submit it (:func:`on_spec_body`; runs in a worker thread)."""
+    return on_spec_body(body, content_type, lambda document: jobs.submit(who, document))
 
 
 def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
@@ -108,20 +123,11 @@ async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> d
 def parse_and_dry_run(
     request: Request, who: TokenInfo, body: bytes, content_type: str | None
 ) -> dict:
-    """Parse ``body`` as :func:`parse_and_submit` does (same bounds, same errors), then
-    dry-run it (:class:`scheduler.services.dryrun.DryRunService`; runs in a worker thread)."""
-    try:
-        document = parse_document(body, content_type)
-    except RecursionError:
-        raise BadRequestError("job spec: the document is nested too deeply to parse") from None
-    check_document(document)
-    try:
-        return request.app.state.dry_run.dry_run(who, document)
-    except (RecursionError, OverflowError) as exc:
-        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number too large"
-        raise InvalidSpecError(
-            f"invalid job spec: {what}", [{"loc": [], "msg": what, "type": "value_error"}]
-        ) from None
+    """Parse ``body`` as :func:`parse_and_submit` does (:func:`on_spec_body`: same bounds,
+    same errors), then dry-run it (:class:`scheduler.services.dryrun.DryRunService`; runs
+    in a worker thread)."""
+    dry_run = request.app.state.dry_run.dry_run
+    return on_spec_body(body, content_type, lambda document: dry_run(who, document))
 
 
 @router.post(
