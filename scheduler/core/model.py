@@ -129,11 +129,11 @@ class Job:
             in earlier attempts; used by least-attained-service ordering (Tiresias).
         preemptible: False protects the job from priority preemption (VC reclaim still
             applies to borrowed capacity).
-        last_run_s: seconds its last attempt held an allocation before it was preempted
-            (0 = never preempted); with ``requeued_at``, the input of the starvation rule
-            (:mod:`scheduler.core.starvation`).
-        requeued_at: seconds, when that attempt ended and the job re-entered the queue;
-            None = never preempted.
+        executed_s: seconds the job has held an allocation over all its attempts so far
+            (Tiresias' executed time; 0 = never ran); with ``requeued_at``, the input of
+            the starvation rule (:mod:`scheduler.core.starvation`).
+        requeued_at: seconds, when its last attempt ended (it was preempted) and the job
+            re-entered the queue; None = never preempted.
     """
 
     name: str
@@ -146,7 +146,7 @@ class Job:
     estimated_duration_s: float | None = None
     attained_service: float = 0.0
     preemptible: bool = True
-    last_run_s: float = 0.0
+    executed_s: float = 0.0
     requeued_at: float | None = None
 
     def total_request(self) -> Resources:

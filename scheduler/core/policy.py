@@ -90,7 +90,7 @@ class Policy:
             (:mod:`scheduler.core.reservation`).
         starve_limit: Tiresias' STARVELIMIT / PROMOTEKNOB (Gu et al., NSDI'19, section 4.2):
             with the ``las`` order, a preempted job that has waited at least this many
-            times its last attempt's run time is promoted to the highest LAS queue
+            times its run time so far (all attempts) is promoted to the highest LAS queue
             (:mod:`scheduler.core.starvation`). None = no promotion.
     """
 

@@ -16,8 +16,8 @@ Registry (:data:`QUEUE_ORDERS`), keyed by ``Policy.queue_order``:
     las            Tiresias discretised 2D-LAS (Gu et al., NSDI'19): the queue level from
                    attained GPU-service (GPU-seconds; core-seconds for CPU-only jobs), with
                    ``Policy.las_thresholds`` between levels; FIFO inside a level. With
-                   ``Policy.starve_limit``, a job starved that long relative to its last
-                   run is promoted to the first level (Tiresias' STARVELIMIT,
+                   ``Policy.starve_limit``, a job starved that long relative to its run
+                   time so far is promoted to the first level (Tiresias' STARVELIMIT,
                    :mod:`scheduler.core.starvation`).
     srtf           shortest estimated remaining time first (estimate minus time already
                    served); jobs without an estimate go last.

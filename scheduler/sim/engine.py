@@ -317,7 +317,7 @@ class Simulator:
             live.job,
             attempt=live.job.attempt + 1,
             attained_service=live.job.attained_service + live.record.gpus * ran,
-            last_run_s=ran,
+            executed_s=live.record.run_s,
             requeued_at=now,
         )
         self._pending[live.job.name] = live.job

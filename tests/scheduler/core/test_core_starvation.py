@@ -1,5 +1,5 @@
 """Tiresias' STARVELIMIT (scheduler/core/starvation.py): a preempted job that has waited
-``starve_limit`` times its last run is promoted to the highest LAS queue for one attempt."""
+``starve_limit`` times its run time so far is promoted to the highest LAS queue for one attempt."""
 
 from __future__ import annotations
 
@@ -26,16 +26,16 @@ LAS = Policy(
 
 
 def preempted(name: str, *, ran: float, at: float, attained: float, gpu: int = 8):
-    """A job that ran ``ran`` s in its last attempt and was preempted at ``at``."""
+    """A job that has run ``ran`` s in all (its executed time) and was preempted at ``at``."""
     return replace(
         job(name, gpu=gpu, attained=attained, submit=0.0),
         attempt=2,
-        last_run_s=ran,
+        executed_s=ran,
         requeued_at=at,
     )
 
 
-def test_promotion_time_is_the_requeue_plus_limit_times_the_last_run():
+def test_promotion_time_is_the_requeue_plus_limit_times_the_executed_time():
     j = preempted("j", ran=500.0, at=1000.0, attained=4000.0)
     assert promotion_time(j, 1.0) == 1500.0
     assert promotion_time(j, 2.0) == 2000.0
@@ -43,7 +43,7 @@ def test_promotion_time_is_the_requeue_plus_limit_times_the_last_run():
     assert promotion_time(job("fresh"), 1.0) is None  # never preempted: nothing to promote
 
 
-def test_a_starved_job_preempts_a_served_job_only_after_limit_times_its_last_run():
+def test_a_starved_job_preempts_a_served_job_only_after_limit_times_its_executed_time():
     hog = preempted("hog", ran=500.0, at=1000.0, attained=500.0 * 8 * 2)  # level 1
     other = running(job("other", gpu=8, attained=9000.0, submit=5.0), ["a"], start=1000.0)
     s = snapshot([node("a")], [hog], [other])
@@ -76,7 +76,7 @@ def test_a_promoted_attempt_is_ranked_by_its_own_seconds_since_the_promotion():
     limit=st.floats(0.1, 100.0),
     attained=st.floats(3600.0, 1e9),
 )
-def test_promoted_exactly_when_the_wait_reaches_limit_times_the_last_run(
+def test_promoted_exactly_when_the_wait_reaches_limit_times_the_executed_time(
     ran, wait, limit, attained
 ):
     at = 1000.0

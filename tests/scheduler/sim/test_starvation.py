@@ -1,5 +1,6 @@
 """The simulator under Tiresias' STARVELIMIT (Policy.starve_limit): a job preempted by a
-stream of short jobs is promoted once it has waited limit x its last run, at that instant
+stream of short jobs is promoted once it has waited limit x its run time so far (all
+attempts), at that instant
 (an engine event, no arrival or completion needed)."""
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ def test_without_the_rule_the_long_job_waits_for_the_whole_stream():
     assert r.end == 20_000 + 5000 + 60  # after the last short job; 60 s restart cost
 
 
-def test_a_preempted_job_is_promoted_after_waiting_limit_x_its_last_run():
+def test_a_preempted_job_is_promoted_after_waiting_limit_x_its_executed_time():
     for limit in (1.0, 0.5):
         recs = replay(replace(PRESETS["tiresias-las"], starve_limit=limit))
         r = recs["L"]
         # preempted at 5000 after a 5000 s run; promoted at 5000 + limit x 5000, it starts
         # then (ahead of every short job, FIFO in queue 0; the short job running then ends
         # at that instant), is served anew and back in queue 1 after 3600 s of this attempt,
-        # where the next short job preempts it; promoted again limit x 3600 s later, it runs
-        # the rest: 5000 + 60 - 3600 + 60 = 1520 s
+        # where the next short job preempts it; promoted again limit x (5000 + 3600) s later
+        # (its whole run time, not the last attempt's), it runs the rest:
+        # 5000 + 60 - 3600 + 60 = 1520 s
         first = 5000 + limit * 5000
-        second = first + 3600 + limit * 3600
+        second = first + 3600 + limit * (5000 + 3600)
         assert r.preemptions == 2
         assert r.end == second + 1520
         # it waited for running jobs to end: no short job was preempted for it
