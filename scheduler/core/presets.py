@@ -31,6 +31,8 @@ replays traces under each of them side by side. None of them is a fork of the co
                    1 and 10 GPU-hours, no 5-minute floor); with two or more, the LAS
                    thresholds are the 0.9 and 0.99 quantiles of finished jobs' attained
                    GPU-service (Tiresias, Gu et al., NSDI'19) once 50 / 500 jobs have
+                   finished. Tiresias' STARVELIMIT (scheduler.core.starvation) is built
+                   but off: measured, it costs mean JCT on the ITP traces.
                    A reservation whose shadow time is unknown (no estimates) holds
                    nothing: the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
