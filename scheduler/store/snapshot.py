@@ -49,6 +49,20 @@ def _res(d: dict[str, int] | None) -> Resources | None:
     return Resources(cpu_m=int(d["cpu_m"]), memory=int(d["memory"]), gpu=int(d["gpu"]))
 
 
+def run_history(job: JobRecord) -> tuple[float, float | None]:
+    """(seconds the job's ended attempts held an allocation, when the last of them ended)
+    from ``JobRecord.attempts``: the core's ``Job.executed_s`` and ``Job.requeued_at``, the
+    input of Tiresias' STARVELIMIT (:mod:`scheduler.core.starvation`); (0.0, None) for a
+    job that has not ended an attempt. Entries without both times count 0 s."""
+    executed = 0.0
+    for a in job.attempts:
+        started, ended = a.get("started"), a.get("ended")
+        if isinstance(started, int | float) and isinstance(ended, int | float):
+            executed += max(0.0, float(ended) - float(started))
+    last = job.attempts[-1].get("ended") if job.attempts else None
+    return executed, float(last) if isinstance(last, int | float) else None
+
+
 def take_snapshot(
     store: Store,
     spec_cache: dict[tuple[str, float], JobSpec] | None = None,
@@ -96,11 +110,16 @@ def take_snapshot(
         ckey = (name, j.created, j.attempt, j.attained_service, j.user)
         core_job = core_cache.get(ckey)
         if core_job is None:
-            core_job = core_cache[ckey] = specs[name].to_core(
-                submit_time=j.created,
-                user=j.user,
-                attempt=j.attempt,
-                attained_service=j.attained_service,
+            executed_s, requeued_at = run_history(j)
+            core_job = core_cache[ckey] = replace(
+                specs[name].to_core(
+                    submit_time=j.created,
+                    user=j.user,
+                    attempt=j.attempt,
+                    attained_service=j.attained_service,
+                ),
+                executed_s=executed_s,
+                requeued_at=requeued_at,
             )
         placements = view.placements(name)
         if placements:

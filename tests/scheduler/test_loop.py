@@ -12,6 +12,7 @@ from scheduler.loop import Loop
 from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import NodeRecord, Store, TaskState
+from scheduler.store.snapshot import take_snapshot
 
 
 @pytest.fixture()
@@ -192,6 +193,11 @@ def test_lost_node_requeues_its_job_elsewhere_without_charging_an_attempt(env):
     (first,) = job.attempts
     assert first["cause"] == "node_lost" and first["charged"] is False
     assert first["attempt"] == 1 and first["nodes"] == [task.node]
+    # the core sees how long it ran and when it was requeued (STARVELIMIT's input)
+    snap, _ = take_snapshot(store)
+    (rj,) = snap.running
+    assert rj.job.requeued_at == first["ended"]
+    assert rj.job.executed_s == first["ended"] - first["started"] > 0
 
 
 def test_silence_is_counted_only_while_the_loop_can_read_the_store(env):
