@@ -44,9 +44,26 @@ def test_one_tenant_runs_plain_tiresias():
         p = adapt(PRESETS["pasture"], h, vcs)
         assert p.las_thresholds == static == (3600.0, 36000.0)
         assert p.preemption_min_runtime_s == 0.0  # plain Tiresias: no floor
+        assert p.backfill is Backfill.NONE  # and no EASY reservations
+        # every field that orders, places or preempts is the baseline's
+        t = PRESETS["tiresias-las"]
+        for field in (
+            "queue_order",
+            "las_thresholds",
+            "backfill",
+            "aging_per_hour",
+            "preemption_min_runtime_s",
+            "filters",
+            "scorers",
+            "starve_limit",
+        ):
+            assert getattr(p, field) == getattr(t, field), field
     # VC guarantees not enforced: the VCs are no tenants either
     novc = replace(PRESETS["pasture"], vc_quota=False)
     assert adapt(novc, h, [vc("a", gpu=8), vc("b", gpu=8)]).las_thresholds == static
+    # with two tenants EASY stays; FIFO with backfill keeps its backfill with any VCs
+    assert adapt(PRESETS["pasture"], h, [vc("a", gpu=8), vc("b", gpu=8)]).backfill is Backfill.EASY
+    assert adapt(PRESETS["fifo-backfill"], h, []).backfill is Backfill.EASY
 
 
 def test_adapt_keeps_static_values_until_enough_jobs_finished():
