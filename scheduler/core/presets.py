@@ -28,11 +28,12 @@ replays traces under each of them side by side. None of them is a fork of the co
                    5 minutes), EASY backfill for jobs whose shadow time is bounded.
                    Adaptive (scheduler.core.history): with one tenant (fewer than two
                    VCs with a guaranteed GPU share) it is plain Tiresias-LAS (thresholds
-                   1 and 10 GPU-hours, no 5-minute floor, no backfill); with two or more, the LAS
-                   thresholds are the 0.9 and 0.99 quantiles of finished jobs' attained
-                   GPU-service (Tiresias, Gu et al., NSDI'19) once 50 / 500 jobs have
-                   finished. Tiresias' STARVELIMIT (scheduler.core.starvation) is built
-                   but off: measured, it costs mean JCT on the ITP traces.
+                   1 and 10 GPU-hours, no 5-minute floor, no backfill); with two or
+                   more, the LAS thresholds are the 0.9 and 0.99 quantiles of finished
+                   jobs' attained GPU-service (Tiresias, Gu et al., NSDI'19) once 50 /
+                   500 jobs have finished. Tiresias' STARVELIMIT
+                   (scheduler.core.starvation) is built but off: measured, it costs
+                   mean JCT on the ITP traces.
                    A reservation whose shadow time is unknown (no estimates) holds
                    nothing: the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
