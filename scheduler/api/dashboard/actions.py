@@ -33,6 +33,17 @@ def confirm_page(request: Request, s: Session, action: str, name: str, target: s
     )
 
 
+def acting_session(request: Request, csrf_token: str) -> Session | Response:
+    """The session a state-changing form acts as, or the error page to answer instead:
+    401 without a session, 403 when the form's CSRF token is missing or wrong."""
+    s = session(request)
+    if s is None:
+        return error(request, None, 401, "Log in first.")
+    if not csrf_ok(s.csrf, csrf_token):
+        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+    return s
+
+
 @router.post("/nodes/{name}/{action}")
 def node_action(
     name: str,
@@ -43,11 +54,9 @@ def node_action(
 ) -> Response:
     """Cordon, uncordon or drain a node (admins). Cordon and drain need ``confirmed=yes``;
     without it the answer is a confirmation page and nothing changes."""
-    s = session(request)
-    if s is None:
-        return error(request, None, 401, "Log in first.")
-    if not csrf_ok(s.csrf, csrf_token):
-        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+    s = acting_session(request, csrf_token)
+    if isinstance(s, Response):
+        return s
     try:
         # refusals (a user token, an unknown node) come before the question
         request.app.state.nodes.check_change(s.who, name)
@@ -65,11 +74,9 @@ def stop_job(
     name: str, request: Request, csrf_token: str = Form(""), confirmed: str = Form("")
 ) -> Response:
     """Stop a job; needs ``confirmed=yes`` (else a confirmation page, nothing changes)."""
-    s = session(request)
-    if s is None:
-        return error(request, None, 401, "Log in first.")
-    if not csrf_ok(s.csrf, csrf_token):
-        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+    s = acting_session(request, csrf_token)
+    if isinstance(s, Response):
+        return s
     try:
         if confirmed != "yes":
             request.app.state.jobs.get(s.who, name)  # another VC's job: 404 before asking
@@ -85,11 +92,9 @@ def resubmit_job(name: str, request: Request, csrf_token: str = Form("")) -> Res
     """Submit the job's stored spec again as ``NAME-r2`` (then ``-r3``...), through the
     job service's submit (the checks of ``POST /api/v1/jobs``), as ``pasture job resubmit``
     does; redirects to the new job's page."""
-    s = session(request)
-    if s is None:
-        return error(request, None, 401, "Log in first.")
-    if not csrf_ok(s.csrf, csrf_token):
-        return error(request, s, 403, "CSRF token missing or wrong; nothing was changed.")
+    s = acting_session(request, csrf_token)
+    if isinstance(s, Response):
+        return s
     jobs = request.app.state.jobs
     try:
         spec = dict(jobs.get(s.who, name).get("spec") or {})
