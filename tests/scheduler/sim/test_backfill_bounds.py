@@ -76,17 +76,33 @@ def test_with_exact_estimates_no_backfilled_job_delays_the_reservation(case):
         assert records[name].first_start <= t + 1e-6, (name, t, records[name].first_start)
 
 
+def _with_history(runtimes):
+    """The core entry point with a learned history of these run times (s) in every snapshot."""
+    learned = History(tuple(sorted(float(r) for r in runtimes)), ())
+
+    def decide(snapshot, policy, now):
+        return schedule(replace(snapshot, history=learned), policy, now)
+
+    return decide
+
+
+def _assert_each_head_starts_within(jobs, records, horizon, runs):
+    """Each job starts by ``horizon`` s plus ``runs`` x the longest run after it became the
+    head (its submit, or the first start of the last job ahead of it, if later)."""
+    longest = max(j.duration_s for j in jobs)
+    for i, j in enumerate(jobs):
+        head_since = max([j.submit_s] + [records[e.name].first_start for e in jobs[:i]])
+        bound = head_since + horizon + runs * longest
+        assert records[j.name].first_start <= bound + 1e-6, (j.name, bound)
+
+
 @settings(max_examples=60, deadline=None)
 @given(traces(), st.integers(0, 600))
 def test_without_estimates_the_head_starts_within_horizon_plus_longest_job(case, horizon):
     shapes, jobs = case
     policy = replace(PRESETS["fifo-backfill"], adaptive=False, backfill_horizon_s=float(horizon))
     records = _replay(shapes, jobs, policy, oracle=False)
-    longest = max(j.duration_s for j in jobs)
-    for i, j in enumerate(jobs):
-        head_since = max([j.submit_s] + [records[e.name].first_start for e in jobs[:i]])
-        bound = head_since + horizon + longest
-        assert records[j.name].first_start <= bound + 1e-6, (j.name, bound)
+    _assert_each_head_starts_within(jobs, records, horizon, 1)
 
 
 @settings(max_examples=60, deadline=None)
@@ -102,18 +118,9 @@ def test_the_bound_holds_when_reservations_follow_learned_residual_run_times(
     # running jobs a reservation expects to end first (scheduler.core.reservation); the
     # starvation bound must not depend on that guess being right.
     shapes, jobs = case
-    learned = History(tuple(sorted(float(r) for r in runtimes)), ())
-
-    def with_history(snapshot, policy, now):
-        return schedule(replace(snapshot, history=learned), policy, now)
-
     policy = replace(PRESETS["fifo-backfill"], backfill_horizon_s=float(horizon))
-    records = _replay(shapes, jobs, policy, oracle=False, decide=with_history)
-    longest = max(j.duration_s for j in jobs)
-    for i, j in enumerate(jobs):
-        head_since = max([j.submit_s] + [records[e.name].first_start for e in jobs[:i]])
-        bound = head_since + horizon + longest
-        assert records[j.name].first_start <= bound + 1e-6, (j.name, bound)
+    records = _replay(shapes, jobs, policy, oracle=False, decide=_with_history(runtimes))
+    _assert_each_head_starts_within(jobs, records, horizon, 1)
 
 
 @settings(max_examples=60, deadline=None)
@@ -122,16 +129,7 @@ def test_adaptive_easy_starts_the_head_within_two_longest_runs(case, runtimes):
     # No horizon: only the "blocked by backfill" rule bounds the wait; a learned history
     # (random, possibly empty) reorders the reservation's guess and must not matter.
     shapes, jobs = case
-    learned = History(tuple(sorted(float(r) for r in runtimes)), ())
-
-    def with_history(snapshot, policy, now):
-        return schedule(replace(snapshot, history=learned), policy, now)
-
     policy = PRESETS["fifo-backfill"]
     assert policy.adaptive and policy.backfill_horizon_s is None
-    records = _replay(shapes, jobs, policy, oracle=False, decide=with_history)
-    longest = max(j.duration_s for j in jobs)
-    for i, j in enumerate(jobs):
-        head_since = max([j.submit_s] + [records[e.name].first_start for e in jobs[:i]])
-        bound = head_since + 2 * longest
-        assert records[j.name].first_start <= bound + 1e-6, (j.name, bound)
+    records = _replay(shapes, jobs, policy, oracle=False, decide=_with_history(runtimes))
+    _assert_each_head_starts_within(jobs, records, 0, 2)
