@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scheduler.agent import startup
@@ -48,6 +48,7 @@ from scheduler.agent.executor import (
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
+from scheduler.logpaths import task_log_path
 from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
@@ -79,6 +80,8 @@ class LocalTask:
     stopping: bool = False
     stop_reason: str = ""
     fenced: bool = False
+    uid: str = ""  # the job's uid (its log directory, its usage samples)
+    gpus: list[int] = field(default_factory=list)  # GPU indices it holds on this node
 
     @property
     def lid(self) -> str:
@@ -266,8 +269,9 @@ class Agent:
                 state, msg = TaskState.FAILED, f"exited with code {code}"
             diag = None
             if state == TaskState.FAILED:  # classify the failure (rules are data)
+                role, _, index = t.key.rpartition("-")
                 diag = diagnose_report(
-                    Path(self.s.share_dir) / "jobs" / t.job / "logs" / f"{t.key}.log",
+                    task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),
                     code,
                     msg,
                     self.executor.evidence(t.handle),
@@ -310,10 +314,11 @@ class Agent:
         spec = JobSpec.model_validate(job_rec.spec)
         tasks = self.store.tasks(job)
         share = Path(self.s.share_dir)
-        log_path = share / "jobs" / job / "logs" / f"{rec.role}-{rec.index}.log"
+        log_path = task_log_path(share, job, job_rec.uid, rec.role, rec.index)
         tid = task_id(job, rec.role, rec.index, rec.attempt)
         state_dir = Path(self.s.work_dir) / "tasks" / tid
         try:
+            log_path.parent.mkdir(parents=True, exist_ok=True)  # logs/<uid>/ (logpaths.py)
             # start-up: job dir, hostfile, ssh, code dir, environment (agent/startup.py)
             boot = startup.prepare(
                 job=job,
@@ -373,7 +378,14 @@ class Agent:
                 f.write(f"pasture: could not start the task: {exc}\n")
             self._report_failed(job, rec, f"could not start: {exc}")
             return
-        t = LocalTask(job=job, key=rec.key, attempt=rec.attempt, handle=handle)
+        t = LocalTask(
+            job=job,
+            key=rec.key,
+            attempt=rec.attempt,
+            handle=handle,
+            uid=job_rec.uid,
+            gpus=list(rec.gpus),
+        )
         with self._lock:
             self.local[t.lid] = t
         self._save_state()

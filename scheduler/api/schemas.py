@@ -86,6 +86,11 @@ class JobDeleteOut(_Open):
 
 class JobOut(_Open):
     name: str
+    uid: str = Field(
+        "",
+        description="this submission's own id (32 hex digits; '' for a job stored before "
+        "uids): a job deleted or replaced and submitted again under the name gets a new one",
+    )
     vc: str
     user: str
     priority: int

@@ -215,17 +215,25 @@ class ApiClient:
         )
         return parse(JobDeleteOut, data, f"delete {name}")
 
-    def log_files(self, name: str) -> list[LogFileOut]:
+    def log_files(self, name: str, uid: str | None = None) -> list[LogFileOut]:
+        """The job's log files; with ``uid``, of that submission only (404 once the name
+        belongs to another submission)."""
         from scheduler.api.schemas import LogFileOut
 
-        data = self.request("GET", f"/api/v1/jobs/{name}/logs/files")
+        params = {"uid": uid} if uid else None
+        data = self.request("GET", f"/api/v1/jobs/{name}/logs/files", params=params)
         return parse_list(LogFileOut, data, f"log files of {name}")
 
-    def log_bytes(self, name: str, role: str, index: int, offset: int = 0) -> bytes:
-        """One task's log bytes from ``offset`` (bytes) to the end of what is written."""
+    def log_bytes(
+        self, name: str, role: str, index: int, offset: int = 0, uid: str | None = None
+    ) -> bytes:
+        """One task's log bytes from ``offset`` (bytes) to the end of what is written
+        (``uid``: as :meth:`log_files`)."""
         import httpx
 
-        params = {"role": role, "index": index, "offset": offset}
+        params: dict[str, str | int] = {"role": role, "index": index, "offset": offset}
+        if uid:
+            params["uid"] = uid
         try:
             response = self._http.get(f"/api/v1/jobs/{name}/logs", params=params)
         except httpx.HTTPError as exc:

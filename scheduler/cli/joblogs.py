@@ -7,7 +7,9 @@ grew, from where the last read stopped, so tasks that start later (a new attempt
 restarted task) join the stream, and it ends once the job is in a final state and every
 log has been read to its end. ``--tail`` and ``--attempt`` are applied here, on the
 client: each log file holds every attempt of its task, each after an agent header line
-``=== attempt N on NODE ===`` (scheduler/agent/agent.py).
+``=== attempt N on NODE ===`` (scheduler/agent/agent.py). Every read names the job's uid
+(the submission first read), so a job deleted and submitted again under the same name
+while this follows ends the stream with "not found" instead of mixing in the new job.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scheduler.cli.client import ApiClient
+from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.views import TERMINAL, WAITING, reason_text
 
 if TYPE_CHECKING:
@@ -87,6 +89,20 @@ class JobLogs:
         self.tasks: dict[tuple[str, int], TaskLog] = {}
         self.width = 0
         self._last_notice = ""
+        self.uid: str | None = None  # the submission being read (set at the first read)
+
+    def _job(self) -> JobOut:
+        job = self.client.job(self.name)
+        if self.uid is None:
+            self.uid = job.uid or None
+        elif job.uid != self.uid:  # deleted and submitted again while we read
+            raise ApiError(404, f"job {self.name!r} was deleted or replaced while reading")
+        return job
+
+    def _files(self) -> list[LogFileOut]:
+        if self.uid is None:
+            self._job()
+        return self._selected(self.client.log_files(self.name, uid=self.uid))
 
     # -- selection ------------------------------------------------------------------------
     def _selected(self, files: list[LogFileOut]) -> list[LogFileOut]:
@@ -138,7 +154,9 @@ class JobLogs:
         if f.size > task.offset or (final and task.partial):
             data = b""
             if f.size > task.offset:
-                data = self.client.log_bytes(self.name, task.role, task.index, task.offset)
+                data = self.client.log_bytes(
+                    self.name, task.role, task.index, task.offset, uid=self.uid
+                )
                 task.offset += len(data)
             lines = self._lines(task, data, final)
         return task, lines
@@ -159,9 +177,9 @@ class JobLogs:
     def show(self) -> bool:
         """Print the selected logs once (per task, in role/index order). False when the
         job has no selected log yet (a "waiting to start" notice was given if it waits)."""
-        files = self._selected(self.client.log_files(self.name))
+        files = self._files()
         if not files:
-            waiting = self.waiting_reason(self.client.job(self.name))
+            waiting = self.waiting_reason(self._job())
             if waiting:
                 self._say(waiting)
             return False
@@ -184,9 +202,9 @@ class JobLogs:
         following began."""
         first = True
         while True:
-            job = self.client.job(self.name)
+            job = self._job()
             done = job.state in TERMINAL
-            files = self._selected(self.client.log_files(self.name))
+            files = self._files()
             for f in files:  # width known before the first line is printed
                 self.width = max(self.width, len(f"{f.role}-{f.index}"))
             if not files and (waiting := self.waiting_reason(job)):

@@ -355,24 +355,35 @@ class JobService:
         return {"items": items, "created": created, "failed": len(items) - created}
 
     # -- read ---------------------------------------------------------------------------
-    def _visible(self, principal: Principal, name: str) -> JobRecord:
+    def _visible(self, principal: Principal, name: str, uid: str | None = None) -> JobRecord:
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         job = self.store.get_job(name)
         if job is None or not principal.may_use_vc(job.vc):
             raise NotFoundError(f"job {name!r} not found")
+        if uid is not None and uid != job.uid:
+            raise NotFoundError(
+                f"job {name!r} of uid {uid} not found: it was deleted or replaced "
+                f"(the job of that name now has uid {job.uid or '(none)'})"
+            )
         return job
 
-    def state(self, principal: Principal, name: str) -> JobState:
+    def state(self, principal: Principal, name: str, uid: str | None = None) -> JobState:
         """The job's state. Raises NotFoundError as :meth:`get`."""
-        return JobState(self._visible(principal, name).state)
+        return JobState(self._visible(principal, name, uid).state)
 
-    def get(self, principal: Principal, name: str) -> dict[str, Any]:
+    def get(self, principal: Principal, name: str, uid: str | None = None) -> dict[str, Any]:
         """The job record (state, attempt, pending reason, tasks...).
 
+        Args:
+            uid: when given, only the submission with this uid (:attr:`JobRecord.uid`):
+                a job deleted and submitted again under ``name`` is "not found", so a
+                caller following one job never reads another's records.
+
         Raises:
-            NotFoundError: unknown job, or a job of a VC the caller may not use.
+            NotFoundError: unknown job, a job of a VC the caller may not use, or (with
+                ``uid``) a job of that name with another uid.
         """
-        job = as_dict(self._visible(principal, name))
+        job = as_dict(self._visible(principal, name, uid))
         if "tasks" not in job:
             job["tasks"] = as_dict(self.store.tasks(name))
         return job

@@ -1,4 +1,6 @@
-"""Task log service: read and follow ``<share>/jobs/<job>/logs/<role>-<index>.log``.
+"""Task log service: read and follow ``<share>/jobs/<job>/logs/<uid>/<role>-<index>.log``
+(the layout is :mod:`scheduler.logpaths`; ``uid`` is the submission's own id, so a new job
+under a deleted job's name never reads the old job's files).
 
 Agents write the files (conventions.md, "Logs"); this service only reads them from the
 share as mounted on the master (``share_dir``). Following polls the file, because the
@@ -13,6 +15,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+from scheduler.logpaths import job_log_dir
 from scheduler.services.errors import NotFoundError
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -37,12 +40,17 @@ class LogService:
         self.share_dir = Path(share_dir)
         self.poll_s = poll_s
 
-    def log_dir(self, job: str) -> Path:
-        return self.share_dir / "jobs" / _safe("job", job) / "logs"
+    def log_dir(self, job: str, uid: str = "") -> Path:
+        """The directory of submission ``uid`` of ``job`` (:func:`job_log_dir`)."""
+        try:
+            return job_log_dir(self.share_dir, _safe("job", job), uid)
+        except ValueError:
+            raise NotFoundError(f"job {job!r} has no logs of uid {uid!r}") from None
 
-    def files(self, job: str) -> list[dict]:
-        """``[{"role", "index", "size" (bytes)}]`` of the job's existing log files."""
-        d = self.log_dir(job)
+    def files(self, job: str, uid: str = "") -> list[dict]:
+        """``[{"role", "index", "size" (bytes)}]`` of the existing log files of one
+        submission (``uid``) of the job."""
+        d = self.log_dir(job, uid)
         out = []
         for p in sorted(d.glob("*.log")) if d.is_dir() else []:
             role, _, index = p.stem.rpartition("-")
@@ -50,33 +58,40 @@ class LogService:
                 out.append({"role": role, "index": int(index), "size": p.stat().st_size})
         return sorted(out, key=lambda f: (f["role"], f["index"]))
 
-    def path(self, job: str, role: str | None, index: int | None) -> Path:
-        """The log file of one task; with no role, the first file (by role, index).
+    def path(self, job: str, role: str | None, index: int | None, uid: str = "") -> Path:
+        """The log file of one task of submission ``uid``; with no role, the first file
+        (by role, index).
 
         Raises:
             NotFoundError: no such log (the task has not started yet, or a wrong role).
         """
         if role is None:
-            files = self.files(job)
+            files = self.files(job, uid)
             if index is not None:
                 files = [f for f in files if f["index"] == index]
             if not files:
                 raise NotFoundError(f"job {job!r} has no task logs yet")
             role, index = files[0]["role"], files[0]["index"]
-        p = self.log_dir(job) / f"{_safe('role', role)}-{int(index or 0)}.log"
+        p = self.log_dir(job, uid) / f"{_safe('role', role)}-{int(index or 0)}.log"
         if not p.is_file():
             raise NotFoundError(f"no log for task {role}-{int(index or 0)} of job {job!r} yet")
         return p
 
     def read(
-        self, job: str, role: str | None, index: int | None, offset: int = 0, limit: int = CHUNK
+        self,
+        job: str,
+        role: str | None,
+        index: int | None,
+        offset: int = 0,
+        limit: int = CHUNK,
+        uid: str = "",
     ) -> bytes:
         """At most ``limit`` bytes of the log from ``offset`` (bytes; past the end gives b"").
 
         The whole answer is in memory, so ``limit`` is what bounds it; use :meth:`stream`
         for more than a chunk.
         """
-        return b"".join(self.stream(self.path(job, role, index), offset, limit))
+        return b"".join(self.stream(self.path(job, role, index, uid), offset, limit))
 
     @staticmethod
     def stream(path: Path, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
@@ -131,6 +146,7 @@ class LogService:
         finished: Callable[[], bool],
         offset: int = 0,
         limit: int | None = None,
+        uid: str = "",
     ) -> AsyncIterator[bytes]:
         """Yield the log's bytes as they are written, until ``finished()`` and EOF, or
         until ``limit`` bytes (None: no limit) were yielded.
@@ -139,7 +155,7 @@ class LogService:
             finished: called between polls; True once the job reached a final state.
                 The file is read to its end once more after that.
         """
-        path = self.path(job, role, index)
+        path = self.path(job, role, index, uid)
         left = float("inf") if limit is None else max(limit, 0)
         with path.open("rb") as f:
             f.seek(min(max(offset, 0), path.stat().st_size))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,6 +35,7 @@ _JOB_FIELDS_NO_SPEC = [
     "exit_code",
     "attained_service",
     "attempts",
+    "uid",
 ]
 
 
@@ -91,6 +93,7 @@ class JobsMixin(StoreBase):
             spec=spec.model_dump(mode="json"),
             state=JobState.SUBMITTED,
             reason="submitted",
+            uid=uuid.uuid4().hex,
         )
 
     def _create_args(
@@ -137,6 +140,7 @@ class JobsMixin(StoreBase):
             exit_code=as_int(h.get("exit_code")),
             attained_service=float(h.get("attained_service") or 0),
             attempts=as_json(h.get("attempts")) or [],
+            uid=h.get("uid", ""),
         )
 
     def sealed_secrets(self, name: str) -> str | None:

@@ -121,6 +121,10 @@ class JobRecord:
 
     Attributes:
         name, vc, user, priority: identity and accounting.
+        uid: this submission's own id (32 hex digits, made at submit; "" for a job
+            stored before uids existed). A job deleted or replaced and submitted again
+            under the same name gets a new uid; its logs, usage samples and events are
+            keyed by it, so nothing of the old job shows under the new one.
         spec: the JobSpec as a dict (``JobSpec.model_validate`` restores it).
         state: see :class:`JobState`; reason: why it entered that state.
         attempt: run number (1 first; +1 on retry and on preemption).
@@ -159,6 +163,7 @@ class JobRecord:
     exit_code: int | None = None
     attained_service: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    uid: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -250,10 +255,12 @@ class Launch:
     """What a node's agent needs to start a job's tasks, from its launch record
     ``node:<n>:launch:<job>`` (written by the commit's binds and grows, deleted by the
     job's release): the job's name, the attempt bound, its spec (dict, as submitted), the
-    submitting user and its sealed secrets token ("" when it has none)."""
+    submitting user, its sealed secrets token ("" when it has none) and the job's uid
+    (:attr:`JobRecord.uid`; "" for a job stored before uids existed)."""
 
     job: str
     attempt: int
     spec: dict[str, Any]
     user: str
     sealed_secrets: str
+    uid: str = ""

@@ -148,6 +148,7 @@ class TasksMixin(StoreBase):
             spec=json.loads(h["spec"]),
             user=h.get("user", ""),
             sealed_secrets=h.get("sealed_secrets", ""),
+            uid=h.get("uid", ""),
         )
 
     def release(self, job: str) -> int:

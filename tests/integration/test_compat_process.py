@@ -32,6 +32,7 @@ import psutil
 import pytest
 
 from scheduler import dev
+from scheduler.logpaths import job_log_dir
 from tests.sshd import keygen, running_sshd
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -247,9 +248,9 @@ def test_seed_openpai_v1_example_runs_with_its_code_pushed_to_the_share(
     r = pasture(cluster, tmp_path, "job", "submit", str(job_file), "--wait", "--timeout", "90")
     job = api.get("/api/v1/jobs/mnist-024").json()
     logs = {
-        key: (share / f"jobs/mnist-024/logs/{key}.log").read_text()
+        key: (job_log_dir(share, "mnist-024", job["uid"]) / f"{key}.log").read_text()
         for key in ("ps_server-0", "ps_server-1", "worker-0", "worker-1")
-        if (share / f"jobs/mnist-024/logs/{key}.log").exists()
+        if (job_log_dir(share, "mnist-024", job["uid"]) / f"{key}.log").exists()
     }
     assert r.returncode == 0, f"{r.stdout}{r.stderr}\n{job}\n{logs}"
     assert "mnist_024" in r.stderr and "mnist-024" in r.stderr  # the name warning

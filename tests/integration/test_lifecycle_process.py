@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from scheduler import dev
+from scheduler.logpaths import job_log_dir
 from scheduler.spec import parse_job_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -191,7 +192,7 @@ def test_a_failed_task_restarts_in_place_and_the_job_succeeds(cluster):
     t = store.task(name, "w-1")
     assert t.restarts == 1 and t.state == "succeeded"
     assert store.task(name, "w-0").restarts == 0
-    log = (Path(cluster.share_dir) / "jobs/rt/logs/w-1.log").read_text()
+    log = (job_log_dir(cluster.share_dir, "rt", job.uid) / "w-1.log").read_text()
     assert log.count("=== attempt 1") == 2
     assert any("exited with code 7" in e["reason"] for e in store.events(name))
 
@@ -245,7 +246,7 @@ def test_volcano_restart_task_restarts_the_whole_role_in_place(cluster):
         "worker-1": ("succeeded", 1),
     }
     assert gone(first["worker-0"])  # the running replica was stopped, then started again
-    logs = Path(cluster.share_dir) / "jobs" / name / "logs"
+    logs = job_log_dir(cluster.share_dir, name, store.get_job(name).uid)
     assert (logs / "worker-0.log").read_text().count("=== attempt 1") == 2
     assert (logs / "ps-0.log").read_text().count("=== attempt 1") == 1
     assert any("restart_role (retry 1 of 3)" in e["reason"] for e in store.events(name))

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from scheduler import dev
+from scheduler.logpaths import job_log_dir
 from scheduler.spec import load_job_spec, parse_job_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -88,7 +89,7 @@ def test_hello_gang_ps_worker_job_succeeds_with_the_api(make_cluster):
     tasks = store.tasks(name)
     assert [t.key for t in tasks] == ["ps-0", "worker-0", "worker-1"]
     assert all(t.exit_code == 0 for t in tasks)
-    logs = Path(cluster.share_dir) / "jobs" / name / "logs"
+    logs = job_log_dir(cluster.share_dir, name, job.uid)
     assert sorted(p.name for p in logs.iterdir()) == ["ps-0.log", "worker-0.log", "worker-1.log"]
     assert "hello from worker-1" in (logs / "ps-0.log").read_text()
     assert [e["state"] for e in store.events(name)] == [
@@ -130,7 +131,7 @@ def test_failing_task_is_retried_then_the_job_fails_with_its_reason(make_cluster
     assert job.state == "failed"
     assert job.attempt == 3 and job.failures == 3
     assert "exited with code 1" in job.reason and "3 of 3 attempts failed" in job.reason
-    log = (Path(cluster.share_dir) / "jobs/flaky/logs/w-0.log").read_text()
+    log = (job_log_dir(cluster.share_dir, "flaky", job.uid) / "w-0.log").read_text()
     assert [line for line in log.splitlines() if line.startswith("try")] == [
         "try 1",
         "try 2",

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from scheduler import dev
+from scheduler.logpaths import job_log_dir
 from scheduler.sealed import write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -145,7 +146,8 @@ def wait_job(api, name: str, timeout: float = 40.0) -> dict:
 
 
 def log_of(cluster, job: str, task: str) -> str:
-    return (Path(cluster.share_dir) / "jobs" / job / "logs" / f"{task}.log").read_text()
+    uid = cluster.store().get_job(job).uid
+    return (job_log_dir(cluster.share_dir, job, uid) / f"{task}.log").read_text()
 
 
 def test_values_reach_the_tasks_and_nowhere_else(cluster, api, seen, tmp_path):

@@ -332,7 +332,7 @@ def job_page(name: str, request: Request) -> Response:
     tasks = sorted(job.tasks or [], key=lambda t: (t.role, t.index))
     roles = job.spec.get("roles") or {}
     try:
-        files = state.logs.files(name)
+        files = state.logs.files(name, job.uid)
     except NotFoundError:
         files = []
     return render(
@@ -359,9 +359,12 @@ def job_log(
     role: str | None = Query(None),
     index: int | None = Query(None, ge=0),
     offset: int = Query(-1, ge=-1, description="-1: the last 64 KiB"),
+    uid: str | None = Query(None, max_length=32, description="the job's uid the page shows"),
 ) -> Response:
     """A task log's bytes from ``offset`` as JSON ``{text, offset, state}`` for the job
-    page's live tail (polled; ``offset`` is where the next poll starts)."""
+    page's live tail (polled; ``offset`` is where the next poll starts). With ``uid`` (the
+    page sends the uid of the job it shows) a job deleted and submitted again under the
+    same name answers 404, so a tail never continues into another job's log."""
     s = session(request)
     if s is None:
         return JSONResponse({"detail": "log in first"}, status_code=401)
@@ -370,11 +373,15 @@ def job_log(
         job = state.jobs.get(s.who, name)
     except NotFoundError as exc:
         return JSONResponse({"detail": exc.message}, status_code=404)
+    if uid is not None and uid != job.get("uid", ""):
+        detail = f"job {name!r} of uid {uid} was deleted or replaced"
+        return JSONResponse({"detail": detail}, status_code=404)
+    ref = job.get("uid", "")
     try:
-        path = state.logs.path(name, role, index)
+        path = state.logs.path(name, role, index, ref)
         size = path.stat().st_size
         start = max(0, size - LOG_TAIL_BYTES) if offset < 0 else min(offset, size)
-        data = state.logs.read(name, role, index, start, LOG_TAIL_BYTES)
+        data = state.logs.read(name, role, index, start, LOG_TAIL_BYTES, ref)
     except (NotFoundError, FileNotFoundError):
         start, data = 0, b""
     return JSONResponse(

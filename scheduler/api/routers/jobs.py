@@ -40,6 +40,10 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 # answering) nor takes every thread of the pool the other routes share.
 SPEC_WORKERS = 4
 MAX_TAIL_LINES = 1_000_000
+UID_DOC = (
+    "the job's uid (GET /jobs/{name}): when the job of that name now has another uid "
+    "(deleted and submitted again), 404 instead of the new job's logs"
+)
 
 _SPEC_BODY = {
     "requestBody": {
@@ -203,10 +207,16 @@ def delete_job(
 @router.get(
     "/{name}/logs/files", response_model=list[LogFileOut], responses=errors(FORBIDDEN, NOT_FOUND)
 )
-def log_files(name: str, request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
-    """The job's task log files: ``[{role, index, size}]`` (size in bytes)."""
-    request.app.state.jobs.get(who, name)
-    return request.app.state.logs.files(name)
+def log_files(
+    name: str,
+    request: Request,
+    uid: str | None = Query(None, max_length=32, description=UID_DOC),
+    who: TokenInfo = Depends(principal),
+) -> list[dict]:
+    """The job's task log files: ``[{role, index, size}]`` (size in bytes), of this
+    submission only (its uid's directory)."""
+    job = request.app.state.jobs.get(who, name, uid=uid)
+    return request.app.state.logs.files(name, job.get("uid", ""))
 
 
 @router.get(
@@ -236,9 +246,10 @@ def job_logs(
     tail: int | None = Query(
         None, ge=0, le=MAX_TAIL_LINES, description="start at the last N lines (not before offset)"
     ),
+    uid: str | None = Query(None, max_length=32, description=UID_DOC),
     who: TokenInfo = Depends(principal),
 ):
-    """A task's stdout/stderr (``<share>/jobs/<job>/logs/<role>-<index>.log``) as text,
+    """A task's stdout/stderr (``<share>/jobs/<job>/logs/<uid>/<role>-<index>.log``) as text,
     streamed in 64 KiB chunks (memory stays bounded whatever the file's size).
 
     ``offset``/``limit`` select a byte range; ``tail=N`` starts at the last N lines (found
@@ -249,8 +260,8 @@ def job_logs(
     read to its end, or until ``limit`` bytes were sent."""
     jobs = request.app.state.jobs
     logs = request.app.state.logs
-    jobs.get(who, name)
-    path = logs.path(name, role, index)  # 404 before the stream starts
+    ref = jobs.get(who, name, uid=uid).get("uid", "")
+    path = logs.path(name, role, index, ref)  # 404 before the stream starts
     size = path.stat().st_size
     start = min(offset, size)
     if tail is not None:
@@ -261,14 +272,14 @@ def job_logs(
             logs.stream(path, start, limit), media_type="text/plain", headers=headers
         )
 
-    def finished() -> bool:
+    def finished() -> bool:  # the job ended, or was deleted (and maybe submitted again)
         try:
-            return jobs.state(who, name).terminal
+            return jobs.state(who, name, uid=ref or None).terminal
         except Exception:
             return True
 
     return StreamingResponse(
-        logs.follow(name, role, index, finished, start, limit),
+        logs.follow(name, role, index, finished, start, limit, uid=ref),
         media_type="text/plain",
         headers=headers,
     )

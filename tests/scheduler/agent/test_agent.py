@@ -11,6 +11,7 @@ from scheduler.agent.agent import Agent
 from scheduler.agent.executor import ExecutorError
 from scheduler.agent.resources import detect_capacity, detect_gpus, usage
 from scheduler.core.model import Bind, Decision, TaskPlacement
+from scheduler.logpaths import job_log_dir
 from scheduler.settings import AgentSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import Store
@@ -116,7 +117,11 @@ def test_runs_a_bound_task_logs_it_and_reports_the_exit_code(store, tmp_path, re
     until(finished)
     t0, t1 = store.tasks("j")
     assert (t0.state, t0.exit_code) == ("failed", 4)
-    log = (tmp_path / "share/jobs/j/logs/w-1.log").read_text().splitlines()
+    log = (
+        (job_log_dir(tmp_path / "share", "j", store.get_job("j").uid) / "w-1.log")
+        .read_text()
+        .splitlines()
+    )
     assert log[0] == "=== attempt 1 on n1 ==="
     assert log[1] == f"rank=1 of 2 at 127.0.0.1:{t1.ports['main']} gpus={t1.gpus[0]}"
     assert t0.gpus != t1.gpus  # distinct devices
@@ -240,7 +245,11 @@ def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):
         return all(t.done for t in store.tasks("mpi"))
 
     until(finished)
-    log = (tmp_path / "share/jobs/mpi/logs/w-0.log").read_text().splitlines()
+    log = (
+        (job_log_dir(tmp_path / "share", "mpi", store.get_job("mpi").uid) / "w-0.log")
+        .read_text()
+        .splitlines()
+    )
     # two tasks on one host: one line with slots=2 (Open MPI 4.1 refuses repeated hosts)
     assert log[1:] == ["127.0.0.1 slots=2"]
     assert (tmp_path / "share/jobs/mpi/hostfile-1").exists()
@@ -275,7 +284,11 @@ def test_a_task_the_executor_refuses_fails_with_the_reason_in_task_and_log(
     (task,) = store.tasks("j")
     assert task.state == "failed" and task.exit_code is None
     assert task.message == "could not start: podman run failed: image not known"
-    log = (tmp_path / "share/jobs/j/logs/w-0.log").read_text().splitlines()
+    log = (
+        (job_log_dir(tmp_path / "share", "j", store.get_job("j").uid) / "w-0.log")
+        .read_text()
+        .splitlines()
+    )
     assert log == [
         "=== attempt 1 on n1 ===",
         "pasture: could not start the task: podman run failed: image not known",

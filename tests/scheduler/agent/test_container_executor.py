@@ -11,6 +11,7 @@ import pytest
 
 from scheduler.agent.container import ContainerExecutor
 from scheduler.agent.executor import ExecutorError, TaskLaunch
+from scheduler.logpaths import job_log_dir
 
 IMAGE = "localhost/pasture-base:bookworm"
 
@@ -170,7 +171,11 @@ def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
     t0, t1 = store.tasks(job)
     assert (t0.state, t0.exit_code) == ("succeeded", 0)
     assert (t1.state, t1.exit_code) == ("failed", 1)
-    log = (tmp_path / "share" / "jobs" / job / "logs" / "w-1.log").read_text().splitlines()
+    log = (
+        (job_log_dir(tmp_path / "share", job, store.get_job(job).uid) / "w-1.log")
+        .read_text()
+        .splitlines()
+    )
     assert log[0] == "=== attempt 1 on c1 ==="
     assert log[1] == f"rank 1/2 hosts 127.0.0.1:{t0.ports['main']},127.0.0.1:{t1.ports['main']}"
     left = subprocess.run(

@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from scheduler.logpaths import job_log_dir
+
 BASE = "localhost/pasture-base:bookworm"
 IMAGE = f"localhost/volcano-ep-test:{uuid.uuid4().hex[:8]}"
 
@@ -122,7 +124,7 @@ def test_agent_runs_image_entrypoints_from_a_volcano_job(image, redis_url, tmp_p
     assert {t.role: t.state for t in store.tasks(job)} == dict.fromkeys(
         ("args", "plain", "cmd", "wd"), "succeeded"
     )
-    logs = tmp_path / "share" / "jobs" / job / "logs"
+    logs = job_log_dir(tmp_path / "share", job, store.get_job(job).uid)
 
     def out(role: str) -> list[str]:
         return (logs / f"{role}-0.log").read_text().splitlines()[1:]

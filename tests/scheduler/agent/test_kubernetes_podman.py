@@ -144,7 +144,7 @@ def test_two_task_pods_reach_each_other_over_ssh_and_read_their_secret(tmp_path)
             )
         codes = [p.wait(timeout=90) for p in procs]
         job_dir = share / "jobs/k8sssh"
-        logs = {p.name: p.read_text() for p in (job_dir / "logs").glob("*.log")}
+        logs = {p.name: p.read_text() for p in (job_dir / "logs").rglob("*.log")}
         assert codes == [0, 0], logs
         # a's connection ended at b's sshd, on the port b's discovery environment names
         assert (job_dir / "conn").read_text().split()[3] == str(tasks[1].ports["ssh"])

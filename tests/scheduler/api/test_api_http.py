@@ -10,6 +10,8 @@ import httpx
 import pytest
 from live import job_yaml
 
+from scheduler.logpaths import job_log_dir
+
 pytestmark = pytest.mark.integration
 
 # Every authenticated endpoint, with path parameters filled in.
@@ -316,7 +318,7 @@ def test_metrics(api, http):
 
 
 def _log(env, job, role, index):
-    d = env.share / "jobs" / job / "logs"
+    d = job_log_dir(env.share, job, env.store.get_job(job).uid)
     d.mkdir(parents=True, exist_ok=True)
     return d / f"{role}-{index}.log"
 

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from scheduler.cli import app as cli_app
 from scheduler.cli.output import UNAVAILABLE
 from scheduler.dev import free_port
+from scheduler.logpaths import job_log_dir
 from scheduler.settings import SchedulerSettings
 from scheduler.store.tokens import TokenStore
 
@@ -175,7 +176,7 @@ def test_an_open_log_stream_does_not_hold_a_restart(tls_api, tmp_path):
     spec = "name: forever\nroles: {m: {replicas: 1, resources: {cpu: 1, memory: 1Gi}, command: x}}"
     r = httpx.post(url + "/api/v1/jobs", content=spec, headers=headers, verify=verify)
     assert r.status_code == 201, r.text
-    log = tmp_path / "jobs" / "forever" / "logs" / "m-0.log"
+    log = job_log_dir(tmp_path, "forever", r.json()["uid"]) / "m-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("started\n")
     api = next(p for p in psutil.Process().children() if "scheduler.api" in " ".join(p.cmdline()))

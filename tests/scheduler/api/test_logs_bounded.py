@@ -10,6 +10,8 @@ import psutil
 import pytest
 from live import job_yaml
 
+from scheduler.logpaths import job_log_dir
+
 pytestmark = pytest.mark.integration
 
 BIG = 400 << 20  # bytes
@@ -17,7 +19,7 @@ BOUND = 64 << 20  # the RSS rise allowed while serving it
 
 
 def _log(env, job: str, role: str = "ps", index: int = 0):
-    d = env.share / "jobs" / job / "logs"
+    d = job_log_dir(env.share, job, env.store.get_job(job).uid)
     d.mkdir(parents=True, exist_ok=True)
     return d / f"{role}-{index}.log"
 

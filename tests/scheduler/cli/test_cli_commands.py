@@ -11,6 +11,7 @@ import yaml
 from live import job_yaml
 
 from scheduler.cli.output import AUTH, NOT_CONFIGURED, NOT_FOUND, REJECTED
+from scheduler.logpaths import job_log_dir
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,7 @@ def test_job_submit_list_show_logs_stop(logged_in, cli, tmp_path):
     r = cli("job", "show", "hello")
     assert r.exit_code == 0
     assert "events" in r.output and "submitted by root" in r.output
-    log = env.share / "jobs" / "hello" / "logs" / "worker-1.log"
+    log = job_log_dir(env.share, "hello", env.store.get_job("hello").uid) / "worker-1.log"
     log.parent.mkdir(parents=True)
     log.write_text("hello from worker 1\n")
     r = cli("job", "logs", "hello", "--role", "worker", "--index", "1")
