@@ -47,6 +47,7 @@ from scheduler.agent.executor import (
 )
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.resources import detect_capacity, usage
+from scheduler.agent.taskusage import TaskUsageSampler
 from scheduler.diagnosis import diagnose_report
 from scheduler.logpaths import task_log_path
 from scheduler.sealed import SealError, load_key, unseal
@@ -130,6 +131,7 @@ class Agent:
         self.gpu_health = GpuHealthMonitor(
             RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
         )
+        self.task_usage = TaskUsageSampler()  # per-task figures in each heartbeat
         self._load_state()
 
     # ---- local state ----------------------------------------------------------------
@@ -221,6 +223,9 @@ class Agent:
         the store forgot this node; cordon it when a GPU turned unhealthy (:mod:`.gpu_health`)."""
         sent = self._last_heartbeat = time.monotonic()
         report = {**usage(self.gpu_health.backend), "gpu_health": self.gpu_health.report()}
+        with self._lock:
+            local = list(self.local.values())
+        report["tasks"] = self.task_usage.sample(local, report["gpus"])
         if self.store.heartbeat(self.node, report) == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()

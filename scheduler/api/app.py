@@ -28,13 +28,15 @@ from scheduler.api.metrics import (
 )
 from scheduler.api.ratelimit import AuthFailureLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
-from scheduler.api.routers import admin, batch, cluster, jobs, nodecred
+from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, usage
 from scheduler.api.schemas import Health
 from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
+from scheduler.services.accounting import AccountingService
 from scheduler.services.dryrun import DryRunService
 from scheduler.services.errors import InvalidSpecError, ServiceError
 from scheduler.services.jobs import JobService, validation_errors
+from scheduler.services.jobusage import JobUsageService
 from scheduler.services.logs import LogService
 from scheduler.services.nodes import NodeService
 from scheduler.services.status import StatusService
@@ -101,6 +103,8 @@ def create_app(
     app.state.logs = LogService(share_dir)
     app.state.token_service = TokenService(tokens)
     app.state.usage = UsageService(store)
+    app.state.job_usage = JobUsageService(store, app.state.jobs)
+    app.state.accounting = AccountingService(store)
     # the dashboard's sessions live next to the store's keys (its pages use services only)
     app.state.dashboard_sessions = SessionStore(
         getattr(store, "r", None) or client or backend.redis_client(settings),
@@ -123,6 +127,7 @@ def create_app(
     app.include_router(jobs.router, dependencies=strict)
     app.include_router(batch.router, dependencies=strict)  # POST /api/v1/jobs:batch
     app.include_router(cluster.router, dependencies=strict)
+    app.include_router(usage.router, dependencies=strict)
     app.include_router(admin.router, dependencies=strict)
     app.include_router(dashboard_router)
     app.state.node_credentials = nodecred.issuer(  # Kubernetes agents' own Redis users
@@ -159,8 +164,10 @@ def create_app(
         dependencies=strict,
     )
     def metrics(who: TokenInfo = Depends(principal)) -> Response:
-        """Prometheus metrics (text exposition format); any valid token."""
-        return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        """Prometheus metrics (text exposition format); any valid token. Series labelled
+        with a job name it may not see come without the job (scheduler/api/metrics.py)."""
+        data = generate_latest(app.state.metrics.visible_to(who))
+        return Response(data, media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,50 @@ class Metrics:
         if status is not None:
             self.registry.register(ClusterCollector(status))
 
+    def visible_to(self, principal) -> VisibleMetrics:
+        """What ``/metrics`` answers ``principal`` (see :class:`VisibleMetrics`)."""
+        return VisibleMetrics(self.registry, principal.may_use_vc)
+
+
+JOB_LABEL = "job_name"
+"""The label naming a pasture job. Not ``job``: Prometheus sets ``job`` to the scrape
+job's name on every series and would rename ours to ``exported_job``."""
+HIDDEN_JOB_FAMILIES = ("pasture_gpu_",)
+"""Families whose series stay for every caller with the job and task blanked when the
+caller may not see the job's VC (the per-GPU series: the GPU's figures are the node's);
+other job-labelled series (``pasture_task_*``) are left out for such a caller."""
+
+
+class VisibleMetrics:
+    """The registry's families as one caller may see them: a series labelled with a job
+    (``job_name``) of a VC the caller may not use has ``job_name`` and ``task`` blanked
+    (per-GPU series) or is left out (per-task series), so /metrics names no other
+    tenant's job, as the job API does not (an admin token sees everything).
+
+    Args:
+        registry: the app's registry. may_see: ``vc -> bool`` (``TokenInfo.may_use_vc``).
+    """
+
+    def __init__(self, registry: CollectorRegistry, may_see: Callable[[str], bool]) -> None:
+        self.registry = registry
+        self.may_see = may_see
+
+    def collect(self):
+        for family in self.registry.collect():
+            if not any(s.labels.get(JOB_LABEL) for s in family.samples):
+                yield family
+                continue
+            blank = family.name.startswith(HIDDEN_JOB_FAMILIES)
+            kept = []
+            for s in family.samples:
+                if not s.labels.get(JOB_LABEL) or self.may_see(s.labels.get("vc", "")):
+                    kept.append(s)
+                elif blank:
+                    kept.append(s._replace(labels={**s.labels, JOB_LABEL: "", "task": ""}))
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = kept
+            yield out
+
 
 class MetricsMiddleware:
     """Counts requests by their route template (``/api/v1/jobs/{name}``), not raw path."""
@@ -126,9 +170,16 @@ class SchedulerCollector:
       ``pasture_vc_gpus_borrowed{vc}``
     - ``pasture_node_heartbeat_age_seconds{node}`` seconds since the last heartbeat
     - ``pasture_node_{cpu,memory,gpu}_utilisation_ratio{node}`` 0-1, last report
-    - ``pasture_gpu_utilisation_ratio{node, gpu}`` (0-1),
-      ``pasture_gpu_memory_used_bytes{node, gpu}``,
-      ``pasture_gpu_memory_capacity_bytes{node, gpu}``: per GPU, as NVML measured it
+    - ``pasture_gpu_utilisation_ratio{node, gpu, job_name, task, vc}`` (0-1),
+      ``pasture_gpu_memory_used_bytes{...}``, ``pasture_gpu_memory_capacity_bytes{...}``:
+      per GPU, as NVML measured it, labelled with the job, task and VC holding the GPU
+      ("" when free)
+    - ``pasture_task_cpu_cores{job_name, task, vc, node}``,
+      ``pasture_task_memory_rss_bytes{...}``,
+      ``pasture_task_gpu_utilisation_ratio{..., gpu}``,
+      ``pasture_task_gpu_memory_used_bytes{..., gpu}``: each running task's processes and
+      GPUs, from its agent's last usage sample (:mod:`scheduler.agent.taskusage`; none when
+      older than 30 s)
 
     docs/dashboard.md lists the names these replaced.
     """
@@ -148,6 +199,7 @@ class SchedulerCollector:
             active = store.active_jobs(with_spec=False)
             stats = store.loop_stats()
             buckets, count, total = store.cycle_histogram()
+            latest = store.latest_usage_samples([n.name for n in nodes])
         except Exception:  # a scrape must not fail because Redis blinked
             log.exception("scheduler metrics for /metrics failed")
             return
@@ -184,12 +236,18 @@ class SchedulerCollector:
             buckets=[(repr(b), c) for b, c in buckets] + [("+Inf", count)],
             sum_value=total,
         )
-        yield from node_gpu_families(nodes, ledger, now)
+        jobs = {j.name: j for j in active}
+        yield from node_gpu_families(nodes, ledger, now, jobs)
+        yield from task_usage_families(latest, jobs, now)
         yield from vc_gpu_families(vcs)
 
 
-def node_gpu_families(nodes, ledger, now: float):
+def node_gpu_families(nodes, ledger, now: float, jobs=None):
     """Per-node GPU counts, heartbeat age, utilisation ratios and per-GPU samples.
+
+    ``jobs``: ``{name: JobRecord}`` of the active jobs (their VC labels the per-GPU series
+    of the GPUs the ledger gives their tasks: ``job_name``, ``task``, ``vc``; "" when the
+    GPU is free).
 
     Totals and their parts are separate metrics, so ``sum()`` over any label is safe:
     ``pasture_node_gpu_capacity`` (what the node has) vs ``pasture_node_gpus_allocated`` and
@@ -198,8 +256,12 @@ def node_gpu_families(nodes, ledger, now: float):
     dev cluster's fake GPUs) has no series rather than a made-up 0.
     """
     alloc: dict[str, int] = {}
+    holder: dict[tuple[str, int], list[str]] = {}  # (node, gpu) -> [job, task, vc]
     for a in ledger.values():
         alloc[a.node] = alloc.get(a.node, 0) + a.gpu
+        vc = getattr((jobs or {}).get(a.job), "vc", "")
+        for g in a.gpus or []:
+            holder[(a.node, int(g))] = [a.job, f"{a.role}-{a.index}", vc]
 
     def family(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
         return GaugeMetricFamily(name, doc, labels=["node", *labels])
@@ -218,13 +280,15 @@ def node_gpu_families(nodes, ledger, now: float):
             "Mean utilisation of the node's measured GPUs, 0-1 (last report).",
         ),
     }
+    held = ("gpu", JOB_LABEL, "task", "vc")
     gpu_util = family(
         "pasture_gpu_utilisation_ratio",
-        "Share of the last sample period a kernel ran on the GPU (NVML), 0-1.",
-        "gpu",
+        "Share of the last sample period a kernel ran on the GPU (NVML), 0-1; job_name, "
+        "task, vc: who holds the GPU ('' when free).",
+        *held,
     )
-    gpu_used = family("pasture_gpu_memory_used_bytes", "GPU memory in use (NVML), bytes.", "gpu")
-    gpu_size = family("pasture_gpu_memory_capacity_bytes", "GPU memory size (NVML), bytes.", "gpu")
+    gpu_used = family("pasture_gpu_memory_used_bytes", "GPU memory in use (NVML), bytes.", *held)
+    gpu_size = family("pasture_gpu_memory_capacity_bytes", "GPU memory size (NVML), bytes.", *held)
     for n in nodes:
         used = alloc.get(n.name, 0)
         capacity.add_metric([n.name], n.gpu)
@@ -242,7 +306,8 @@ def node_gpu_families(nodes, ledger, now: float):
         for g in u.get("gpus") or []:
             if not isinstance(g, dict) or g.get("index") is None:
                 continue
-            labels = [n.name, str(g["index"])]
+            who = holder.get((n.name, int(g["index"])), ["", "", ""])
+            labels = [n.name, str(g["index"]), *who]
             if isinstance(g.get("util_percent"), int | float):
                 gpu_util.add_metric(labels, float(g["util_percent"]) / 100.0)
                 measured.append(float(g["util_percent"]) / 100.0)
@@ -253,6 +318,55 @@ def node_gpu_families(nodes, ledger, now: float):
         if measured:
             ratio["gpu"].add_metric([n.name], sum(measured) / len(measured))
     yield from (capacity, allocated, idle, age, *ratio.values(), gpu_util, gpu_used, gpu_size)
+
+
+def task_usage_families(latest, jobs, now: float, max_age_s: float = 30.0):
+    """Per-task series from each node's latest usage sample (``{node: sample}``,
+    :func:`scheduler.store.nodes.usage_sample`), for tasks of active jobs whose uid matches
+    the sample's (a deleted job's last figures never show under a new job of its name)
+    and samples at most ``max_age_s`` old."""
+    labels = [JOB_LABEL, "task", "vc", "node"]
+    cpu = GaugeMetricFamily(
+        "pasture_task_cpu_cores", "CPU cores the task's processes use (psutil).", labels=labels
+    )
+    rss = GaugeMetricFamily(
+        "pasture_task_memory_rss_bytes",
+        "Resident memory of the task's processes, bytes (psutil, summed).",
+        labels=labels,
+    )
+    util = GaugeMetricFamily(
+        "pasture_task_gpu_utilisation_ratio",
+        "Utilisation of a GPU the task holds (NVML), 0-1.",
+        labels=[*labels, "gpu"],
+    )
+    gmem = GaugeMetricFamily(
+        "pasture_task_gpu_memory_used_bytes",
+        "Memory in use on a GPU the task holds (NVML), bytes.",
+        labels=[*labels, "gpu"],
+    )
+    for node, sample in sorted((latest or {}).items()):
+        if not isinstance(sample, dict) or now - float(sample.get("t") or 0) > max_age_s:
+            continue
+        tasks = sample.get("tasks")
+        for key, e in sorted(tasks.items() if isinstance(tasks, dict) else []):
+            uid, _, task = key.partition("/")
+            job = jobs.get(e.get("job", "")) if isinstance(e, dict) else None
+            if job is None or job.uid != uid:
+                continue
+            row = [job.name, task, job.vc, node]
+            if isinstance(e.get("cpu"), int | float):
+                cpu.add_metric(row, float(e["cpu"]))
+            if isinstance(e.get("rss"), int | float):
+                rss.add_metric(row, float(e["rss"]))
+            gpus = e.get("gpus")
+            for g in gpus if isinstance(gpus, list) else []:
+                if not (isinstance(g, list) and len(g) == 3):
+                    continue
+                if isinstance(g[1], int | float):
+                    util.add_metric([*row, str(g[0])], float(g[1]) / 100.0)
+                if isinstance(g[2], int | float):
+                    gmem.add_metric([*row, str(g[0])], float(g[2]))
+    yield from (cpu, rss, util, gmem)
 
 
 def vc_gpu_families(vcs):

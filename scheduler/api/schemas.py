@@ -184,6 +184,18 @@ class EventOut(_Open):
     reason: str = ""
 
 
+class NodeEventOut(EventOut):
+    """A node event: an automatic cordon (GPU health) or an operator's action."""
+
+    action: str | None = Field(None, description="cordon | uncordon | drain (operators)")
+    by: str | None = Field(None, description="the token name that acted")
+    why: str | None = Field(None, description="the operator's reason, '' when none given")
+    jobs: list[str] | None = Field(
+        None, description="jobs with tasks on the node then (a drain requeues them)"
+    )
+    other_jobs: int | None = Field(None, description="affected jobs of VCs the caller cannot see")
+
+
 class JobEventsOut(BaseModel):
     job: str
     state: str | None
@@ -210,7 +222,13 @@ class NodeOut(_Open):
     state_reason: str = Field("", description="why it is in its state (by whom, GPU health)")
     executor: str = ""
     usage: dict[str, Any] = Field({}, description="the agent's last usage report")
-    events: list[EventOut] | None = Field(None, description="GET /nodes/{name} only")
+    events: list[NodeEventOut] | None = Field(None, description="GET /nodes/{name} only")
+    affected_jobs: list[str] | None = Field(
+        None,
+        description="cordon/drain/uncordon answers: jobs with tasks on the node (a drain "
+        "requeues them), as far as the caller may see them",
+    )
+    affected_other_jobs: int | None = Field(None, description="how many jobs of other VCs")
 
 
 class VcOut(_Open):

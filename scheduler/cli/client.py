@@ -254,10 +254,13 @@ class ApiClient:
 
         return parse(NodeOut, self.request("GET", f"/api/v1/nodes/{name}"), f"node {name}")
 
-    def node_action(self, name: str, action: str) -> NodeOut:
+    def node_action(self, name: str, action: str, reason: str | None = None) -> NodeOut:
+        """Cordon, uncordon or drain ``name`` (``reason``: kept in the node's event); the
+        answer's ``affected_jobs`` names the jobs with tasks on the node."""
         from scheduler.api.schemas import NodeOut
 
-        data = self.request("POST", f"/api/v1/nodes/{name}/{action}")
+        params = {"reason": reason} if reason else None
+        data = self.request("POST", f"/api/v1/nodes/{name}/{action}", params=params)
         return parse(NodeOut, data, f"{action} {name}")
 
     def vcs(self) -> list[VcOut]:

@@ -141,9 +141,10 @@ def node_show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonO
             str(t["job"]), str(t["role"]), str(t["index"]), styled(t["state"]), fmt_resources(t)
         )
     console.print(tasks_table if tasks else "tasks: none")
-    events = Table("time", "state", "reason", title="events")
+    events = Table("time", "state", "reason", "jobs", title="events")
     for e in node.events or []:
-        events.add_row(fmt_time(e.time), styled(e.state), e.reason)
+        jobs = ", ".join(e.jobs or []) + (f" (+{e.other_jobs} other)" if e.other_jobs else "")
+        events.add_row(fmt_time(e.time), styled(e.state), e.reason, jobs)
     console.print(events)
 
 
@@ -165,30 +166,43 @@ def _gpu_health_table(node: NodeOut) -> None:
     console.print(table)
 
 
-def _action(action: str, name: str) -> None:
-    node = ApiClient(load()).node_action(name, action)
+ReasonOpt = typer.Option(None, "--reason", help="why (kept in the node's event)")
+
+
+def _action(action: str, name: str, reason: str | None) -> None:
+    node = ApiClient(load()).node_action(name, action, reason)
     console.print(f"node {name}: {styled(node.state)}")
+    jobs = node.affected_jobs or []
+    others = node.affected_other_jobs or 0
+    verb = {"drain": "requeued", "cordon": "left running", "uncordon": "running"}[action]
+    if jobs or others:
+        more = f" (and {others} of other VCs)" if others else ""
+        console.print(f"jobs with tasks on {name}, {verb}: {', '.join(jobs) or '-'}{more}")
+    else:
+        console.print(f"no job has tasks on {name}")
 
 
 @node_app.command()
 @handle_errors
-def cordon(name: str) -> None:
-    """Take no new tasks on NAME (running tasks stay)."""
-    _action("cordon", name)
+def cordon(name: str, reason: str | None = ReasonOpt) -> None:
+    """Take no new tasks on NAME (running tasks stay). Leaves a node event: who, when,
+    why (--reason), which jobs had tasks there."""
+    _action("cordon", name, reason)
 
 
 @node_app.command()
 @handle_errors
-def uncordon(name: str) -> None:
-    """Make NAME schedulable again."""
-    _action("uncordon", name)
+def uncordon(name: str, reason: str | None = ReasonOpt) -> None:
+    """Make NAME schedulable again (a node event, as cordon)."""
+    _action("uncordon", name, reason)
 
 
 @node_app.command()
 @handle_errors
-def drain(name: str) -> None:
-    """Cordon NAME and move its running jobs elsewhere (they are requeued)."""
-    _action("drain", name)
+def drain(name: str, reason: str | None = ReasonOpt) -> None:
+    """Cordon NAME and move its running jobs elsewhere (they are requeued, uncharged);
+    prints the jobs it requeues and leaves a node event, as cordon."""
+    _action("drain", name, reason)
 
 
 @vc_app.command("list")

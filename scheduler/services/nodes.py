@@ -1,4 +1,5 @@
-"""Node service: list, cordon, uncordon, drain.
+"""Node service: list, cordon, uncordon, drain (each of the three leaves a node event:
+who, when, why, and the jobs with tasks on the node).
 
 Reading nodes is open to every role; changing a node's state needs an admin or agent
 token (agent tokens are what automation such as the on-prem Pulumi stack uses to drain).
@@ -44,12 +45,27 @@ class NodeService:
         return as_dict(self.store.list_nodes())
 
     def get(self, principal: Principal, name: str) -> dict:
-        """One node with its ``events`` (automatic cordons...). Raises NotFoundError for an
-        unknown node."""
+        """One node with its ``events`` (automatic cordons, operators' actions...). An
+        operator's event names only the affected jobs the caller may see (``jobs``: job
+        names); the others are only counted (``other_jobs``), as on the node's
+        allocations. Raises NotFoundError for an unknown node."""
         node = self.store.get_node(name)
         if node is None:
             raise NotFoundError(f"node {name!r} not found")
-        return {**as_dict(node), "events": self.store.node_events(name)}
+        events = [self._event_view(principal, e) for e in self.store.node_events(name)]
+        return {**as_dict(node), "events": events}
+
+    @staticmethod
+    def _event_view(principal: Principal, event: dict) -> dict:
+        jobs = event.get("jobs")
+        if not isinstance(jobs, list):
+            return event
+        seen = [j for j in jobs if isinstance(j, dict) and principal.may_use_vc(j.get("vc", ""))]
+        return {
+            **event,
+            "jobs": [j.get("name", "") for j in seen],
+            "other_jobs": len(jobs) - len(seen),
+        }
 
     def allocated(self, principal: Principal, node: str | None = None) -> dict[str, NodeAllocated]:
         """What the ledger allocates per node, summed (``{node: NodeAllocated}``; a node
@@ -107,18 +123,41 @@ class NodeService:
         require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
         self.get(principal, name)
 
-    def set_state(self, principal: Principal, name: str, action: str) -> dict:
-        """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off).
+    def set_state(
+        self, principal: Principal, name: str, action: str, reason: str | None = None
+    ) -> dict:
+        """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off),
+        with a node event saying who, when, why and which jobs had tasks on the node then
+        (a drain requeues exactly those: the loop moves every task off a draining node).
 
         Args:
             action: ``cordon``, ``uncordon`` or ``drain``.
+            reason: the operator's why (free text, kept in the event; None: none given).
+
+        Returns:
+            The node (as :meth:`get`) with ``affected_jobs``: names of the jobs with tasks
+            on the node, as far as the caller may see them, and ``affected_other_jobs``:
+            how many others.
 
         Raises:
             ForbiddenError: a user token. NotFoundError: unknown node.
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
+        why = (reason or "").strip()
+        held = sorted({a.job for a in self.store.ledger().values() if a.node == name})
+        jobs = [
+            {"name": j.name, "uid": j.uid, "vc": j.vc}
+            for j in self.store.get_jobs(held, with_spec=False)
+        ]
+        text = f"{action} by {principal.name}" + (f": {why}" if why else "")
+        event = {"action": action, "by": principal.name, "why": why, "jobs": jobs}
         try:
-            self.store.set_node_state(name, ACTIONS[action], reason=f"{action} by {principal.name}")
+            self.store.set_node_state(name, ACTIONS[action], reason=text, event=event)
         except backend.not_found_errors():
             raise NotFoundError(f"node {name!r} not found") from None
-        return self.get(principal, name)
+        view = self._event_view(principal, {"jobs": jobs})
+        return {
+            **self.get(principal, name),
+            "affected_jobs": view["jobs"],
+            "affected_other_jobs": view["other_jobs"],
+        }

@@ -36,6 +36,15 @@ class ClusterMixin(StoreBase):
             n: [json.loads(r) for r in rows] for n, rows in zip(names, pipe.execute(), strict=True)
         }
 
+    def latest_usage_samples(self, nodes: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Each node's newest usage sample (``{node: sample}``; nodes without one are
+        left out), one round trip: what the per-task series of ``/metrics`` read."""
+        names = list(nodes)
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.lindex(self.k("node", n, "usage"), -1)
+        return {n: json.loads(raw) for n, raw in zip(names, pipe.execute(), strict=True) if raw}
+
     def record_cycle(self, seconds: float) -> None:
         """Count one scheduling cycle of ``seconds`` into the cycle-latency histogram
         (``stats:cycle``: cumulative ``le_<bound>`` counts, ``count``, ``sum``), read by the

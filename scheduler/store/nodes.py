@@ -16,12 +16,17 @@ USAGE_SAMPLES = 720  # samples kept per node: one hour at USAGE_SAMPLE_S
 
 def heartbeat_args(prefix: str, node: str, usage: dict[str, Any]) -> list[Any]:
     """ARGV of the heartbeat scripts (lua.HEARTBEAT / lua.NODE_HEARTBEAT): prefix, node,
-    usage JSON, usage sample JSON ('' = none), sample interval (s), samples kept."""
+    usage JSON, usage sample JSON ('' = none), sample interval (s), samples kept.
+
+    The report's per-task figures (``usage["tasks"]``, :mod:`scheduler.agent.taskusage`)
+    go only into the history sample (:func:`usage_sample`), never into the node's
+    ``usage`` field that every token reads (``GET /nodes``): they name jobs."""
     sample = usage_sample(usage)
+    node_usage = {k: v for k, v in usage.items() if k != "tasks"} if usage else usage
     return [
         prefix,
         node,
-        json.dumps(usage),
+        json.dumps(node_usage),
         json.dumps(sample) if sample else "",
         USAGE_SAMPLE_S,
         USAGE_SAMPLES,
@@ -42,8 +47,11 @@ return out
 
 def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
     """The compact history sample of an agent's usage report: ``{cpu, mem, gpu}`` in
-    percent (``gpu``: mean utilisation over the GPUs NVML measured, None without any); None
-    when the report has no CPU figure."""
+    percent (``gpu``: mean utilisation over the GPUs NVML measured, None without any), and
+    ``tasks`` when the report has per-task figures: ``{"<uid>/<role>-<index>": {job,
+    attempt, cpu (cores), rss (bytes), gpus: [[index, util percent, memory used bytes]]}}``
+    (keyed by the job's uid: a job submitted again under a deleted job's name never reads
+    the old job's samples). None when the report has no CPU figure."""
     if not isinstance(usage, dict) or usage.get("cpu_percent") is None:
         return None
     total = usage.get("memory_total") or 0
@@ -54,7 +62,29 @@ def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(g, dict) and g.get("util_percent") is not None
     ]
     gpu = round(sum(float(g["util_percent"]) for g in gpus) / len(gpus), 1) if gpus else None
-    return {"cpu": round(float(usage["cpu_percent"]), 1), "mem": round(mem, 1), "gpu": gpu}
+    out: dict[str, Any] = {
+        "cpu": round(float(usage["cpu_percent"]), 1),
+        "mem": round(mem, 1),
+        "gpu": gpu,
+    }
+    tasks = {}
+    for t in usage.get("tasks") or []:
+        if not isinstance(t, dict) or not t.get("task"):
+            continue
+        tasks[f"{t.get('uid', '')}/{t['task']}"] = {
+            "job": t.get("job", ""),
+            "attempt": t.get("attempt"),
+            "cpu": t.get("cpu_cores"),
+            "rss": t.get("memory_rss"),
+            "gpus": [
+                [g.get("index"), g.get("util_percent"), g.get("memory_used")]
+                for g in t.get("gpus") or []
+                if isinstance(g, dict)
+            ],
+        }
+    if tasks:  # (an empty table would come back from Lua's cjson as {} either way)
+        out["tasks"] = tasks
+    return out
 
 
 _NODE_FIELDS_NO_USAGE = [
@@ -183,8 +213,15 @@ class NodesMixin(StoreBase):
         h = self.r.hgetall(self.k("node", name))
         return self._node_from_hash(h) if h.get("name") else None
 
-    def set_node_state(self, name: str, state: str, reason: str = "") -> NodeRecord:
+    def set_node_state(
+        self, name: str, state: str, reason: str = "", event: dict[str, Any] | None = None
+    ) -> NodeRecord:
         """Cordon (``cordoned``), drain (``draining``), uncordon (``ready``) or mark ``lost``.
+
+        Args:
+            event: when given, a node event ``{time, state, reason, **event}`` is appended
+                in the same transaction (an operator's action: who, why, which jobs; see
+                :meth:`add_node_event`).
 
         Raises NodeNotFoundError, ValueError for an unknown state. Bumps the version and
         wakes the loop.
@@ -196,6 +233,10 @@ class NodesMixin(StoreBase):
             raise NodeNotFoundError(f"no node named {name!r}")
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping={"state": state, "state_reason": reason})
+        if event is not None:
+            entry = {"time": self.now(), "state": state, "reason": reason, **event}
+            pipe.rpush(self.k("node", name, "events"), json.dumps(entry))
+            pipe.ltrim(self.k("node", name, "events"), -self.NODE_EVENTS, -1)
         pipe.incr(self.k("version"))
         pipe.publish(self.loop_channel, "node")
         self.notify_node(name, "node", pipe=pipe)
@@ -204,12 +245,16 @@ class NodesMixin(StoreBase):
         assert node is not None
         return node
 
-    # ---- node events (automatic cordons) ----------------------------------------------
+    # ---- node events (automatic cordons, operators' actions) ---------------------------
     NODE_EVENTS = 100  # events kept per node
 
     def add_node_event(self, name: str, reason: str) -> None:
         """Append ``{time (s), state, reason}`` to the node's events (newest
-        ``NODE_EVENTS`` kept), e.g. the GPU health probe cordoning it."""
+        ``NODE_EVENTS`` kept), e.g. the GPU health probe cordoning it. An operator's
+        cordon, drain or uncordon (:meth:`set_node_state` with ``event``) adds ``action``,
+        ``by`` (token name), ``why`` (the operator's text, "" when none) and ``jobs``
+        (``[{name, uid, vc}]`` of the jobs with tasks on the node then: the jobs a drain
+        requeues)."""
         key = self.k("node", name, "events")
         state = self.r.hget(self.k("node", name), "state")
         pipe = self.r.pipeline(transaction=True)

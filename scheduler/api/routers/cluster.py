@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from scheduler.api.auth import principal
 from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, errors
@@ -36,12 +36,15 @@ def node_action(
     name: str,
     action: Literal["cordon", "uncordon", "drain"],
     request: Request,
+    reason: str | None = Query(None, max_length=500, description="why (kept in the event)"),
     who: TokenInfo = Depends(principal),
 ) -> dict:
     """Cordon (no new tasks), uncordon (ready again) or drain (cordon and move its tasks
-    off). Admin or agent tokens only (403 for user tokens); 404 for an unknown node; 422
+    off). Each leaves a node event (who, when, ``reason``, the jobs with tasks on the
+    node); the answer lists those jobs in ``affected_jobs`` (a drain requeues them).
+    Admin or agent tokens only (403 for user tokens); 404 for an unknown node; 422
     for another action."""
-    return request.app.state.nodes.set_state(who, name, action)
+    return request.app.state.nodes.set_state(who, name, action, reason=reason)
 
 
 @router.get("/vcs", tags=["vcs"], response_model=list[VcOut], responses=errors(FORBIDDEN))

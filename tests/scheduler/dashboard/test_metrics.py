@@ -82,11 +82,12 @@ def test_gpu_totals_and_parts_are_sum_safe_and_per_gpu_series(base, env):
     assert m[("pasture_node_memory_utilisation_ratio", node)] == 0.25
     # the mean of the measured GPUs only (GPU 1 reported no figure)
     assert m[("pasture_node_gpu_utilisation_ratio", node)] == 0.3
-    gpu0 = (("gpu", "0"), ("node", "gpu-1"))
+    free = (("job_name", ""), ("node", "gpu-1"), ("task", ""), ("vc", ""))
+    gpu0 = (("gpu", "0"), *free)
     assert m[("pasture_gpu_utilisation_ratio", gpu0)] == 0.3
     assert m[("pasture_gpu_memory_used_bytes", gpu0)] == 1 << 30
     assert m[("pasture_gpu_memory_capacity_bytes", gpu0)] == 8 << 30
-    gpu1 = (("gpu", "1"), ("node", "gpu-1"))
+    gpu1 = (("gpu", "1"), *free)
     assert ("pasture_gpu_utilisation_ratio", gpu1) not in m
     # fake GPUs: counted as capacity, no made-up per-GPU figures
     assert m[("pasture_node_gpu_capacity", (("node", "fake-1"),))] == 4

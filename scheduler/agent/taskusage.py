@@ -1,0 +1,133 @@
+"""What each task running on this node uses: CPU and memory of its processes (psutil over
+the task's process tree) and the NVML figures of the GPUs it holds.
+
+The agent adds the result to every heartbeat's usage report as ``tasks`` (the store keeps
+it in the node's usage history, never in the node's record that every token reads:
+:func:`scheduler.store.nodes.heartbeat_args`). One entry per local task::
+
+    {job, uid, task: "<role>-<index>", attempt,
+     cpu_cores: float | None,   # CPU time of its processes per wall second since the
+                                # previous sample (1.0 = one core busy); None on the
+                                # first sample of a task or without a process to read
+     memory_rss: int | None,    # bytes: the sum of its processes' resident set sizes
+                                # (pages shared between them count once per process)
+     gpus: [{index, util_percent, memory_used}]}   # the node's NVML sample of each GPU
+                                # the task holds (None where NVML gave no figure)
+
+The process tree is found from the executor's handle: the process executor's handle names
+the task's process group leader (``pid``); a container's processes are not read here (its
+entry has ``cpu_cores``/``memory_rss`` None, GPUs still measured). psutil works on every
+platform the agent runs on, with or without a per-task cgroup.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import psutil
+
+
+class _Task(Protocol):
+    job: str
+    key: str
+    attempt: int
+    handle: str
+    uid: str
+    gpus: list[int]
+
+
+def task_pid(handle: str) -> int | None:
+    """The root process id an executor's handle names (``{"pid": n, ...}``), or None."""
+    try:
+        h = json.loads(handle)
+    except (TypeError, ValueError):
+        return None
+    pid = h.get("pid") if isinstance(h, dict) else None
+    return int(pid) if isinstance(pid, int) and pid > 0 else None
+
+
+def tree_figures(pid: int) -> tuple[float, int] | None:
+    """(CPU seconds user+system, resident bytes) summed over ``pid`` and its descendants
+    now alive, or None when ``pid`` is gone. Processes that vanish while read are
+    skipped."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    cpu, rss = 0.0, 0
+    for p in procs:
+        try:
+            with p.oneshot():
+                t = p.cpu_times()
+                cpu += t.user + t.system
+                rss += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return cpu, rss
+
+
+class TaskUsageSampler:
+    """Per-task usage between two calls (the CPU figure is a rate, so the sampler keeps
+    each task's previous CPU time and when it was read).
+
+    Args:
+        clock: monotonic seconds (a test may pass its own).
+    """
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._last: dict[str, tuple[float, float]] = {}  # task id -> (cpu s, read at)
+
+    def sample(
+        self, tasks: Iterable[_Task], gpu_samples: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """One entry per task (module docstring); ``gpu_samples``: the node's NVML
+        samples (:func:`scheduler.agent.resources.gpu_samples`)."""
+        by_index = {
+            int(g["index"]): g
+            for g in gpu_samples
+            if isinstance(g, dict) and isinstance(g.get("index"), int)
+        }
+        now = self._clock()
+        out, seen = [], set()
+        for t in tasks:
+            tid = f"{t.job}/{t.uid}/{t.key}#{t.attempt}"
+            seen.add(tid)
+            cpu_cores: float | None = None
+            rss: int | None = None
+            pid = task_pid(t.handle)
+            figures = tree_figures(pid) if pid is not None else None
+            if figures is not None:
+                cpu_s, rss = figures
+                prev = self._last.get(tid)
+                if prev is not None and now > prev[1]:
+                    cpu_cores = round(max(0.0, cpu_s - prev[0]) / (now - prev[1]), 3)
+                self._last[tid] = (cpu_s, now)
+            gpus = []
+            for i in t.gpus:
+                g = by_index.get(int(i), {})
+                gpus.append(
+                    {
+                        "index": int(i),
+                        "util_percent": g.get("util_percent"),
+                        "memory_used": g.get("memory_used"),
+                    }
+                )
+            out.append(
+                {
+                    "job": t.job,
+                    "uid": t.uid,
+                    "task": t.key,
+                    "attempt": t.attempt,
+                    "cpu_cores": cpu_cores,
+                    "memory_rss": rss,
+                    "gpus": gpus,
+                }
+            )
+        for gone in set(self._last) - seen:
+            del self._last[gone]
+        return out
