@@ -2,7 +2,8 @@
 
 ```
 pasture login | context list|use | status | template job
-pasture job submit|list|show|logs|stop|delete|resubmit -> REST API (httpx)
+pasture job submit|list|show|logs|stop|delete|resubmit|top -> REST API (httpx)
+pasture usage --since --until --by user|vc   -> REST API (GPU-hours)
 pasture job validate FILE                    -> scheduler.spec, offline
 pasture node list|show|cordon|uncordon|drain -> REST API
 pasture vc list                              -> REST API
@@ -33,6 +34,7 @@ from scheduler.cli import (
     server,
     tokens,
 )
+from scheduler.cli import usage as usage_cli
 
 app = typer.Typer(
     name="pasture",
@@ -75,7 +77,9 @@ def _root(
     config.context_override = context
 
 
+jobs.app.command("top")(usage_cli.top)
 app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
+app.command("usage")(usage_cli.usage)
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")
 app.command("status")(cluster.status)

@@ -43,8 +43,11 @@ from scheduler.api.schemas import (
     TaskOut,
     VcOut,
 )
+from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
 from scheduler.services.errors import NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
+from scheduler.services.records import as_dict
+from scheduler.timespec import parse_when
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
@@ -336,6 +339,9 @@ def job_page(name: str, request: Request) -> Response:
         files = state.logs.files(name, job.uid)
     except NotFoundError:
         files = []
+    usage = JobUsageOut.model_validate(
+        as_dict(state.job_usage.job(s.who, name, 3600, uid=job.uid or None))
+    )
     return render(
         request,
         "job.html",
@@ -347,9 +353,67 @@ def job_page(name: str, request: Request) -> Response:
         roles=roles,
         events=events,
         files=files,
+        usage=usage,
         now=now,
         terminal=job.state in views.TERMINAL,
         spec_yaml=yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
+    )
+
+
+@router.get("/jobs/{name}/usage")
+def job_usage_series(
+    name: str,
+    request: Request,
+    task: str = Query(max_length=300),
+    uid: str | None = Query(None, max_length=32),
+    window_s: int = Query(3600, ge=60, le=7200),
+) -> Response:
+    """One task's usage as uPlot columns ``{t, cpu, mem, gpu}`` in percent
+    (:func:`views.task_chart_series`: CPU and memory of its request, GPU busy) for the job
+    page's charts; 404 for a job the caller may not see or (``uid``) another submission."""
+    s = session(request)
+    if s is None:
+        return JSONResponse({"detail": "log in first"}, status_code=401)
+    try:
+        got = request.app.state.job_usage.job(s.who, name, window_s, uid=uid)
+    except ServiceError as exc:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+    found = [t for t in got["tasks"] if t.task == task]
+    series = views.task_chart_series(found[0]) if found else views.chart_series([])
+    return JSONResponse(
+        {**series, "now": got["now"], "window_s": got["window_s"]},
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.get("/gpu-hours")
+def gpu_hours_page(
+    request: Request,
+    since: str = Query("7d", max_length=40),
+    until: str = Query("", max_length=40),
+    by: str = Query("user", max_length=4),
+) -> Response:
+    """GPU-hours per user or VC over a range (:mod:`scheduler.services.accounting`);
+    ``since``/``until`` as ``pasture usage`` takes them (2h, 7d, an ISO date, Unix s)."""
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    now = request.app.state.status.now()
+    try:
+        start = parse_when(since, now, "since")
+        end = parse_when(until, now, "until") if until.strip() else None
+    except ValueError as exc:  # the message names the field and the forms
+        return error(request, s, 400, str(exc))
+    if by not in ("user", "vc"):
+        return error(request, s, 400, f"by: expected user or vc, got {by!r}")
+    try:
+        report = GpuHoursOut.model_validate(
+            as_dict(request.app.state.accounting.gpu_hours(s.who, start, end, by))
+        )
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
+    return render(
+        request, "gpu_hours.html", s, report=report, f_since=since, f_until=until, f_by=by
     )
 
 

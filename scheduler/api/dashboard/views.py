@@ -205,6 +205,24 @@ def chart_series(samples: Iterable[UsageSample]) -> dict[str, list]:
     return out
 
 
+def task_chart_series(task: Any) -> dict[str, list]:
+    """One task's samples (:class:`scheduler.services.jobusage.TaskUsage`) as chart
+    columns in percent: ``cpu`` = cores used / cores requested, ``mem`` = resident bytes /
+    bytes requested (either above 100 when the task uses more than it asked for and its
+    executor does not cap it), ``gpu`` = mean utilisation of its GPUs; None where not
+    measured (or nothing was requested)."""
+
+    def pct(v: float | None, of: float) -> float | None:
+        return None if v is None or not of else round(100.0 * v / of, 1)
+
+    return {
+        "t": [p.t for p in task.samples],
+        "cpu": [pct(p.cpu_cores, task.cpu_request) for p in task.samples],
+        "mem": [pct(p.memory_rss, task.memory_request) for p in task.samples],
+        "gpu": [p.gpu_util for p in task.samples],
+    }
+
+
 def gpu_rows(node: NodeOut) -> list[dict[str, Any]]:
     """One line per GPU of a node for the per-GPU table: ``{index, util (0-100 or None),
     util_text, memory_used, memory_total (bytes or None), memory_text, memory_percent,

@@ -7,90 +7,15 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.api.auth import principal
 from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, _r, errors
+from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1", tags=["usage"])
 BAD_RANGE = {400: _r("until is before since")}
-
-
-class TaskPointOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    t: float = Field(description="s since the epoch")
-    cpu_cores: float | None = Field(None, description="cores busy (1.0 = one core)")
-    memory_rss: int | None = Field(None, description="bytes, sum of its processes' RSS")
-    gpu_util: float | None = Field(None, description="percent, mean over its GPUs")
-    gpu_memory_used: int | None = Field(None, description="bytes, sum over its GPUs")
-
-
-class TaskGpuOut(BaseModel):
-    index: int
-    util_percent: float | None = None
-    memory_used: float | None = Field(None, description="bytes")
-
-
-class TaskUsageOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    task: str = Field(description="<role>-<index>")
-    node: str
-    attempt: int | None = None
-    cpu_request: float = Field(description="cores")
-    memory_request: int = Field(description="bytes")
-    gpu_request: int = 0
-    latest: TaskPointOut | None = Field(None, description="None: no sample in the last 30 s")
-    gpus: list[TaskGpuOut] = []
-    samples: list[TaskPointOut] = []
-
-
-class JobUsageTotalsOut(BaseModel):
-    cpu_cores: float | None = None
-    memory_rss: int | None = None
-    gpu_memory_used: int | None = None
-    gpu_util: float | None = None
-    gpus: int = 0
-
-
-class JobUsageOut(BaseModel):
-    """``GET /api/v1/jobs/{name}/usage``."""
-
-    job: str
-    uid: str
-    vc: str
-    state: str
-    now: float
-    window_s: int
-    tasks: list[TaskUsageOut]
-    totals: JobUsageTotalsOut
-
-
-class JobGpuTimeOut(BaseModel):
-    name: str
-    uid: str
-    user: str
-    vc: str
-    gpus: int
-    seconds: float
-    gpu_hours: float
-
-
-class GpuHoursRowOut(BaseModel):
-    key: str = Field(description="the user or VC")
-    gpu_hours: float
-    jobs: list[JobGpuTimeOut]
-
-
-class GpuHoursOut(BaseModel):
-    """``GET /api/v1/usage/gpu-hours``."""
-
-    since: float
-    until: float
-    by: Literal["user", "vc"]
-    rows: list[GpuHoursRowOut]
-    total: float
 
 
 @router.get(

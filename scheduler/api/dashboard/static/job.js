@@ -12,6 +12,7 @@
 
   function url() {
     var q = "offset=" + offset;
+    if (box.dataset.uid) q += "&uid=" + encodeURIComponent(box.dataset.uid);
     if (select && select.value) {
       var parts = select.value.split("/");
       q += "&role=" + encodeURIComponent(parts[0]) + "&index=" + encodeURIComponent(parts[1]);

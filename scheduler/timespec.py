@@ -1,0 +1,38 @@
+"""Points in time as users write them (``pasture usage --since``, the dashboard's GPU-hours
+page): ``<n><s|m|h|d|w>`` (that long before now), Unix seconds, or ISO 8601 (UTC unless
+it names a zone). Stdlib only, so the CLI and the API share it without loading the other.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_when(text: str, now: float, what: str = "time") -> float:
+    """``text`` as Unix seconds (``now``: the reference for durations, s).
+
+    Raises:
+        ValueError: none of the forms; the message names ``what``, the forms and the text.
+    """
+    t = text.strip()
+    m = _AGO.match(t)
+    if m:
+        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        d = dt.datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(
+            f"{what}: expected a duration ago (2h, 30m, 7d), an ISO date or time "
+            f"(2026-11-26, 2026-11-26T10:00) or Unix seconds, got {text!r}"
+        ) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.UTC)
+    return d.timestamp()
