@@ -9,13 +9,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 
 from scheduler.api.auth import principal
-from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, _r, errors
+from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, errors
 from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1", tags=["usage"])
-BAD_RANGE = {400: _r("until is before since")}
 
 
 @router.get(
@@ -40,7 +39,7 @@ def job_usage(
 @router.get(
     "/usage/gpu-hours",
     response_model=GpuHoursOut,
-    responses=errors(BAD_RANGE, FORBIDDEN, INVALID),
+    responses=errors(FORBIDDEN, INVALID),
 )
 def gpu_hours(
     request: Request,

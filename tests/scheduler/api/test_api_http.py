@@ -25,6 +25,8 @@ ENDPOINTS = [
     ("POST", "/api/v1/jobs/hello/stop"),
     ("GET", "/api/v1/jobs/hello/logs"),
     ("GET", "/api/v1/jobs/hello/logs/files"),
+    ("GET", "/api/v1/jobs/hello/usage"),
+    ("GET", "/api/v1/usage/gpu-hours"),
     ("GET", "/api/v1/nodes"),
     ("GET", "/api/v1/nodes/node-1"),
     ("POST", "/api/v1/nodes/node-1/cordon"),

@@ -136,7 +136,9 @@ def test_nodes_vcs_status(logged_in, cli):
     assert "cordoned by the GPU" in reason and "GPU 0 unhealthy" in r.output
     assert "Xid 79 (GPU has fallen off the bus)" in r.output and "events" in r.output
     shown = json.loads(cli("node", "show", "node-1", "--json").output)
-    assert [e["state"] for e in shown["events"]] == ["cordoned"]
+    # the operator's drain and uncordon above, then the probe's cordon
+    assert [e["state"] for e in shown["events"]] == ["draining", "ready", "cordoned"]
+    assert [e.get("action") for e in shown["events"]] == ["drain", "uncordon", None]
     assert "cordoned by the GPU health probe" in cli("node", "list").output
     assert cli("node", "uncordon", "node-1").exit_code == 0
     assert cli("node", "show", "ghost").exit_code == NOT_FOUND

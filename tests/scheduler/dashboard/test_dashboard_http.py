@@ -8,6 +8,7 @@ import httpx
 from live import job_yaml
 
 from scheduler.core.model import Bind, Decision, TaskPlacement
+from scheduler.logpaths import job_log_dir
 from scheduler.store import NodeRecord
 from scheduler.store.snapshot import commit_payload, take_snapshot
 
@@ -146,7 +147,7 @@ def test_node_actions_admin_only_with_csrf(browser, env):
 
 def test_log_tail_polls_from_offset(browser, base, env):
     submit(base, env.alice, "logjob")
-    logs = env.share / "jobs" / "logjob" / "logs"
+    logs = job_log_dir(env.share, "logjob", env.store.get_job("logjob").uid)
     logs.mkdir(parents=True)
     (logs / "ps-0.log").write_text("line 1\n")
     b = browser()

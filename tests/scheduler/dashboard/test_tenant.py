@@ -8,6 +8,7 @@ import httpx
 import pytest
 from live import job_yaml
 
+from scheduler.logpaths import job_log_dir
 from scheduler.loop import Loop
 
 SECRET = "bob-secret-training"
@@ -110,7 +111,7 @@ def test_log_poll_reads_at_most_64_kib_of_a_400_mb_log(browser, base, env):
     """The live tail polls from offset 0 of a 400 MB file: one poll answers 64 KiB and the
     offset to go on from, never the file."""
     submit(base, env.alice, "biglog", "default")
-    d = env.share / "jobs" / "biglog" / "logs"
+    d = job_log_dir(env.share, "biglog", env.store.get_job("biglog").uid)
     d.mkdir(parents=True)
     size = 400 << 20
     with (d / "ps-0.log").open("wb") as f:
