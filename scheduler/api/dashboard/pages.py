@@ -354,6 +354,8 @@ def job_page(name: str, request: Request) -> Response:
         events=events,
         files=files,
         usage=usage,
+        # the charts span the job's life (a minute at least, the hour kept at most)
+        chart_window=int(max(60, min(3600, now - job.created + 30))),
         now=now,
         terminal=job.state in views.TERMINAL,
         spec_yaml=yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
