@@ -42,6 +42,7 @@ base-image: deps
 lint: venv
 	$(VENV)/bin/ruff check scheduler stacks tests
 	$(VENV)/bin/ruff format --check scheduler stacks tests
+	$(VENV)/bin/mypy
 
 # test-e2e: a fresh podman cluster converged twice by site.yml (second run changed=0), the
 # digits job across two nodes, and a node stopped mid-job (about 10 minutes).
