@@ -17,6 +17,7 @@ from rich.table import Table
 
 from scheduler.cli.output import REJECTED, console, err_console
 from scheduler.cli.server import ConfigOpt, _settings
+from scheduler.store.tokens import TokenStore
 
 # Mounted as ``pasture admin token`` by scheduler.cli.
 token_app = typer.Typer(help="API tokens (every token expires).", no_args_is_help=True)
@@ -30,7 +31,7 @@ TtlOpt = typer.Option(
 NOT_FOUND = 5
 
 
-def _tokens(config: Path | None):
+def _tokens(config: Path | None) -> TokenStore:
     from scheduler.services import backend
     from scheduler.store.tokens import TokenStore
 
