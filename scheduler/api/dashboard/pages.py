@@ -64,8 +64,8 @@ router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
 def sessions(request: Request) -> SessionStore:
     """The app's session store (``app.state.dashboard_sessions``, made by ``create_app``)."""
-    store: SessionStore = request.app.state.dashboard_sessions
-    return store
+    kept: SessionStore = request.app.state.dashboard_sessions
+    return kept
 
 
 def session(request: Request) -> Session | None:
