@@ -39,6 +39,8 @@ collections: venv
 base-image: deps
 	bash scripts/build-base-image.sh
 
+# lint: ruff (check and format) and mypy --strict over scheduler/ and scripts/ (its settings:
+# [tool.mypy] in pyproject.toml), so a changed return type fails here in every caller.
 lint: venv
 	$(VENV)/bin/ruff check scheduler stacks tests
 	$(VENV)/bin/ruff format --check scheduler stacks tests
