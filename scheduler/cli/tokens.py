@@ -11,13 +11,16 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from scheduler.cli.output import REJECTED, console, err_console
 from scheduler.cli.server import ConfigOpt, _settings
-from scheduler.store.tokens import TokenStore
+
+if TYPE_CHECKING:
+    from scheduler.store.tokens import TokenStore
 
 # Mounted as ``pasture admin token`` by scheduler.cli.
 token_app = typer.Typer(help="API tokens (every token expires).", no_args_is_help=True)
