@@ -214,7 +214,8 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     try:
         loader = BoundedLoader(text)  # the reader refuses control characters here
         docs = []
-        while loader.check_data():  # type: ignore[no-untyped-call]  # (untyped in types-PyYAML); empty documents ('---' at the end) are skipped
+        # empty documents ('---' at the end) are skipped; check_data is untyped in types-PyYAML
+        while loader.check_data():  # type: ignore[no-untyped-call]
             doc = loader.get_data()
             if doc is not None:
                 docs.append(doc)
