@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from scheduler.logpaths import job_log_dir
 from scheduler.services.errors import NotFoundError
@@ -47,7 +48,7 @@ class LogService:
         except ValueError:
             raise NotFoundError(f"job {job!r} has no logs of uid {uid!r}") from None
 
-    def files(self, job: str, uid: str = "") -> list[dict]:
+    def files(self, job: str, uid: str = "") -> list[dict[str, Any]]:
         """``[{"role", "index", "size" (bytes)}]`` of the existing log files of one
         submission (``uid``) of the job."""
         d = self.log_dir(job, uid)

@@ -8,7 +8,7 @@ token (agent tokens are what automation such as the on-prem Pulumi stack uses to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduler.services import backend
 from scheduler.services.errors import NotFoundError
@@ -40,11 +40,12 @@ class NodeService:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def list(self, principal: Principal) -> list[dict]:
+    def list(self, principal: Principal) -> list[dict[str, Any]]:
         """Every node: name, address, state, capacity, allocated, labels, last heartbeat."""
-        return as_dict(self.store.list_nodes())
+        nodes: list[dict[str, Any]] = as_dict(self.store.list_nodes())
+        return nodes
 
-    def get(self, principal: Principal, name: str) -> dict:
+    def get(self, principal: Principal, name: str) -> dict[str, Any]:
         """One node with its ``events`` (automatic cordons, operators' actions...). An
         operator's event names only the affected jobs the caller may see (``jobs``: job
         names); the others are only counted (``other_jobs``), as on the node's
@@ -85,7 +86,7 @@ class NodeService:
             got[3] += 1
         return {n: NodeAllocated(*v) for n, v in sums.items()}
 
-    def allocations(self, principal: Principal, name: str) -> dict:
+    def allocations(self, principal: Principal, name: str) -> dict[str, Any]:
         """What is allocated on node ``name``, as far as the caller may see it.
 
         The API's visibility rule (:meth:`TokenInfo.may_use_vc`, as in
@@ -125,7 +126,7 @@ class NodeService:
 
     def set_state(
         self, principal: Principal, name: str, action: str, reason: str | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off),
         with a node event saying who, when, why and which jobs had tasks on the node then
         (a drain requeues exactly those: the loop moves every task off a draining node).
