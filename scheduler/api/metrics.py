@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 if TYPE_CHECKING:
     from scheduler.store.records import Allocation, JobRecord, NodeRecord, VCUsage
     from scheduler.store.store import Store
+    from scheduler.store.tokens import TokenInfo
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class Metrics:
         if status is not None:
             self.registry.register(ClusterCollector(status))
 
-    def visible_to(self, principal) -> VisibleMetrics:
+    def visible_to(self, principal: TokenInfo) -> VisibleMetrics:
         """What ``/metrics`` answers ``principal`` (see :class:`VisibleMetrics`)."""
         return VisibleMetrics(self.registry, principal.may_use_vc)
 
@@ -116,7 +117,7 @@ class VisibleMetrics:
         self.registry = registry
         self.may_see = may_see
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         for family in self.registry.collect():
             if not any(s.labels.get(JOB_LABEL) for s in family.samples):
                 yield family

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from scheduler.services.errors import BadRequestError
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import spec_gpus
-from scheduler.store.records import JobState
+from scheduler.states import JobState
 from scheduler.store.tokens import TokenRole
 
 if TYPE_CHECKING:

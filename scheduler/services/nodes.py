@@ -57,7 +57,7 @@ class NodeService:
         return {**as_dict(node), "events": events}
 
     @staticmethod
-    def _event_view(principal: Principal, event: dict) -> dict:
+    def _event_view(principal: Principal, event: dict[str, Any]) -> dict[str, Any]:
         jobs = event.get("jobs")
         if not isinstance(jobs, list):
             return event

@@ -48,8 +48,8 @@ from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
 from scheduler.services.errors import NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
 from scheduler.services.records import as_dict
-from scheduler.timespec import parse_when
 from scheduler.services.usage import UsageService
+from scheduler.timespec import parse_when
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}

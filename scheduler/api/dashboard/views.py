@@ -206,7 +206,7 @@ def chart_series(samples: Iterable[UsageSample]) -> dict[str, list[Any]]:
     return out
 
 
-def task_chart_series(task: Any) -> dict[str, list]:
+def task_chart_series(task: Any) -> dict[str, list[Any]]:
     """One task's samples (:class:`scheduler.services.jobusage.TaskUsage`) as chart
     columns in percent: ``cpu`` = cores used / cores requested, ``mem`` = resident bytes /
     bytes requested (either above 100 when the task uses more than it asked for and its
