@@ -213,6 +213,8 @@ end
 redis.call('HSET', jk, 'created', tostring(now), 'updated', tostring(now), unpack(args))
 redis.call('ZADD', p .. 'jobs', now, ARGV[2])
 redis.call('SADD', p .. 'jobs:active', ARGV[2])
+-- the loop may still hold the record of a deleted job of this name: it reads it again
+redis.call('SADD', p .. 'jobs:changed', ARGV[2])
 event(jk, now, 'submitted', 1, 'submitted by ' .. ARGV[4])
 if ARGV[5] ~= 'quiet' then redis.call('PUBLISH', p .. 'notify:loop', 'submit') end
 return tostring(now)

@@ -20,6 +20,7 @@ from scheduler.agent.agent import Agent
 from scheduler.cli import app
 from scheduler.loop import Loop
 from scheduler.settings import AgentSettings
+from scheduler.store.agent_store import NodeStore
 from scheduler.store.records import TERMINAL_JOB_STATES
 
 NVML = Path(__file__).parents[2] / "fixtures" / "nvml" / "a100x4_utilisation.json"
@@ -72,7 +73,9 @@ class Cluster:
                 "nvml_recording": str(NVML),
             }
         )
-        self.agent = Agent(settings, store=env.store)
+        # the agent's own narrow store: its reports go through the node's stream, which
+        # the loop applies (and so looks at the job at once, as in a real cluster)
+        self.agent = Agent(settings, store=NodeStore(env.store.r, "gpu-1"))
         self.agent.register()
         self.loop = Loop(env.store, env.settings)
 
@@ -263,6 +266,9 @@ def test_resubmit_replace_starts_a_new_identity(base, env, cluster, browser, pas
     assert replaced.uid != old["uid"]
     waiting = pasture("job", "logs", "torch-ddp").output  # nothing of the old job
     assert "waiting to start" in waiting and "old run" not in waiting
+    # the loop sees the new job at once, though it held the old one's record under the
+    # name (it used to wait for its 15 s full pass)
+    cluster.until("torch-ddp", ("scheduled", "running", "failed"), timeout=3)
     job = cluster.until("torch-ddp", TERMINAL_JOB_STATES)
     assert job.state == "failed"
     out = pasture("job", "logs", "torch-ddp").output
