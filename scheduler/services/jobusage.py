@@ -97,10 +97,17 @@ class JobUsageService:
         self.jobs = jobs
 
     def job(
-        self, principal: Principal, name: str, window_s: int = 3600, uid: str | None = None
+        self,
+        principal: Principal,
+        name: str,
+        window_s: int = 3600,
+        uid: str | None = None,
+        task: str | None = None,
     ) -> dict[str, Any]:
         """The job's per-task usage over the last ``window_s`` seconds (at most
-        :data:`scheduler.services.usage.MAX_WINDOW_S`).
+        :data:`scheduler.services.usage.MAX_WINDOW_S`); with ``task`` (``<role>-<index>``)
+        that task's only, read from the node it runs on (a chart's poll reads one node's
+        history, not every node of a large job).
 
         Returns:
             ``{job, uid, vc, state, now, window_s, tasks: [TaskUsage...] by task,
@@ -119,6 +126,8 @@ class JobUsageService:
         nodes = {t.get("node") for t in tasks.values()}
         for a in job.get("attempts") or []:
             nodes.update(a.get("nodes") or [])
+        if task is not None and tasks.get(task, {}).get("node"):
+            nodes = {tasks[task]["node"]}
         nodes.discard(None)
         nodes.discard("")
         found: dict[str, TaskUsage] = {}
@@ -133,12 +142,14 @@ class JobUsageService:
                 for key, entry in per_task.items():
                     if not key.startswith(prefix) or not isinstance(entry, dict):
                         continue
-                    task = key[len(prefix) :]
-                    got = found.get(task)
+                    key_task = key[len(prefix) :]
+                    if task is not None and key_task != task:
+                        continue
+                    got = found.get(key_task)
                     if got is None:
-                        rec = tasks.get(task, {})
-                        got = found[task] = TaskUsage(
-                            task=task,
+                        rec = tasks.get(key_task, {})
+                        got = found[key_task] = TaskUsage(
+                            task=key_task,
                             node=node,
                             attempt=None,
                             cpu_request=int(rec.get("cpu_m") or 0) / 1000,
@@ -151,8 +162,8 @@ class JobUsageService:
                         got.latest, got.gpus, got.node = p, gpus, node
                         got.attempt = entry.get("attempt")
         out = []
-        for task in sorted(found):
-            u = found[task]
+        for key_task in sorted(found):
+            u = found[key_task]
             u.samples.sort(key=lambda p: p.t)
             if u.latest is not None and u.latest.t < now - LATEST_S:
                 u.latest, u.gpus = None, []

@@ -382,7 +382,7 @@ def job_usage_series(
     if s is None:
         return JSONResponse({"detail": "log in first"}, status_code=401)
     try:
-        got = request.app.state.job_usage.job(s.who, name, window_s, uid=uid)
+        got = request.app.state.job_usage.job(s.who, name, window_s, uid=uid, task=task)
     except ServiceError as exc:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
     found = [t for t in got["tasks"] if t.task == task]
