@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from scheduler import lifecycle
+from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, Snapshot
@@ -138,7 +139,9 @@ class Loop:
         self._beats_read = 0.0  # silence clock of the last heartbeat read
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
-        self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
+        self._health = NodeHealth(
+            store, settings.loop.heartbeat_timeout_s, clock, node_gone=gone_probe()
+        )  # node_gone: the loop in a Kubernetes pod asks whether a silent node still exists
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
         self.history = HistoryWindow()
@@ -321,9 +324,11 @@ class Loop:
                 lost.append(t)
         if lost:
             self._batch.update_tasks(job.name, lost, notify=False)
+            why = {t.node: nodes[t.node].state_reason if t.node in nodes else "" for t in lost}
             self._batch.add_event(
                 job.name,
-                "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost})),
+                "tasks lost with node(s) "
+                + ", ".join(f"{n} ({why[n]})" if why[n] else n for n in sorted(why)),
                 now=now,
                 state=job.state,
                 attempt=job.attempt,

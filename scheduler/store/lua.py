@@ -308,6 +308,7 @@ if ARGV[4] and ARGV[4] ~= '' then
 end
 if st == 'lost' then
   redis.call('HSET', nk, 'state', 'ready')
+  redis.call('HDEL', nk, 'deleted')
   ON_READY
   redis.call('PUBLISH', p .. 'notify:loop', 'node')
   return 'ready'
