@@ -207,3 +207,18 @@ def test_agent_in_a_pod_registers_the_node_object_not_its_container(
     monkeypatch.delenv(k8s_capacity.NODE_ENV)
     assert detect_capacity(None).gpu == 0  # psutil / NVML again (no GPU here)
     assert len(seen) == 3
+
+
+def test_nodes_gone_are_the_ones_the_api_server_no_longer_knows(api_server, token_file):
+    """The loop's probe (scheduler/health.py): a 404 is a node the cloud removed; any
+    other refusal is an error, so that the loop assumes nothing is gone."""
+    url, seen = api_server
+    names = ["aks-a100-38541297-vmss000000", "aks-gone-1"]
+    assert k8s_capacity.nodes_gone(names, server=url, token_file=token_file) == {"aks-gone-1"}
+    assert [p for p, _ in seen] == [f"/api/v1/nodes/{n}" for n in names]
+    with pytest.raises(NodeCapacityError, match="needs 'get' on 'nodes'"):
+        k8s_capacity.nodes_gone(["forbidden"], server=url, token_file=token_file)
+
+
+def test_the_gone_probe_only_runs_in_a_pod():
+    assert k8s_capacity.gone_probe({}) is None
