@@ -20,6 +20,7 @@ stack creates it).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +38,7 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery
 GPU_MODEL_LABEL = "pasture/gpu-model"  # the aks stack's pool label (config gpu_model)
 ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"  # AKS: "nvidia" on GPU VM sizes
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+log = logging.getLogger(__name__)
 
 
 class NodeCapacityError(RuntimeError):
@@ -240,3 +242,53 @@ def capacity_from_env(env: Mapping[str, str] | None = None) -> Capacity | None:
     """
     name = (os.environ if env is None else env).get(NODE_ENV)
     return read_capacity(name) if name else None
+
+
+class CapacityWatch:
+    """Re-reads the node object now and then, and says when its capacity changed (the
+    device plugin advertised more or fewer GPUs, a GPU went away, the kubelet's reserved
+    resources changed), so that the agent registers the node again with what it now
+    offers instead of keeping the figure read at start.
+
+    Args:
+        name: the node's name.
+        interval_s: seconds between two readings (at most one API request per interval).
+        fetch: reads the node object (default :func:`fetch_node`).
+        clock: monotonic clock (s).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        interval_s: float = 60.0,
+        fetch: Callable[[str], Mapping[str, Any]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self._fetch = fetch or fetch_node
+        self._clock = clock
+        self._last: Capacity | None = None
+        self._read_at: float | None = None
+
+    def changed(self) -> bool:
+        """True when a reading due now differs from the previous one (the first reading
+        only remembers). A failed reading is logged and counts as no change."""
+        now = self._clock()
+        if self._read_at is not None and now - self._read_at < self.interval_s:
+            return False
+        self._read_at = now
+        try:
+            cap = node_capacity(self._fetch(self.name))
+        except NodeCapacityError as exc:
+            log.warning("cannot re-read the node's capacity: %s", exc)
+            return False
+        before, self._last = self._last, cap
+        return before is not None and cap != before
+
+
+def capacity_watch_from_env(env: Mapping[str, str] | None = None) -> CapacityWatch | None:
+    """A :class:`CapacityWatch` of this agent's node when ``PASTURE_K8S_NODE_NAME`` is set
+    (agent in a Kubernetes pod), else None."""
+    name = (os.environ if env is None else env).get(NODE_ENV)
+    return CapacityWatch(name) if name else None

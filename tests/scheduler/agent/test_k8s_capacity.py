@@ -222,3 +222,30 @@ def test_nodes_gone_are_the_ones_the_api_server_no_longer_knows(api_server, toke
 
 def test_the_gone_probe_only_runs_in_a_pod():
     assert k8s_capacity.gone_probe({}) is None
+
+
+def test_the_capacity_watch_says_when_allocatable_changed():
+    """An agent re-registers when the node's allocatable changes (a GPU advertised late or
+    gone); it reads the node at most once per interval."""
+    before = node("nc24ads-a100-v4-spot.json")
+    after = json.loads(json.dumps(before))
+    after["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # the device plugin lost it
+    answers, now = [before, before, after], [0.0]
+    watch = k8s_capacity.CapacityWatch(
+        "n", interval_s=60, fetch=lambda name: answers.pop(0), clock=lambda: now[0]
+    )
+    assert watch.changed() is False  # the first reading only remembers
+    now[0] = 30.0
+    assert watch.changed() is False and len(answers) == 2  # not read again within 60 s
+    now[0] = 61.0
+    assert watch.changed() is False  # same allocatable
+    now[0] = 122.0
+    assert watch.changed() is True
+
+
+def test_a_failed_capacity_reading_is_no_change():
+    def fail(name):
+        raise NodeCapacityError("node n: GET /api/v1/nodes: timed out")
+
+    assert k8s_capacity.CapacityWatch("n", fetch=fail).changed() is False
+    assert k8s_capacity.capacity_watch_from_env({}) is None
