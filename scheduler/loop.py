@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from scheduler import lifecycle
+from scheduler.agent.k8s_autoscale import Autoscaler
 from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
@@ -142,6 +143,8 @@ class Loop:
         self._health = NodeHealth(
             store, settings.loop.heartbeat_timeout_s, clock, node_gone=gone_probe()
         )  # node_gone: the loop in a Kubernetes pod asks whether a silent node still exists
+        # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
+        self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
         self.history = HistoryWindow()
@@ -224,9 +227,15 @@ class Loop:
         snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
+        if self.autoscale is not None:  # a node that came for a placeholder is freed first
+            self.autoscale.before_core(n.name for n in snapshot.nodes)
         if not snapshot.pending and not growing(snapshot.running):
+            if self.autoscale is not None:
+                self.autoscale.after_core(snapshot, Decision())  # the queue emptied
             return result
         decision = self.schedule(snapshot, self.policy, now)
+        if self.autoscale is not None:
+            decision = self.autoscale.after_core(snapshot, decision)
         t3 = time.perf_counter()
         payload = commit_payload(decision, ctx)
         ok, detail = self.store.commit(ctx.version, payload)

@@ -81,6 +81,7 @@ AGENT_VOLUME = "pasture-agent"
 FENCE_CONTAINER = "fence"
 FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
 """Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 START_TIMEOUT_S = 300.0
@@ -281,7 +282,12 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
             name=pod_name(launch.task_id),
             namespace=settings.namespace,
             labels=labels,
-            annotations={"pasture/task-id": launch.task_id, "pasture/job": launch.job},
+            annotations={
+                "pasture/task-id": launch.task_id,
+                "pasture/job": launch.job,
+                # the cluster autoscaler never scales away a node with a running task
+                SAFE_TO_EVICT: "false",
+            },
         ),
         spec=k8s.V1PodSpec(
             node_name=launch.node,

@@ -259,3 +259,28 @@ def test_the_agent_fails_an_image_pull_backoff_task_with_an_image_pull_diagnosis
     assert t.state == "failed" and t.exit_code == START_FAILED_EXIT
     assert t.diagnosis["kind"] == "image_pull" and t.diagnosis["retry"] is False
     assert api.pods == {}  # the agent's cleanup deleted the pod
+
+
+def test_task_pods_keep_their_node_from_the_autoscalers_scale_down(tmp_path):
+    from scheduler.agent.executor import TaskLaunch
+    from scheduler.agent.kubernetes import SAFE_TO_EVICT, build_pod
+
+    launch = TaskLaunch(
+        task_id="train-w-0-a1",
+        job="train",
+        role="w",
+        index=0,
+        attempt=1,
+        node="aks-a100-1",
+        command="python train.py",
+        image=None,
+        env={},
+        cpu_m=1000,
+        memory=2**30,
+        gpus=[0],
+        log_path=tmp_path / "w-0.log",
+        share_dir=tmp_path,
+        state_dir=tmp_path / "state",
+    )
+    pod = build_pod(launch, PodSettings(share_claim=None))
+    assert pod.metadata.annotations[SAFE_TO_EVICT] == "false"
