@@ -22,9 +22,17 @@ from stacks.aks.agents import agent_daemonset, agent_rbac
 from stacks.aks.common import Workloads, pool_labels
 from stacks.aks.device_plugin import device_plugin_daemonset
 from stacks.aks.image import builds_image, pasture_image
+from stacks.aks.monitoring import monitoring
 from stacks.aks.nodecred import credentials_url, scheduler_identity
 from stacks.aks.redis import redis_password_secret, redis_server
-from stacks.aks.scheduler import api_service, scheduler_deployment, settings_config_map
+from stacks.aks.scheduler import (
+    API_SERVICE,
+    api_service,
+    placeholder_priority_class,
+    scheduler_deployment,
+    settings_config_map,
+    task_disruption_budget,
+)
 from stacks.aks.sealkey import secrets_key_secret
 from stacks.aks.share import cluster_share
 from stacks.config import GpuPool, StackConfig, StackSecrets
@@ -273,7 +281,9 @@ def deploy_workloads(
     share: pulumi.Resource,
 ) -> k8s.core.v1.Service:
     """Every pasture object in the namespace; returns the API Service. Per GPU pool: an
-    agent DaemonSet and a device plugin DaemonSet (none without GPU pools)."""
+    agent DaemonSet, a device plugin DaemonSet and (``monitoring``) a DCGM exporter
+    DaemonSet (none without GPU pools); the autoscaler placeholders' PriorityClass, the
+    task pods' PodDisruptionBudget, and (``monitoring``) kube-prometheus-stack."""
     redis_password_secret(w, secrets.redis_password)
     secrets_key_secret(w, secrets.redis_password)
     cluster_share(w, cfg, account_name, account_key, share)
@@ -288,4 +298,7 @@ def deploy_workloads(
     for pool in cfg.gpu_pools:
         agent_daemonset(w, pool, image, credentials_url(w.namespace, cfg.api_port))
         device_plugin_daemonset(w, cfg, pool)
+    placeholder_priority_class(w)
+    task_disruption_budget(w)
+    monitoring(w, cfg, API_SERVICE)
     return api
