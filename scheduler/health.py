@@ -108,7 +108,7 @@ class NodeHealth:
         # a gap of half the timeout between two readings counts as not observed: a node
         # then declared lost had at least half the timeout of answering store to heartbeat
         self._watch = HeartbeatWatch(max_gap_s=heartbeat_timeout_s / 2)
-        self._condition: dict | None = None
+        self._condition: dict[str, Any] | None = None
         self._condition_read = False  # a restarted loop reads the one it may have left
         self._recent_lost: dict[str, float] = {}  # node -> clock when declared lost
         self._last_disruption_loss: float | None = None
@@ -202,7 +202,11 @@ class NodeHealth:
         self.store.set_condition(self._condition)
 
     def _lost_in_disruption(
-        self, stale: list[NodeRecord], silent: dict[str, float], mono: float, exclude: dict
+        self,
+        stale: list[NodeRecord],
+        silent: dict[str, float],
+        mono: float,
+        exclude: dict[str, str],
     ) -> dict[str, str]:
         """The one node (the longest silent) past ``disruption_lost_after_s`` that the rate
         limit lets go now, as ``{name: reason}``."""

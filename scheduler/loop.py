@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from scheduler import lifecycle
-from scheduler.agent.k8s_autoscale import Autoscaler
 from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
@@ -63,6 +64,9 @@ from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
+
+if TYPE_CHECKING:
+    from scheduler.agent.k8s_autoscale import Autoscaler
 
 log = logging.getLogger("pasture.loop")
 
@@ -144,7 +148,11 @@ class Loop:
             store, settings.loop.heartbeat_timeout_s, clock, node_gone=gone_probe()
         )  # node_gone: the loop in a Kubernetes pod asks whether a silent node still exists
         # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
-        self.autoscale = Autoscaler.from_env()
+        self.autoscale: Autoscaler | None = None
+        if os.environ.get("PASTURE_K8S_POOLS"):  # set by the aks stack only
+            from scheduler.agent.k8s_autoscale import Autoscaler
+
+            self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
         self.history = HistoryWindow()

@@ -111,7 +111,7 @@ class Pool:
                 f"got {dict(raw)!r} ({exc!r})"
             ) from None
 
-    def fits(self, role_resources: Any, gpu_model: str | None, selector: Mapping) -> bool:
+    def fits(self, role_resources: Any, gpu_model: str | None, selector: Mapping[str, str]) -> bool:
         """Whether one task (core ``Resources``, GPU model, node selector) fits one empty
         node of this pool."""
         r = role_resources
@@ -198,19 +198,22 @@ def placeholder_pods(
     avoid = sorted(set(registered))
     affinity = None
     if avoid:  # an empty NotIn list is refused by the API server
-        term = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": avoid}
+        term = k8s.V1NodeSelectorRequirement(
+            key="kubernetes.io/hostname", operator="NotIn", values=avoid
+        )
         affinity = k8s.V1Affinity(
             node_affinity=k8s.V1NodeAffinity(
                 required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
-                    node_selector_terms=[
-                        k8s.V1NodeSelectorTerm(
-                            match_expressions=[k8s.V1NodeSelectorRequirement(**term)]
-                        )
-                    ]
+                    node_selector_terms=[k8s.V1NodeSelectorTerm(match_expressions=[term])]
                 )
             )
         )
-    tolerations = [k8s.V1Toleration(**t) for t in taints.tolerations(pool.taints)] or None
+    tolerations = [
+        k8s.V1Toleration(
+            key=t.get("key"), operator=t.get("operator"), value=t.get("value"), effect=t["effect"]
+        )
+        for t in taints.tolerations(pool.taints)
+    ] or None
     pods = []
     for role in job.roles:
         limits = {"cpu": f"{role.resources.cpu_m}m", "memory": str(role.resources.memory)}
@@ -253,6 +256,11 @@ def placeholder_pods(
                 )
             )
     return pods
+
+
+def placeholder_name_of(pod: k8s.V1Pod) -> str:
+    """A pod's name ('' when it has none)."""
+    return str(pod.metadata.name or "") if pod.metadata is not None else ""
 
 
 def waiting_reason(pool: Pool, reason: PendingReason) -> PendingReason:
@@ -350,10 +358,10 @@ class Autoscaler:
         in_pool: dict[str, int] = {}
         registered: dict[str, list[str]] = {}
         for node in snapshot.nodes:
-            pool = node.labels.get(POOL_LABEL)
-            if pool:
-                in_pool[pool] = in_pool.get(pool, 0) + 1
-                registered.setdefault(pool, []).append(node.name)
+            label = node.labels.get(POOL_LABEL)
+            if label:
+                in_pool[label] = in_pool.get(label, 0) + 1
+                registered.setdefault(label, []).append(node.name)
         jobs = {j.name: j for j in snapshot.pending}
         reasons = dict(decision.pending)
         waiting: dict[str, Pool] = {}
@@ -383,32 +391,29 @@ class Autoscaler:
         found = self.api.list_namespaced_pod(self.namespace, label_selector=PLACEHOLDER_LABEL)
         pods: dict[str, dict[str, str]] = {}
         for pod in found.items:
-            job = (pod.metadata.annotations or {}).get(JOB_ANNOTATION, "")
-            pods.setdefault(job, {})[pod.metadata.name] = (
-                (pod.spec.node_name or "") if pod.spec else ""
-            )
+            meta = pod.metadata
+            job = str(((meta.annotations if meta else None) or {}).get(JOB_ANNOTATION, ""))
+            node = str((pod.spec.node_name if pod.spec else None) or "")
+            pods.setdefault(job, {})[placeholder_name_of(pod)] = node
         self._pods = pods
 
     def _ensure(self, job: Job, pool: Pool, registered: list[str]) -> None:
         have = self._pods.setdefault(job.name, {})
-        for pod in placeholder_pods(
+        wanted = placeholder_pods(
             job, pool, self.namespace, registered=registered, image=self.image
-        ):
-            if pod.metadata.name in have:
+        )
+        for pod in wanted:
+            name = placeholder_name_of(pod)
+            if name in have:
                 continue
             try:
                 self.api.create_namespaced_pod(self.namespace, pod)
             except k8s.ApiException as exc:
                 if exc.status != 409:
-                    log.warning("cannot create placeholder %s: %s", pod.metadata.name, exc.reason)
+                    log.warning("cannot create placeholder %s: %s", name, exc.reason)
                     continue
-            have[pod.metadata.name] = ""
-            log.info(
-                "placeholder %s asks pool %s for a node (job %s)",
-                pod.metadata.name,
-                pool.name,
-                job.name,
-            )
+            have[name] = ""
+            log.info("placeholder %s asks pool %s for a node (job %s)", name, pool.name, job.name)
 
     def _delete(self, job: str, name: str) -> None:
         try:
