@@ -84,7 +84,12 @@ def test_register_reports_capacity_labels_and_usage(store, tmp_path, redis_url):
     assert node.labels == {
         "pool": "test",
         "pasture.io/executor": "process",
+        **agent.executor.node_labels(),  # what it enforces here (memory limit, kill unit)
     } and node.port_range == (32000, 32099)
+    assert set(agent.executor.node_labels()) == {
+        "pasture.io/memory-limit",
+        "pasture.io/task-kill",
+    }
     assert node.usage["memory_total"] > 0 and node.executor == "process"
     agent.heartbeat()
     assert store.get_node("n1").heartbeat >= node.heartbeat
