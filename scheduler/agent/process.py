@@ -297,19 +297,22 @@ class ProcessExecutor(Executor):
         :data:`KILL_WAIT_S` more. ``setsid`` children and processes started over the
         task's ssh are in the unit, so they go too."""
         h = json.loads(handle)
-        pgid = h["pid"]
         dirs, marker = self._unit(h), h.get("marker")
-        if not self._alive(h) and not watchdog.task_pids(dirs, pgid, marker):
+        # the process group / session only while its leader is the task's (never a reused
+        # PID); without it the cgroups, or the marker, still find what is left
+        pgid = h["pid"] if self._alive(h) else 0
+        if not pgid and not watchdog.task_pids(dirs, pgid, marker):
             return
         watchdog.signal_task(dirs, pgid, marker, signal.SIGTERM)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
+        if pgid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
         # wait for the whole unit, not just the leader: a task's own processes may still
         # be handling SIGTERM after the wrapper shell died
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             self._reap(h)
-            if not watchdog.task_pids(dirs, pgid, marker) and not _group_alive(pgid):
+            if not watchdog.task_pids(dirs, pgid, marker) and not (pgid and _group_alive(pgid)):
                 break
             time.sleep(0.05)
         # SIGKILL the unit and the group even when the leader is gone: children may linger.
@@ -318,6 +321,8 @@ class ProcessExecutor(Executor):
         # task's processes are really gone when the agent reports it stopped.
         end = time.monotonic() + KILL_WAIT_S
         watchdog.kill_task(dirs, pgid, marker, KILL_WAIT_S)
+        if not pgid:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         child = self._children.get(h["pid"])
