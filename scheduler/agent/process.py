@@ -242,6 +242,7 @@ class ProcessExecutor(Executor):
             "fenced_file": str(fenced_file),
             "cgroups": dirs,
             "marker": f"{TASK_UID}={marker}",
+            "memory_limit": self.node_labels()[MEMORY_LIMIT_LABEL],
         }
         if self.limits == "systemd":
             h["unit"] = f"pasture-{launch.task_id}.scope"
@@ -321,6 +322,9 @@ class ProcessExecutor(Executor):
         # task's processes are really gone when the agent reports it stopped.
         end = time.monotonic() + KILL_WAIT_S
         watchdog.kill_task(dirs, pgid, marker, KILL_WAIT_S)
+        if h.get("cgroups"):  # a stopped task needs no evidence: its cgroups go with it
+            with contextlib.suppress(cgroup.CgroupError):
+                cgroup.remove(list(h["cgroups"]), 0.0)
         if not pgid:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -355,17 +359,19 @@ class ProcessExecutor(Executor):
                 Path(h["fenced_file"]).unlink(missing_ok=True)
 
     def evidence(self, handle: str) -> dict[str, Any]:
-        """``{"memory_limit": "cgroup" | "systemd" | "none", "oom_killed": bool}``: how the
-        task's memory was limited and whether the kernel's OOM killer ended a process of
-        it (its memory cgroup's ``oom_kill`` count; for a systemd scope, the kernel's
-        ``oom-kill`` line naming the scope), for :mod:`scheduler.diagnosis`. Call before
-        :meth:`cleanup` (which removes the cgroups)."""
+        """``{"memory_limit": "cgroup-v1" | "cgroup-v2" | "systemd" | "none",
+        "oom_killed": bool}``: how the task's memory was limited (the node's
+        ``pasture.io/memory-limit`` when it started) and whether the kernel's OOM killer
+        ended a process of it (its memory cgroup's ``oom_kill`` count; for a systemd scope,
+        the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.diagnosis`.
+        Call before :meth:`cleanup` (which removes the cgroups)."""
         h = json.loads(handle)
-        if h.get("cgroups"):
-            return {"memory_limit": "cgroup", "oom_killed": cgroup.oom_killed(h["cgroups"])}
+        limit = str(h.get("memory_limit", "none"))
+        if limit.startswith("cgroup"):
+            return {"memory_limit": limit, "oom_killed": cgroup.oom_killed(h["cgroups"])}
         if h.get("unit"):
             return {
-                "memory_limit": "systemd",
+                "memory_limit": limit,
                 "oom_killed": cgroup.kernel_oom_killed(re.escape(h["unit"])),
             }
-        return {"memory_limit": "none"}
+        return {"memory_limit": limit}

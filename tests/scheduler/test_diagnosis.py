@@ -111,13 +111,13 @@ def test_real_memory_limit_of_the_process_executor(tmp_path):
     evidence = ex.evidence(h)
     ex.cleanup(h)
     d = diagnose(code, read_tail(la.log_path), evidence=evidence)
-    assert code == 137 and evidence == {"memory_limit": "cgroup", "oom_killed": True}
+    assert code == 137 and evidence == {"memory_limit": why.memory, "oom_killed": True}
     assert d.kind == "oom_killed" and d.retry is False
     assert "OOM killer" in d.summary
     # without the evidence the same exit is a signal death, not a memory diagnosis
     assert diagnose(code, read_tail(la.log_path)).kind != "oom_killed"
     # a MemoryError without an OOM kill is the program's own error
-    assert diagnose(1, "MemoryError", evidence={"memory_limit": "cgroup"}).kind != "oom_killed"
+    assert diagnose(1, "MemoryError", evidence={"memory_limit": why.memory}).kind != "oom_killed"
 
 
 @pytest.mark.parametrize(
