@@ -36,8 +36,9 @@ Never an address-space limit (RLIMIT_AS): CUDA and NCCL reserve far more virtual
 than they use (../shared/gpu/README.md).
 
 A task's processes end with it: :meth:`ProcessExecutor.stop` and fencing kill every process
-of its kill unit, and :meth:`ProcessExecutor.cleanup` kills what a finished task left
-running (as a container's processes die with its init) before removing its cgroups.
+of its kill unit, and once its command ended :meth:`ProcessExecutor.poll` kills what it
+left running in its cgroups (as a container's processes die with its init) and removes
+them (:meth:`ProcessExecutor.cleanup` too, for processes found by the marker).
 
 The agent's own interpreter directory is put first on PATH, so ``python3 -m
 scheduler.examples...`` runs the same Python (and package) as the agent in dev mode.
@@ -273,10 +274,14 @@ class ProcessExecutor(Executor):
         return []
 
     def poll(self, handle: str) -> int | None:
+        """None while the task's leader lives, else its exit code. When it ended, what it
+        left running is killed and its cgroups are removed (their OOM count kept for
+        :meth:`evidence`), so a task's cgroup lives exactly as long as the task."""
         h = json.loads(handle)
         if self._alive(h):
             return None
         child = self._children.pop(h["pid"], None)
+        self._end_cgroups(h)
         try:
             return int(Path(h["exit_file"]).read_text().strip())
         except (OSError, ValueError):
@@ -285,6 +290,24 @@ class ProcessExecutor(Executor):
             rc = child.returncode
             return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N like a shell
         return -1
+
+    @staticmethod
+    def _evidence_file(h: dict[str, Any]) -> Path:
+        return Path(h["exit_file"]).with_name("oom_killed")
+
+    def _end_cgroups(self, h: dict[str, Any]) -> None:
+        """Record the OOM count of a finished task's cgroups (``<state_dir>/oom_killed``),
+        then kill what is left in them and remove them; one still busy stays for
+        :meth:`cleanup`."""
+        dirs = [d for d in h.get("cgroups") or [] if os.path.isdir(d)]
+        if not dirs:
+            return
+        with contextlib.suppress(OSError):
+            self._evidence_file(h).write_text("1" if cgroup.oom_killed(dirs) else "0")
+        try:
+            cgroup.remove(dirs, KILL_WAIT_S)
+        except cgroup.CgroupError as exc:
+            log.warning("task cgroup left behind: %s", exc)
 
     def _reap(self, h: dict[str, Any]) -> None:
         child = self._children.get(h["pid"])
@@ -354,6 +377,7 @@ class ProcessExecutor(Executor):
             log.warning("task cgroup left behind: %s", exc)
         with contextlib.suppress(OSError):
             Path(h["exit_file"]).unlink(missing_ok=True)
+            self._evidence_file(h).unlink(missing_ok=True)
         if h.get("fenced_file"):
             with contextlib.suppress(OSError):
                 Path(h["fenced_file"]).unlink(missing_ok=True)
@@ -364,11 +388,15 @@ class ProcessExecutor(Executor):
         ``pasture.io/memory-limit`` when it started) and whether the kernel's OOM killer
         ended a process of it (its memory cgroup's ``oom_kill`` count; for a systemd scope,
         the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.diagnosis`.
-        Call before :meth:`cleanup` (which removes the cgroups)."""
+        Call after :meth:`poll` returned the exit code and before :meth:`cleanup`."""
         h = json.loads(handle)
         limit = str(h.get("memory_limit", "none"))
         if limit.startswith("cgroup"):
-            return {"memory_limit": limit, "oom_killed": cgroup.oom_killed(h["cgroups"])}
+            try:  # recorded by poll when the task ended and its cgroups were removed
+                oom = self._evidence_file(h).read_text().strip() == "1"
+            except OSError:
+                oom = cgroup.oom_killed(h["cgroups"])
+            return {"memory_limit": limit, "oom_killed": oom}
         if h.get("unit"):
             return {
                 "memory_limit": limit,

@@ -233,6 +233,8 @@ def test_an_agent_without_a_lease_fences_its_tasks_and_starts_none(store, tmp_pa
     agent.heartbeat()  # the store answers again: lease renewed, work resumes
     agent.reconcile()
     assert store.task("k", "w-0").state == "running"
+    for t in agent.local.values():  # its processes and cgroup do not outlive the test
+        agent.executor.stop(t.handle, 0)
 
 
 def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):
