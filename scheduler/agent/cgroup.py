@@ -78,7 +78,8 @@ class CgroupSupport:
 
 def _own_paths(text: str) -> tuple[str | None, str | None]:
     """(v2 path, v1 memory path) of this process from ``/proc/self/cgroup``'s text."""
-    v2 = mem = None
+    v2: str | None = None
+    mem: str | None = None
     for line in text.splitlines():
         hid, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
@@ -93,7 +94,7 @@ def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text)
     except OSError as exc:
-        raise CgroupError(exc.errno, f"cannot write {text.strip()!r} to {path}: {exc}") from exc
+        raise CgroupError(f"cannot write {text.strip()!r} to {path}: {exc}") from exc
 
 
 def _probe(parent: Path, limit_file: str | None, need: str | None = None) -> None:
@@ -105,10 +106,10 @@ def _probe(parent: Path, limit_file: str | None, need: str | None = None) -> Non
         probe = parent / f"probe-{os.getpid()}-{secrets.token_hex(3)}"
         probe.mkdir()
     except OSError as exc:
-        raise CgroupError(exc.errno, f"cannot make a cgroup in {parent}: {exc}") from exc
+        raise CgroupError(f"cannot make a cgroup in {parent}: {exc}") from exc
     try:
         if need and not (probe / need).exists():
-            raise CgroupError(0, f"cgroups in {parent} have no {need}")
+            raise CgroupError(f"cgroups in {parent} have no {need}")
         if limit_file:
             _write(probe / limit_file, str(1 << 40))
     finally:
@@ -120,7 +121,7 @@ def _enable_memory(own: Path, parent: Path) -> None:
     """cgroup v2: the memory controller for the children of ``parent`` (a child of the
     agent's cgroup ``own``). Raises CgroupError naming what is missing."""
     if "memory" not in (own / "cgroup.controllers").read_text().split():
-        raise CgroupError(0, f"the memory controller is not available in {own}")
+        raise CgroupError(f"the memory controller is not available in {own}")
     if "memory" not in (own / "cgroup.subtree_control").read_text().split():
         # refused (EBUSY) unless `own` is a root: a cgroup with processes may not give
         # controllers to its children (cgroup v2's no-internal-process rule)
@@ -145,7 +146,7 @@ def detect(root: Path = CGROUP_ROOT, proc_cgroup: str = "/proc/self/cgroup") -> 
             _probe(kill_parent, None, "cgroup.kill")
         except CgroupError:
             kill_parent = None
-    reasons = []
+    reasons: list[str] = []
     if unified == root and v2 is not None:  # pure cgroup v2
         own = root / v2.lstrip("/")
         try:
@@ -193,14 +194,14 @@ def create(support: CgroupSupport, name: str, memory: int) -> list[str]:
         remove(made)
         if isinstance(exc, CgroupError):
             raise
-        raise CgroupError(exc.errno, f"cannot make the task's cgroup: {exc}") from exc
+        raise CgroupError(f"cannot make the task's cgroup: {exc}") from exc
     return made
 
 
 def join_script(dirs: list[str]) -> str:
     """Shell lines (``/bin/sh``) that move the shell running them into ``dirs`` (exit 125
     with a message when a cgroup cannot be joined); empty without cgroups."""
-    lines = []
+    lines: list[str] = []
     for d in dirs:
         procs = f"{d}/cgroup.procs".replace("'", "'\\''")
         lines.append(
@@ -237,7 +238,7 @@ def remove(dirs: list[str], wait_s: float = 5.0) -> None:
             try:
                 os.rmdir(d)
             except OSError as exc:
-                raise CgroupError(exc.errno, f"cannot remove cgroup {d}: {exc}") from exc
+                raise CgroupError(f"cannot remove cgroup {d}: {exc}") from exc
 
 
 def kernel_oom_killed(cgroup_pattern: str) -> bool:

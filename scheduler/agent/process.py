@@ -69,8 +69,9 @@ from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, gpu_en
 log = logging.getLogger("pasture.agent")
 
 MEMORY_LIMIT_LABEL = "pasture.io/memory-limit"
-"""Node label: how the node's tasks' memory is limited (``cgroup-v1``, ``cgroup-v2``,
-``systemd``, ``runtime``, ``pod`` or ``none``)."""
+"""Node label of process-executor nodes: how a task's memory is limited (``cgroup-v1``,
+``cgroup-v2``, ``systemd`` or ``none``: no limit). Container and kubernetes nodes do not
+carry it: their runtime's cgroups always limit memory."""
 
 TASK_KILL_LABEL = "pasture.io/task-kill"
 """Node label: what stop and fencing kill (``cgroup``: every process the task started;
