@@ -29,7 +29,9 @@ The loop calls :meth:`NodeHealth.check` once per cycle with the nodes it read an
   after it went silent;
 - a node whose Kubernetes Node object is gone (``node_gone``; the loop in a Kubernetes pod
   asks the API server, :mod:`scheduler.agent.k8s_capacity`) is lost as soon as its fence
-  has surely run out, disruption or not: the cloud removed the machine;
+  has surely run out, disruption or not: the cloud removed the machine (such nodes count
+  toward no disruption; the API server is asked about a node at most every
+  :data:`GONE_RECHECK_S`);
 - a node an operator deleted (``pasture node delete``, :meth:`Store.delete_node`) is lost
   at once; its record is removed at the next check, after the loop requeued its tasks.
 
@@ -55,6 +57,8 @@ DISRUPTION_LOST_FACTOR = 4.0
 """``disruption_lost_after_s`` defaults to this many heartbeat timeouts."""
 DISRUPTION_INTERVAL_FACTOR = 0.5
 """``disruption_interval_s`` defaults to this many heartbeat timeouts."""
+GONE_RECHECK_S = 10.0
+"""The API server is asked about one silent node at most once per this many seconds."""
 
 
 def fenced_after_s(node_fence_s: float) -> float:
@@ -113,6 +117,7 @@ class NodeHealth:
         self._recent_lost: dict[str, float] = {}  # node -> clock when declared lost
         self._last_disruption_loss: float | None = None
         self._deleted_seen: set[str] = set()  # deleted nodes seen lost by one check
+        self._asked: dict[str, float] = {}  # node -> clock when node_gone was asked
 
     def blind(self) -> None:
         """The store could not be read: restart every silence at the next reading."""
@@ -143,8 +148,13 @@ class NodeHealth:
         suspects = [r for r in watched if silent[r.name] > self._window_s(r)]
         stale = [r for r in suspects if silent[r.name] > lost_after_s(self.timeout, r.fence_s)]
         lost: dict[str, str] = {}
-        for name in self._gone(suspects, silent):
+        gone = self._gone(suspects, silent)
+        for name in gone:
             lost[name] = "its Kubernetes Node object is gone (the cloud removed the machine)"
+        # a machine the cloud removed is no sign of a disruption: counted nowhere
+        watched = [r for r in watched if r.name not in lost]
+        suspects = [r for r in suspects if r.name not in lost]
+        stale = [r for r in stale if r.name not in lost]
         counted = len(suspects) + len(self._recent_lost)
         total = len(watched) + len(self._recent_lost)
         disrupted = bool(suspects) and is_disruption(counted, total)
@@ -167,18 +177,24 @@ class NodeHealth:
             log.warning("node %s lost: %s", name, reason)
             nodes[name] = self.store.set_node_state(name, "lost", reason)
             self.store.add_node_event(name, f"lost: {reason}")
-            self._recent_lost[name] = mono
+            if name not in gone:
+                self._recent_lost[name] = mono
         return sorted(lost)
 
     def _gone(self, suspects: list[NodeRecord], silent: dict[str, float]) -> list[str]:
         """Suspects whose Node object is gone and whose fence has surely run out."""
+        mono = self.clock()
         ask = [
             r
             for r in suspects
-            if r.executor == "kubernetes" and silent[r.name] > fenced_after_s(r.fence_s)
+            if r.executor == "kubernetes"
+            and silent[r.name] > fenced_after_s(r.fence_s)
+            and mono - self._asked.get(r.name, -GONE_RECHECK_S) >= GONE_RECHECK_S
         ]
         if self.node_gone is None or not ask:
             return []
+        self._asked = {n: t for n, t in self._asked.items() if mono - t < GONE_RECHECK_S}
+        self._asked.update((r.name, mono) for r in ask)
         try:
             gone = self.node_gone([r.name for r in ask])
         except Exception as exc:  # the API server is one more thing that can be down

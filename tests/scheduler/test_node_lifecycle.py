@@ -188,7 +188,10 @@ def test_a_node_whose_kubernetes_node_object_is_gone_is_lost_at_once(cluster):
     assert sorted(lost) == ["n1", "n2"]
     assert all(t <= clock.t - 0.5 for t in lost.values())  # within a reading of the fence
     assert ["n1", "n2", "n3"] in asked
+    # checked every 0.5 s once past its fence, n3 is asked about once per 10 s
+    assert sum("n3" in names for names in asked) == 1
     assert store.get_node("n3").state == "ready"
+    assert store.cluster_status()["condition"] is None  # removed machines: no disruption
     for n in ("n1", "n2"):
         assert "Kubernetes Node object is gone" in store.get_node(n).state_reason
         assert any("Node object is gone" in e["reason"] for e in store.node_events(n))
