@@ -20,6 +20,7 @@ Shape (YAML or JSON)::
     code_dir: code/mnist       # share dir copied into each task's working dir ./code
     env: {KEY: value}
     mpi: false                 # write an MPI hostfile
+    mpi_host: {master: m, worker: w}   # tasks of m get MPI_HOST = w's hosts (Volcano mpi)
     ssh: false                 # ssh between the job's tasks (implied by mpi)
     ttl_after_finished: 86400  # seconds after the job ended before its records go
     secrets: {TOKEN: value}    # or [TOKEN] + `job submit --secret TOKEN=...`; stored as
@@ -48,11 +49,14 @@ from scheduler.core.model import Job, PriorityClass, Resources, TaskRole
 from scheduler.spec.policies import (
     MAX_COMMAND,
     MountSpec,
+    MpiHostSpec,
     PoliciesSpec,
     RetrySpec,
     RoleCompletionSpec,
     check_env,
+    check_name,
     check_share_path,
+    check_text,
 )
 from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
 from scheduler.spec.secrets import MAX_SECRETS
@@ -96,7 +100,7 @@ def check_image(v: str | None) -> str | None:
     Raises ValueError naming what was given."""
     if v is not None and not IMAGE_RE.fullmatch(v):
         raise ValueError(f"expected an image reference without spaces, got {v!r}")
-    return v
+    return None if v is None else check_name(v, "image")
 
 
 class _Model(BaseModel):
@@ -109,7 +113,12 @@ class ResourceSpec(_Model):
     cpu: int = Field(1000, description="millicores; accepts 2, 0.5, '500m'")
     memory: int = Field(2**30, description="bytes; accepts '4Gi', '4096M', 1073741824")
     gpu: int = Field(0, description="whole GPU devices on one node")
-    gpu_model: str | None = None
+    gpu_model: str | None = Field(None, min_length=1, max_length=253)
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, v: str | None) -> str | None:
+        return None if v is None else check_name(v, "gpu_model")
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -200,6 +209,8 @@ class RoleSpec(_Model):
     @field_validator("command")
     @classmethod
     def _command_or_entrypoint(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            check_text(v, "command")
         entrypoint = info.data.get("entrypoint", False)
         if entrypoint and v is not None:
             raise ValueError(
@@ -222,6 +233,8 @@ class RoleSpec(_Model):
     def _args(cls, v: list[str] | None) -> list[str] | None:
         if v is not None and sum(len(a) for a in v) > MAX_COMMAND:
             raise ValueError(f"args: at most {MAX_COMMAND} characters in all")
+        for i, a in enumerate(v or ()):
+            check_text(a, f"args[{i}]")
         return v
 
     @field_validator("working_dir")
@@ -310,6 +323,7 @@ class JobSpec(_Model):
     code_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     mpi: bool = False
+    mpi_host: MpiHostSpec | None = None
     ssh: bool = False
     preemptible: bool = True
     estimated_duration_s: float | None = Field(None, gt=0, le=10 * 366 * 86400)
@@ -409,15 +423,19 @@ class JobSpec(_Model):
                         f"roles.{name}.depends_on: expected other roles of {roles}, got {dep!r}"
                     )
         self._no_cycle()
+        if self.mpi_host is not None and self.mpi_host.worker not in self.roles:
+            raise ValueError(
+                f"mpi_host.worker: unknown role {self.mpi_host.worker!r}; roles are {roles}"
+            )
         if self.min_succeeded is not None and self.min_succeeded > self.task_count():
             raise ValueError(
-                f"min_succeeded ({self.min_succeeded}) exceeds the job's {self.task_count()} tasks"
+                f"min_succeeded: {self.min_succeeded} exceeds the job's {self.task_count()} tasks"
             )
         if self.min_available is not None:
             floor = sum(r.min_available or 0 for r in self.roles.values())
             if not floor <= self.min_available <= self.task_count():
                 raise ValueError(
-                    f"min_available ({self.min_available}) must be between the roles' "
+                    f"min_available: {self.min_available} must be between the roles' "
                     f"min_available sum ({floor}) and the job's tasks ({self.task_count()})"
                 )
         return self
@@ -429,7 +447,9 @@ class JobSpec(_Model):
             if state.get(name) == 2:
                 return
             if state.get(name) == 1:
-                raise ValueError(f"depends_on forms a cycle: {' -> '.join([*path, name])}")
+                raise ValueError(
+                    f"roles.{name}.depends_on: forms a cycle: {' -> '.join([*path, name])}"
+                )
             state[name] = 1
             for dep in self.roles[name].depends_on:
                 visit(dep, [*path, name])

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano
-from scheduler.spec.formats.common import Context, TranslateError
+from scheduler.spec.formats.common import Context, TranslateError, source_loc
 
-__all__ = ["FORMATS", "TranslateError", "Translation", "detect", "translate"]
+__all__ = ["FORMATS", "TranslateError", "Translation", "detect", "source_loc", "translate"]
 
 FORMATS = {
     "pasture": "pasture",
@@ -38,6 +38,8 @@ class Translation:
     fmt: str
     documents: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)
+    """translated pasture path -> the source field it came from (Context.origin)."""
 
 
 def detect(doc: dict) -> str:
@@ -100,4 +102,4 @@ def translate(doc: dict, fmt: str | None = None) -> Translation:
         docs = maro.translate(doc, ctx)
     else:
         docs = [volcano.translate(doc, ctx)]
-    return Translation(fmt, docs, ctx.warnings)
+    return Translation(fmt, docs, ctx.warnings, ctx.origins)

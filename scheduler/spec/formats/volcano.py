@@ -27,6 +27,7 @@ complete_job, AbortJob / TerminateJob -> terminate_job.
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from typing import Any
 
@@ -93,8 +94,8 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         meta,
         "metadata",
-        honoured={"name"},
-        ignored={k: _K8S_META for k in ("namespace", "labels", "annotations", "generateName")},
+        honoured={"name", "generateName"},
+        ignored={k: _K8S_META for k in ("namespace", "labels", "annotations")},
     )
     spec = ctx.mapping(doc.get("spec"), "spec")
     ctx.check_fields(
@@ -110,31 +111,72 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             "plugins",
             "ttlSecondsAfterFinished",
             "minSuccess",
+            "volumes",
         },
         ignored={"schedulerName": "pasture schedules every job"},
         refused={
-            "volumes": "Kubernetes volumes are not mounted; put data in the cluster share",
-            "runningEstimate": "not supported",
-            "networkTopology": "not supported",
+            "runningEstimate": "pasture has no running estimate field for Volcano jobs; drop it "
+            "(a pasture spec's estimated_duration_s is the equivalent)",
+            "networkTopology": "network-topology-aware placement is not supported; drop it",
         },
     )
-    out: dict[str, Any] = {"name": job_name(meta.get("name"), ctx, "metadata.name"), "roles": {}}
+    out: dict[str, Any] = {"name": _name(meta, ctx), "roles": {}}
     if spec.get("queue"):
         out["vc"] = str(spec["queue"])
     if spec.get("priorityClassName"):
         out["priority"] = _priority(spec["priorityClassName"], ctx)
+    for key, src in (
+        ("name", "metadata.name" if meta.get("name") is not None else "metadata.generateName"),
+        ("vc", "spec.queue"),
+        ("priority", "spec.priorityClassName"),
+        ("min_available", "spec.minAvailable"),
+        ("min_succeeded", "spec.minSuccess"),
+        ("retry", "spec.maxRetry"),
+        ("ttl_after_finished", "spec.ttlSecondsAfterFinished"),
+        ("policies", "spec.policies"),
+        ("mpi_host", "spec.plugins.mpi"),
+        ("mounts", "spec.volumes"),
+    ):
+        ctx.origin(key, src)
     rules = _policies(spec.get("policies"), "spec.policies", None, ctx)
-    _plugins(ctx.mapping(spec.get("plugins"), "spec.plugins"), out, ctx)
+    mounts = _job_volumes(spec.get("volumes"), ctx)
     tasks = ctx.sequence(spec.get("tasks"), "spec.tasks")
     if not tasks:
         raise ctx.refuse("spec.tasks", "expected at least one task")
     for i, task in enumerate(tasks):
         loc = f"spec.tasks[{i}]"
-        name, role, task_rules = _task(ctx.mapping(task, loc), loc, ctx, spec)
+        cloc = f"{loc}.template.spec.containers[0]"
+        ctx.origins_under(
+            f"roles.{task.get('name') if isinstance(task, dict) else i}",
+            loc,
+            {
+                "replicas": "replicas",
+                "min_available": "minAvailable",
+                "max_task_retries": "maxRetry",
+                "depends_on": "dependsOn.name",
+                "node_selector": "template.spec.nodeSelector",
+                "shm": "template.spec.volumes",
+                "command": "template.spec.containers[0].command",
+                "args": "template.spec.containers[0].args",
+                "working_dir": "template.spec.containers[0].workingDir",
+                "image": "template.spec.containers[0].image",
+                "env": "template.spec.containers[0].env",
+                "ports": "template.spec.containers[0].ports",
+                "resources": "template.spec.containers[0].resources",
+            },
+        )
+        del cloc
+        name, role, task_rules, task_mounts = _task(ctx.mapping(task, loc), loc, ctx, spec)
         if name in out["roles"]:
             raise ctx.refuse(f"{loc}.name", f"duplicate task name {name!r}", name)
         out["roles"][name] = role
         rules = task_rules + rules  # a task's own rules are checked before the job's
+        for m in task_mounts:
+            if m not in mounts:
+                mounts.append(m)
+    if mounts:
+        out["mounts"] = mounts
+    _plugins(ctx.mapping(spec.get("plugins"), "spec.plugins"), out, ctx)
     if rules:
         out["policies"] = {"on_events": rules}
     if spec.get("minAvailable") is not None:
@@ -167,7 +209,13 @@ def _priority(value: object, ctx: Context) -> str:
 
 
 def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[dict[str, Any]]:
+    """A ``policies`` list as pasture rules, checked as Volcano's admission webhook does
+    (volcano-sh/volcano pkg/webhooks/admission/jobs/validate/util.go ``validatePolicies``):
+    an event named by two policies of the same list, or ``*`` beside other events, is
+    refused (the second rule could never fire); ``event`` and ``events`` may be given
+    together (their union) and ``events`` may be one string."""
     rules: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
     for i, p in enumerate(ctx.sequence(value, loc)):
         ploc = f"{loc}[{i}]"
         p = ctx.mapping(p, ploc)
@@ -176,27 +224,49 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
             ploc,
             honoured={"event", "events", "action"},
             refused={
-                "exitCode": "exit-code policies are not supported; use retry.retry_on_exit_codes "
-                "in a pasture spec",
-                "timeout": "policy timeouts are not supported",
+                "exitCode": "exit-code policies are not supported; write event: PodFailed "
+                "(any non-zero exit) with the same action instead",
+                "timeout": "policy timeouts are not supported; drop timeout (the action then "
+                "happens at once)",
             },
         )
-        events = ctx.sequence(p.get("events"), f"{ploc}.events") or [p.get("event")]
+        raw = p.get("events")
+        events = [raw] if isinstance(raw, str) else list(ctx.sequence(raw, f"{ploc}.events"))
+        if p.get("event") is not None:
+            events.append(p.get("event"))
+        events = list(dict.fromkeys(str(e) for e in events))
+        if not events:
+            raise ctx.refuse(f"{ploc}.event", "expected an event (or events)")
         action = p.get("action")
         if action not in _ACTIONS:
             raise ctx.refuse(f"{ploc}.action", f"expected one of {sorted(_ACTIONS)}", action)
         for event in events:
+            where = f"{ploc}.events" if isinstance(raw, list | str) else f"{ploc}.event"
+            if event in seen:
+                raise ctx.refuse(
+                    where,
+                    f"event {event} is already handled by {seen[event]}; Volcano's webhook "
+                    "refuses an event named by two policies (the second could never run): "
+                    "keep one of them",
+                    event,
+                )
+            seen[event] = ploc
+            if event in ("*", "AnyEvent") and len(seen) > 1 or "*" in seen and len(seen) > 1:
+                raise ctx.refuse(
+                    where,
+                    "'*' (any event) must be the only event of the list, as Volcano's webhook "
+                    "requires: drop the other policies or name events instead of '*'",
+                    event,
+                )
             names = sorted(set(_EVENTS.values())) if event in ("*", "AnyEvent") else None
             if names is None:
-                if event == "OutOfSync":
-                    ctx.warn(
-                        f"{ploc}.event", "OutOfSync (a Kubernetes object update) never happens here"
-                    )
+                if event in ("OutOfSync", "JobUpdated"):
+                    ctx.warn(where, f"{event} (a Kubernetes object update) never happens here")
                     continue
                 if event not in _EVENTS:
                     raise ctx.refuse(
-                        f"{ploc}.event",
-                        f"expected one of {sorted([*_EVENTS, 'OutOfSync', '*'])}",
+                        where,
+                        f"expected one of {sorted([*_EVENTS, 'OutOfSync', 'JobUpdated', '*'])}",
                         event,
                     )
                 names = [_EVENTS[event]]
@@ -207,6 +277,25 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
                 if rule not in rules:
                     rules.append(rule)
     return rules
+
+
+def _name(meta: dict, ctx: Context) -> str:
+    """``metadata.name``, else a name made from ``metadata.generateName`` as Kubernetes
+    does (the prefix as written and 5 random characters; a warning gives the name)."""
+    if meta.get("name") is not None or not meta.get("generateName"):
+        return job_name(meta.get("name"), ctx, "metadata.name")
+    raw = str(meta["generateName"])
+    prefix = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).lstrip("-")[:58]
+    if not prefix:
+        raise ctx.refuse("metadata.generateName", "no letter or digit in the prefix", raw)
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' utilrand alphabet
+    name = prefix + "".join(secrets.choice(alphabet) for _ in range(5))
+    ctx.warn(
+        "metadata.generateName",
+        f"the job is named {name} (the prefix and 5 random characters, as Kubernetes names "
+        "it); give metadata.name for a fixed name",
+    )
+    return name
 
 
 _RAY = (
@@ -222,7 +311,35 @@ _RAY = (
 distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
 
 
+_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)(?:=(.*))?$")
+
+
+def _flags(args: list, loc: str, known: dict[str, str], ctx: Context) -> dict[str, str]:
+    """A plugin's arguments parsed as Go's ``flag`` package does (``--name=value``,
+    ``-name=value``, ``--name value``) into ``known`` (name -> default). Volcano logs and
+    ignores a flag it does not know; here that is refused, naming the plugin's flags."""
+    out = dict(known)
+    items = [str(a) for a in args]
+    i = 0
+    while i < len(items):
+        m = _FLAG.match(items[i])
+        if not m or m.group(1) not in known:
+            raise ctx.refuse(
+                loc, f"unknown argument {items[i]!r}; this plugin takes {sorted(known)}", items[i]
+            )
+        value = m.group(2)
+        if value is None:
+            if i + 1 >= len(items):
+                raise ctx.refuse(loc, f"{items[i]} needs a value", items[i])
+            i += 1
+            value = items[i]
+        out[m.group(1)] = value
+        i += 1
+    return out
+
+
 def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
+    roles = list(out["roles"])
     for name, args in plugins.items():
         loc = f"spec.plugins.{name}"
         args = ctx.sequence(args, loc)
@@ -232,22 +349,69 @@ def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
         elif name == "ssh":
             out["ssh"] = True
             if args:
-                ctx.warn(loc, f"plugin arguments {args} have no meaning here")
+                ctx.warn(
+                    loc,
+                    f"plugin arguments {args}: the job's ssh key and configuration are "
+                    "pasture's ($PASTURE_SSH_DIR, $PASTURE_SSH_CONFIG)",
+                )
         elif name == "mpi":
+            flags = _flags(args, loc, {"master": "master", "worker": "worker", "port": "22"}, ctx)
             out["mpi"] = True
             out["ssh"] = True
+            _plugin_roles(flags, roles, loc, "MPI_HOST is set on no task", ctx)
+            if flags["worker"] in roles:
+                out["mpi_host"] = {"master": flags["master"], "worker": flags["worker"]}
+            if flags["port"] != "22" or any(str(a).lstrip("-").startswith("port") for a in args):
+                ctx.warn(
+                    f"{loc} --port",
+                    f"ssh between the tasks uses each task's own ssh port, not {flags['port']}: "
+                    "the job's ssh configuration reaches it ($PASTURE_SSH_PORT names it)",
+                )
         elif name == "pytorch":
-            if args:
-                ctx.warn(loc, f"arguments {args}: MASTER_ADDR is the first role's task 0 here")
+            flags = _flags(
+                args, loc, {"master": "master", "worker": "worker", "port": "23456"}, ctx
+            )
+            _plugin_roles(flags, roles, loc, "MASTER_ADDR is the first task's", ctx)
+            # Volcano's pytorch plugin: RANK 0 is the master's task, workers follow; here
+            # ranks follow the roles' order, so the master and worker tasks go first.
+            first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
+            out["roles"] = {
+                **{r: out["roles"][r] for r in first},
+                **{r: v for r, v in out["roles"].items() if r not in first},
+            }
+            if flags["port"] != "23456" or args:
+                ctx.warn(
+                    f"{loc} --port",
+                    f"MASTER_PORT is the master task's own port here, not {flags['port']}",
+                )
         elif name == "ray":
             raise ctx.refuse(loc, _RAY, name)
         else:
             raise ctx.refuse(
-                loc, "only the env, svc, ssh, mpi and pytorch plugins are known here", name
+                loc,
+                "only the env, svc, ssh, mpi and pytorch plugins are known here; drop it "
+                "and give what it would set in the tasks' env",
+                name,
             )
 
 
-def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str, Any], list]:
+def _plugin_roles(flags: dict, roles: list[str], loc: str, none: str, ctx: Context) -> None:
+    """Refuse a plugin whose --worker names no task (Volcano's controller would index a
+    task that is not there); warn when --master names none."""
+    if flags["worker"] not in roles and flags["master"] in roles:
+        raise ctx.refuse(
+            loc,
+            f"--worker={flags['worker']} names no task of this job (tasks: {roles}); write "
+            f"--worker=<the worker task's name>",
+            flags["worker"],
+        )
+    if flags["master"] not in roles:
+        ctx.warn(loc, f"--master={flags['master']} names no task of this job: {none}")
+
+
+def _task(
+    task: dict, loc: str, ctx: Context, spec: dict
+) -> tuple[str, dict[str, Any], list, list[dict[str, str]]]:
     ctx.check_fields(
         task,
         loc,
@@ -272,10 +436,9 @@ def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str
     ctx.check_fields(
         pod,
         ploc,
-        honoured={"containers", "restartPolicy", "nodeSelector"},
+        honoured={"containers", "restartPolicy", "nodeSelector", "volumes"},
         ignored=_POD_IGNORED,
         refused={
-            "volumes": "Kubernetes volumes are not mounted; put data in the cluster share",
             "initContainers": "init containers are not run; put the commands before the "
             "container's command",
             "affinity": "Kubernetes affinity is not supported; use nodeSelector",
@@ -290,9 +453,10 @@ def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str
         raise ctx.refuse(
             f"{ploc}.containers", f"exactly one container per task here, got {len(containers)}"
         )
-    role = _container(
-        ctx.mapping(containers[0], f"{ploc}.containers[0]"), f"{ploc}.containers[0]", ctx
-    )
+    cloc = f"{ploc}.containers[0]"
+    container = ctx.mapping(containers[0], cloc)
+    role = _container(container, cloc, ctx)
+    mounts = _pod_volumes(pod.get("volumes"), container.get("volumeMounts"), ploc, cloc, role, ctx)
     role["replicas"] = as_int(task.get("replicas", 1), ctx, f"{loc}.replicas", minimum=1)
     if task.get("minAvailable") is not None:
         role["min_available"] = as_int(task["minAvailable"], ctx, f"{loc}.minAvailable", minimum=1)
@@ -330,7 +494,115 @@ def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str
     if deps.get("name"):
         role["depends_on"] = [str(d) for d in ctx.sequence(deps["name"], f"{loc}.dependsOn.name")]
     rules = _policies(task.get("policies"), f"{loc}.policies", name, ctx)
-    return name, role, rules
+    return name, role, rules, mounts
+
+
+def _job_volumes(value: object, ctx: Context) -> list[dict[str, str]]:
+    """``spec.volumes`` (Volcano VolumeSpec: ``mountPath`` + ``volumeClaimName`` of an
+    existing PVC, or ``volumeClaim`` to create one) as share mounts: the claim is the share
+    directory of the same name (a warning says so), mounted at ``mountPath`` in every task."""
+    out: list[dict[str, str]] = []
+    for i, v in enumerate(ctx.sequence(value, "spec.volumes")):
+        loc = f"spec.volumes[{i}]"
+        v = ctx.mapping(v, loc)
+        ctx.check_fields(v, loc, honoured={"mountPath", "volumeClaimName", "volumeClaim"})
+        path = v.get("mountPath")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ctx.refuse(f"{loc}.mountPath", "expected an absolute path", path)
+        claim = v.get("volumeClaimName")
+        if not claim:
+            base = path.rstrip("/").rsplit("/", 1)[-1] or "data"
+            raise ctx.refuse(
+                f"{loc}.volumeClaim",
+                "a new PersistentVolumeClaim is not created here: put the data in the cluster "
+                f"share (`pasture data push ./{base} {base}`) and write volumeClaimName: {base} "
+                "instead of volumeClaim (the share directory of that name is mounted)",
+                v.get("volumeClaim"),
+            )
+        ctx.warn(
+            f"{loc}.volumeClaimName",
+            f"claim {claim} is the cluster share's directory {claim} (put there with "
+            f"`pasture data push`), mounted at {path}",
+        )
+        out.append({"source": str(claim), "target": path})
+    return out
+
+
+def _pod_volumes(
+    volumes: object,
+    volume_mounts: object,
+    ploc: str,
+    cloc: str,
+    role: dict[str, Any],
+    ctx: Context,
+) -> list[dict[str, str]]:
+    """A pod's ``volumes`` with the container's ``volumeMounts``, as Kubernetes means them:
+    ``persistentVolumeClaim`` -> the share directory named like the claim, mounted at the
+    mountPath (a warning says so); ``emptyDir`` with ``medium: Memory`` at ``/dev/shm`` ->
+    the role's ``shm`` (its ``sizeLimit``, else 64Mi... as Docker's default is too small
+    for what such a volume is for: 1Gi); any other ``emptyDir`` -> the task's own
+    filesystem (a warning). ``hostPath``, ``configMap``, ``secret`` and the rest are
+    refused, saying what to write instead with the file's own names."""
+    by_name: dict[str, tuple[str, dict]] = {}
+    for i, v in enumerate(ctx.sequence(volumes, f"{ploc}.volumes")):
+        vloc = f"{ploc}.volumes[{i}]"
+        v = ctx.mapping(v, vloc)
+        by_name[str(v.get("name"))] = (vloc, v)
+    out: list[dict[str, str]] = []
+    for j, vm in enumerate(ctx.sequence(volume_mounts, f"{cloc}.volumeMounts")):
+        mloc = f"{cloc}.volumeMounts[{j}]"
+        vm = ctx.mapping(vm, mloc)
+        ctx.check_fields(
+            vm,
+            mloc,
+            honoured={"name", "mountPath", "readOnly"},
+            refused={
+                "subPath": "subPath is not supported: name the sub-directory in the claim "
+                "(the share directory) instead",
+                "subPathExpr": "subPathExpr is not supported",
+                "mountPropagation": "mount propagation is not supported; drop it",
+            },
+        )
+        name, path = str(vm.get("name")), vm.get("mountPath")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ctx.refuse(f"{mloc}.mountPath", "expected an absolute path", path)
+        if name not in by_name:
+            raise ctx.refuse(f"{mloc}.name", f"no volume named {name!r} in {ploc}.volumes", name)
+        vloc, v = by_name[name]
+        kinds = [k for k in v if k != "name"]
+        kind = kinds[0] if len(kinds) == 1 else None
+        if kind == "persistentVolumeClaim":
+            claim = ctx.mapping(v[kind], f"{vloc}.{kind}").get("claimName")
+            if not claim:
+                raise ctx.refuse(f"{vloc}.{kind}.claimName", "expected a claim name", claim)
+            ctx.warn(
+                f"{vloc}.{kind}",
+                f"claim {claim} is the cluster share's directory {claim} (put there with "
+                f"`pasture data push`), mounted at {path}",
+            )
+            out.append({"source": str(claim), "target": path})
+        elif kind == "emptyDir":
+            empty = ctx.mapping(v[kind], f"{vloc}.emptyDir")
+            if empty.get("medium") == "Memory" and path.rstrip("/") == "/dev/shm":
+                role["shm"] = empty.get("sizeLimit") or "1Gi"
+            else:
+                ctx.warn(
+                    f"{vloc}.emptyDir",
+                    f"{path} is a directory of the task's own filesystem here (container "
+                    "tasks), not a separate volume",
+                )
+        else:
+            what = kind or "a volume without exactly one source"
+            base = path.rstrip("/").rsplit("/", 1)[-1] or name
+            raise ctx.refuse(
+                f"{vloc}.{kind}" if kind else vloc,
+                f"{what} volumes are not mounted here: put the files in the cluster share "
+                f"(`pasture data push ./{base} {base}`) and write the volume as "
+                f"persistentVolumeClaim: {{claimName: {base}}} (the share directory of that "
+                f"name is mounted at {path})",
+                name,
+            )
+    return out
 
 
 _GPU_KEYS = ("nvidia.com/gpu",)
@@ -341,10 +613,19 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         c,
         loc,
-        honoured={"name", "image", "command", "args", "workingDir", "env", "ports", "resources"},
+        honoured={
+            "name",
+            "image",
+            "command",
+            "args",
+            "workingDir",
+            "env",
+            "ports",
+            "resources",
+            "volumeMounts",
+        },
         ignored=_CONTAINER_IGNORED,
         refused={
-            "volumeMounts": "Kubernetes volumes are not mounted; put data in the cluster share",
             "envFrom": "ConfigMaps and Secrets are not read; give env values",
             "securityContext": "tasks run with the executor's fixed security settings",
             "lifecycle": "container lifecycle hooks are not run",
