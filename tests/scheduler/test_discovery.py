@@ -1,6 +1,6 @@
 from scheduler.discovery import (
-    local_volcano_paths,
     env_name,
+    local_volcano_paths,
     main_port,
     mpi_hostfile,
     port_names,

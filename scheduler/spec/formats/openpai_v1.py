@@ -80,7 +80,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
             "authFile",
             "private registry credentials are not read here: make the image available to "
             f"the nodes with `pasture image push {doc.get('image') or 'IMAGE'}` and drop "
-            "authFile (or set it to \"\")",
+            'authFile (or set it to "")',
             auth,
         )
     gpu_type = doc.get("gpuType")

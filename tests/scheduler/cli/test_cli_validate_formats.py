@@ -39,7 +39,9 @@ def test_volcano_and_maro_schedules_validate_with_their_warnings(cli):
     r = cli("job", "validate", str(CORPUS / "volcano" / "mpi-example.yaml"))
     assert r.exit_code == 0, r.output
     assert "valid (volcano)" in r.output and "warning: Volcano field" in r.output
-    r = cli("job", "validate", str(CORPUS / "maro" / "grass_azure_start_schedule.yml"), "-o", "name")
+    r = cli(
+        "job", "validate", str(CORPUS / "maro" / "grass_azure_start_schedule.yml"), "-o", "name"
+    )
     assert r.exit_code == 0, r.output
     assert len(r.output.split()) > 1  # one job per schedule name
 
