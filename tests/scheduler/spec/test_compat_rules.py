@@ -169,7 +169,10 @@ def test_volcano_event_forms(events):
 
 
 def test_volcano_duplicate_event_rules_are_refused_as_its_webhook_does():
-    dup = "{event: TaskCompleted, action: CompleteJob}\n        - {event: TaskCompleted, action: RestartJob}"
+    dup = (
+        "{event: TaskCompleted, action: CompleteJob}\n"
+        "        - {event: TaskCompleted, action: RestartJob}"
+    )
     error = _error(MPI.replace("{event: TaskCompleted, action: CompleteJob}", dup))
     assert error["loc"] == "spec.tasks[0].policies[1].event" and "already handled" in error["msg"]
     star = "{event: '*', action: RestartJob}\n        - {event: PodFailed, action: AbortJob}"
