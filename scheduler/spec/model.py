@@ -433,10 +433,15 @@ class JobSpec(_Model):
             )
         if self.min_available is not None:
             floor = sum(r.min_available or 0 for r in self.roles.values())
-            if not floor <= self.min_available <= self.task_count():
+            if self.min_available > self.task_count():
                 raise ValueError(
-                    f"min_available: {self.min_available} must be between the roles' "
-                    f"min_available sum ({floor}) and the job's tasks ({self.task_count()})"
+                    f"min_available: {self.min_available} exceeds the job's "
+                    f"{self.task_count()} tasks: write at most {self.task_count()}"
+                )
+            if self.min_available < floor:
+                raise ValueError(
+                    f"min_available: {self.min_available} is below the roles' own minima "
+                    f"({floor} in all): write at least {floor}"
                 )
         return self
 

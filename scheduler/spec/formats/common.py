@@ -143,7 +143,7 @@ def is_hdfs(path: str) -> bool:
     return bool(_HDFS.match(path.strip()))
 
 
-def code_dir(value: object, ctx: Context, loc: str) -> str:
+def code_dir(value: object, ctx: Context, loc: str, job: str = "") -> str:
     """A ``codeDir``: a directory of the cluster share (as given to ``pasture data push``),
     copied into each task's working directory as ``./code``. Refuses HDFS and URLs, saying
     what to push and what to write with the file's own directory name
@@ -153,9 +153,12 @@ def code_dir(value: object, ctx: Context, loc: str) -> str:
     path = value.strip()
     if is_hdfs(path) or "://" in path:
         base = push_name(path)
+        # OpenPAI's examples end in .../<project>/code: name the share directory after
+        # the job then, not code/code
+        remote = f"code/{job}" if base == "code" and job else f"code/{base}"
         how = (
-            f"push the code with `pasture data push ./{base} code/{base}` and set "
-            f"{loc} to code/{base} (a path inside the share)"
+            f"push the code with `pasture data push ./{base} {remote}` and set "
+            f"{loc} to {remote} (a path inside the share)"
         )
         if is_hdfs(path):
             raise ctx.refuse(loc, f"pasture has the cluster share, not HDFS: {how}", value)

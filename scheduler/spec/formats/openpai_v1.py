@@ -134,7 +134,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
         spec["retry"] = {"max_attempts": retries + 1}
     env = {str(k): str(v) for k, v in ctx.mapping(doc.get("jobEnvs"), "jobEnvs").items()}
     if doc.get("codeDir"):
-        spec["code_dir"] = code_dir(doc["codeDir"], ctx, "codeDir")
+        spec["code_dir"] = code_dir(doc["codeDir"], ctx, "codeDir", spec["name"])
     for key, var in (("dataDir", "PAI_DATA_DIR"), ("outputDir", "PAI_OUTPUT_DIR")):
         value = doc.get(key)
         if value:

@@ -44,8 +44,11 @@ def extras(extras: dict, ctx: Context) -> dict[str, Any]:
                     honoured={"skuType", "gpuType"},
                     ignored={"skuNum": "HiveD SKU count; resourcePerInstance is what is requested"},
                     refused={
-                        "affinityGroupName": "HiveD affinity groups are not supported; "
-                        "pasture places a job's tasks as one gang"
+                        "affinityGroupName": "HiveD affinity groups are not supported: drop "
+                        "affinityGroupName (pasture places a job's tasks as one gang)",
+                        "pinnedCellId": "HiveD pinned cells are not known here: drop "
+                        "pinnedCellId (to keep the role on given nodes, label them and use "
+                        "a pasture spec's node_selector)",
                     },
                 )
                 model = r.get("skuType") or r.get("gpuType")

@@ -61,6 +61,12 @@ _POD_IGNORED = {
     "hostNetwork": "tasks use the node's network here",
     "serviceAccountName": "no Kubernetes API access from tasks",
     "automountServiceAccountToken": "no Kubernetes API access from tasks",
+    "imagePullPolicy": "a container field (Kubernetes drops it here); images are pulled when "
+    "absent",
+    "priorityClassName": "the job's priority is spec.priorityClassName",
+    "hostname": "tasks are reached by address and ssh alias here",
+    "subdomain": "tasks are reached by address and ssh alias here",
+    "enableServiceLinks": "no Kubernetes services here",
 }
 _CONTAINER_IGNORED = {
     "imagePullPolicy": "images are pulled when absent",
@@ -76,14 +82,21 @@ _CONTAINER_IGNORED = {
 def is_volcano(doc: dict) -> bool:
     """A Volcano Job: ``apiVersion: batch.volcano.sh/...`` and ``kind: Job``."""
     return (
-        str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/") and doc.get("kind") == "Job"
+        str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/")
+        and str(doc.get("kind", "")).lower() == "job"
     )
 
 
 def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     """Volcano Job -> pasture spec dict. Raises TranslateError naming the Volcano field."""
     if doc.get("apiVersion") != API_VERSION:
-        raise ctx.refuse("apiVersion", f"expected {API_VERSION}", doc.get("apiVersion"))
+        raise ctx.refuse(
+            "apiVersion",
+            f"expected {API_VERSION} (write apiVersion: {API_VERSION})",
+            doc.get("apiVersion"),
+        )
+    if doc.get("kind") != "Job":  # Volcano's own TTL guide writes `kind: job`
+        ctx.warn("kind", "read as Job (Kubernetes kinds are case-sensitive: write Job)")
     ctx.check_fields(
         doc,
         "",
@@ -340,9 +353,17 @@ def _flags(args: list, loc: str, known: dict[str, str], ctx: Context) -> dict[st
 
 def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
     roles = list(out["roles"])
+    known = ("env", "svc", "ssh", "mpi", "pytorch", "ray")
     for name, args in plugins.items():
         loc = f"spec.plugins.{name}"
-        args = ctx.sequence(args, loc)
+        if name not in known:
+            raise ctx.refuse(
+                loc,
+                "only the env, svc, ssh, mpi and pytorch plugins are known here; drop it "
+                "(and give what it would set in the tasks' env or commands)",
+                name,
+            )
+        args = [] if args == {} else ctx.sequence(args, loc)
         if name in ("env", "svc"):
             if args:
                 ctx.warn(loc, f"plugin arguments {args} have no meaning here")
@@ -647,21 +668,25 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
     if c.get("image"):
         role["image"] = str(c["image"])
     env: dict[str, str] = {}
+    exports: list[str] = []
     for j, e in enumerate(ctx.sequence(c.get("env"), f"{loc}.env")):
         eloc = f"{loc}.env[{j}]"
         e = ctx.mapping(e, eloc)
-        ctx.check_fields(
-            e,
-            eloc,
-            honoured={"name", "value"},
-            refused={
-                "valueFrom": "references to ConfigMaps, Secrets or fields are not "
-                "resolved; give a value"
-            },
-        )
+        ctx.check_fields(e, eloc, honoured={"name", "value", "valueFrom"})
+        if e.get("valueFrom") is not None:
+            exports.append(_field_ref(str(e.get("name")), e["valueFrom"], f"{eloc}.valueFrom", ctx))
+            continue
         env[str(e.get("name"))] = "" if e.get("value") is None else str(e["value"])
     if env:
         role["env"] = env
+    if exports and "command" in role:
+        role["command"] = "; ".join(exports) + "\n" + role["command"]
+    elif exports:
+        raise ctx.refuse(
+            f"{loc}.env",
+            "valueFrom needs a command to set it before (this container runs its image's "
+            "ENTRYPOINT): give the container a command",
+        )
     ports = []
     for j, p in enumerate(ctx.sequence(c.get("ports"), f"{loc}.ports")):
         p = ctx.mapping(p, f"{loc}.ports[{j}]")
@@ -678,6 +703,38 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
     if ports:
         role["ports"] = ports
     return role
+
+
+_FIELD_REFS = {
+    "status.podIP": '"$PASTURE_TASK_HOST"',
+    "status.hostIP": '"$PASTURE_TASK_HOST"',
+    "metadata.name": '"$PASTURE_JOB_NAME-$PASTURE_TASK_ROLE-$PASTURE_TASK_INDEX"',
+    "spec.nodeName": '"$(hostname)"',
+    "metadata.namespace": "default",
+}
+"""Kubernetes downward-API fields (``valueFrom.fieldRef.fieldPath``) and what gives them
+here: the task's address (pod and host share the node's network), Volcano's pod name
+``<job>-<task>-<i>``, the node's name; the namespace is ``default``."""
+
+
+def _field_ref(name: str, value: object, loc: str, ctx: Context) -> str:
+    """An env ``valueFrom`` as a shell ``export`` run before the command: downward-API
+    ``fieldRef`` fields of :data:`_FIELD_REFS`; ConfigMap / Secret / resource references
+    are refused with what to write instead."""
+    ref = ctx.mapping(value, loc)
+    field = ctx.mapping(ref.get("fieldRef"), f"{loc}.fieldRef")
+    path = field.get("fieldPath")
+    if set(ref) != {"fieldRef"} or path not in _FIELD_REFS:
+        what = path if set(ref) == {"fieldRef"} else ", ".join(sorted(map(str, ref)))
+        raise ctx.refuse(
+            loc,
+            f"{what} is not resolved here (known: fieldRef {sorted(_FIELD_REFS)}); write "
+            f"value: <the value> for {name} (a secret: a pasture spec's secrets)",
+            what,
+        )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ctx.refuse(f"{loc}", f"{name!r} is not an environment variable name", name)
+    return f"export {name}={_FIELD_REFS[str(path)]}"
 
 
 def _command_line(argv: list[str], workdir: object, loc: str, ctx: Context) -> str:
@@ -700,10 +757,13 @@ def _resources(value: object, loc: str, ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part, values in (("requests", requests), ("limits", limits)):
         for key in values:
-            if key not in ("cpu", "memory", *_GPU_KEYS):
+            if key == "ephemeral-storage":
+                ctx.warn(f"{loc}.{part}.{key}", "local disk is not reserved per task here")
+            elif key not in ("cpu", "memory", *_GPU_KEYS):
                 raise ctx.refuse(
                     f"{loc}.{part}.{key}",
-                    "only cpu, memory and nvidia.com/gpu are known here",
+                    "only cpu, memory and nvidia.com/gpu are known here: drop it, or ask "
+                    "for whole GPUs with nvidia.com/gpu",
                     values[key],
                 )
     for key in ("cpu", "memory"):
