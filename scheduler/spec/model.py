@@ -210,7 +210,7 @@ class RoleSpec(_Model):
     @classmethod
     def _command_or_entrypoint(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None:
-            check_text(v, "command")
+            check_text(v, "")
         entrypoint = info.data.get("entrypoint", False)
         if entrypoint and v is not None:
             raise ValueError(

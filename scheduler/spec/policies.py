@@ -50,8 +50,9 @@ def check_text(value: str, what: str) -> str:
     the first one and its offset. Raises ValueError."""
     m = _CONTROL.search(value)
     if m:
+        where = f"{what}: " if what else ""
         raise ValueError(
-            f"{what}: control character {m.group()!r} at offset {m.start()}; only tab, "
+            f"{where}control character {m.group()!r} at offset {m.start()}; only tab, "
             "newline and carriage return may appear (NUL can never be passed to a process)"
         )
     return value
