@@ -101,7 +101,7 @@ def _loc(parts: tuple) -> str:
 _PATH_MSG = re.compile(r"^([a-z_]+(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])*): (.*)$", re.DOTALL)
 
 
-def _validate(doc: dict, translation: Translation | None) -> JobSpec:
+def _validate(doc: dict, translation: tuple[Translation, int] | None) -> JobSpec:
     """Validate one spec dict. For a translated document each error names the SOURCE
     field the user wrote (``taskRoles.worker``, ``spec.tasks[1].replicas``): the longest
     recorded origin of the pasture path (:meth:`Context.origin`), the pasture path kept in
@@ -120,8 +120,8 @@ def _validate(doc: dict, translation: Translation | None) -> JobSpec:
             if m:  # a model-level check names its field first: "roles.w.depends_on: ..."
                 loc, msg = m.group(1), m.group(2)
             if translation is not None:
-                source = source_loc(loc, translation.origins)
-                fmt = FORMATS[translation.fmt]
+                source = source_loc(loc, translation[0].origins_of(translation[1]))
+                fmt = FORMATS[translation[0].fmt]
                 if source is not None:
                     msg = f"{fmt} field {source}: {msg} (checked as pasture's {loc or 'job'})"
                     loc = source
@@ -157,12 +157,12 @@ def parse_job(
         ) from exc
     prefix = "" if result.fmt == "pasture" else "(translated) "
     specs, secrets = [], {}
-    for d in result.documents:
+    for i, d in enumerate(result.documents):
         if result.fmt == "pasture":
             refuse_pasture_refs(d)
         d, values = split_secrets(d, prefix, require_values=require_secret_values)
         secrets.update(values)
-        specs.append(_validate(d, None if result.fmt == "pasture" else result))
+        specs.append(_validate(d, None if result.fmt == "pasture" else (result, i)))
     return ParsedJob(result.fmt, specs, result.warnings, secrets)
 
 

@@ -40,6 +40,12 @@ class Translation:
     warnings: list[str] = field(default_factory=list)
     origins: dict[str, str] = field(default_factory=dict)
     """translated pasture path -> the source field it came from (Context.origin)."""
+    doc_origins: list[dict[str, str]] | None = None
+    """per document, when the documents came from different source objects (a List)."""
+
+    def origins_of(self, index: int) -> dict[str, str]:
+        """The origins of document ``index``."""
+        return self.doc_origins[index] if self.doc_origins is not None else self.origins
 
 
 def detect(doc: dict) -> str:
@@ -50,6 +56,8 @@ def detect(doc: dict) -> str:
     if "apiVersion" in doc or "kind" in doc:
         if volcano.is_volcano(doc):
             return "volcano"
+        if volcano.is_list(doc):
+            return "volcano-list"
         raise TranslateError(
             "",
             f"{NOT_A_JOB}: apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r} "
@@ -89,6 +97,9 @@ def translate(doc: dict, fmt: str | None = None) -> Translation:
         TranslateError: not a known format, or a field that cannot be honoured.
     """
     fmt = fmt or detect(doc)
+    if fmt == "volcano-list":
+        docs, warnings, origins = volcano.translate_list(doc)
+        return Translation("volcano", docs, warnings, doc_origins=origins)
     if fmt not in FORMATS:
         raise TranslateError("", f"unknown format {fmt!r}; expected one of {list(FORMATS)}", fmt)
     ctx = Context(FORMATS[fmt])

@@ -31,7 +31,7 @@ import secrets
 import shlex
 from typing import Any
 
-from scheduler.spec.formats.common import Context, as_int, job_name
+from scheduler.spec.formats.common import Context, TranslateError, as_int, job_name
 
 FORMAT = "Volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -85,6 +85,60 @@ def is_volcano(doc: dict) -> bool:
         str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/")
         and str(doc.get("kind", "")).lower() == "job"
     )
+
+
+def is_list(doc: dict) -> bool:
+    """A Kubernetes ``kind: List`` (``apiVersion: v1``, ``items``), which is also how
+    several ``---``-separated manifests in one file are read (spec/bounded.py)."""
+    return doc.get("kind") == "List" and isinstance(doc.get("items"), list)
+
+
+def translate_list(doc: dict) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
+    """A List of Volcano Jobs (or a file of several Job manifests) -> one pasture spec per
+    Job (stored together, as ``kubectl apply -f`` creates them), the warnings, and each
+    spec's origins. Field paths carry ``items[i].`` (document i + 1 of the file). Another
+    kind of object (a Queue, a PodGroup...) is refused: pasture's VCs are the cluster's,
+    set by its admin.
+
+    Raises:
+        TranslateError: an item that is not a Volcano Job, or a field of one refused.
+    """
+    items = doc["items"]
+    if not items:
+        raise TranslateError("items", f"{FORMAT} field items: expected at least one Job")
+    specs, warnings, origins = [], [], []
+    for i, item in enumerate(items):
+        where = f"items[{i}]"
+        if not isinstance(item, dict) or not is_volcano(item):
+            kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+            how = (
+                "a Queue's counterpart is a virtual cluster, which the cluster's admin "
+                "configures (docs/operations.md); remove the document"
+                if kind == "Queue"
+                else "remove the document (only Volcano Jobs are submitted here)"
+            )
+            raise TranslateError(
+                f"{where}.kind",
+                f"{FORMAT} field {where}.kind (document {i + 1} of the file): {kind} is not a "
+                f"{API_VERSION} Job; {how}",
+                kind,
+            )
+        ctx = Context(FORMAT)
+        try:
+            spec = translate(item, ctx)
+        except TranslateError as exc:
+            loc = f"{where}.{exc.loc}" if exc.loc else where
+            message = exc.message.replace(f"{FORMAT} field {exc.loc}", f"{FORMAT} field {loc}", 1)
+            raise TranslateError(loc, message, exc.given) from None
+        specs.append(spec)
+        warnings += [
+            w.replace(f"{FORMAT} field ", f"{FORMAT} field {where}.", 1) for w in ctx.warnings
+        ]
+        origins.append({k: f"{where}.{v}" for k, v in ctx.origins.items()})
+    names = [s["name"] for s in specs]
+    if len(set(names)) != len(names):
+        raise TranslateError("items", f"{FORMAT} field items: two Jobs named alike: {names}", names)
+    return specs, warnings, origins
 
 
 def translate(doc: dict, ctx: Context) -> dict[str, Any]:

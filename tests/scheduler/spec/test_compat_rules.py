@@ -232,3 +232,18 @@ def test_maro_project_root_is_the_share_and_host_container_targets_mount_it():
     assert roles["learner"].command == "python \"${PASTURE_SHARE_DIR}\"'/my data/learner.py'"
     assert [m.target for m in parsed.spec.mounts] == ["/data"]
     assert any("pasture data push /home/admin/data ." in w for w in parsed.warnings)
+
+
+def test_several_job_manifests_are_several_jobs_and_other_kinds_refused_by_document():
+    job = MPI.strip()
+    parsed = load_job(job + "\n---\n" + job.replace("lm-mpi-job", "second"))
+    assert [s.name for s in parsed.specs] == ["lm-mpi-job", "second"]
+    assert parsed.specs[1].mpi_host is not None
+    queue = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\n"
+    error = _error(queue + "---\n" + job)
+    assert error["loc"] == "items[0].kind" and "virtual cluster" in error["msg"]
+    bad = job.replace("replicas: 2", "replicas: 20000")
+    error = _error(job.replace("lm-mpi-job", "first") + "\n---\n" + bad)
+    assert error["loc"] == "items[1].spec.tasks[1].replicas"
+    with pytest.raises(SpecError):  # two non-Kubernetes documents stay refused
+        load_job("name: a\nroles: {a: {command: t}}\n---\nname: b\nroles: {a: {command: t}}\n")
