@@ -52,6 +52,23 @@ _ACTIONS = {
     "TerminateJob": "terminate_job",
 }
 _PRIORITIES = ("opportunistic", "low", "normal", "high", "critical")
+_C = "template.spec.containers[0]"
+_ROLE_ORIGINS = {
+    "replicas": "replicas",
+    "min_available": "minAvailable",
+    "max_task_retries": "maxRetry",
+    "depends_on": "dependsOn.name",
+    "node_selector": "template.spec.nodeSelector",
+    "shm": "template.spec.volumes",
+    "command": f"{_C}.command",
+    "args": f"{_C}.args",
+    "working_dir": f"{_C}.workingDir",
+    "image": f"{_C}.image",
+    "env": f"{_C}.env",
+    "ports": f"{_C}.ports",
+    "resources": f"{_C}.resources",
+}
+"""Where each translated role field of a task came from (errors name it)."""
 _K8S_META = "Kubernetes object metadata; no meaning here"
 _POD_IGNORED = {
     "schedulerName": "pasture schedules every task",
@@ -212,27 +229,8 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
         raise ctx.refuse("spec.tasks", "expected at least one task")
     for i, task in enumerate(tasks):
         loc = f"spec.tasks[{i}]"
-        cloc = f"{loc}.template.spec.containers[0]"
-        ctx.origins_under(
-            f"roles.{task.get('name') if isinstance(task, dict) else i}",
-            loc,
-            {
-                "replicas": "replicas",
-                "min_available": "minAvailable",
-                "max_task_retries": "maxRetry",
-                "depends_on": "dependsOn.name",
-                "node_selector": "template.spec.nodeSelector",
-                "shm": "template.spec.volumes",
-                "command": "template.spec.containers[0].command",
-                "args": "template.spec.containers[0].args",
-                "working_dir": "template.spec.containers[0].workingDir",
-                "image": "template.spec.containers[0].image",
-                "env": "template.spec.containers[0].env",
-                "ports": "template.spec.containers[0].ports",
-                "resources": "template.spec.containers[0].resources",
-            },
-        )
-        del cloc
+        name_ = task.get("name") if isinstance(task, dict) else i
+        ctx.origins_under(f"roles.{name_}", loc, _ROLE_ORIGINS)
         name, role, task_rules, task_mounts = _task(ctx.mapping(task, loc), loc, ctx, spec)
         if name in out["roles"]:
             raise ctx.refuse(f"{loc}.name", f"duplicate task name {name!r}", name)
@@ -446,7 +444,9 @@ def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
             flags = _flags(
                 args, loc, {"master": "master", "worker": "worker", "port": "23456"}, ctx
             )
-            _plugin_roles(flags, roles, loc, "MASTER_ADDR is the first task's", ctx)
+            for which in ("master", "worker"):
+                if flags[which] not in roles:
+                    ctx.warn(loc, f"--{which}={flags[which]} names no task of this job")
             # Volcano's pytorch plugin: RANK 0 is the master's task, workers follow; here
             # ranks follow the roles' order, so the master and worker tasks go first.
             first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
