@@ -38,6 +38,7 @@ from scheduler.services.records import spec_gpus
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobSubmitOut
+    from scheduler.spec import ParsedJob
 
 NameOpt = typer.Option(None, "--name", help="job name instead of the spec's")
 VcOpt = typer.Option(None, "--vc", help="virtual cluster instead of the spec's")
@@ -151,7 +152,7 @@ def print_problems(source: str, problems: list[dict]) -> None:
     err_console.print(table)
 
 
-def read_job(path: Path):  # noqa: ANN201 - scheduler.spec.ParsedJob (imported lazily)
+def read_job(path: Path) -> ParsedJob:
     """``path`` parsed exactly as ``job submit`` sends it and the API reads it: a ``.json``
     file as JSON (with comments and trailing commas read as JSON5, as OpenPAI's v1 submit
     page does), anything else as YAML; every format; the same checks and messages.

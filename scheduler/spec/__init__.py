@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -101,7 +102,7 @@ def _loc(parts: tuple) -> str:
 _PATH_MSG = re.compile(r"^([a-z_]+(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])*): (.*)$", re.DOTALL)
 
 
-def _validate(doc: dict, translation: tuple[Translation, int] | None) -> JobSpec:
+def _validate(doc: dict[str, Any], translation: tuple[Translation, int] | None) -> JobSpec:
     """Validate one spec dict. For a translated document each error names the SOURCE
     field the user wrote (``taskRoles.worker``, ``spec.tasks[1].replicas``): the longest
     recorded origin of the pasture path (:meth:`Context.origin`), the pasture path kept in

@@ -104,13 +104,15 @@ def is_volcano(doc: dict) -> bool:
     )
 
 
-def is_list(doc: dict) -> bool:
+def is_list(doc: dict[str, Any]) -> bool:
     """A Kubernetes ``kind: List`` (``apiVersion: v1``, ``items``), which is also how
     several ``---``-separated manifests in one file are read (spec/bounded.py)."""
     return doc.get("kind") == "List" and isinstance(doc.get("items"), list)
 
 
-def translate_list(doc: dict) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
+def translate_list(
+    doc: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
     """A List of Volcano Jobs (or a file of several Job manifests) -> one pasture spec per
     Job (stored together, as ``kubectl apply -f`` creates them), the warnings, and each
     spec's origins. Field paths carry ``items[i].`` (document i + 1 of the file). Another
@@ -344,7 +346,7 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
     return rules
 
 
-def _name(meta: dict, ctx: Context) -> str:
+def _name(meta: dict[str, Any], ctx: Context) -> str:
     """``metadata.name``, else a name made from ``metadata.generateName`` as Kubernetes
     does (the prefix as written and 5 random characters; a warning gives the name)."""
     if meta.get("name") is not None or not meta.get("generateName"):
@@ -379,7 +381,7 @@ distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Se
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)(?:=(.*))?$")
 
 
-def _flags(args: list, loc: str, known: dict[str, str], ctx: Context) -> dict[str, str]:
+def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> dict[str, str]:
     """A plugin's arguments parsed as Go's ``flag`` package does (``--name=value``,
     ``-name=value``, ``--name value``) into ``known`` (name -> default). Volcano logs and
     ignores a flag it does not know; here that is refused, naming the plugin's flags."""
@@ -470,7 +472,9 @@ def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
             )
 
 
-def _plugin_roles(flags: dict, roles: list[str], loc: str, none: str, ctx: Context) -> None:
+def _plugin_roles(
+    flags: dict[str, str], roles: list[str], loc: str, none: str, ctx: Context
+) -> None:
     """Refuse a plugin whose --worker names no task (Volcano's controller would index a
     task that is not there); warn when --master names none."""
     if flags["worker"] not in roles and flags["master"] in roles:
@@ -485,8 +489,8 @@ def _plugin_roles(flags: dict, roles: list[str], loc: str, none: str, ctx: Conte
 
 
 def _task(
-    task: dict, loc: str, ctx: Context, spec: dict
-) -> tuple[str, dict[str, Any], list, list[dict[str, str]]]:
+    task: dict[str, Any], loc: str, ctx: Context, spec: dict[str, Any]
+) -> tuple[str, dict[str, Any], list[dict[str, Any]], list[dict[str, str]]]:
     ctx.check_fields(
         task,
         loc,
@@ -614,8 +618,8 @@ def _pod_volumes(
     """A pod's ``volumes`` with the container's ``volumeMounts``, as Kubernetes means them:
     ``persistentVolumeClaim`` -> the share directory named like the claim, mounted at the
     mountPath (a warning says so); ``emptyDir`` with ``medium: Memory`` at ``/dev/shm`` ->
-    the role's ``shm`` (its ``sizeLimit``, else 64Mi... as Docker's default is too small
-    for what such a volume is for: 1Gi); any other ``emptyDir`` -> the task's own
+    the role's ``shm`` (its ``sizeLimit``, else 1Gi: such a volume is there because
+    Docker's 64Mi default is too small); any other ``emptyDir`` -> the task's own
     filesystem (a warning). ``hostPath``, ``configMap``, ``secret`` and the rest are
     refused, saying what to write instead with the file's own names."""
     by_name: dict[str, tuple[str, dict]] = {}
