@@ -503,7 +503,7 @@ def _task(
             "dependsOn",
             "template",
         },
-        refused={"topologyPolicy": "NUMA topology policies are not supported"},
+        refused={"topologyPolicy": "NUMA topology policies are not supported: drop topologyPolicy"},
     )
     name = task.get("name")
     if not isinstance(name, str) or not name:
@@ -520,17 +520,22 @@ def _task(
         refused={
             "initContainers": "init containers are not run; put the commands before the "
             "container's command",
-            "affinity": "Kubernetes affinity is not supported; use nodeSelector",
-            "tolerations": "taints and tolerations are not supported; use nodeSelector",
-            "securityContext": "tasks run with the executor's fixed security settings",
-            "hostIPC": "not supported",
-            "hostPID": "not supported",
+            "affinity": "Kubernetes affinity is not supported: drop affinity and give "
+            "nodeSelector labels instead",
+            "tolerations": "taints and tolerations are not supported: drop tolerations "
+            "(nodeSelector chooses nodes here)",
+            "securityContext": "tasks run with the executor's fixed security settings: drop "
+            "securityContext",
+            "hostIPC": "not supported: drop hostIPC (tasks of a node share /dev/shm through shm)",
+            "hostPID": "not supported: drop hostPID",
         },
     )
     containers = ctx.sequence(pod.get("containers"), f"{ploc}.containers")
     if len(containers) != 1:
         raise ctx.refuse(
-            f"{ploc}.containers", f"exactly one container per task here, got {len(containers)}"
+            f"{ploc}.containers",
+            f"exactly one container per task here, got {len(containers)}: run the others' "
+            "commands in the first container's command (or as their own task) and drop them",
         )
     cloc = f"{ploc}.containers[0]"
     container = ctx.mapping(containers[0], cloc)
@@ -547,7 +552,8 @@ def _task(
     if restart == "Always":
         raise ctx.refuse(
             f"{ploc}.restartPolicy",
-            "Always (a service that never ends) is not a batch task here",
+            "Always (a service that never ends) is not a batch task here: write OnFailure "
+            "(restarted after a failure) or Never",
             restart,
         )
     if restart == "OnFailure" and "max_task_retries" not in role:
@@ -706,8 +712,10 @@ def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
         ignored=_CONTAINER_IGNORED,
         refused={
             "envFrom": "ConfigMaps and Secrets are not read; give env values",
-            "securityContext": "tasks run with the executor's fixed security settings",
-            "lifecycle": "container lifecycle hooks are not run",
+            "securityContext": "tasks run with the executor's fixed security settings: drop "
+            "securityContext",
+            "lifecycle": "container lifecycle hooks are not run: put postStart commands before the "
+            "command and drop lifecycle",
         },
     )
     argv = [str(a) for a in ctx.sequence(c.get("command"), f"{loc}.command")]
