@@ -415,7 +415,7 @@ def _role(
         extra,
         f"{loc}.extraContainerOptions",
         honoured={"shmMB"},
-        refused={"infiniband": "InfiniBand devices are not passed to tasks here"},
+        refused={"infiniband": "InfiniBand devices are not passed to tasks here: drop infiniband"},
     )
     if extra.get("shmMB") is not None:
         role["shm"] = (

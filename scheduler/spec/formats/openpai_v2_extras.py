@@ -100,11 +100,17 @@ def extras(extras: dict, ctx: Context) -> dict[str, Any]:
                     raise ctx.refuse(
                         f"{ploc}.plugin",
                         "only the ssh, teamwise_storage and tensorboard runtime plugins are "
-                        "known here",
+                        "known here: drop this one (and do what it did in the commands)",
                         name,
                     )
         elif key in ("submitFrom", "jobStatusChangeNotification", "virtualGroup"):
             ctx.warn(loc, "OpenPAI web portal / notification data; no meaning here")
         else:
-            raise ctx.refuse(loc, "unknown extras field", value)
+            raise ctx.refuse(
+                loc,
+                "unknown extras field (known: gangAllocation, hivedScheduler, "
+                "com.microsoft.pai.runtimeplugin, submitFrom, jobStatusChangeNotification, "
+                "virtualGroup): drop it",
+                value,
+            )
     return out
