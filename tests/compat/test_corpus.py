@@ -12,6 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from scheduler.core.failure import invalid_job
 from scheduler.spec import SpecError, load_document, load_job, parse_job
 
 HERE = Path(__file__).parent
@@ -66,6 +67,8 @@ def test_corpus_file(entry: dict) -> None:
         _check(parsed.specs, entry.get("checks", {}))
         for field in entry.get("warned", []):
             assert any(field in w for w in parsed.warnings), (field, parsed.warnings)
+        for spec in parsed.specs:  # nothing accepted that the loop would call invalid
+            assert invalid_job(spec.to_core()) is None, spec.name
         return
     with pytest.raises(SpecError) as info:
         _load(entry)
