@@ -477,19 +477,21 @@ class JobSpec(_Model):
 
         Without a job-wide ``min_available`` these are the roles' own. With one (Volcano's
         ``spec.minAvailable``: the job starts once that many of its tasks, of any roles, can
-        run), it is spread over the roles in declaration order: each role first gets its own
-        minimum (or 1 task, while the budget lasts), then the remainder fills roles up to
-        their replicas. This is one of the task sets Volcano would accept; the job starts
-        when that set fits, and the remaining replicas start as room frees up
-        (scheduler/core/grow.py)."""
+        run), it is spread over the roles: each role first gets its own minimum, then each
+        role without one gets 1 task in declaration order while the count lasts (a role
+        may get 0: none of its tasks is in the gang), then the remainder fills roles up to
+        their replicas in declaration order. This is one of the task sets Volcano would
+        accept; the job starts when that set fits, and the remaining replicas start as room
+        frees up (scheduler/core/grow.py)."""
         if self.min_available is None:
             return {name: r.min_available for name, r in self.roles.items()}
-        budget = self.min_available
-        out: dict[str, int] = {}
-        for name, r in self.roles.items():
-            take = min(r.min_available or 1, budget)
-            out[name] = take
-            budget -= take
+        budget = self.min_available  # >= the roles' own minima (validated)
+        out = {name: r.min_available or 0 for name, r in self.roles.items()}
+        budget -= sum(out.values())
+        for name, r in self.roles.items():  # then one task of each other role, in order
+            if r.min_available is None and budget > 0:
+                out[name] = 1
+                budget -= 1
         for name, r in self.roles.items():
             extra = min(r.replicas - out[name], budget)
             out[name] += extra

@@ -247,3 +247,34 @@ def test_several_job_manifests_are_several_jobs_and_other_kinds_refused_by_docum
     assert error["loc"] == "items[1].spec.tasks[1].replicas"
     with pytest.raises(SpecError):  # two non-Kubernetes documents stay refused
         load_job("name: a\nroles: {a: {command: t}}\n---\nname: b\nroles: {a: {command: t}}\n")
+
+
+def test_every_split_of_a_job_wide_min_available_is_a_valid_gang():
+    """Volcano's spec.minAvailable is a count of tasks over all of them: for every role
+    layout (up to 3 roles of 1..3 replicas, each with or without its own minimum) and every
+    allowed job-wide count, the roles' minima sum to the count, each within 0..replicas,
+    and the core accepts the job."""
+    import itertools
+
+    layouts = [
+        list(zip(reps, mins, strict=True))
+        for n in (1, 2, 3)
+        for reps in itertools.product((1, 2, 3), repeat=n)
+        for mins in itertools.product(*[(None, *range(1, r + 1)) for r in reps])
+    ]
+    checked = 0
+    for layout in layouts:
+        roles = {
+            f"r{i}": {"command": "t", "replicas": r, **({"min_available": m} if m else {})}
+            for i, (r, m) in enumerate(layout)
+        }
+        floor = max(1, sum(m or 0 for _, m in layout))
+        for count in range(floor, sum(r for r, _ in layout) + 1):
+            spec = parse_job({"name": "x", "min_available": count, "roles": roles}).spec
+            minima = spec.role_minima()
+            assert sum(minima.values()) == count
+            for (r, m), got in zip(layout, minima.values(), strict=True):
+                assert (m or 0) <= got <= r
+            assert invalid_job(spec.to_core()) is None
+            checked += 1
+    assert checked > 500
