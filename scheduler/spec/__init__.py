@@ -95,7 +95,7 @@ class ParsedJob:
         return self.specs[0]
 
 
-def _loc(parts: tuple) -> str:
+def _loc(parts: tuple[object, ...]) -> str:
     return ".".join(str(p) for p in parts)
 
 

@@ -48,7 +48,7 @@ class Translation:
         return self.doc_origins[index] if self.doc_origins is not None else self.origins
 
 
-def detect(doc: dict) -> str:
+def detect(doc: dict[str, Any]) -> str:
     """The format key of a parsed document. Raises TranslateError (loc '') when it is none
     of them, saying what was looked for."""
     if "roles" in doc and "taskRoles" not in doc:
@@ -89,7 +89,7 @@ def detect(doc: dict) -> str:
     )
 
 
-def translate(doc: dict, fmt: str | None = None) -> Translation:
+def translate(doc: dict[str, Any], fmt: str | None = None) -> Translation:
     """Translate a parsed document (format auto-detected unless ``fmt`` is one of
     :data:`FORMATS`' keys). A pasture document passes through unchanged.
 

@@ -96,7 +96,7 @@ _CONTAINER_IGNORED = {
 }
 
 
-def is_volcano(doc: dict) -> bool:
+def is_volcano(doc: dict[str, Any]) -> bool:
     """A Volcano Job: ``apiVersion: batch.volcano.sh/...`` and ``kind: Job``."""
     return (
         str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/")
@@ -160,7 +160,7 @@ def translate_list(
     return specs, warnings, origins
 
 
-def translate(doc: dict, ctx: Context) -> dict[str, Any]:
+def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Volcano Job -> pasture spec dict. Raises TranslateError naming the Volcano field."""
     if doc.get("apiVersion") != API_VERSION:
         raise ctx.refuse(
@@ -405,7 +405,7 @@ def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> di
     return out
 
 
-def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
+def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None:
     roles = list(out["roles"])
     known = ("env", "svc", "ssh", "mpi", "pytorch", "ray")
     for name, args in plugins.items():
@@ -694,7 +694,7 @@ _GPU_KEYS = ("nvidia.com/gpu",)
 _LINUX_LABELS = ("kubernetes.io/os", "beta.kubernetes.io/os")
 
 
-def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
+def _container(c: dict[str, Any], loc: str, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         c,
         loc,
