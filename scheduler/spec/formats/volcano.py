@@ -628,7 +628,7 @@ def _pod_volumes(
     Docker's 64Mi default is too small); any other ``emptyDir`` -> the task's own
     filesystem (a warning). ``hostPath``, ``configMap``, ``secret`` and the rest are
     refused, saying what to write instead with the file's own names."""
-    by_name: dict[str, tuple[str, dict]] = {}
+    by_name: dict[str, tuple[str, dict[str, Any]]] = {}
     for i, v in enumerate(ctx.sequence(volumes, f"{ploc}.volumes")):
         vloc = f"{ploc}.volumes[{i}]"
         v = ctx.mapping(v, vloc)
