@@ -58,11 +58,17 @@ def detect(doc: dict[str, Any]) -> str:
             return "volcano"
         if volcano.is_list(doc):
             return "volcano-list"
+        kind = doc.get("kind")
+        what = (
+            "a Volcano Queue is a virtual cluster here, which the cluster's admin configures "
+            "(docs/operations.md); submit only the Jobs"
+            if kind == "Queue"
+            else f"a Volcano job is apiVersion {volcano.API_VERSION}, kind Job"
+        )
         raise TranslateError(
-            "",
-            f"{NOT_A_JOB}: apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r} "
-            f"(a Volcano job is apiVersion {volcano.API_VERSION}, kind Job)",
-            f"{doc.get('apiVersion')}/{doc.get('kind')}",
+            "kind",
+            f"{NOT_A_JOB}: apiVersion {doc.get('apiVersion')!r} kind {kind!r} ({what})",
+            f"{doc.get('apiVersion')}/{kind}",
         )
     if "protocol_version" in doc and "tasks" in doc:
         raise TranslateError(
@@ -78,6 +84,15 @@ def detect(doc: dict[str, Any]) -> str:
         return "openpai-v2"
     if maro.is_maro(doc):
         return "maro"
+    if "mode" in doc and any(k in doc for k in ("cloud", "master", "user", "cluster")):
+        raise TranslateError(
+            "mode",
+            f"{NOT_A_JOB}: this is a MARO cluster deployment (`maro grass|k8s create` or "
+            "`node join`), not a job; pasture's clusters are made with `pasture dev up`, the "
+            "Ansible roles or the aks stack (docs/platforms.md); submit the start-job or "
+            "start-schedule deployment",
+            doc.get("mode"),
+        )
     keys = sorted(str(k) for k in doc)[:8]
     raise TranslateError(
         "",

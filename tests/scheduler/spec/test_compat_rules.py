@@ -278,3 +278,12 @@ def test_every_split_of_a_job_wide_min_available_is_a_valid_gang():
             assert invalid_job(spec.to_core()) is None
             checked += 1
     assert checked > 500
+
+
+def test_files_that_are_not_jobs_say_what_they_are_and_what_to_submit():
+    queue = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\n"
+    error = _error(queue)
+    assert error["loc"] == "kind" and "virtual cluster" in error["msg"]
+    create = "mode: grass\nname: c\ncloud: {infra: azure}\nmaster: {node_size: x}\n"
+    error = _error(create)
+    assert error["loc"] == "mode" and "start-job" in error["msg"]
