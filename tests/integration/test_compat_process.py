@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -102,7 +103,15 @@ def by_key(job: dict) -> dict[str, dict]:
 
 
 def task_pids(cluster, name: str) -> dict[str, int]:
-    return {t.key: json.loads(t.handle)["pid"] for t in cluster.store().tasks(name) if t.handle}
+    """Each task's process id, from the handle its agent stored. Read with a pattern, not
+    json.loads: the store keeps the first 512 characters of a handle, and a process
+    handle with its cgroup paths can be longer (the pid comes first)."""
+    out = {}
+    for t in cluster.store().tasks(name):
+        m = re.search(r'"pid": ([0-9]+)', t.handle or "")
+        if m:
+            out[t.key] = int(m.group(1))
+    return out
 
 
 def gone(pid: int) -> bool:
