@@ -1,4 +1,5 @@
-"""``pasture node list|show|cordon|uncordon|drain``, ``pasture vc list``, ``pasture status``."""
+"""``pasture node list|show|cordon|uncordon|drain|delete``, ``pasture vc list``,
+``pasture status``."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, NodeOut
 
 node_app = typer.Typer(
-    help="List and show nodes; cordon, uncordon and drain them.", no_args_is_help=True
+    help="List and show nodes; cordon, uncordon, drain and delete them.", no_args_is_help=True
 )
 vc_app = typer.Typer(help="Virtual clusters.", no_args_is_help=True)
 
@@ -172,9 +173,14 @@ ReasonOpt = typer.Option(None, "--reason", help="why (kept in the node's event)"
 def _action(action: str, name: str, reason: str | None) -> None:
     node = ApiClient(load()).node_action(name, action, reason)
     console.print(f"node {name}: {styled(node.state)}")
+    verb = {"drain": "requeued", "cordon": "left running", "uncordon": "running"}[action]
+    _print_affected(name, verb, node)
+
+
+def _print_affected(name: str, verb: str, node: NodeOut) -> None:
+    """The jobs an operator's action touched (``affected_jobs`` of the answer)."""
     jobs = node.affected_jobs or []
     others = node.affected_other_jobs or 0
-    verb = {"drain": "requeued", "cordon": "left running", "uncordon": "running"}[action]
     if jobs or others:
         more = f" (and {others} of other VCs)" if others else ""
         console.print(f"jobs with tasks on {name}, {verb}: {', '.join(jobs) or '-'}{more}")
@@ -203,6 +209,21 @@ def drain(name: str, reason: str | None = ReasonOpt) -> None:
     """Cordon NAME and move its running jobs elsewhere (they are requeued, uncharged);
     prints the jobs it requeues and leaves a node event, as cordon."""
     _action("drain", name, reason)
+
+
+@node_app.command()
+@handle_errors
+def delete(
+    name: str,
+    force: bool = typer.Option(
+        False, "--force", help="delete even if it heartbeated recently (the machine is gone)"
+    ),
+) -> None:
+    """Delete NAME, a node gone for good: it is lost now, its tasks are requeued without
+    charge and its record removed. Refused while it heartbeated within its fence bound."""
+    node = ApiClient(load()).delete_node(name, force=force)
+    console.print(f"node {name}: deleted (its tasks are requeued)")
+    _print_affected(name, "requeued", node)
 
 
 @vc_app.command("list")

@@ -102,6 +102,8 @@ _NODE_FIELDS_NO_USAGE = [
     "executor",
     "lease_s",
     "fence_s",
+    "state_reason",
+    "deleted",
 ]
 
 
@@ -155,6 +157,7 @@ class NodesMixin(StoreBase):
         )
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping=fields)
+        pipe.hdel(nk, "deleted")  # a deleted node whose agent came back is a node again
         pipe.sadd(self.k("nodes"), node.name)
         if changed:
             pipe.incr(self.k("version"))
@@ -191,6 +194,7 @@ class NodesMixin(StoreBase):
             lease_s=float(h.get("lease_s") or 0),
             fence_s=float(h.get("fence_s") or 0),
             state_reason=h.get("state_reason", ""),
+            deleted=h.get("deleted") == "1",
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
@@ -245,10 +249,48 @@ class NodesMixin(StoreBase):
         assert node is not None
         return node
 
+    def delete_node(
+        self, name: str, reason: str, event: dict[str, Any] | None = None
+    ) -> NodeRecord:
+        """Delete node ``name`` for an operator (``pasture node delete``): it is ``lost``
+        now with ``reason`` and a node event (the loop requeues its tasks without charge),
+        and the loop removes its record at its next heartbeat check
+        (:class:`scheduler.health.NodeHealth`). An agent that heartbeats again makes it a
+        ready node again. The caller checks that the node is silent (fenced). ``event``:
+        fields added to the node event (the operator's ``action``, ``by``, ``jobs``:
+        :meth:`add_node_event`).
+
+        Raises:
+            NodeNotFoundError: no such node.
+        """
+        nk = self.k("node", name)
+        if not self.r.exists(nk):
+            raise NodeNotFoundError(f"no node named {name!r}")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping={"state": "lost", "state_reason": reason, "deleted": "1"})
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+        self.add_node_event(name, reason, event)
+        node = self.get_node(name)
+        assert node is not None
+        return node
+
+    def forget_node(self, name: str) -> None:
+        """Remove node ``name``'s record, events and usage history (the loop, after
+        :meth:`delete_node`). Bumps the version; an unknown node is fine."""
+        nk = self.k("node", name)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.srem(self.k("nodes"), name)
+        pipe.delete(nk, f"{nk}:events", f"{nk}:usage")
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+
     # ---- node events (automatic cordons, operators' actions) ---------------------------
     NODE_EVENTS = 100  # events kept per node
 
-    def add_node_event(self, name: str, reason: str) -> None:
+    def add_node_event(self, name: str, reason: str, extra: dict[str, Any] | None = None) -> None:
         """Append ``{time (s), state, reason}`` to the node's events (newest
         ``NODE_EVENTS`` kept), e.g. the GPU health probe cordoning it. An operator's
         cordon, drain or uncordon (:meth:`set_node_state` with ``event``) adds ``action``,
@@ -258,7 +300,8 @@ class NodesMixin(StoreBase):
         key = self.k("node", name, "events")
         state = self.r.hget(self.k("node", name), "state")
         pipe = self.r.pipeline(transaction=True)
-        pipe.rpush(key, json.dumps({"time": self.now(), "state": state, "reason": reason}))
+        entry = {"time": self.now(), "state": state, "reason": reason, **(extra or {})}
+        pipe.rpush(key, json.dumps(entry))
         pipe.ltrim(key, -self.NODE_EVENTS, -1)
         pipe.execute()
 
