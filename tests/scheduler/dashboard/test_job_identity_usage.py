@@ -345,3 +345,8 @@ def test_operator_actions_leave_events_and_drain_lists_the_jobs(base, env, clust
     assert mine["events"][0]["jobs"] == ["torch-ddp"]
     shown = pasture("node", "show", "gpu-1", token=env.admin).output
     assert "drain by root: swap a PSU" in shown
+    # node delete (an admin's, forced while its agent still beats): an event as well
+    r = pasture("node", "delete", "gpu-1", "--force", token=env.admin)
+    assert r.exit_code == 0, r.output
+    last = env.store.node_events("gpu-1")[-1]
+    assert (last["action"], last["by"], last["state"]) == ("delete", "root", "lost")
