@@ -18,6 +18,7 @@ import yaml
 from scheduler.agent import startup
 from scheduler.agent.ssh import job_key_path
 from scheduler.core.model import Bind, Decision, TaskPlacement
+from scheduler.logpaths import job_log_dir
 from scheduler.spec import parse_job_spec
 from scheduler.spec.model import JobSpec
 from scheduler.store import Store, TaskRecord
@@ -163,7 +164,8 @@ def test_tasks_reach_each_other_over_ssh_by_alias(store, tmp_path, redis_url):
     place_all(store, spec)
     tasks = run_to_end(store, agent, "sshjob", timeout=90)
     job_dir = tmp_path / "share/jobs/sshjob"
-    logs = {k: (job_dir / f"logs/{k}.log").read_text() for k in tasks}
+    log_dir = job_log_dir(tmp_path / "share", "sshjob", store.get_job("sshjob").uid)
+    logs = {k: (log_dir / f"{k}.log").read_text() for k in tasks}
     assert {k: t.state for k, t in tasks.items()} == {"a-0": "succeeded", "b-0": "succeeded"}, logs
     assert (job_dir / "hostname").read_text().strip() == subprocess.check_output(
         ["hostname"], text=True
@@ -340,7 +342,8 @@ def test_container_tasks_reach_each_other_over_ssh_and_see_volcano_hosts(
             check=False,
         )
     job_dir = tmp_path / "share/jobs/rt-ssh-ctr"
-    logs = {k: (job_dir / f"logs/{k}.log").read_text() for k in tasks}
+    log_dir = job_log_dir(tmp_path / "share", "rt-ssh-ctr", store.get_job("rt-ssh-ctr").uid)
+    logs = {k: (log_dir / f"{k}.log").read_text() for k in tasks}
     assert {k: t.state for k, t in tasks.items()} == {"a-0": "succeeded", "b-0": "succeeded"}, logs
     # plain /usr/bin/ssh (no wrapper) found the alias in the container's ~/.ssh/config
     assert (job_dir / "conn").read_text().split()[3] == str(tasks["b-0"].ports["ssh"])
@@ -412,7 +415,8 @@ def test_volcano_mpi_commands_that_start_their_own_sshd_serve_the_jobs_ssh(
             check=False,
         )
     job_dir = tmp_path / "share/jobs/rt-vc-mpi"
-    log = (job_dir / "logs/mpimaster-0.log").read_text()
+    log_dir = job_log_dir(tmp_path / "share", "rt-vc-mpi", store.get_job("rt-vc-mpi").uid)
+    log = (log_dir / "mpimaster-0.log").read_text()
     assert tasks["mpimaster-0"].state == "succeeded", log
     # workers ran until stopped: their own sshd -D did not fail on the port
     assert {tasks[k].state for k in ("mpiworker-0", "mpiworker-1")} == {"stopped"}

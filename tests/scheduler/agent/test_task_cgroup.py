@@ -21,6 +21,7 @@ import redis
 
 from scheduler.agent import cgroup, watchdog
 from scheduler.agent.process import KILL_WAIT_S, ProcessExecutor
+from scheduler.logpaths import job_log_dir
 from scheduler.spec import parse_job_spec
 from scheduler.store import Store
 from tests.scheduler.agent.test_agent import make_agent, until
@@ -114,7 +115,7 @@ def test_a_1gi_task_maps_64gib_of_address_space_and_succeeds(store, tmp_path, ag
     assert node.labels["pasture.io/task-kill"] == "cgroup"
     place_all(store, one_task_job("map", MAP_64G, memory="1Gi"))
     t = run_to_end(store, agent, "map")["w-0"]
-    log = (tmp_path / "share/jobs/map/logs/w-0.log").read_text()
+    log = (job_log_dir(tmp_path / "share", "map", store.get_job("map").uid) / "w-0.log").read_text()
     assert (t.state, t.exit_code) == ("succeeded", 0), log
     assert "mapped 64 GiB" in log
 
@@ -128,7 +129,7 @@ def test_a_task_past_its_memory_limit_is_killed_and_diagnosed_out_of_memory(
     hog = f"echo allocating; {sys.executable} -c 'b = bytearray(400 << 20); print(\"alive\")'"
     place_all(store, one_task_job("hog", hog, memory="128Mi"))
     t = run_to_end(store, agent, "hog")["w-0"]
-    log = (tmp_path / "share/jobs/hog/logs/w-0.log").read_text()
+    log = (job_log_dir(tmp_path / "share", "hog", store.get_job("hog").uid) / "w-0.log").read_text()
     assert (t.state, t.exit_code) == ("failed", 137), log
     assert "alive" not in log
     assert t.diagnosis["kind"] == "oom_killed", t.diagnosis
@@ -145,11 +146,11 @@ def test_a_task_without_gpus_sees_none_and_every_task_gets_pci_bus_order(store, 
     place_all(store, one_task_job("onegpu", show, memory="256Mi", gpu=1))
     assert run_to_end(store, agent, "nogpu")["w-0"].state == "succeeded"
     t = run_to_end(store, agent, "onegpu")["w-0"]
-    logs = tmp_path / "share/jobs"
-    assert (logs / "nogpu/logs/w-0.log").read_text().splitlines()[-1] == ("cvd= order=PCI_BUS_ID")
-    assert (logs / "onegpu/logs/w-0.log").read_text().splitlines()[-1] == (
-        f"cvd={t.gpus[0]} order=PCI_BUS_ID"
-    )
+    share = tmp_path / "share"
+    nogpu = job_log_dir(share, "nogpu", store.get_job("nogpu").uid) / "w-0.log"
+    onegpu = job_log_dir(share, "onegpu", store.get_job("onegpu").uid) / "w-0.log"
+    assert nogpu.read_text().splitlines()[-1] == ("cvd= order=PCI_BUS_ID")
+    assert onegpu.read_text().splitlines()[-1] == (f"cvd={t.gpus[0]} order=PCI_BUS_ID")
 
 
 ESCAPES = (
