@@ -43,7 +43,7 @@ from scheduler.api.schemas import (
     TaskOut,
     VcOut,
 )
-from scheduler.services.errors import NotFoundError, ServiceError
+from scheduler.services.errors import ForbiddenError, NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
 
 HERE = Path(__file__).parent
@@ -333,7 +333,7 @@ def job_page(name: str, request: Request) -> Response:
     roles = job.spec.get("roles") or {}
     try:
         files = state.logs.files(name)
-    except NotFoundError:
+    except (NotFoundError, ForbiddenError):  # a log directory a task replaced by a link
         files = []
     return render(
         request,
@@ -372,10 +372,10 @@ def job_log(
         return JSONResponse({"detail": exc.message}, status_code=404)
     try:
         path = state.logs.path(name, role, index)
-        size = path.stat().st_size
+        size = state.logs.size(path)
         start = max(0, size - LOG_TAIL_BYTES) if offset < 0 else min(offset, size)
         data = state.logs.read(name, role, index, start, LOG_TAIL_BYTES)
-    except (NotFoundError, FileNotFoundError):
+    except (NotFoundError, ForbiddenError, FileNotFoundError):
         start, data = 0, b""
     return JSONResponse(
         {

@@ -250,8 +250,8 @@ def job_logs(
     jobs = request.app.state.jobs
     logs = request.app.state.logs
     jobs.get(who, name)
-    path = logs.path(name, role, index)  # 404 before the stream starts
-    size = path.stat().st_size
+    path = logs.path(name, role, index)  # 404 (403 for a planted link) before the stream starts
+    size = logs.size(path)
     start = min(offset, size)
     if tail is not None:
         start = max(start, logs.tail_offset(path, tail))
