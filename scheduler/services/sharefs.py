@@ -38,7 +38,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 # linux/openat2.h
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -61,8 +61,8 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _libc_syscall() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if not os.uname().sysname == "Linux":
+def _libc_syscall() -> Any:
+    if os.uname().sysname != "Linux":
         return None
     try:
         fn = ctypes.CDLL(None, use_errno=True).syscall
