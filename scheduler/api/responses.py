@@ -36,7 +36,15 @@ _AUTH = {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "strin
 UNAUTHORIZED = {
     401: {**_r("no bearer token, or an unknown, revoked or expired one"), "headers": _AUTH}
 }
-TOO_MANY = {429: {**_r("too many failed authentications from this address"), "headers": _RETRY}}
+TOO_MANY = {
+    429: {
+        **_r(
+            "over a rate limit: this token failed too often from this address, or the "
+            "token is over api.request_limit (api.submit_limit for submits)"
+        ),
+        "headers": _RETRY,
+    }
+}
 UNAVAILABLE = {503: {**_r("the cluster store (Redis) does not answer"), "headers": _RETRY}}
 FORBIDDEN = {403: _r("the token's role or VCs do not allow this")}
 NOT_FOUND = {404: _r("unknown, or not visible to this token")}

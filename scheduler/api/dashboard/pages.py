@@ -24,7 +24,7 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from scheduler.api.auth import client_address, refuse_if_blocked
+from scheduler.api.auth import failed, refuse_if_blocked
 from scheduler.api.dashboard import views
 from scheduler.api.dashboard.sessions import (
     COOKIE,
@@ -138,14 +138,14 @@ def login(
     if not csrf_ok(request.cookies.get(LOGIN_COOKIE), csrf_token):
         return error(request, None, 403, "The login form's CSRF token is missing or wrong.")
     try:
-        refuse_if_blocked(request)
+        refuse_if_blocked(request, token)
     except HTTPException as exc:
         resp = error(request, None, exc.status_code, str(exc.detail))
         resp.headers.update(exc.headers or {})
         return resp
     s = sessions(request).login(token)
     if s is None:
-        request.app.state.auth_limiter.failed(client_address(request))
+        failed(request, token)
         fresh = secrets.token_urlsafe(24)
         resp = render(
             request, "login.html", None, 401, next=safe_next(next), csrf_login=fresh, failed=True

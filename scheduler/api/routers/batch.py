@@ -14,7 +14,7 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter, Depends, Request
 
-from scheduler.api.auth import principal
+from scheduler.api.auth import submitter
 from scheduler.api.responses import BAD_BODY, FORBIDDEN, INVALID, TOO_LARGE, errors
 from scheduler.api.routers.jobs import _spec_limiter, on_spec_body
 from scheduler.api.schemas import BatchOut
@@ -95,7 +95,7 @@ def _submit_batch(jobs: JobService, who: TokenInfo, document: dict) -> dict:
     response_model=BatchOut,
     responses=errors(BAD_BODY, FORBIDDEN, TOO_LARGE, INVALID),
 )
-async def submit_batch(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+async def submit_batch(request: Request, who: TokenInfo = Depends(submitter)) -> dict:
     """Submit up to 500 jobs at once: 200 with one result per document (``items``:
     201 stored, or 403 / 409 / 422 with ``detail``); 400 malformed YAML/JSON; 422 not
     ``{"jobs": [...]}`` or too many documents; 413 body over ``api.max_body_bytes``."""

@@ -8,7 +8,7 @@ import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from scheduler.api.auth import principal
+from scheduler.api.auth import principal, submitter
 from scheduler.api.bounds import check_document
 from scheduler.api.responses import (
     BAD_BODY,
@@ -104,7 +104,7 @@ def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
     response_model=JobSubmitOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
-async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+async def submit_job(request: Request, who: TokenInfo = Depends(submitter)) -> dict:
     """Submit a job. 201 with the stored job; 400 malformed YAML/JSON; 422 invalid spec
     (``detail`` lists each problem with its field path in ``loc``); 403 VC not allowed;
     409 a job of that name exists; 413 body over ``api.max_body_bytes`` (refused by the
@@ -137,7 +137,7 @@ def parse_and_dry_run(
     response_model=DryRunOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
-async def dry_run_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+async def dry_run_job(request: Request, who: TokenInfo = Depends(submitter)) -> dict:
     """Check a job spec exactly as a submit would and say where the scheduler would place
     it now (task -> node) or why it would wait; nothing is stored, no event is written.
     200 with ``{format, warnings, jobs: [{name, vc, placed, placements, pending_reason,
