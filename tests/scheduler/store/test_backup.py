@@ -127,16 +127,16 @@ def test_restore_refuses_a_file_that_is_not_a_backup(redis_url, tmp_path):
 def test_force_replaces_the_store_and_drops_keys_not_in_the_backup(redis_url, tmp_path):
     client = redis.Redis.from_url(redis_url)
     client.set("pasture:a", "1")
-    client.hset("pasture:h", mapping={"x": "1"})
+    client.hset("pasture:job:h", mapping={"state": "succeeded", "created": "1"})
     client.set("other:key", "kept")  # not pasture's: neither backed up nor touched
     info = backup(client, tmp_path / "b")
     assert info.keys == 2
     client.set("pasture:a", "changed")
     client.set("pasture:new", "1")
-    with pytest.raises(BackupError, match="already holds 3"):
+    with pytest.raises(BackupError, match="holds 1 job"):
         restore(client, Path(tmp_path / "b"))
     restore(client, tmp_path / "b", force=True)
     assert client.get("pasture:a") == b"1"
-    assert client.hgetall("pasture:h") == {b"x": b"1"}
+    assert client.hgetall("pasture:job:h") == {b"state": b"succeeded", b"created": b"1"}
     assert client.exists("pasture:new") == 0
     assert client.get("other:key") == b"kept"
