@@ -60,9 +60,7 @@ def _spec(name: str, command: str):
     )
 
 
-def test_restore_force_while_the_agent_runs_keeps_a_stop_issued_after_the_backup(
-    cluster, tmp_path
-):
+def test_restore_force_while_the_agent_runs_keeps_a_stop_issued_after_the_backup(cluster, tmp_path):
     cli = CliRunner()
     store = cluster.store()
     marks = Path(cluster.share_dir) / "marks"
@@ -79,9 +77,7 @@ def test_restore_force_while_the_agent_runs_keeps_a_stop_issued_after_the_backup
     cluster.kill("loop")  # the procedure: loop (and API) stopped, agents running
     refused = cli.invoke(app, ["admin", "restore", str(file), "-c", cluster.scheduler_config])
     assert refused.exit_code == REJECTED and "--force" in refused.output, refused.output
-    r = cli.invoke(
-        app, ["admin", "restore", str(file), "--force", "-c", cluster.scheduler_config]
-    )
+    r = cli.invoke(app, ["admin", "restore", str(file), "--force", "-c", cluster.scheduler_config])
     assert r.exit_code == 0, r.output
     assert "kept: job long: stop requested again" in r.output, r.output
     assert store.get_job("long").stop_requested  # applied again over the backup's record
