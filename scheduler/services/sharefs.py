@@ -94,10 +94,10 @@ def _parts(rel: str | os.PathLike[str]) -> list[str]:
     return parts
 
 
-def _openat2(dir_fd: int, rel: str, flags: int) -> int:
+def _openat2(dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
     """fd of ``rel`` beneath ``dir_fd`` by openat2; raises OSError (ENOSYS: no openat2)."""
     assert _syscall is not None
-    how = _OpenHow(flags=flags, mode=0, resolve=_RESOLVE)
+    how = _OpenHow(flags=flags, mode=mode if flags & os.O_CREAT else 0, resolve=_RESOLVE)
     fd = _syscall(
         ctypes.c_long(SYS_OPENAT2),
         ctypes.c_int(dir_fd),
@@ -111,14 +111,14 @@ def _openat2(dir_fd: int, rel: str, flags: int) -> int:
     return int(fd)
 
 
-def _walk(dir_fd: int, parts: list[str], flags: int) -> int:
+def _walk(dir_fd: int, parts: list[str], flags: int, mode: int = 0o644) -> int:
     """fd of ``parts`` beneath ``dir_fd``, one component at a time, never following a link."""
     fd = dir_fd
     try:
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             f = flags if last else _O_BASE | _O_DIRECTORY
-            nfd = os.open(part, f | _O_NOFOLLOW, dir_fd=fd)
+            nfd = os.open(part, f | _O_NOFOLLOW, mode, dir_fd=fd)
             if fd != dir_fd:
                 os.close(fd)
             fd = nfd
@@ -137,17 +137,26 @@ def _refused(exc: OSError, rel: str) -> OSError:
 
 
 def open_beneath(
-    root: str | os.PathLike[str], rel: str | os.PathLike[str], *, directory: bool = False
+    root: str | os.PathLike[str],
+    rel: str | os.PathLike[str],
+    *,
+    directory: bool = False,
+    append: bool = False,
+    mode: int = 0o644,
 ) -> int:
-    """A read-only file descriptor of ``root/rel`` that never followed a link below ``root``.
+    """A file descriptor of ``root/rel`` that never followed a link below ``root``.
 
     Args:
         root: a trusted directory (the share on the master); opened as given.
         rel: a relative path beneath it (``jobs/<job>/logs/worker-0.log``).
         directory: want a directory (True) or a regular file with one link (False).
+        append: open the file for appending (``O_RDWR | O_APPEND``), creating it with
+            ``mode`` when missing: how a writer (the agent, for a task's log) keeps a
+            task from redirecting its writes through a planted link.
 
     Returns:
-        An fd (``O_RDONLY | O_CLOEXEC | O_NONBLOCK``); the caller closes it.
+        An fd (``O_RDONLY`` or, with ``append``, ``O_RDWR | O_APPEND | O_CREAT``, plus
+        ``O_CLOEXEC | O_NONBLOCK``); the caller closes it.
 
     Raises:
         UnsafePathError: a link below ``root``, ``..``, an absolute path, the wrong kind
@@ -158,12 +167,14 @@ def open_beneath(
     global use_openat2
     parts = _parts(rel)
     flags = _O_BASE | (_O_DIRECTORY if directory else 0)
+    if append and not directory:
+        flags = (flags & ~os.O_RDONLY) | os.O_RDWR | os.O_APPEND | os.O_CREAT
     root_fd = os.open(os.fspath(root), _O_BASE | _O_DIRECTORY)
     try:
         fd = -1
         if use_openat2:
             try:
-                fd = _openat2(root_fd, "/".join(parts), flags)
+                fd = _openat2(root_fd, "/".join(parts), flags, mode)
             except OSError as exc:
                 if exc.errno in (errno.ENOSYS, errno.EPERM):
                     use_openat2 = False  # no openat2 here: the walk from now on
@@ -171,7 +182,7 @@ def open_beneath(
                     raise _refused(exc, os.fspath(rel)) from None
         if fd < 0:
             try:
-                fd = _walk(root_fd, parts, flags)
+                fd = _walk(root_fd, parts, flags, mode)
             except OSError as exc:
                 raise _refused(exc, os.fspath(rel)) from None
     finally:

@@ -75,3 +75,29 @@ def test_missing_is_not_found_and_listing_skips_links(mode, share):
     os.unlink(share / "jobs" / "mine" / "logs" / "hard-0.log")
     with sharefs.open_file(share, "jobs/theirs/logs/w-0.log") as f:
         assert f.read() == b"THEIRS\n"
+
+
+def test_append_creates_and_appends_but_never_through_a_link(mode, share, tmp_path):
+    def append(rel: str, data: bytes) -> None:
+        fd = sharefs.open_beneath(share, rel, append=True)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    append("jobs/mine/logs/new-0.log", b"one\n")
+    append("jobs/mine/logs/new-0.log", b"two\n")
+    assert (share / "jobs" / "mine" / "logs" / "new-0.log").read_bytes() == b"one\ntwo\n"
+    target = tmp_path / "authorized_keys"
+    os.symlink(target, share / "jobs" / "mine" / "logs" / "dangling-0.log")
+    for rel in (
+        "jobs/mine/logs/key-0.log",
+        "jobs/mine/logs/dangling-0.log",
+        "jobs/mine/logs/hard-0.log",
+        "jobs/mine/linked/w-0.log",
+    ):
+        with pytest.raises(sharefs.UnsafePathError):
+            append(rel, b"evil\n")
+    assert not target.exists()
+    assert (tmp_path / "secret.key").read_text() == "KEY\n"
+    assert (share / "jobs" / "theirs" / "logs" / "w-0.log").read_text() == "THEIRS\n"
