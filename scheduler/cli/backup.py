@@ -41,7 +41,7 @@ def restore(
     force: bool = typer.Option(
         False,
         "--force",
-        help="replace a store that holds jobs; stops and ends made since the backup are kept",
+        help="replace a store that holds jobs; stops, ends and deletions since the backup are kept",
     ),
     config: Path | None = ConfigOpt,
 ) -> None:

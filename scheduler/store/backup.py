@@ -15,7 +15,7 @@ the scheduler settings do (``pasture admin backup FILE`` / ``restore FILE``)::
                     over a store with jobs, tokens and sessions (live wins)
                     DEL the live job keys the backup does not have
              EXEC   -> version above both; cordons of a lost store back; stops and ends
-                       made after the backup applied again (force); PUBLISH notify:loop
+                       and deletions made after the backup kept (force); PUBLISH
 
 Everything between MULTI and EXEC runs at one instant (Redis runs a transaction without
 interleaving other clients), so the file is a snapshot of one moment: a job's hash, its
@@ -148,6 +148,13 @@ _LIVE_KEYS = {"reports:pending", "stats", "stats:cycle", "cluster:condition"}
 _JOB_KEYS = {"jobs", "jobs:active", "ledger"}
 
 
+def _opt(value: object) -> str | None:
+    """A Redis reply as text (None stays None)."""
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _node_name(rest: str) -> str | None:
     """``node:<name>`` (the registration hash) -> name; None for other keys."""
     if rest.startswith("node:") and rest.count(":") == 1:
@@ -192,40 +199,93 @@ class RestoreInfo(BackupInfo):
     lost: tuple[str, ...] = ()
 
 
+_JOB_SUFFIXES = ("", ":events", ":tasks", ":alloc")
+
+
+@dataclass(frozen=True)
+class _LiveJob:
+    """What the live store held of one job before a forced restore: its state, stop
+    request and creation time, and (for an ended job) the DUMPs of its keys and its
+    expiry score, so that its end can be kept."""
+
+    state: str | None
+    stop: str | None
+    created: str | None
+    dumps: dict[str, tuple[int, bytes]]
+    expiry: float | None
+
+
+def _read_live_job(client: redis.Redis, dec: redis.Redis, prefix: str, name: str) -> _LiveJob:
+    jk = f"{prefix}job:{name}"
+    state, stop, created = (_opt(v) for v in dec.hmget(jk, "state", "stop_requested", "created"))
+    dumps: dict[str, tuple[int, bytes]] = {}
+    expiry = None
+    if state and JobState(state).terminal:
+        for suffix in _JOB_SUFFIXES:
+            payload = client.dump(jk + suffix)
+            if isinstance(payload, bytes):
+                dumps[suffix] = (max(int(client.pttl(jk + suffix)), 0), payload)
+        score = dec.zscore(f"{prefix}jobs:expiry", name)
+        expiry = None if score is None else float(score)
+    return _LiveJob(state, stop, created, dumps, expiry)
+
+
+def _keep_live_end(client: redis.Redis, store: Store, name: str, live: _LiveJob) -> None:
+    """Put back the records of a job that ended after the backup, as the live store had
+    them: its allocation (the backup's) is released first, so that no node is bound to
+    run it again."""
+    store.release(name)
+    jk = store.k("job", name)
+    pipe = client.pipeline(transaction=True)
+    for suffix in _JOB_SUFFIXES:
+        if suffix in live.dumps:
+            ttl, payload = live.dumps[suffix]
+            pipe.restore(jk + suffix, ttl, payload, replace=True)
+        else:
+            pipe.delete(jk + suffix)
+    pipe.srem(store.k("jobs", "active"), name)
+    pipe.srem(store.k("jobs", "dirty"), name)
+    if live.expiry is not None:
+        pipe.zadd(store.k("jobs", "expiry"), {name: live.expiry})
+    pipe.execute()
+
+
 def _reapply(
-    store: Store, live_jobs: dict[str, list[str | None]], backup_jobs: set[str]
+    client: redis.Redis, store: Store, live_jobs: dict[str, _LiveJob], backup_jobs: set[str]
 ) -> tuple[list[str], list[str]]:
-    """Apply again what the live store showed of requests made after the backup (see
+    """Apply again what the live store showed of what happened after the backup (see
     :func:`restore`); returns ``(kept, lost)`` sentences."""
     kept: list[str] = []
     lost: list[str] = []
 
     def restored(name: str) -> tuple[str | None, str | None]:
         state, created = store.r.hmget(store.k("job", name), "state", "created")
-        return state, created
+        return _opt(state), _opt(created)
 
     for name in sorted(live_jobs):
-        state, stop, created = live_jobs[name]
+        live = live_jobs[name]
         was, was_created = restored(name) if name in backup_jobs else (None, None)
-        if was is None or created is None or was_created != created:
+        if was is None or live.created is None or was_created != live.created:
             lost.append(f"job {name}: submitted after the backup; submit it again")
             continue
         if JobState(was).terminal:
             continue
-        if stop:
-            why = f"{stop} (requested after the backup; kept by restore)"
-        elif state and JobState(state).terminal:
-            why = f"{state} after the backup; stopped by restore so that it does not run again"
-        else:
-            continue
-        store.request_stop(name, why)
-        kept.append(f"job {name}: stop requested again ({why})")
+        if live.state and JobState(live.state).terminal:
+            _keep_live_end(client, store, name, live)
+            kept.append(f"job {name}: {live.state} after the backup; kept {live.state}")
+        elif live.stop:
+            why = f"{live.stop} (requested after the backup; kept by restore)"
+            store.request_stop(name, why)
+            kept.append(f"job {name}: stop requested again ({why})")
     for name in sorted(backup_jobs - set(live_jobs)):
         was, _ = restored(name)
-        if was is not None and not JobState(was).terminal:
-            why = "deleted after the backup; stopped by restore so that it does not run again"
-            store.request_stop(name, why)
-            kept.append(f"job {name}: {why}")
+        if was is None:
+            continue
+        if not JobState(was).terminal:
+            store.release(name)
+            store.transition(name, "stopped", "deleted after the backup; kept deleted by restore")
+        store.delete_job(name)
+        kept.append(f"job {name}: deleted after the backup; deleted again")
     return kept, lost
 
 
@@ -242,12 +302,13 @@ def restore(client: redis.Redis, path: Path, *, force: bool = False) -> RestoreI
       backup's. Everything else written after the backup is lost (listed in ``lost``).
     - **The store holds jobs** (a restore over a working store, e.g. after a bad change):
       refused (BackupError) unless ``force``. With ``force`` the backup replaces the jobs,
-      and what the live store shows of requests made after the backup is applied again
-      (``kept``): a stop requested, or a job that stopped, succeeded or failed since, is
-      stopped (so that no job the cluster already ended runs again); a job deleted since
-      is stopped; tokens and dashboard sessions stay exactly as they are live (tokens
-      revoked or rotated since stay so). Jobs submitted after the backup are listed in
-      ``lost``.
+      and what the live store shows of what happened after the backup is kept
+      (``kept``): a job that stopped, succeeded or failed since keeps its end (its
+      records as the live store had them; the backup's allocation of it is released, so
+      no node runs it again); a stop requested since is requested again; a job deleted
+      since is deleted again; tokens and dashboard sessions stay exactly as they are live
+      (tokens revoked or rotated since stay so). Jobs submitted after the backup are
+      listed in ``lost``.
 
     ``version`` ends above both the live and the backup's value, so that every cached
     view re-reads; the loop is woken. ``client`` must not decode responses
@@ -265,7 +326,7 @@ def restore(client: redis.Redis, path: Path, *, force: bool = False) -> RestoreI
         rows = [(r["key"], int(r["ttl_ms"]), base64.b64decode(r["dump"])) for r in doc["keys"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise BackupError(f"{path}: a key entry is malformed: {exc}") from exc
-    live = {k.decode() for k in client.keys(prefix.encode() + b"*")}
+    live = {str(_opt(k)) for k in client.keys(prefix.encode() + b"*")}
     rests = {k: k[len(prefix) :] for k in live}
     has_jobs = any(_kind(r) == "job" for r in rests.values())
     if has_jobs and not force:
@@ -281,12 +342,12 @@ def restore(client: redis.Redis, path: Path, *, force: bool = False) -> RestoreI
             **{**pool.connection_kwargs, "decode_responses": True},
         )
     )
-    live_jobs = {}
-    for k, r in rests.items():
-        name = _job_name(r)
-        if name is not None:
-            live_jobs[name] = dec.hmget(k, "state", "stop_requested", "created")
-    live_version = int(dec.get(prefix + "version") or 0)
+    live_jobs: dict[str, _LiveJob] = {}
+    for r in rests.values():
+        job = _job_name(r)
+        if job is not None:
+            live_jobs[job] = _read_live_job(client, dec, prefix, job)
+    live_version = int(_opt(dec.get(prefix + "version")) or 0)
 
     tmp = f"{prefix}restore-tmp:"
     backup_nodes, backup_tokens, skipped = [], [], set()
@@ -337,17 +398,17 @@ def restore(client: redis.Redis, path: Path, *, force: bool = False) -> RestoreI
             )
             kept.append(f"node {node} is {held[0]} again, as in the backup")
     if dec.exists(tmp + "token-names"):
-        for name, digest in dec.hgetall(tmp + "token-names").items():
-            dec.hsetnx(prefix + "token-names", name, digest)
+        for token_name, digest in dec.hgetall(tmp + "token-names").items():
+            dec.hsetnx(prefix + "token-names", str(token_name), str(digest))
     leftovers = dec.keys(tmp + "*")
     if leftovers:
         dec.delete(*leftovers)
-    version = max(int(dec.get(prefix + "version") or 0), live_version) + 1
-    dec.set(prefix + "version", version)
+    restored_version = int(_opt(dec.get(prefix + "version")) or 0)
+    dec.set(prefix + "version", max(restored_version, live_version) + 1)
 
     if has_jobs:
-        backup_jobs = {n for k, _, _ in rows if (n := _job_name(k[len(prefix) :])) is not None}
-        again, lost = _reapply(Store(dec, prefix), live_jobs, backup_jobs)
+        backup_jobs = {j for k, _, _ in rows if (j := _job_name(k[len(prefix) :])) is not None}
+        again, lost = _reapply(client, Store(dec, prefix), live_jobs, backup_jobs)
         kept += again
         if backup_tokens:
             kept.append(

@@ -79,18 +79,21 @@ def test_restore_force_while_the_agent_runs_keeps_a_stop_issued_after_the_backup
     assert refused.exit_code == REJECTED and "--force" in refused.output, refused.output
     r = cli.invoke(app, ["admin", "restore", str(file), "--force", "-c", cluster.scheduler_config])
     assert r.exit_code == 0, r.output
-    assert "kept: job long: stop requested again" in r.output, r.output
-    assert store.get_job("long").stop_requested  # applied again over the backup's record
+    assert "kept: job long: stopped after the backup; kept stopped" in r.output, r.output
+    assert store.get_job("long").state == "stopped"  # its end, over the backup's record
+    assert not store.r.smembers(f"pasture:node:{cluster.nodes[0]}:tasks")  # nothing bound
     cluster.start_loop()
 
-    _wait("long stopped again", lambda: store.get_job("long").state == "stopped")
+    _wait(
+        f"long stopped again ({store.get_job('long')}, {store.tasks('long')})",
+        lambda: store.get_job("long").state == "stopped",
+    )
     time.sleep(3.0)  # several agent passes and loop cycles: a rerun would have started
     runs = read_runs(marks, ["long"])
     assert len(runs) == 1, runs  # the task never ran again
     assert runs[0]["ticks"][-1] <= stopped_at + 0.5
     assert store.get_job("long").state == "stopped"
-    events = [e["reason"] for e in store.events("long")]
-    assert any("requested after the backup; kept by restore" in e for e in events), events
+    assert [e["state"] for e in store.events("long")][-1] == "stopped"
 
 
 def test_restore_into_a_lost_store_needs_no_force_while_the_agent_runs(cluster, tmp_path):
