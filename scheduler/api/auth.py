@@ -26,7 +26,7 @@ import anyio
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from scheduler.store.tokens import TokenInfo, hash_token
+from scheduler.store.tokens import TokenInfo, TokenStore, hash_token
 
 _bearer = HTTPBearer(auto_error=False, description="an API token (pasture admin token create)")
 
@@ -144,10 +144,11 @@ def verify_token(request: Request, token: str) -> TokenInfo | None:
     failure is counted). Blocking: call it from a worker thread.
 
     Raises:
-        HTTPException 429: the client's address is blocked.
+        HTTPException 429: this token failed too often from the client's address.
     """
     refuse_if_blocked(request, token)
-    info = request.app.state.tokens.verify(token)
+    tokens: TokenStore = request.app.state.tokens
+    info = tokens.verify(token)
     if info is None:
         failed(request, token)
     return info

@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from scheduler.services import sharefs
 from scheduler.services.errors import ForbiddenError, NotFoundError
@@ -51,7 +51,7 @@ class LogService:
     def log_dir(self, job: str) -> Path:
         return self.share_dir / "jobs" / _safe("job", job) / "logs"
 
-    def files(self, job: str) -> list[dict]:
+    def files(self, job: str) -> list[dict[str, Any]]:
         """``[{"role", "index", "size" (bytes)}]`` of the job's existing log files."""
         out = []
         for name, size in self._list(self.log_dir(job)):
