@@ -388,6 +388,8 @@ def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, An
         tokens = TokenStore(store.r)
         alice = tokens.create("alice", "user", ["default"])
         bob = tokens.create("bob", "user", ["research"])
+        if alice is None or bob is None:
+            raise RuntimeError("a fresh dev cluster already had a token named alice or bob")
         api = {
             "alice": httpx.Client(base_url=cluster.endpoint, timeout=30, headers=_bearer(alice)),
             "bob": httpx.Client(base_url=cluster.endpoint, timeout=30, headers=_bearer(bob)),
