@@ -17,7 +17,11 @@ jobs lost (not succeeded in time), tasks that ran in two places at once (interva
 task from different runs overlapping), over-committed nodes (the CPU of the runs
 overlapping on a node above its capacity), jobs failed, attempts charged to a job for an
 infrastructure fault, plus restarts by cause and the outage/partition seconds survived.
-The same harness (:class:`Chaos`) backs tests/chaos/.
+Last, on a one-node cluster of its own with the real API, tasks of one tenant plant links
+to another tenant's log and to the cluster's keys in their log directories and that
+tenant's token asks for them (:func:`cross_tenant_reads`): ``cross_tenant_reads`` counts
+the answers that carried any of it (0 expected). The same harness (:class:`Chaos`) backs
+tests/chaos/.
 """
 
 from __future__ import annotations
