@@ -162,13 +162,16 @@ def list_jobs(
     request: Request,
     vc: str | None = Query(None, description="only jobs of this VC", pattern=VC_NAME),
     state: JobStateName | None = Query(None, description="only jobs in this state"),
+    user: str | None = Query(
+        None, description="only jobs submitted by this token name", min_length=1, max_length=128
+    ),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=1_000_000),
     who: TokenInfo = Depends(principal),
 ) -> dict[str, Any]:
     """Jobs the caller may see, newest first: ``{items, total, limit, offset}``."""
     jobs: JobService = request.app.state.jobs
-    return jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
+    return jobs.list(who, vc=vc, state=state, user=user, limit=limit, offset=offset)
 
 
 @router.get("/{name}", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
