@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich import box
 from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
@@ -55,6 +56,8 @@ from scheduler.states import JobState
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut
+
+NARROW = 100  # terminal columns below which the job table is laid out for narrow screens
 
 app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
 
@@ -295,13 +298,18 @@ def list_jobs(
 def _job_table(client: ApiClient, jobs: list[JobOut], wide: bool) -> None:
     """Print the jobs table (see :func:`list_jobs`)."""
     now = time.time()
+    # Below 100 columns the table drops its vertical rules and the attempt column (job
+    # show has it), so the reason, what people read the list for, keeps a third of the
+    # width and wraps instead of shrinking to a stub.
+    narrow = console.width < NARROW and not wide
     columns = ["name", "vc", "state", "attempt", "gpus", "age", "run time"]
+    if narrow:
+        columns.remove("attempt")
     if wide:
         columns[4:4] = ["user", "priority", "queue"]
         columns += ["submitted", "exit code", "nodes"]
-    table = Table(*columns)
+    table = Table(*columns, box=None if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     table.columns[0].no_wrap = True
-    # the reason is what people read the list for: it wraps, never shrinks to a stub
     table.add_column("reason", min_width=min(32, max(console.width // 3, 16)), ratio=1)
     waiting: dict[str, list[JobOut]] = {}
     for j in jobs:
@@ -309,7 +317,7 @@ def _job_table(client: ApiClient, jobs: list[JobOut], wide: bool) -> None:
             j.name,
             j.vc,
             styled(j.state),
-            str(j.attempt),
+            *([] if narrow else [str(j.attempt)]),
             str(job_gpus(j)),
             fmt_age(j.created, now),
             job_run_time(j, now),

@@ -152,8 +152,16 @@ def login(
     if s is None:
         request.app.state.auth_limiter.failed(client_address(request))
         fresh = secrets.token_urlsafe(24)
+        expired = sessions(request).expired_at(token)
         resp = render(
-            request, "login.html", None, 401, next=safe_next(next), csrf_login=fresh, failed=True
+            request,
+            "login.html",
+            None,
+            401,
+            next=safe_next(next),
+            csrf_login=fresh,
+            failed=True,
+            expired=views.clock(expired) if expired is not None else "",
         )
         set_cookie(resp, LOGIN_COOKIE, fresh, 600)
         return resp
