@@ -475,6 +475,33 @@ def logs(
         raise typer.Exit(NOT_FOUND)
 
 
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+@handle_errors
+def exec_(
+    name: str = JobArg,
+    task: str = typer.Argument(..., help="ROLE-INDEX, e.g. worker-0"),
+    command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
+    login: str | None = typer.Option(
+        None, "--login", "-l", help="user to log in as (default: your local user name)"
+    ),
+) -> None:
+    """Run a command in a running task (``pasture job exec JOB worker-0 -- nvidia-smi``),
+    as kubectl exec does: through the task's own sshd, so only jobs submitted with
+    ``ssh: true`` (or ``mpi``) and only their submitter or an admin. stdout and stderr
+    stream back; the exit code is the command's (7 when the task cannot be reached)."""
+    from scheduler.cli.jobexec import parse_task, run_remote
+
+    if command[:1] == ["--"]:  # after the first argument every word is kept, -- too
+        command = command[1:]
+    if not command:
+        raise typer.BadParameter("COMMAND: give the command after --")
+    role, index = parse_task(task)
+    client = _client()
+    with job_hint(client, name):
+        access = client.exec_access(name, role, index)
+    raise typer.Exit(run_remote(access, command, login))
+
+
 def select_jobs(
     client: ApiClient,
     names: list[str] | None,
