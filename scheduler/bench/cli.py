@@ -7,9 +7,10 @@ a page to fetch and render. Each command then runs ``--repeat`` times as a fresh
 piped, and with ``PYTHONDONTWRITEBYTECODE=1`` set (as on machines where Python may not
 write ``__pycache__``): a run reads only the bytecode the install compiled (``make venv``:
 ``uv sync --compile-bytecode``) and never writes any, so the figures are those of a fresh
-install whatever earlier runs left. ``bytecode_compiled_share`` says how much of the
-package had current bytecode (1.0 after ``make``; near 0 when the install compiled none,
-and then every run compiles every module it imports).
+install whatever earlier runs left. ``bytecode_compiled_share`` (the ``scheduler``
+package) and ``bytecode_compiled_share_deps`` (the libraries ``job list`` imports) say how
+much had current bytecode: near 0 when the install compiled none, and then every run
+compiles every module it imports.
 
 Figures per command: the median and max wall-clock seconds, and the median CPU seconds
 (user + sys) of the child, which grows much less than wall time when other work shares
@@ -70,14 +71,20 @@ def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def bytecode_share() -> float:
-    """The share of the ``scheduler`` package's modules (``*.py``) whose bytecode for this
-    interpreter exists and is not older than the source (0..1)."""
+# the packages ``pasture job list`` imports (the CLI's own and its libraries')
+DEPENDENCIES = ("typer", "click", "rich", "httpx", "httpcore", "pydantic", "anyio", "yaml")
+
+
+def bytecode_share(packages: tuple[str, ...] = ("scheduler",)) -> float:
+    """The share of the ``*.py`` files of ``packages`` whose bytecode for this
+    interpreter exists and is not older than the source (0..1; 0 when none is found)."""
     import importlib.util
 
-    import scheduler
-
-    sources = list(Path(scheduler.__file__).parent.rglob("*.py"))
+    sources: list[Path] = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            sources += Path(spec.origin).parent.rglob("*.py")
     current = 0
     for src in sources:
         pyc = Path(importlib.util.cache_from_source(str(src)))
@@ -90,7 +97,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start a dev cluster, time each command ``args.repeat`` times, stop the cluster.
 
     Returns ``{<command>_wall_median_s, <command>_wall_max_s, <command>_cpu_median_s, ...,
-    load_average_1m, bytecode_compiled_share, pythondontwritebytecode, jobs, repeat}``.
+    load_average_1m, bytecode_compiled_share (the scheduler package),
+    bytecode_compiled_share_deps (:data:`DEPENDENCIES`), pythondontwritebytecode, jobs,
+    repeat}``.
     """
     from scheduler import dev
     from scheduler.cli.client import ApiClient
@@ -115,6 +124,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result[f"{name}_cpu_median_s"] = round(statistics.median(c for _, c in runs), 3)
         result["load_average_1m"] = round(os.getloadavg()[0], 2)
         result["bytecode_compiled_share"] = round(bytecode_share(), 3)
+        result["bytecode_compiled_share_deps"] = round(bytecode_share(DEPENDENCIES), 3)
         result["pythondontwritebytecode"] = 1
         result["jobs"] = args.jobs
         result["repeat"] = args.repeat
