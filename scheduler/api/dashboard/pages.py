@@ -57,6 +57,7 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["duration"] = views.duration
 templates.env.filters["cpu"] = views.cpu
 templates.env.filters["memory"] = views.memory
+templates.env.filters["limit"] = views.limit_text
 templates.env.globals["consequences"] = views.CONSEQUENCES
 
 router = APIRouter(prefix="/dashboard", include_in_schema=False)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.services.records import spec_gpus
 from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobState
-from scheduler.units import format_bytes, format_duration, format_millicores
+from scheduler.units import format_bytes, format_duration, format_millicores, format_resources
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
@@ -92,6 +92,15 @@ def pending_words(job: JobOut) -> str:
         return "Waiting for the scheduler's next cycle"
     words = REASON_WORDS.get(reason.kind, reason.kind or "Pending")
     return f"{words}: {reason.message}" if reason.message else words
+
+
+def limit_text(limit: Any) -> str:
+    """A VC's ``max`` (``{cpu_m, memory, gpu}``, a model or a dict; a zero or missing part
+    means no cap on it) -> only the capped parts ('4 gpu'), or 'no cap'."""
+    if limit is not None and not isinstance(limit, dict):
+        limit = limit.model_dump()
+    parts = {k: (limit or {}).get(k) or None for k in ("cpu_m", "memory", "gpu")}
+    return format_resources(parts["cpu_m"], parts["memory"], parts["gpu"]) or "no cap"
 
 
 def failure_words(job: JobOut) -> str:

@@ -137,3 +137,19 @@ def test_login_with_an_expired_token_says_so_with_the_date(browser, env):
     assert "This token expired on " + day in r.text and "Unknown or revoked" not in r.text
     r = browser().login("not-a-token")
     assert "Unknown or revoked token." in r.text
+
+
+def test_vc_limits_show_only_capped_parts():
+    from scheduler.api.dashboard.views import limit_text
+    from scheduler.api.schemas import ResourcesOut
+
+    assert limit_text(ResourcesOut(cpu_m=0, memory=0, gpu=4)) == "4 gpu"
+    assert limit_text({"cpu_m": 2000, "memory": 0, "gpu": 0}) == "2 cpu"
+    assert limit_text(None) == "no cap"
+
+
+def test_vcs_page_shows_no_cap(browser, env):
+    b = browser()
+    b.login(env.admin)
+    page = b.get("/dashboard/vcs").text
+    assert '<td class="max">no cap</td>' in page
