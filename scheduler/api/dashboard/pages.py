@@ -57,6 +57,7 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["duration"] = views.duration
 templates.env.filters["cpu"] = views.cpu
 templates.env.filters["memory"] = views.memory
+templates.env.filters["limit"] = views.limit_text
 templates.env.globals["consequences"] = views.CONSEQUENCES
 
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
@@ -152,8 +153,16 @@ def login(
     if s is None:
         failed(request, token)
         fresh = secrets.token_urlsafe(24)
+        expired = sessions(request).expired_at(token)
         resp = render(
-            request, "login.html", None, 401, next=safe_next(next), csrf_login=fresh, failed=True
+            request,
+            "login.html",
+            None,
+            401,
+            next=safe_next(next),
+            csrf_login=fresh,
+            failed=True,
+            expired=views.clock(expired) if expired is not None else "",
         )
         set_cookie(resp, LOGIN_COOKIE, fresh, 600)
         return resp

@@ -23,6 +23,7 @@ from scheduler.api.responses import (
 from scheduler.api.schemas import (
     VC_NAME,
     DryRunOut,
+    ExecAccessOut,
     JobDeleteOut,
     JobEventsOut,
     JobOut,
@@ -162,13 +163,16 @@ def list_jobs(
     request: Request,
     vc: str | None = Query(None, description="only jobs of this VC", pattern=VC_NAME),
     state: JobStateName | None = Query(None, description="only jobs in this state"),
+    user: str | None = Query(
+        None, description="only jobs submitted by this token name", min_length=1, max_length=128
+    ),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=1_000_000),
     who: TokenInfo = Depends(principal),
 ) -> dict[str, Any]:
     """Jobs the caller may see, newest first: ``{items, total, limit, offset}``."""
     jobs: JobService = request.app.state.jobs
-    return jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
+    return jobs.list(who, vc=vc, state=state, user=user, limit=limit, offset=offset)
 
 
 @router.get("/{name}", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
@@ -206,6 +210,23 @@ def delete_job(
     once it has stopped). 404 when unknown or not visible."""
     jobs: JobService = request.app.state.jobs
     return jobs.delete(who, name, force=force)
+
+
+@router.post(
+    "/{name}/tasks/{role}/{index}/exec",
+    response_model=ExecAccessOut,
+    responses=errors(FORBIDDEN, NOT_FOUND, CONFLICT),
+)
+def exec_access(
+    name: str, role: str, index: int, request: Request, who: TokenInfo = Depends(principal)
+) -> dict[str, Any]:
+    """The address, sshd port and key of a running task of a job with ``ssh: true``, for
+    ``pasture job exec`` (scheduler/services/jobexec.py). 403 unless the caller submitted
+    the job or is an admin; 409 when the job has no ssh or the task is not running."""
+    from scheduler.services.jobexec import exec_access as access
+
+    logs: LogService = request.app.state.logs
+    return access(request.app.state.jobs, who, logs.share_dir, name, role, index)
 
 
 @router.get(
