@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scheduler.services import sharefs
 from scheduler.services.errors import ConflictError, ForbiddenError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.states import JobState, TaskState
@@ -75,8 +76,15 @@ def exec_access(
     attempt = int(task.get("attempt") or job.get("attempt") or 1)
     path = job_key_path(share_dir, name, attempt)
     try:
-        with path.open("rb") as f:
+        # through sharefs: the job's tasks can write its directory, and a link planted at
+        # the key's path must not hand the caller another file (docs/api.md "Reading the
+        # share")
+        with sharefs.open_file(share_dir, path.relative_to(share_dir)) as f:
             key = f.read(MAX_KEY_BYTES + 1)
+    except sharefs.UnsafePathError:
+        raise ForbiddenError(
+            f"job {name!r}: the key file of attempt {attempt} is a link or hard link, refused"
+        ) from None
     except OSError:
         raise ConflictError(f"job {name!r} attempt {attempt} has no key yet") from None
     if len(key) > MAX_KEY_BYTES:
