@@ -23,7 +23,9 @@ def planted(api, http, tmp_path):
     assert alice.post("/api/v1/jobs", content=job_yaml("swapped")).status_code == 201
     assert bob.post("/api/v1/jobs", content=job_yaml("theirs", "research")).status_code == 201
     logs = LogService(env.share)
-    mine, swapped, theirs = (logs.log_dir(n) for n in ("mine", "swapped", "theirs"))
+    mine, swapped, theirs = (
+        logs.log_dir(n, env.store.get_job(n).uid) for n in ("mine", "swapped", "theirs")
+    )
     for d in (mine, swapped, theirs):
         d.mkdir(parents=True)
     (mine / "ps-0.log").write_text("my own log\n")

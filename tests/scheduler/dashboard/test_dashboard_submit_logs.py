@@ -9,6 +9,7 @@ import time
 from live import job_yaml
 from test_dashboard_http import submit
 
+from scheduler.logpaths import job_log_dir
 from scheduler.store.tokens import TokenStore
 
 
@@ -58,7 +59,7 @@ def test_submit_form_names_each_invalid_field(browser, env):
 
 
 def _logs(env, job: str):
-    d = env.share / "jobs" / job / "logs"
+    d = job_log_dir(env.share, job, env.store.get_job(job).uid)
     d.mkdir(parents=True)
     return d
 
