@@ -246,6 +246,8 @@ def up(
         raise DevError(f"nodes must be at least 1, got {nodes}")
     if gpus_per_node is not None and gpus_per_node < 0:
         raise DevError(f"gpus_per_node must be at least 0 (or None: detect), got {gpus_per_node}")
+    if nvml_recording is not None:  # the agents run in the cluster's own directory
+        nvml_recording = Path(nvml_recording).resolve()
     directory = directory or state_dir()
     old = read_state(directory)
     if old and any(Proc(**p).alive() for p in old.get("_procs", {}).values()):
