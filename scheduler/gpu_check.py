@@ -435,7 +435,12 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
         assert gpus >= 1, f"NVML lists {gpus} GPUs"
         details = dict(summary.gpus)
         if mode == "gpu":
-            listed = [line for line in nvidia_smi("-L").splitlines() if line.startswith("GPU ")]
+            try:
+                text = nvidia_smi("-L")
+            except Skip as exc:  # NVML alone decides then
+                details["nvidia_smi"] = str(exc)
+                return details
+            listed = [line for line in text.splitlines() if line.startswith("GPU ")]
             assert len(listed) == gpus, f"NVML lists {gpus} GPUs, nvidia-smi -L {len(listed)}"
             details["nvidia_smi"] = listed
         return details
@@ -467,7 +472,8 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
     def queueing() -> dict[str, Any]:
         if mode == "none":
             raise Skip(no_gpu + "; no recording to replay (--nvml-recording)")
-        hold = f"sleep {hold_s:g}" if no_gpu else h.probe_command("cuda", hold_s)
+        # busy GPUs: a matmul where torch is, else a sleep (the scheduler sees the same)
+        hold = h.probe_command("cuda", hold_s) if torch_ok else f"sleep {hold_s:g}"
         mem = "1Gi" if no_gpu else "16Gi"
         h.submit("gpucheck-hold", {"main": {"gpu": gpus, "command": hold, "memory": mem}})
         h.wait("gpucheck-hold", step_timeout / 2, until={"running", *TERMINAL})
@@ -600,7 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="write the JSON summary here")
     p.add_argument("--nvml-recording", type=Path, default=None, help="replay these NVML answers")
     p.add_argument("--step-timeout", type=float, default=300.0, help="hard limit per check, s")
-    p.add_argument("--hold", type=float, default=4.0, help="seconds the queueing check holds GPUs")
+    p.add_argument(
+        "--hold", type=float, default=4.0, help="seconds the queueing check holds the GPUs"
+    )
     p.add_argument("--require-gpu", action="store_true", help="exit 2 when there is no GPU")
     args = p.parse_args(argv)
     if args.cmd == "probe":
