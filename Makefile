@@ -46,7 +46,8 @@ lint: venv
 	$(VENV)/bin/ruff format --check scheduler stacks tests
 
 # test-e2e: a fresh podman cluster converged twice by site.yml (second run changed=0), the
-# digits job across two nodes, and a node stopped mid-job (about 10 minutes).
+# demo's own job half (scripts/demo-job.sh with its report: red whenever `make demo` would
+# be) across two nodes, and a node stopped mid-job (about 10 minutes).
 test: deps venv lint test-python test-e2e test-ansible
 	@echo "==> make test: all stages passed"
 
