@@ -33,13 +33,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from scheduler import lifecycle
+from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, Snapshot
@@ -48,19 +51,21 @@ from scheduler.discovery import ordered_tasks
 from scheduler.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
+from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
 from scheduler.store.records import (
     Cause,
     JobRecord,
-    JobState,
     NodeRecord,
     TaskRecord,
-    TaskState,
 )
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
+
+if TYPE_CHECKING:
+    from scheduler.agent.k8s_autoscale import Autoscaler
 
 log = logging.getLogger("pasture.loop")
 
@@ -86,7 +91,7 @@ def load_policy(name: str) -> Policy:
 
 def default_schedule() -> ScheduleFn:
     """``scheduler.core.schedule``. Raises ImportError when the core has none yet."""
-    from scheduler.core import schedule  # type: ignore[attr-defined]
+    from scheduler.core import schedule
 
     return schedule
 
@@ -128,7 +133,7 @@ class Loop:
         self.settings = settings
         self.policy = policy or load_policy(settings.loop.policy)
         self.schedule = schedule or default_schedule()
-        self._core_jobs: dict[tuple, Job] = {}
+        self._core_jobs: dict[tuple[object, ...], Job] = {}
         self.jobs = JobsView()  # active jobs and specs; only new / changed ones read
         self._batch = store.batch()
         self.view = LedgerView()  # nodes, VCs, ledger; re-read on a version gap only
@@ -137,8 +142,16 @@ class Loop:
         self._draining: list[str] = []
         self._beats_read = 0.0  # silence clock of the last heartbeat read
         # the last committed Decision's nominations, handed to the next cycle's core
-        self._nominations: dict = {}
-        self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
+        self._nominations: dict[str, Any] = {}
+        self._health = NodeHealth(
+            store, settings.loop.heartbeat_timeout_s, clock, node_gone=gone_probe()
+        )  # node_gone: the loop in a Kubernetes pod asks whether a silent node still exists
+        # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
+        self.autoscale: Autoscaler | None = None
+        if os.environ.get("PASTURE_K8S_POOLS"):  # set by the aks stack only
+            from scheduler.agent.k8s_autoscale import Autoscaler
+
+            self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
         self.history = HistoryWindow()
@@ -149,7 +162,14 @@ class Loop:
             self.view.released(r.job, r.entries, r.version)
 
     def _transition(
-        self, job: JobRecord, state: str, reason: str, *, now: float, attempt: int, **fields
+        self,
+        job: JobRecord,
+        state: str,
+        reason: str,
+        *,
+        now: float,
+        attempt: int,
+        **fields: Any,
     ) -> None:
         """Queue a transition (:meth:`Store.transition`) and apply it to the cached record."""
         self._batch.transition(job.name, state, reason, now=now, attempt=attempt, **fields)
@@ -221,9 +241,15 @@ class Loop:
         snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
+        if self.autoscale is not None:  # a node that came for a placeholder is freed first
+            self.autoscale.before_core(n.name for n in snapshot.nodes)
         if not snapshot.pending and not growing(snapshot.running):
+            if self.autoscale is not None:
+                self.autoscale.after_core(snapshot, Decision())  # the queue emptied
             return result
         decision = self.schedule(snapshot, self.policy, now)
+        if self.autoscale is not None:
+            decision = self.autoscale.after_core(snapshot, decision)
         t3 = time.perf_counter()
         payload = commit_payload(decision, ctx)
         ok, detail = self.store.commit(ctx.version, payload)
@@ -321,9 +347,11 @@ class Loop:
                 lost.append(t)
         if lost:
             self._batch.update_tasks(job.name, lost, notify=False)
+            why = {t.node: nodes[t.node].state_reason if t.node in nodes else "" for t in lost}
             self._batch.add_event(
                 job.name,
-                "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost})),
+                "tasks lost with node(s) "
+                + ", ".join(f"{n} ({why[n]})" if why[n] else n for n in sorted(why)),
                 now=now,
                 state=job.state,
                 attempt=job.attempt,
@@ -434,7 +462,7 @@ class Loop:
             )
             if state == JobState.SUCCEEDED and weight:
                 self.history.record(attained / weight, attained)
-            ttl = spec.ttl_after_finished
+            ttl: float | None = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
             if ttl is not None:
                 self._batch.expire_job_at(job.name, now + ttl)

@@ -46,15 +46,17 @@ from scheduler.agent.executor import (
     task_id,
 )
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
+from scheduler.agent.k8s_capacity import capacity_watch_from_env
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
 from scheduler.spec.secrets import env_name
+from scheduler.states import TaskState
 from scheduler.store.agent_store import NodeStore
 from scheduler.store.lease import fence_s
-from scheduler.store.records import Cause, NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import Cause, NodeRecord, TaskRecord
 from scheduler.store.store import Store
 
 log = logging.getLogger("pasture.agent")
@@ -127,6 +129,7 @@ class Agent:
         self.gpu_health = GpuHealthMonitor(
             RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
         )
+        self._capacity_watch = capacity_watch_from_env()  # aks: re-register on a change
         self._load_state()
 
     # ---- local state ----------------------------------------------------------------
@@ -201,8 +204,12 @@ class Agent:
             memory=cap.memory,
             gpu=cap.gpu,
             gpu_model=cap.gpu_model,
-            labels={**self.s.labels, **executor_labels(self.executor.kind)},
-            port_range=tuple(self.s.port_range),
+            labels={
+                **self.s.labels,
+                **executor_labels(self.executor.kind),
+                **self.executor.node_labels(),
+            },
+            port_range=self.s.port_range,
             usage=usage(self.gpu_health.backend),
             executor=self.executor.kind,
             lease_s=self.lease_s,
@@ -223,6 +230,9 @@ class Agent:
             self.register()
         else:
             self._renew(sent)
+        if self._capacity_watch is not None and self._capacity_watch.changed():
+            log.info("node %s: allocatable resources changed; registering again", self.node)
+            self.register()
         self.gpu_health.check(self.store, self.node, report["gpu_health"])
 
     # ---- reconcile ------------------------------------------------------------------

@@ -16,7 +16,11 @@ Wiring (one job attempt; every agent computes the same files from the same input
   ``bin/pasture-ssh-barrier``.
 - sshd listens on the task's ``ssh`` port (:func:`scheduler.discovery.port_names` adds
   one to every role of a job that asks for ssh) and runs in the foreground in the task's
-  process group; the start-up script kills it when the command ends.
+  process group; the start-up script kills it when the command ends. The sessions it forks
+  for processes started over ssh (MPI ranks) leave that process group and session, but not
+  the task's cgroup, which the task's shell joined before starting sshd (process executor,
+  :mod:`scheduler.agent.cgroup`; ``UsePAM no``, so no PAM module moves them to a login
+  session): stop and fencing kill them with the task.
 - Host aliases, one ``Host`` block per task: ``<role>-<index>`` (and the role's shell name,
   ``worker_gpu-0``, when the role has other characters), with HostName, Port, IdentityFile,
   known_hosts; plus one block per host address pointing at the first of the job's tasks
@@ -38,6 +42,7 @@ import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -220,7 +225,9 @@ def write_task_files(
         os.chmod(path, mode)
 
 
-def ssh_env(spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir: str) -> dict:
+def ssh_env(
+    spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir: str
+) -> dict[str, Any]:
     """Variables of a task with ssh: PASTURE_SSH_DIR / _PORT / _CONFIG / _HOSTS, and Open
     MPI's (run as root allowed, ssh = the wrapper, no tree spawn: remote daemons do not
     have the wrapper on PATH)."""

@@ -79,12 +79,12 @@ def failure_reason(
             fit=failure.fit,
         )
     if g > 0:
-        i = index.largest_free(ready)
-        if i is None:
+        gi = index.largest_free(ready)
+        if gi is None:
             block, where = 0, "no ready node"
         else:
-            block, where = index.free_gpu[i], index.names[i]
-        if block < g:
+            block, where = index.free_gpu[gi], index.names[gi]
+        if block < g or gi is None:  # (gi is None: block is 0)
             return reason(
                 ReasonKind.INSUFFICIENT_RESOURCES,
                 f"needs {fmt_gpu(g)} on one node; largest free block is {max(block, 0)} ({where})",
@@ -95,14 +95,14 @@ def failure_reason(
         return reason(
             ReasonKind.INSUFFICIENT_RESOURCES,
             f"role {role.name} needs {what} on one node; nodes with {fmt_gpu(g)} free lack "
-            f"the cpu or memory (e.g. {where}: {fmt_request(*_free(index, i))} free)",
+            f"the cpu or memory (e.g. {where}: {fmt_request(*_free(index, gi))} free)",
             role=role.name,
             node=where,
         )
-    i = index.largest_free(ready, by_cpu=True)
-    where = index.names[i] if i is not None else "no ready node"
-    free_c = max(index.free_cpu[i], 0) if i is not None else 0
-    free_m = max(index.free_mem[i], 0) if i is not None else 0
+    j = index.largest_free(ready, by_cpu=True)
+    where = index.names[j] if j is not None else "no ready node"
+    free_c = max(index.free_cpu[j], 0) if j is not None else 0
+    free_m = max(index.free_mem[j], 0) if j is not None else 0
     return reason(
         ReasonKind.INSUFFICIENT_RESOURCES,
         f"role {role.name} needs {what} on one node; the most free cpu is "
@@ -128,11 +128,15 @@ def invalid_job(job: Job) -> str | None:
     for r in job.roles:
         if r.replicas < 1:
             return f"role {r.name} has {r.replicas} replicas (expected >= 1)"
-        if not 1 <= r.gang_min <= r.replicas:
+        # 0 is allowed: a job-wide minimum (Volcano spec.minAvailable smaller than the
+        # number of roles) leaves some roles nothing in the gang; they start as they fit
+        if not 0 <= r.gang_min <= r.replicas:
             return (
                 f"role {r.name} has min_available {r.gang_min} "
-                f"(expected 1..{r.replicas}, its replicas)"
+                f"(expected 0..{r.replicas}, its replicas)"
             )
         if not r.resources.is_nonnegative():
             return f"role {r.name} requests negative resources"
+    if sum(r.gang_min for r in job.roles) < 1:
+        return "its gang is empty (every role has min_available 0; expected at least 1 task)"
     return None

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
+from typing import Any
 
 from scheduler.core.history import History
 from scheduler.core.resources import ZERO, Resources, Triple
@@ -27,7 +28,7 @@ from scheduler.core.resources import ZERO, Resources, Triple
 EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
-def _empty() -> Mapping:
+def _empty() -> Mapping[Any, Any]:
     # dataclasses refuse an unhashable default (mappingproxy); share one read-only empty map.
     return EMPTY_LABELS
 
@@ -92,7 +93,10 @@ class TaskRole:
         command: command line run by the agent (opaque to the core).
         image: container image, None for the job default / process executor.
         min_available: how many of the replicas must be placed together for the gang to
-            start (Volcano ``minAvailable``); None means all replicas.
+            start (Volcano ``minAvailable``); None means all replicas. 0 (a job-wide minimum
+            spread over the roles left none for this one) puts none of them in the gang:
+            they are placed with it when they fit, else later (grow); at least one role of
+            a job has a minimum of 1 or more.
         node_selector: labels a node must carry (all key/value pairs must match).
         gpu_model: required GPU model, None for any.
     """

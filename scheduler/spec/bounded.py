@@ -55,26 +55,28 @@ def _where(node_or_event: object) -> str:
 
 
 try:
-    from yaml.cyaml import CParser as _Parser  # libyaml's event parser
+    from yaml._yaml import CParser as _Parser  # libyaml's event parser (as yaml.cyaml's)
 
     _C_PARSER = True
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml.loader import Parser as _Parser  # type: ignore[assignment]
-    from yaml.loader import Reader, Scanner
+    from yaml.parser import Parser as _Parser  # type: ignore[assignment]
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
 
     _C_PARSER = False
 
 
-class BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ignore[misc]
+class BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):
     """A safe loader that refuses deep nesting, many aliases and large expansions."""
 
     def __init__(self, stream: str) -> None:
         if _C_PARSER:
             _Parser.__init__(self, stream)
         else:  # pragma: no cover
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            _Parser.__init__(self)
+            # typed against CParser, the pure-Python parser's mixins are not its bases
+            Reader.__init__(self, stream)  # type: ignore[arg-type]
+            Scanner.__init__(self)  # type: ignore[arg-type]
+            _Parser.__init__(self)  # type: ignore[call-arg]
         Composer.__init__(self)
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
@@ -83,7 +85,7 @@ class BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: igno
         self._nodes = 0
         self._sizes: dict[int, int] = {}
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             self._aliases += 1
@@ -179,6 +181,11 @@ def _load_json(text: str) -> object:
         ) from None
 
 
+MAX_DOCUMENTS = 64
+"""YAML documents in one file: several only as Kubernetes objects (``---``-separated
+manifests, read as a ``kind: List``); anything else must be one document."""
+
+
 def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     """Parse one YAML (or, with ``as_json``, strict JSON) document within the limits above.
 
@@ -212,14 +219,21 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     try:
         loader = BoundedLoader(text)  # the reader refuses control characters here
         docs = []
-        while loader.check_data():  # empty documents ('---' at the end) are skipped
+        # empty documents ('---' at the end) are skipped; check_data is untyped in types-PyYAML
+        while loader.check_data():  # type: ignore[no-untyped-call]
             doc = loader.get_data()
             if doc is not None:
                 docs.append(doc)
-            if len(docs) > 1:
-                raise DocumentError.one(
-                    "", "several YAML documents in one file; submit one job per file"
-                )
+            if len(docs) > MAX_DOCUMENTS:
+                raise DocumentError.one("", f"more than {MAX_DOCUMENTS} YAML documents")
+        if len(docs) > 1:
+            if all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
+                # Kubernetes manifests (kubectl apply -f takes several): read as the
+                # List kind kubectl also takes, whose items the Volcano translation reads
+                return {"apiVersion": "v1", "kind": "List", "items": docs}
+            raise DocumentError.one(
+                "", "several YAML documents in one file; submit one job per file"
+            )
         return docs[0] if docs else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -227,7 +241,9 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
         problem = getattr(exc, "problem", None) or str(exc)
         raise DocumentError.one("", f"malformed YAML{where}: {problem}") from None
     except UnicodeError as exc:  # e.g. a lone surrogate in a str given by a caller
-        raise DocumentError.one("", f"expected UTF-8 text ({exc.reason})") from None
+        raise DocumentError.one(
+            "", f"expected UTF-8 text ({getattr(exc, 'reason', exc)})"
+        ) from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH is far below the interpreter's
         raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None
     finally:

@@ -31,9 +31,10 @@ import json
 import logging
 from dataclasses import dataclass
 
+from scheduler.states import TaskState
 from scheduler.store import lua
 from scheduler.store.acl import NODE_NAME
-from scheduler.store.records import Allocation, TaskState
+from scheduler.store.records import Allocation
 from scheduler.store.store import Store
 
 log = logging.getLogger("pasture.store.reports")
@@ -61,7 +62,9 @@ REPORTABLE = frozenset(
     {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST}
 )
 MAX_MESSAGE = 4096
-MAX_HANDLE = 512
+# a process executor's handle names the task's cgroup directories (JSON, ~0.5-1.5 KiB):
+# cutting it would leave JSON that nobody can parse, so the bound is generous
+MAX_HANDLE = 4096
 MAX_CAUSE = 64
 
 
