@@ -15,6 +15,7 @@ one_gpu_job         a 1-GPU task sees exactly one device (CUDA_VISIBLE_DEVICES; 
 queueing            a 1-GPU job waits, naming GPUs, while a job holds all GPUs,  a GPU or a
                     and starts once it ends                                     recording
 zero_gpu_job        a 0-GPU task gets CUDA_VISIBLE_DEVICES="" (torch: 0 devices) -
+                    and CUDA_DEVICE_ORDER=PCI_BUS_ID
 metrics             per-GPU utilisation and memory used in /metrics match        a GPU
                     nvidia-smi (:func:`compare_gpu_metrics`)
 nccl_world1/2       NCCL all_reduce with only pasture's RANK/WORLD_SIZE/MASTER_*  a GPU (2
@@ -463,7 +464,10 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
         _, log = h.succeeded("gpucheck-one", step_timeout - 5)
         seen = probe_of(log)
         visible = (seen["CUDA_VISIBLE_DEVICES"] or "").split(",")
-        assert len([v for v in visible if v]) == 1, f"CUDA_VISIBLE_DEVICES={visible}"
+        if len([v for v in visible if v]) != 1:
+            raise CheckFailed(f"CUDA_VISIBLE_DEVICES={seen['CUDA_VISIBLE_DEVICES']!r}", seen)
+        if seen["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID":
+            raise CheckFailed(f"CUDA_DEVICE_ORDER={seen['CUDA_DEVICE_ORDER']!r}", seen)
         if seen.get("torch"):
             assert seen["device_count"] == 1, f"torch sees {seen['device_count']} devices"
             assert seen.get("cuda_ok"), "the matmul did not run"
@@ -504,6 +508,9 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
             raise CheckFailed(why, seen)
         if seen.get("torch") and seen["device_count"] != 0:
             raise CheckFailed(f"torch sees {seen['device_count']} devices", seen)
+        if seen["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID":
+            why = f"CUDA_DEVICE_ORDER={seen['CUDA_DEVICE_ORDER']!r}, not 'PCI_BUS_ID'"
+            raise CheckFailed(why + " (CUDA would number GPUs unlike NVML)", seen)
         return seen
 
     def metrics() -> dict[str, Any]:
