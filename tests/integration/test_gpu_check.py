@@ -152,3 +152,39 @@ def test_script_without_a_gpu_skips_the_gpu_checks_naming_why(tmp_path):
         timeout=60,
     )
     assert require.returncode == 2 and "no GPU here" in require.stderr
+
+
+def test_metrics_of_a_replayed_h200_match_what_nvidia_smi_showed(tmp_path):
+    """The whole path of the metrics check: the agent reads NVML (the H200's recording with
+    the utilisation and both memory answers of the run's job A added), its heartbeat, the
+    API's /metrics, and the comparison with nvidia-smi's line of that moment."""
+    from scheduler.agent.resources import NVML_MEMORY_V2
+
+    recording = json.loads(H200.read_text())
+    total = 143771 * MIB
+    recording["devices"][0].update(
+        {
+            "nvmlDeviceGetUtilizationRates": {"gpu": 99, "memory": 35},
+            "nvmlDeviceGetMemoryInfo": {"total": total, "free": 0, "used": 1935540224},
+            f"nvmlDeviceGetMemoryInfo/{NVML_MEMORY_V2}": {
+                "version": NVML_MEMORY_V2,
+                "total": total,
+                "reserved": 615 * MIB,
+                "free": total - 1846 * MIB,
+                "used": 1231 * MIB,
+            },
+        }
+    )
+    path = tmp_path / "h200-busy.json"
+    path.write_text(json.dumps(recording))
+    h = gpu_check.Harness(tmp_path, path)
+    try:
+        h.up(timeout_s=60)
+        deadline = time.monotonic() + 30
+        while not (ours := pasture_gpu_figures(h.client.request("GET", "/metrics"), h.node)):
+            assert time.monotonic() < deadline, "no per-GPU metrics after 30 s"
+            time.sleep(0.5)
+    finally:
+        h.down()
+    assert ours == {0: {"util_percent": 99.0, "memory_used_mib": 1231.0}}
+    assert compare_gpu_metrics(ours, parse_nvidia_smi("0, 99, 1231")) == []
