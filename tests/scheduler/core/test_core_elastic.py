@@ -84,3 +84,20 @@ def test_elastic_roles_without_the_policy_are_never_shrunk():
     rj = on(e, {0: "n0", 1: "n0", 2: "n0", 3: "n0"})
     s = snapshot([node("n0", gpu=4)], pending=[job("p", gpu=2, submit=10.0)], running=[rj])
     assert schedule(s, Policy(), 20.0).shrinks == ()
+
+
+def test_spec_replicas_range_is_an_elastic_role_in_the_core():
+    import pytest
+    from pydantic import ValidationError
+
+    from scheduler.spec.model import JobSpec
+
+    spec = JobSpec.model_validate(
+        {"name": "e", "roles": {"w": {"replicas": {"min": 1, "max": 3}, "command": "x"}}}
+    )
+    (r,) = spec.to_core().roles
+    assert (r.replicas, r.gang_min, r.elastic) == (3, 1, True)
+    assert JobSpec.model_validate(spec.model_dump()).roles["w"].elastic  # round-trips
+    for bad, word in (({"min": 4, "max": 3}, "1 <= min <= max"), ({"min": 1}, "{min: M")):
+        with pytest.raises(ValidationError, match=word):
+            JobSpec.model_validate({"name": "e", "roles": {"w": {"replicas": bad, "command": "x"}}})
