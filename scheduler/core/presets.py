@@ -95,6 +95,7 @@ PRESETS = MappingProxyType(
             las_thresholds=(3600.0, 36000.0),
             preemption_min_runtime_s=300.0,
             adaptive=True,
+            elastic=True,  # only jobs with elastic roles are resized (issue 29)
         ),
         # Tiresias-LAS plus the elastic stage (issue 29): jobs with elastic roles are shrunk
         # before anyone is preempted and grown by marginal gain (AFS-style weights with
