@@ -80,7 +80,7 @@ def subsequence(want, seq):
     return all(any(x == y for y in it) for x in want)
 
 
-def scenario(cluster, name, command, done, timeout=120.0):
+def scenario(cluster, name, command, done, timeout=120.0, high_s=30):
     """filler (2 replicas) busy -> elastic job starts at 1 -> filler ends, it grows to 3
     -> a high-priority 2-replica job arrives, it shrinks to 1 -> that job ends, it grows
     again -> it finishes. Returns the sampler's counts and the job record."""
@@ -116,7 +116,7 @@ def scenario(cluster, name, command, done, timeout=120.0):
             {
                 "name": f"{name}-high",
                 "priority": "high",
-                "roles": {"w": {"replicas": 2, "resources": ONE, "command": "sleep 60"}},
+                "roles": {"w": {"replicas": 2, "resources": ONE, "command": "sleep 30"}},
             },
         )
         wait(lambda: store.get_job(high).state in ("running", "succeeded"), "high to start", 30)
