@@ -116,7 +116,7 @@ def scenario(cluster, name, command, done, timeout=120.0, high_s=30):
             {
                 "name": f"{name}-high",
                 "priority": "high",
-                "roles": {"w": {"replicas": 2, "resources": ONE, "command": "sleep 30"}},
+                "roles": {"w": {"replicas": 2, "resources": ONE, "command": f"sleep {high_s}"}},
             },
         )
         wait(lambda: store.get_job(high).state in ("running", "succeeded"), "high to start", 30)
