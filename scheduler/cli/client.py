@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from scheduler.api.schemas import (
         BatchOut,
         DryRunOut,
+        ExecAccessOut,
         JobDeleteOut,
         JobEventsOut,
         JobOut,
@@ -217,6 +218,13 @@ class ApiClient:
         )
         return parse(JobDeleteOut, data, f"delete {name}")
 
+    def exec_access(self, name: str, role: str, index: int) -> ExecAccessOut:
+        """The address, sshd port and key of a running task (``pasture job exec``)."""
+        from scheduler.api.schemas import ExecAccessOut
+
+        data = self.request("POST", f"/api/v1/jobs/{name}/tasks/{role}/{index}/exec")
+        return parse(ExecAccessOut, data, f"exec into {name} {role}-{index}")
+
     def log_files(self, name: str) -> list[LogFileOut]:
         from scheduler.api.schemas import LogFileOut
 
@@ -253,6 +261,13 @@ class ApiClient:
 
         data = self.request("POST", f"/api/v1/nodes/{name}/{action}")
         return parse(NodeOut, data, f"{action} {name}")
+
+    def delete_node(self, name: str, *, force: bool = False) -> NodeOut:
+        """``DELETE /api/v1/nodes/{name}`` (admin): the node lost now, its record removed."""
+        from scheduler.api.schemas import NodeOut
+
+        path = f"/api/v1/nodes/{name}" + ("?force=true" if force else "")
+        return parse(NodeOut, self.request("DELETE", path), f"delete {name}")
 
     def vcs(self) -> list[VcOut]:
         from scheduler.api.schemas import VcOut
