@@ -122,6 +122,10 @@ PRESETS = MappingProxyType(
 
 # Policies whose replay gives the core each job's true duration as its estimate.
 ORACLE_ESTIMATES = frozenset({"srtf-oracle", "afs-like"})
+# Policies whose replay runs every trace job as an elastic job (scheduler/sim/profiles.py);
+# the others (pasture included, whose elastic stage only acts on elastic jobs) replay the
+# trace's rigid jobs.
+ELASTIC_REPLAY = frozenset({"elastic", "afs-like"})
 DEFAULT_POLICY = "pasture"
 
 

@@ -21,7 +21,7 @@ from queue import Empty
 from typing import Any
 
 from scheduler.core.model import VirtualCluster
-from scheduler.core.presets import ORACLE_ESTIMATES, PRESETS
+from scheduler.core.presets import ELASTIC_REPLAY, ORACLE_ESTIMATES, PRESETS
 from scheduler.sim import bounds
 from scheduler.sim.cluster import (
     NodeShape,
@@ -195,7 +195,7 @@ def run_policy(
         scenario.jobs,
         PRESETS[name],
         oracle_estimates=name in ORACLE_ESTIMATES,
-        elastic=PRESETS[name].elastic,
+        elastic=name in ELASTIC_REPLAY,
         restart_cost_s=restart_cost_s,
         checkpoint_s=checkpoint_s,
         decide=decide,

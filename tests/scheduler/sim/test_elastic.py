@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.presets import PRESETS
+from scheduler.core.presets import ORACLE_ESTIMATES, PRESETS
 from scheduler.sim.cluster import homogeneous, vc_guarantees
 from scheduler.sim.engine import Simulator
 from scheduler.sim.profiles import PROFILES, profile_of
@@ -20,7 +20,7 @@ def run(nodes: int, gpus: int, jobs: list[TraceJob], policy: str = "elastic"):
         vc_guarantees(jobs, shapes),
         jobs,
         PRESETS[policy],
-        oracle_estimates=policy == "afs-like",
+        oracle_estimates=policy in ORACLE_ESTIMATES,
         elastic=True,
     )
     return sim.run()
