@@ -312,6 +312,47 @@ def volcano_host_files(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, 
     }
 
 
+ELASTIC_MAX_RESTARTS = 100  # PET_MAX_RESTARTS: every scale-down restarts the group once
+
+
+def elastic_env(
+    job: str, spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord
+) -> dict[str, str]:
+    """torchrun's elastic rendezvous options for a task of an elastic role (issue 29;
+    empty for any other task). torchrun reads ``PET_<OPTION>`` for each option it does not
+    get on its command line (torch.distributed.run):
+
+    - PET_NNODES ``M:N`` (the role's minimum and maximum replicas), PET_RDZV_BACKEND
+      ``c10d``, PET_RDZV_ID ``<job>-<attempt>`` (one rendezvous per attempt; resizes keep
+      it);
+    - PET_RDZV_ENDPOINT ``<host>:<port>`` of replica 0 of the role: its address and its
+      main port. Replica 0 is never stopped by a resize (the minimum is at least 1 and
+      shrinking stops the highest indexes), so the endpoint stays put across resizes;
+    - PET_RDZV_CONF ``is_host=true`` on replica 0 and ``is_host=false`` on the others, so
+      that replica 0's agent always hosts the rendezvous store (torchrun otherwise lets
+      whichever agent binds first host it, and a later shrink could stop that one);
+    - PET_MAX_RESTARTS :data:`ELASTIC_MAX_RESTARTS`: torchrun counts each scale-down (its
+      surviving workers fail and restart) as a restart; scale-ups are not counted.
+
+    A task's own ``env`` wins over these (user env is applied last).
+    """
+    role = spec.roles.get(me.role)
+    if role is None or not role.elastic:
+        return {}
+    zero = next((t for t in tasks if t.role == me.role and t.index == 0), None)
+    if zero is None:  # replica 0 always runs while the job does; be safe
+        return {}
+    lo = role.min_available or 1
+    return {
+        "PET_NNODES": f"{lo}:{role.replicas}",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ID": f"{job}-{me.attempt}",
+        "PET_RDZV_ENDPOINT": f"{zero.address}:{main_port(spec, zero)}",
+        "PET_RDZV_CONF": f"is_host={'true' if me.index == 0 else 'false'}",
+        "PET_MAX_RESTARTS": str(ELASTIC_MAX_RESTARTS),
+    }
+
+
 def task_env(
     job: str,
     spec: JobSpec,
@@ -380,6 +421,7 @@ def task_env(
     env["MASTER_PORT"] = str(main_port(spec, ranked[0]))
     if spec.mpi and hostfile:
         env["PASTURE_MPI_HOSTFILE"] = hostfile
+    env.update(elastic_env(job, spec, tasks, me))
     compat = {
         **openpai_env(job, spec, tasks, me, user=user, dirs=dirs),
         **maro_env(job, me, container_name=container_name),

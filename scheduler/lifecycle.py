@@ -72,6 +72,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scheduler.core.model import TaskPlacement
 from scheduler.diagnosis import Diagnosis, diagnose_task
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
@@ -169,6 +170,30 @@ class Step:
     stop: tuple[str, ...] = ()
     missing: dict[str, int] = field(default_factory=dict)
     free: tuple[str, ...] = ()
+
+
+# -- elastic resize (issue 29) ------------------------------------------------------------
+def role_target(spec: JobSpec, role: str) -> int:
+    """Replicas of ``role`` the attempt must hold to be whole: ``replicas``, or for an
+    elastic role (``replicas: {min, max}``) its minimum, since the scheduler may shrink it
+    there at any time (then the job ends when the replicas it holds have ended)."""
+    r = spec.roles[role]
+    return (r.min_available or 1) if r.elastic else r.replicas
+
+
+def shrink_keys(placements: Iterable[TaskPlacement]) -> tuple[str, ...]:
+    """Task keys (``<role>-<index>``) of a :class:`scheduler.core.model.Shrink`'s
+    placements, highest index first (the order they are stopped in)."""
+    ps = sorted(placements, key=lambda p: (p.role, -p.index))
+    return tuple(f"{p.role}-{p.index}" for p in ps)
+
+
+def shrink_reason(keys: Sequence[str], for_job: str) -> str:
+    """The job event of a resize: which replicas stopped and for whom."""
+    return (
+        f"resized: replica(s) {', '.join(keys)} stopped to start job {for_job} "
+        "(elastic; not a preemption, nothing charged)"
+    )
 
 
 def task_event(task: TaskRecord) -> Event | None:
@@ -364,9 +389,9 @@ def decide(
     for t in tasks:
         by_role.setdefault(t.role, []).append(t)
     missing = {
-        r: spec.roles[r].replicas - len(ts)
+        r: role_target(spec, r) - len(ts)
         for r, ts in by_role.items()
-        if r in spec.roles and len(ts) < spec.roles[r].replicas
+        if r in spec.roles and len(ts) < role_target(spec, r)
     }
 
     # 1. failure-type events: restart in place, a policy's action, or the role's tolerance

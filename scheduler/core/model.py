@@ -99,6 +99,11 @@ class TaskRole:
             a job has a minimum of 1 or more.
         node_selector: labels a node must carry (all key/value pairs must match).
         gpu_model: required GPU model, None for any.
+        elastic: the role is elastic (issue 29, :mod:`scheduler.core.elastic`):
+            ``replicas`` is its maximum and ``min_available`` its minimum; the elastic
+            stage may stop its replicas above the minimum (highest index first) to start
+            waiting jobs and grows it back toward the maximum as GPUs are idle. False (the
+            default): the role is never shrunk.
     """
 
     name: str
@@ -109,6 +114,7 @@ class TaskRole:
     min_available: int | None = None
     node_selector: Mapping[str, str] = field(default_factory=_empty)
     gpu_model: str | None = None
+    elastic: bool = False
 
     @property
     def gang_min(self) -> int:
@@ -138,6 +144,10 @@ class Job:
             the starvation rule (:mod:`scheduler.core.starvation`).
         requeued_at: seconds, when its last attempt ended (it was preempted) and the job
             re-entered the queue; None = never preempted.
+        scaling: for a job with elastic roles, its throughput at n replicas of its elastic
+            roles relative to one replica, ``scaling[n - 1]`` (so ``scaling[0] == 1.0``);
+            beyond the table the last step's gain repeats; empty = linear (n). Read by
+            the elastic stage's sizing policy (:mod:`scheduler.core.elastic`).
     """
 
     name: str
@@ -152,6 +162,7 @@ class Job:
     preemptible: bool = True
     executed_s: float = 0.0
     requeued_at: float | None = None
+    scaling: tuple[float, ...] = ()
 
     def total_request(self) -> Resources:
         """Sum of every replica's request (the job's full size)."""
@@ -289,6 +300,7 @@ class ReasonKind(StrEnum):
     RESERVATION = "reservation"  # would delay the reservation of a blocked higher job
     QUEUE_ORDER = "queue-order"  # a higher job in the queue is blocked (strict FIFO)
     PREEMPTING = "preempting"  # victims chosen, waiting for them to release
+    RESIZING = "resizing"  # elastic jobs shrunk for it, waiting for their replicas to stop
     CYCLE_LIMIT = "cycle-limit"  # not looked at this cycle
 
 
@@ -343,6 +355,25 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class Shrink:
+    """Replicas of a running elastic job to stop while the job goes on (a resize, not a
+    preemption: the job keeps its place, attempt and attained service; issue 29).
+
+    Attributes:
+        job: the shrunk job's name.
+        placements: the placements to release (its highest-index replicas above the
+            role's minimum).
+        for_job: the pending job the room is made for.
+        reason: human-readable reason.
+    """
+
+    job: str
+    placements: tuple[TaskPlacement, ...]
+    for_job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """Output of one scheduling cycle.
 
@@ -356,7 +387,10 @@ class Decision:
             back as the next Snapshot's ``nominations``.
         grows: placements added to running jobs bound at ``min_available``: replicas that
             did not fit at bind time, with their own replica indexes
-            (:mod:`scheduler.core.grow`).
+            (:mod:`scheduler.core.grow`); for elastic jobs, replicas the elastic stage adds
+            toward the maximum (:mod:`scheduler.core.elastic`).
+        shrinks: replicas of running elastic jobs to stop (:class:`Shrink`); the jobs
+            they make room for are reported RESIZING with a nomination.
     """
 
     binds: tuple[Bind, ...] = ()
@@ -365,3 +399,4 @@ class Decision:
     version: int = 0
     nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)
     grows: tuple[Bind, ...] = ()
+    shrinks: tuple[Shrink, ...] = ()

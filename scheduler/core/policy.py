@@ -92,6 +92,12 @@ class Policy:
             with the ``las`` order, a preempted job that has waited at least this many
             times its run time so far (all attempts) is promoted to the highest LAS queue
             (:mod:`scheduler.core.starvation`). None = no promotion.
+        elastic: run the elastic stage (:mod:`scheduler.core.elastic`): shrink running
+            elastic jobs toward their minimum before preempting anyone for a blocked job,
+            and grow them toward their maximum with idle capacity, sized by marginal
+            throughput per GPU (AFS, Hwang et al., NSDI'21). Jobs without elastic roles
+            are unaffected. False: elastic roles grow like ``min_available`` gangs
+            (:mod:`scheduler.core.grow`) and are never shrunk.
     """
 
     name: str = "default"
@@ -109,6 +115,7 @@ class Policy:
     backfill_horizon_s: float | None = None
     adaptive: bool = False
     starve_limit: float | None = None
+    elastic: bool = False
 
     def __post_init__(self) -> None:
         """Validate names against the core's registries and coerce enum-valued strings.

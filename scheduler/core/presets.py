@@ -95,12 +95,37 @@ PRESETS = MappingProxyType(
             las_thresholds=(3600.0, 36000.0),
             preemption_min_runtime_s=300.0,
             adaptive=True,
+            elastic=True,  # only jobs with elastic roles are resized (issue 29)
+        ),
+        # Tiresias-LAS plus the elastic stage (issue 29): jobs with elastic roles are shrunk
+        # before anyone is preempted and grown by marginal gain (AFS-style weights with
+        # attained service standing in for the unknown remaining time).
+        "elastic": replace(
+            BASE,
+            name="elastic",
+            queue_order="las",
+            preemption=(PreemptionMode.QUEUE_ORDER,),
+            las_thresholds=(3600.0, 36000.0),
+            elastic=True,
+        ),
+        # AFS-like baseline: the same stage given each job's true length (AFS' length
+        # weight; the simulator passes true durations as estimates).
+        "afs-like": replace(
+            BASE,
+            name="afs-like",
+            queue_order="srtf",
+            preemption=(PreemptionMode.QUEUE_ORDER,),
+            elastic=True,
         ),
     }
 )
 
 # Policies whose replay gives the core each job's true duration as its estimate.
-ORACLE_ESTIMATES = frozenset({"srtf-oracle"})
+ORACLE_ESTIMATES = frozenset({"srtf-oracle", "afs-like"})
+# Policies whose replay runs every trace job as an elastic job (scheduler/sim/profiles.py);
+# the others (pasture included, whose elastic stage only acts on elastic jobs) replay the
+# trace's rigid jobs.
+ELASTIC_REPLAY = frozenset({"elastic", "afs-like"})
 DEFAULT_POLICY = "pasture"
 
 

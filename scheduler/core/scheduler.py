@@ -14,6 +14,9 @@ Pipeline (the order matters; see comments in :meth:`_Cycle.consider`):
         else reason (NO_FIT_EVER / INSUFFICIENT_RESOURCES / GANG_INCOMPLETE / RESERVATION),
           and the first job blocked for resources gets the EASY reservation
     then running gangs placed at min_available get their other replicas as they fit (grow.py)
+    with Policy.elastic: a blocked job first tries shrinking running elastic jobs
+      (-> Shrink + RESIZING), before preemption; idle capacity last grows elastic jobs by
+      marginal gain (elastic.py)
     ──> Decision(binds, preemptions, pending reasons, version)
 
 A job that preempts is reported pending with kind PREEMPTING and is bound in a later cycle,
@@ -30,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterator
 
+from scheduler.core.elastic import ElasticStage, is_elastic
 from scheduler.core.failure import failure_reason, invalid_job
 from scheduler.core.gang import GangFailure, GangPlacement, Placer, gang_key, gang_request
 from scheduler.core.grow import grow, growing
@@ -151,6 +155,7 @@ class _Cycle:
         self.pool = ReleasingPool(self.index, releasing, self.preemptor.nodes_of)
         if snapshot.nominations:
             self.pool.hold_nominations(snapshot.nominations, names)
+        self.elastic = ElasticStage(snapshot.running, now) if policy.elastic else None
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: Reservation | None = None
         self.declined = False  # EASY declined an unbounded reservation (see _reserve)
@@ -201,10 +206,20 @@ class _Cycle:
                 self.reasons[job.name] = blocked[job.vc]
                 continue
             self.consider(job)
-        grows = grow(growing(self.snapshot.running), self.index, self.placer, self._admit_one)
+        to_grow = growing(self.snapshot.running)
+        el = self.elastic
+        if el is None:
+            grows = grow(to_grow, self.index, self.placer, self._admit_one)
+        else:
+            plain = [rj for rj in to_grow if not is_elastic(rj.job)]
+            grows = grow(plain, self.index, self.placer, self._admit_one)
+            shrunk = el.shrunk
+            elastic = [rj for rj in to_grow if is_elastic(rj.job) and rj.name not in shrunk]
+            grows += el.grow(elastic, self.index, self.placer, self._admit_one)
         return Decision(
             binds=tuple(self.binds),
             grows=tuple(grows),
+            shrinks=tuple(el.shrinks) if el is not None else (),
             preemptions=tuple(self.preemptions),
             pending=self.reasons,
             version=self.snapshot.version,
@@ -314,6 +329,8 @@ class _Cycle:
                 blocked_by=res.job,
                 reservation_time=res.time,
             )
+            return
+        if self.elastic is not None and self._try_shrink(job, req):
             return
         if self.policy.preemption and (
             self._try_wait_release(job, req) or self._try_preempt(job, req)
@@ -466,6 +483,26 @@ class _Cycle:
             return None
         res.apply(self.index)
         return res
+
+    # -- elastic shrink (elastic.py) ------------------------------------------------------
+    def _try_shrink(self, job: Job, req: Triple) -> bool:
+        """Shrink running elastic jobs until ``job``'s gang fits; on success hold its
+        placement, charge its VC, nominate it and report it RESIZING."""
+        assert self.elastic is not None
+        found = self.elastic.shrink_for(job, self.index, self.placer)
+        if found is None:
+            return False
+        shrinks, gp = found
+        self.epoch += 1
+        self.ledger.charge(job.vc, req, job)
+        self.nominations[job.name] = gp.placements(job, self.index.names)
+        names = ", ".join(f"{s.job} (-{len(s.placements)})" for s in shrinks)
+        self.reasons[job.name] = reason(
+            ReasonKind.RESIZING,
+            f"shrinking elastic jobs {names}; binds once their replicas stop",
+            resized=[s.job for s in shrinks],
+        )
+        return True
 
     # -- preemption -----------------------------------------------------------------------
     def _try_preempt(self, job: Job, req: Triple) -> bool:

@@ -282,7 +282,15 @@ def suite_cmd(
         )
         for col in ("case", "load", "GPUs", *names):
             t.add_column(col, justify="left" if col == "case" else "right")
-        for col in ("pasture/tiresias", "p99 pasture/best", "backfill/fifo", "pasture/srtf"):
+        for col in (
+            "pasture/tiresias",
+            "p99 pasture/best",
+            "backfill/fifo",
+            "pasture/srtf",
+            "elastic/tiresias",
+            "p99 elastic/tiresias",
+            "afs-like/tiresias",
+        ):
             t.add_column(col, justify="right")
         for r in rows:
             if "error" in r:

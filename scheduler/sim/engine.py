@@ -17,6 +17,12 @@ this attempt):
     the job's remaining work grows back by restart_cost_s + lost_ckpt
     GPU-seconds lost = g * (restart_cost_s + lost_ckpt)
 so that GPU-seconds served = sum(g * p) + GPU-seconds lost, exactly.
+
+Elastic jobs (``elastic=True``, issue 29; rule in :mod:`scheduler.sim.profiles`): a job's
+remaining is work in replica-seconds at speedup 1 and progresses at ``speedup(n)`` while it
+holds n replicas; a Decision's shrinks and grows resize it at once (settling its progress
+and attained service first), without any cost; a preemption costs it
+``speedup(n) x (restart_cost_s + lost_ckpt)`` of work and n GPUs' worth of lost time.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from scheduler.core.policy import Policy
 from scheduler.core.resources import Resources
 from scheduler.core.starvation import promoted, promotion_time
 from scheduler.sim.cluster import gang_shape, synthesise_requests
+from scheduler.sim.profiles import MAX_FACTOR, Profile, profile_of
 from scheduler.sim.trace import TraceJob
 
 Decide = Callable[[Snapshot, Policy, float], Decision]
@@ -122,6 +129,9 @@ class _Live:
     epoch: int = 0
     start: float = 0.0
     running: RunningJob | None = None
+    profile: Profile | None = None  # elastic jobs only
+    n: int = 0  # elastic: replicas held now
+    attempt_start: float = 0.0  # elastic: when this attempt began (start moves at resizes)
 
 
 def _default_decide() -> Decide:
@@ -156,6 +166,32 @@ def build_job(tj: TraceJob, max_node_gpus: int, estimate: bool) -> tuple[Job, in
     return job, tasks * per_task
 
 
+def build_elastic_job(tj: TraceJob, estimate: bool) -> tuple[Job, int, Profile]:
+    """The core Job for a trace job run elastically (:mod:`scheduler.sim.profiles`): one
+    elastic role "worker" of 1-GPU replicas, 1 to ``MAX_FACTOR`` x the trace's GPUs, with
+    its profile's speedup table. Returns (job, requested GPUs, profile)."""
+    g = max(tj.gpus, 1)
+    cpu, mem = synthesise_requests(tj)
+    hi = MAX_FACTOR * g
+    prof = profile_of(tj.name)
+    role = TaskRole(
+        "worker",
+        hi,
+        Resources(max(cpu // g, 0), max(mem // g, 0), 1),
+        min_available=1,
+        elastic=True,
+    )
+    job = Job(
+        name=tj.name,
+        vc=tj.vc,
+        roles=(role,),
+        submit_time=tj.submit_s,
+        estimated_duration_s=tj.duration_s if estimate else None,
+        scaling=prof.table(hi),
+    )
+    return job, g, prof
+
+
 class Simulator:
     """Replays jobs on nodes under one policy.
 
@@ -171,6 +207,7 @@ class Simulator:
         progress: called with the number of completed jobs after each instant.
         history_size: finished jobs an ``adaptive`` policy learns from (the last N;
             :class:`scheduler.core.history.HistoryWindow`).
+        elastic: run every trace job elastically (:func:`build_elastic_job`).
 
     Raises:
         SimulationError: from :meth:`run`, see there.
@@ -189,6 +226,7 @@ class Simulator:
         decide: Decide | None = None,
         progress: Callable[[int], None] | None = None,
         history_size: int = 1000,
+        elastic: bool = False,
     ) -> None:
         if restart_cost_s < 0:
             raise ValueError(f"restart_cost_s must be >= 0, got {restart_cost_s}")
@@ -208,6 +246,11 @@ class Simulator:
         for tj in jobs:
             if tj.name in self._live:
                 raise ValueError(f"duplicate job name {tj.name!r} in the trace")
+            if elastic:
+                job, g, prof = build_elastic_job(tj, oracle_estimates)
+                work = tj.duration_s * prof.speedup(g)
+                self._live[tj.name] = _Live(JobRecord(tj, g), job, work, profile=prof)
+                continue
             job, g = build_job(tj, max_node_gpus, oracle_estimates)
             self._live[tj.name] = _Live(JobRecord(tj, g), job, tj.duration_s)
         self._pending: dict[str, Job] = {}
@@ -222,6 +265,7 @@ class Simulator:
         self._nominations: Mapping[str, tuple[TaskPlacement, ...]] = {}
         # Finished jobs, as the service's loop records them (adaptive policies learn here).
         self._history = HistoryWindow(history_size) if policy.adaptive else None
+        self._elastic = elastic
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, name: str, epoch: int = 0) -> None:
@@ -263,6 +307,9 @@ class Simulator:
 
     def _start(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
         gpus = sum(p.resources.gpu for p in placements)
+        if live.profile is not None:
+            self._start_elastic(live, placements, now)
+            return
         if gpus != live.record.gpus or len(placements) != live.job.roles[0].replicas:
             raise SimulationError(
                 f"job {live.job.name}: bound {len(placements)} tasks / {gpus} GPUs, "
@@ -292,8 +339,110 @@ class Simulator:
                 if threshold > base:
                     self._push(now + (threshold - base) / g, _TICK, "", 0)
 
+    # -- elastic jobs -----------------------------------------------------------------------
+    def _start_elastic(
+        self, live: _Live, placements: tuple[TaskPlacement, ...], now: float
+    ) -> None:
+        role = live.job.roles[0]
+        if not role.gang_min <= len(placements) <= role.replicas:
+            raise SimulationError(
+                f"elastic job {live.job.name}: bound {len(placements)} replicas, expected "
+                f"{role.gang_min}..{role.replicas}"
+            )
+        self._allocate(placements, +1)
+        del self._pending[live.job.name]
+        live.attempt_start = now
+        if live.record.first_start is None:
+            live.record.first_start = now
+        self._run_elastic(live, placements, now)
+
+    def _run_elastic(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
+        """(Re)start ``live``'s segment at ``now`` on ``placements``: its completion event
+        and, under LAS, its threshold crossings at the new width."""
+        assert live.profile is not None
+        live.n = len(placements)
+        live.start = now
+        live.epoch += 1
+        live.running = RunningJob(live.job, now, placements)
+        self._running[live.job.name] = live.running
+        rate = live.profile.speedup(live.n)
+        self._push(now + live.remaining / rate, _DONE, live.job.name, live.epoch)
+        if self._las:
+            base, g = live.job.attained_service, max(live.n, 1)
+            hist = self._history.history() if self._history is not None else None
+            for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
+                if threshold > base:
+                    self._push(now + (threshold - base) / g, _TICK, "", 0)
+
+    def _settle(self, live: _Live, now: float) -> None:
+        """Fold an elastic job's progress and service since its segment began."""
+        assert live.profile is not None
+        ran = now - live.start
+        live.remaining = max(live.remaining - live.profile.speedup(live.n) * ran, 0.0)
+        live.job = replace(live.job, attained_service=live.job.attained_service + live.n * ran)
+        live.start = now
+
+    def _resize(
+        self,
+        live: _Live,
+        now: float,
+        add: Sequence[TaskPlacement] = (),
+        remove: Sequence[TaskPlacement] = (),
+    ) -> None:
+        """Grow or shrink a running elastic job at ``now`` (no cost: a resize)."""
+        rj = live.running
+        if rj is None or live.profile is None:
+            raise SimulationError(f"decision resizes {live.job.name!r}, not a running elastic job")
+        gone = {(p.role, p.index) for p in remove}
+        if len(gone & {(p.role, p.index) for p in rj.placements}) != len(gone):
+            raise SimulationError(f"decision shrinks replicas {live.job.name!r} does not hold")
+        kept = tuple(p for p in rj.placements if (p.role, p.index) not in gone) + tuple(add)
+        role = live.job.roles[0]
+        if not role.gang_min <= len(kept) <= role.replicas:
+            raise SimulationError(
+                f"elastic job {live.job.name}: resized to {len(kept)} replicas, expected "
+                f"{role.gang_min}..{role.replicas}"
+            )
+        self._allocate(remove, -1)
+        self._allocate(add, +1)
+        self._settle(live, now)
+        self._run_elastic(live, kept, now)
+
+    def _stop_elastic(self, live: _Live, now: float, finished: bool) -> None:
+        assert live.running is not None and live.profile is not None
+        self._settle(live, now)
+        self._allocate(live.running.placements, -1)
+        del self._running[live.job.name]
+        ran = now - live.attempt_start
+        live.record.run_s += ran
+        live.running = None
+        live.epoch += 1
+        if finished:
+            live.record.end = now
+            live.record.completions += 1
+            live.remaining = 0.0
+            self._done += 1
+            if self._history is not None:
+                self._history.record(live.record.run_s, live.job.attained_service)
+            return
+        ckpt = live.record.trace.checkpoint_s or self.checkpoint_s
+        lost = self.restart_cost_s + (ran % ckpt if ckpt else 0.0)
+        live.remaining += live.profile.speedup(live.n) * lost
+        live.record.lost_gpu_s += live.n * lost
+        live.record.preemptions += 1
+        live.job = replace(
+            live.job, attempt=live.job.attempt + 1, executed_s=live.record.run_s, requeued_at=now
+        )
+        self._pending[live.job.name] = live.job
+        at = promotion_time(live.job, self.policy.starve_limit) if self._las else None
+        if at is not None and at > now:
+            self._push(at, _TICK, "", 0)
+
     def _stop(self, live: _Live, now: float, finished: bool) -> None:
         assert live.running is not None
+        if live.profile is not None:
+            self._stop_elastic(live, now, finished)
+            return
         self._allocate(live.running.placements, -1)
         del self._running[live.job.name]
         ran = now - live.start
@@ -336,6 +485,11 @@ class Simulator:
             result.decision_s.append(time.perf_counter() - t0)
             # as the service's loop does: the next cycle holds what this one nominated
             self._nominations = decision.nominations
+            for sh in decision.shrinks:
+                live = self._live.get(sh.job)
+                if live is None:
+                    raise SimulationError(f"decision shrinks unknown job {sh.job!r}")
+                self._resize(live, now, remove=sh.placements)
             for pre in decision.preemptions:
                 live = self._live.get(pre.job)
                 if live is None or live.running is None:
@@ -346,7 +500,12 @@ class Simulator:
                 if live is None or bind.job not in self._pending:
                     raise SimulationError(f"decision binds {bind.job!r}, which is not pending")
                 self._start(live, bind.placements, now)
-            if not decision.preemptions:
+            for gr in decision.grows:
+                live = self._live.get(gr.job)
+                if live is None:
+                    raise SimulationError(f"decision grows unknown job {gr.job!r}")
+                self._resize(live, now, add=gr.placements)
+            if not decision.preemptions and not decision.shrinks:
                 return
 
     def run(self) -> SimResult:
@@ -385,7 +544,9 @@ class Simulator:
                     changed = changed or bool(self._running) and bool(self._pending)
             if not changed:
                 continue
-            if self._pending:  # nothing to decide otherwise: the core would return at once
+            # nothing to decide otherwise: the core would return at once (elastic jobs may
+            # grow into what a completion freed)
+            if self._pending or (self._elastic and self._running):
                 self._cycle(now, result)
             frac = self._alloc_gpus / self.gpus if self.gpus else 0.0
             result.peak_alloc = max(result.peak_alloc, frac)

@@ -21,7 +21,7 @@ from queue import Empty
 from typing import Any
 
 from scheduler.core.model import VirtualCluster
-from scheduler.core.presets import ORACLE_ESTIMATES, PRESETS
+from scheduler.core.presets import ELASTIC_REPLAY, ORACLE_ESTIMATES, PRESETS
 from scheduler.sim import bounds
 from scheduler.sim.cluster import (
     NodeShape,
@@ -195,6 +195,7 @@ def run_policy(
         scenario.jobs,
         PRESETS[name],
         oracle_estimates=name in ORACLE_ESTIMATES,
+        elastic=name in ELASTIC_REPLAY,
         restart_cost_s=restart_cost_s,
         checkpoint_s=checkpoint_s,
         decide=decide,
@@ -257,7 +258,17 @@ def _run_in_worker(
 
 
 # Rough relative cost per policy (longest first balances the workers: LPT).
-_COST_ORDER = ("pasture", "tiresias-las", "srtf-oracle", "fifo-backfill", "capacity", "drf", "fifo")
+_COST_ORDER = (
+    "elastic",
+    "afs-like",
+    "pasture",
+    "tiresias-las",
+    "srtf-oracle",
+    "fifo-backfill",
+    "capacity",
+    "drf",
+    "fifo",
+)
 
 
 def run_many(

@@ -156,6 +156,10 @@ def ratios(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
         ),
         "backfill_vs_fifo": r("fifo-backfill", "fifo"),
         "pasture_vs_srtf": r("pasture", "srtf-oracle"),
+        # issue 29: elastic jobs (scheduler.sim.profiles) under the elastic stage
+        "elastic_vs_tiresias": r("elastic", "tiresias-las"),
+        "elastic_p99_vs_tiresias": r("elastic", "tiresias-las", "p99"),
+        "afs_like_vs_tiresias": r("afs-like", "tiresias-las"),
     }
 
 

@@ -199,6 +199,26 @@ class RoleSpec(_Model):
     max_task_retries: int | None = Field(None, ge=0, le=100)
     shm: int | None = Field(None, description="bytes of /dev/shm; accepts '64Mi'")
     depends_on: list[str] = Field(default_factory=list, max_length=64)
+    elastic: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _elastic_range(cls, data: object) -> object:
+        """``replicas: {min: M, max: N}`` (issue 29): an elastic role of at most N and at
+        least M replicas; stored as ``replicas: N, min_available: M, elastic: true``."""
+        if not isinstance(data, dict) or not isinstance(data.get("replicas"), dict):
+            return data
+        rng = data["replicas"]
+        if set(rng) != {"min", "max"}:
+            raise ValueError(f"replicas: expected an int or {{min: M, max: N}}, got {rng!r}")
+        lo, hi = rng["min"], rng["max"]
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi)):
+            raise ValueError(f"replicas: min and max must be integers, got {rng!r}")
+        if not 1 <= lo <= hi:
+            raise ValueError(f"replicas: expected 1 <= min <= max, got min {lo}, max {hi}")
+        if data.get("min_available") is not None:
+            raise ValueError("replicas: {min, max} already sets the minimum; drop min_available")
+        return {**data, "replicas": hi, "min_available": lo, "elastic": True}
 
     @field_validator("command", mode="before")
     @classmethod
@@ -526,6 +546,7 @@ class JobSpec(_Model):
                         else dict(r.node_selector)
                     ),
                     gpu_model=r.resources.gpu_model,
+                    elastic=r.elastic,
                 )
                 for name, r in self.roles.items()
             ),

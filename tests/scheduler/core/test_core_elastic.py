@@ -1,0 +1,103 @@
+"""The elastic stage (issue 29): shrink running elastic jobs for blocked ones, grow them
+with idle capacity by marginal gain (AFS), never touch non-elastic jobs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler.core import Policy, schedule
+from scheduler.core.elastic import speedup
+from scheduler.core.model import Job, ReasonKind, RunningJob, TaskPlacement
+from scheduler.core.presets import PRESETS
+from tests.factories import job, node, snapshot
+
+ELASTIC = PRESETS["elastic"]
+
+
+def elastic(name: str, lo: int, hi: int, scaling: tuple[float, ...] = (), **kw: object) -> Job:
+    j = job(name, gpu=1, replicas=hi, min_available=lo, **kw)  # type: ignore[arg-type]
+    r = replace(j.roles[0], elastic=True)
+    return replace(j, roles=(r,), scaling=scaling)
+
+
+def on(j: Job, placed: dict[int, str], start: float = 0.0) -> RunningJob:
+    r = j.roles[0]
+    return RunningJob(
+        j, start, tuple(TaskPlacement(r.name, i, n, r.resources) for i, n in placed.items())
+    )
+
+
+def test_speedup_table_linear_and_extrapolated():
+    j = elastic("e", 1, 8, scaling=(1.0, 1.8, 2.4))
+    assert speedup(j, 0) == 0.0
+    assert speedup(j, 2) == 1.8
+    assert abs(speedup(j, 5) - 3.6) < 1e-9  # last step (0.6) repeats
+    assert speedup(elastic("l", 1, 4), 3) == 3.0
+
+
+def test_blocked_job_shrinks_elastic_job_highest_index_first_not_preempts():
+    e = elastic("e", 1, 4)
+    rj = on(e, {0: "n0", 1: "n0", 2: "n0", 3: "n0"})
+    s = snapshot([node("n0", gpu=4)], pending=[job("p", gpu=2, submit=10.0)], running=[rj])
+    d = schedule(s, ELASTIC, 20.0)
+    assert d.preemptions == () and d.binds == ()
+    (sh,) = d.shrinks
+    assert sh.job == "e" and sh.for_job == "p"
+    assert sorted(p.index for p in sh.placements) == [2, 3]
+    assert d.pending["p"].kind is ReasonKind.RESIZING
+    assert "p" in d.nominations
+
+
+def test_never_below_minimum_then_preemption_as_before():
+    e = elastic("e", 3, 4)
+    rj = on(e, {0: "n0", 1: "n0", 2: "n0", 3: "n0"})
+    s = snapshot([node("n0", gpu=4)], pending=[job("p", gpu=2, submit=1990.0)], running=[rj])
+    d = schedule(s, ELASTIC, 2000.0)  # e attained 8,000 GPU-s: a lower LAS queue than p
+    assert d.shrinks == ()  # one spare replica is not enough for 2 GPUs: nothing is taken
+    assert [p.job for p in d.preemptions] == ["e"]  # LAS preemption, as Tiresias
+
+
+def test_idle_gpus_go_to_best_marginal_gain():
+    good = elastic("good", 1, 4, scaling=(1.0, 2.0, 3.0, 4.0))
+    poor = elastic("poor", 1, 4, scaling=(1.0, 1.1, 1.15, 1.2))
+    s = snapshot(
+        [node("n0", gpu=4)],
+        running=[on(good, {0: "n0"}), on(poor, {0: "n0"})],
+    )
+    d = schedule(s, ELASTIC, 0.0)
+    got = {b.job: sorted(p.index for p in b.placements) for b in d.grows}
+    assert got == {"good": [1, 2]}  # poor's gain (0.1) never beats good's (1.0)
+
+
+def test_non_elastic_jobs_unchanged_under_elastic_policy():
+    j = job("j", gpu=1, replicas=4, min_available=1)
+    rj = on(j, {0: "n0", 1: "n0", 2: "n0", 3: "n0"})
+    s = snapshot([node("n0", gpu=4)], pending=[job("p", gpu=2, submit=10.0)], running=[rj])
+    base = schedule(s, PRESETS["tiresias-las"], 20.0)
+    d = schedule(s, ELASTIC, 20.0)
+    assert d.shrinks == () and d.grows == base.grows
+    assert d.preemptions == base.preemptions and d.binds == base.binds
+
+
+def test_elastic_roles_without_the_policy_are_never_shrunk():
+    e = elastic("e", 1, 4)
+    rj = on(e, {0: "n0", 1: "n0", 2: "n0", 3: "n0"})
+    s = snapshot([node("n0", gpu=4)], pending=[job("p", gpu=2, submit=10.0)], running=[rj])
+    assert schedule(s, Policy(), 20.0).shrinks == ()
+
+
+def test_spec_replicas_range_is_an_elastic_role_in_the_core():
+    import pytest
+    from pydantic import ValidationError
+
+    from scheduler.spec.model import JobSpec
+
+    spec = JobSpec.model_validate(
+        {"name": "e", "roles": {"w": {"replicas": {"min": 1, "max": 3}, "command": "x"}}}
+    )
+    (r,) = spec.to_core().roles
+    assert (r.replicas, r.gang_min, r.elastic) == (3, 1, True)
+    assert JobSpec.model_validate(spec.model_dump()).roles["w"].elastic  # round-trips
+    for bad, word in (({"min": 4, "max": 3}, "1 <= min <= max"), ({"min": 1}, "{min: M")):
+        with pytest.raises(ValidationError, match=word):
+            JobSpec.model_validate({"name": "e", "roles": {"w": {"replicas": bad, "command": "x"}}})
