@@ -136,6 +136,9 @@ class Loop:
         self._node_states: dict[str, str] = {}
         self._draining: list[str] = []
         self._beats_read = 0.0  # silence clock of the last heartbeat read
+        # jobs whose task failure waits for the verdict on a peer's silent node
+        # (lifecycle.PeerWatch): looked at every cycle until decided
+        self._held: set[str] = set()
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict = {}
         self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
@@ -203,7 +206,7 @@ class Loop:
             j
             for j in active
             if j.state not in (JobState.SUBMITTED, JobState.QUEUED)
-            and (full or j.name in dirty or j.ending or j.stop_requested)
+            and (full or j.name in dirty or j.ending or j.stop_requested or j.name in self._held)
         ]
         tasks = self.store.tasks_of([j.name for j in placed])
         todo = [j for j in active if j.state in (JobState.SUBMITTED, JobState.QUEUED)] + placed
@@ -290,7 +293,13 @@ class Loop:
             changed = True
         ending = lifecycle.Ending.from_dict(job.ending) if job.ending else None
         if ending is None:
-            step = self._outcome(job, spec, tasks, nodes)
+            step = self._outcome(job, spec, tasks, nodes, now)
+            if step.held and job.name not in self._held:
+                log.info("job %s held: %s", job.name, step.held)
+            if step.held:
+                self._held.add(job.name)
+            else:
+                self._held.discard(job.name)
             if step.ending is None:
                 return self._apply_step(job, tasks, step, now) or changed
             ending = step.ending
@@ -330,15 +339,23 @@ class Loop:
             )
 
     def _outcome(
-        self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
+        self,
+        job: JobRecord,
+        spec: JobSpec,
+        tasks: list[TaskRecord],
+        nodes: dict[str, NodeRecord],
+        now: float,
     ) -> lifecycle.Step:
-        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`)."""
+        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`), with
+        the heartbeats of its nodes for the peer-loss rule (store clock)."""
+        beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
+            peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
         )
 
     def _apply_step(
@@ -384,6 +401,7 @@ class Loop:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
         self._batch.release(job.name)  # this cycle's snapshot (taken next) sees the room
+        self._held.discard(job.name)
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight

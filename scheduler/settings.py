@@ -144,7 +144,13 @@ class ApiSettings(_Model):
 
 class LoopSettings(_Model):
     interval_s: float = Field(1.0, gt=0)
-    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    # observed silence (s) after which a node is lost (docs/faults.md "Bounds"); the loop
+    # never declares it before the node's own fence, whatever this says
+    heartbeat_timeout_s: float = Field(300.0, gt=0)
+    # seconds after a peer's node went silent within which a task's own failure is charged
+    # to nobody (its gang lost a member: NCCL/Gloo ranks exit when a peer vanishes;
+    # scheduler/lifecycle.py); PyTorch's default collective timeout is 600 s
+    peer_loss_grace_s: float = Field(600.0, ge=0)
     policy: str = "pasture"
     finished_job_ttl_s: float | None = Field(
         None,
@@ -207,7 +213,8 @@ class AgentSettings(_Model):
     # seconds between SIGTERM and SIGKILL when a task is stopped or preempted
     stop_grace_s: float = Field(10.0, ge=0)
     # seconds (agent clock) the agent may go without a renewing heartbeat before it kills
-    # its own tasks (fencing, docs/faults.md); default 3 x heartbeat_interval_s
+    # its own tasks (fencing, docs/faults.md); default 180 s (store outages up to 2 min
+    # restart nothing), at least 3 x heartbeat_interval_s
     lease_s: float | None = Field(None, gt=0)
 
     # the cluster's secrets key (the same file as the master's): opens a job's sealed
@@ -230,7 +237,8 @@ class AgentSettings(_Model):
 
     @property
     def lease(self) -> float:
-        """The lease in seconds: ``lease_s``, else 3 heartbeat intervals."""
+        """The lease in seconds: ``lease_s``, else
+        :data:`~scheduler.store.lease.DEFAULT_LEASE_S` (at least 3 heartbeat intervals)."""
         from scheduler.store.lease import default_lease_s
 
         return (

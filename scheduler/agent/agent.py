@@ -33,8 +33,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import redis
 
 from scheduler.agent import startup
 from scheduler.agent.executor import (
@@ -241,55 +244,35 @@ class Agent:
                 self._stop(t, "no longer bound to this node")
             elif rec.desired == "stop" or rec.done:
                 self._stop(t, "stop requested" if rec.desired == "stop" else f"task {rec.state}")
-        # report what finished
+        # report what finished (one task's error never blocks the others: _isolated)
         for t in list(self.local.values()):
             if t.lid in self._stoppers and self._stoppers[t.lid].is_alive():
                 continue
-            code = self.executor.poll(t.handle)
-            if code is None:
-                continue
-            cause = ""
-            fenced = t.fenced or self.executor.fenced(t.handle)
-            if fenced and code != 0:
-                state, msg, cause = (
-                    TaskState.LOST,
-                    "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
-                    Cause.FENCED,
-                )
-            elif fenced and code == 0:  # it exited by itself before the fence reached it
-                state, msg = TaskState.SUCCEEDED, "exited with code 0"
-            elif t.stopping:
-                state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
-            elif code == 0:
-                state, msg = TaskState.SUCCEEDED, "exited with code 0"
-            else:
-                state, msg = TaskState.FAILED, f"exited with code {code}"
-            diag = None
-            if state == TaskState.FAILED:  # classify the failure (rules are data)
-                diag = diagnose_report(
-                    Path(self.s.share_dir) / "jobs" / t.job / "logs" / f"{t.key}.log",
-                    code,
-                    msg,
-                    self.executor.evidence(t.handle),
-                    self.s.diagnosis_rules,
-                )
-            self.store.report_task(
-                t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause, diagnosis=diag
-            )
-            log.info("task %s %s (exit %s)", t.lid, state, code)
-            self.executor.cleanup(t.handle)
-            with self._lock:
-                self.local.pop(t.lid, None)
-            self._save_state()
+            self._isolated(f"task {t.lid}", self._report_if_ended, t)
         if not read:
             return
         # start what is bound here and not running yet
         running = {(t.job, t.key, t.attempt) for t in self.local.values()}
         for (job, key), rec in records.items():
-            if (job, key, rec.attempt) in running or rec.desired != "run":
+            if (job, key, rec.attempt) in running:
+                continue
+            if rec.desired == "stop" and rec.state == TaskState.SCHEDULED:
+                # stopped before this agent started it (a stop, a failed start): say so,
+                # or the job's stop would wait for it forever
+                self.store.report_task(
+                    job,
+                    key,
+                    rec.attempt,
+                    self.node,
+                    TaskState.STOPPED,
+                    None,
+                    "stopped before it started",
+                )
+                continue
+            if rec.desired != "run":
                 continue
             if rec.state == TaskState.SCHEDULED and self.lease_held():
-                self._start(job, rec)
+                self._start_isolated(job, rec)
             elif rec.state == TaskState.RUNNING:
                 # running by the store's account but unknown here: lost with our state file
                 self.store.report_task(
@@ -302,6 +285,72 @@ class Agent:
                     "agent restarted without a record of this task",
                     cause=Cause.AGENT_RESTART,
                 )
+
+    def _report_if_ended(self, t: LocalTask) -> None:
+        """Report ``t`` when its executor says it ended (state, exit code, diagnosis, or
+        ``lost``/``fenced`` when the lease killed it), then forget it."""
+        code = self.executor.poll(t.handle)
+        if code is None:
+            return
+        cause = ""
+        fenced = t.fenced or self.executor.fenced(t.handle)
+        if fenced and code != 0:
+            state, msg, cause = (
+                TaskState.LOST,
+                "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
+                Cause.FENCED,
+            )
+        elif fenced and code == 0:  # it exited by itself before the fence reached it
+            state, msg = TaskState.SUCCEEDED, "exited with code 0"
+        elif t.stopping:
+            state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
+        elif code == 0:
+            state, msg = TaskState.SUCCEEDED, "exited with code 0"
+        else:
+            state, msg = TaskState.FAILED, f"exited with code {code}"
+        diag = None
+        if state == TaskState.FAILED:  # classify the failure (rules are data)
+            diag = diagnose_report(
+                Path(self.s.share_dir) / "jobs" / t.job / "logs" / f"{t.key}.log",
+                code,
+                msg,
+                self.executor.evidence(t.handle),
+                self.s.diagnosis_rules,
+            )
+        self.store.report_task(
+            t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause, diagnosis=diag
+        )
+        log.info("task %s %s (exit %s)", t.lid, state, code)
+        self.executor.cleanup(t.handle)
+        with self._lock:
+            self.local.pop(t.lid, None)
+        self._save_state()
+
+    def _isolated(self, what: str, action: Callable[..., None], *args: object) -> None:
+        """Run one task's part of a pass; an error of the store (Redis) ends the pass (it
+        is the node's, retried on the next one), any other error is logged and the pass
+        goes on with the other tasks."""
+        try:
+            action(*args)
+        except redis.RedisError:
+            raise
+        except Exception:  # noqa: BLE001 - one task's bug must not block the node
+            log.exception("%s: agent pass step failed; going on with the other tasks", what)
+
+    def _start_isolated(self, job: str, rec: TaskRecord) -> None:
+        """:meth:`_start`, and when it raises anything but a store error (a value the
+        executor refuses, a bug), report the task failed (``could not start
+        (launch_error)``, classified ``start_failed``) instead of failing every pass of
+        this node: the job's retry policy acts, ``job stop`` ends it, the node's other
+        tasks start."""
+        try:
+            self._start(job, rec)
+        except redis.RedisError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolated to this task, reported
+            log.exception("task %s/%s: launch failed", job, rec.key)
+            detail = f"{type(exc).__name__}: {exc}".replace("\0", "\\0")[:500]
+            self._report_failed(job, rec, f"could not start (launch_error): {detail}")
 
     def _start(self, job: str, rec: TaskRecord) -> None:
         job_rec = self.store.launch(self.node, job)  # its launch record: spec, user, secrets
