@@ -159,20 +159,33 @@ class Agent:
         deadline = sent + self.lease_s
         if deadline <= self._deadline:
             return
+        if self._deadline and time.monotonic() >= self._deadline:
+            # the lease ran out (a frozen node thawing, a hung agent): every task started
+            # under it dies before the new deadline reaches the watchdogs, so a renewal
+            # never revives a task whose node the loop may have given up on
+            self._fence_now()
         self._deadline = deadline
         self.lease_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.lease_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"deadline": deadline, "node": self.node}))
         os.replace(tmp, self.lease_file)
 
+    def _fence_now(self) -> None:
+        """Fence every local task and wait for the kills (at most the executor's kill
+        bound each)."""
+        self.fence(expired=True)
+        for th in list(self._stoppers.values()):
+            if th.name.startswith("fence-"):
+                th.join(self.executor.kill_bound_s)
+
     def lease_held(self) -> bool:
         """Whether the lease is still running (tasks may start)."""
         return time.monotonic() < self._deadline
 
-    def fence(self) -> int:
-        """Kill every local task not fenced yet (no grace), when the lease ran out.
-        Returns how many were fenced."""
-        if self.lease_held():
+    def fence(self, expired: bool = False) -> int:
+        """Kill every local task not fenced yet (no grace), when the lease ran out
+        (``expired``: the caller knows it did). Returns how many were fenced."""
+        if not expired and self.lease_held():
             return 0
         with self._lock:
             todo = [t for t in self.local.values() if not t.fenced]
@@ -380,6 +393,8 @@ class Agent:
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
             env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
+            if self.executor.kind == "process":  # the task may check its own fence
+                env["PASTURE_LEASE_FILE"] = str(self.lease_file)
         except OSError as exc:
             # A broken share mount must fail this task (so the job's retry policy acts),
             # not crash every agent pass while the task stays `scheduled` forever.
