@@ -16,9 +16,11 @@ lands late, but with its earlier stamp (docs/faults.md "Bounds").
 
 With ``PEER_TIMEOUT_S`` > 0 it behaves like a rank of a collective (NCCL, Gloo): once it
 has seen every peer of its attempt tick (the other marks files of its job and attempt),
-it exits 1 when one of them has not ticked for ``PEER_TIMEOUT_S`` seconds. The node is the one whose agent's lease
-watchdog (:mod:`scheduler.agent.watchdog`) is this task's ancestor: ``<work_dir>/lease``
-with ``work_dir`` named after the node, as ``scheduler.dev`` lays it out.
+it exits 1 when one of them has not ticked for ``PEER_TIMEOUT_S`` seconds.
+
+The node is the one whose agent's lease watchdog (:mod:`scheduler.agent.watchdog`) is
+this task's ancestor: ``<work_dir>/lease`` with ``work_dir`` named after the node, as
+``scheduler.dev`` lays it out.
 """
 
 from __future__ import annotations
