@@ -314,21 +314,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--faults", type=int, default=len(FAULTS), help="faults to inject")
     p.add_argument("--jobs", type=int, default=20, help="jobs submitted before each fault")
     p.add_argument("--work-s", type=float, default=12.0, help="seconds each task works")
+    p.add_argument(
+        "--round2",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the round-2 faults (gang node loss, frozen node, unlaunchable task, "
+        "store outage of 2/3 of the lease, Sentinel failover; about 3 minutes)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Inject ``args.faults`` faults (cycling through FAULTS) and return the counts."""
-    with (
-        tempfile.TemporaryDirectory(prefix="pasture-chaos-") as tmp,
-        chaos_cluster(Path(tmp) / "dev", cpu_per_node=2) as chaos,
-    ):
-        for i in range(args.faults):
-            names = chaos.submit(args.jobs, args.work_s, cpu_m=250)
-            chaos.wait_running(names)
-            chaos.inject(FAULTS[i % len(FAULTS)])
-            chaos.wait_done(names)
-        chaos.wait_done()
-        out = chaos.check()
+    """Inject ``args.faults`` faults (cycling through FAULTS) and return the counts; with
+    ``args.round2`` also the round-2 faults' counts (``round2``, :func:`run_round2`)."""
+    with tempfile.TemporaryDirectory(prefix="pasture-chaos-") as tmp:
+        with chaos_cluster(Path(tmp) / "dev", cpu_per_node=2) as chaos:
+            for i in range(args.faults):
+                names = chaos.submit(args.jobs, args.work_s, cpu_m=250)
+                chaos.wait_running(names)
+                chaos.inject(FAULTS[i % len(FAULTS)])
+                chaos.wait_done(names)
+            chaos.wait_done()
+            out = chaos.check()
+        if getattr(args, "round2", False):
+            out["round2"] = run_round2(Path(tmp))
     return {"faults": args.faults, **out}
 
 
@@ -606,3 +614,134 @@ def failover(chaos: Chaos, timeout: float = 60.0) -> float:
     took = time.monotonic() - t0
     chaos.survived.setdefault("failover", []).append(took)
     return took
+
+
+# ---- round-2 scenarios: each runs one fault end to end and returns what happened ----------
+def gang_node_loss(chaos: Chaos, name: str = "gang", work_s: float = 14.0) -> dict[str, Any]:
+    """A 2-task gang (one task per node) whose first task's node is powered off while both
+    run; the agent is restarted afterwards. Returns ``{job, lost_node}`` once the job
+    ended. Raises TimeoutError when the gang does not start."""
+    submit_gang(chaos, name, work_s=work_s, peer_timeout_s=1.0)
+    deadline = time.monotonic() + 60
+    while len(runs := chaos.running_runs([name])) < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gang {name} did not start")
+        time.sleep(0.2)
+    lost = next(r["node"] for r in runs if r["key"] == "w-0")
+    i = chaos.cluster.nodes.index(lost)
+    node_power_off(chaos, i)  # the agent and its task at once: w-1 exits 1 ~1 s later
+    try:
+        chaos.wait_done([name], timeout=120)
+    finally:
+        chaos.cluster.start_agent(i)
+    return {"job": name, "lost_node": lost}
+
+
+def frozen_node(chaos: Chaos, prefix: str = "frozen", work_s: float = 20.0) -> dict[str, Any]:
+    """A one-task job's node frozen (SIGSTOP of agent, watchdog, task) until the task's
+    successor ticks on another node, then thawed tasks first. Returns ``{job,
+    late_writes}`` (ticks of the old run stamped after the successor's first, counted 2 s
+    after the thaw) once the job ended. Raises TimeoutError when no successor starts."""
+    (name,) = chaos.submit(1, work_s, cpu_m=2000, prefix=prefix)
+    chaos.wait_running([name])
+    run = chaos.running_runs([name])[0]
+    procs = node_freeze(chaos, chaos.cluster.nodes.index(run["node"]))
+    try:
+        deadline = time.monotonic() + 60
+        while successor_started(chaos, name, run["attempt"]) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no successor started on another node")
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        node_thaw(procs)
+    time.sleep(2.0)  # the thawed task had every chance to write
+    late = late_writes(chaos, name)
+    chaos.wait_done([name], timeout=120)
+    return {"job": name, "late_writes": late}
+
+
+def broken_launch(chaos: Chaos) -> dict[str, Any]:
+    """A job no executor can launch beside six ordinary ones on the same 3 nodes, and a
+    second such job (100 attempts allowed) stopped by ``job stop``. Returns ``{broken,
+    stopped, beside}`` (job names) once all ended."""
+    broken = submit_broken(chaos, "broken-1")
+    beside = chaos.submit(6, 3.0, cpu_m=500, prefix="beside")
+    stopped = submit_broken(chaos, "broken-stop", max_attempts=100)
+    chaos.wait_done([broken], timeout=60)
+    chaos.store.request_stop(stopped, "stopped by the chaos run")
+    chaos.wait_done([stopped, *beside], timeout=60)
+    return {"broken": broken, "stopped": stopped, "beside": beside}
+
+
+def outage_of_two_thirds_lease(chaos: Chaos) -> list[str]:
+    """On a :func:`scaled_cluster`: 4 jobs running when the store goes down for
+    :data:`SCALED_OUTAGE_S`; returns their names once they ended."""
+    names = chaos.submit(4, SCALED_OUTAGE_S + 10.0, cpu_m=500, prefix="outage")
+    chaos.wait_running(names)
+    chaos.store_outage(down_s=SCALED_OUTAGE_S)
+    chaos.wait_done(names, timeout=120)
+    return names
+
+
+def sentinel_failover(chaos: Chaos) -> list[str]:
+    """On a :func:`scaled_cluster` with sentinels: 4 jobs running when the primary is
+    SIGKILLed, 2 more submitted after the failover; returns the names once all ended."""
+    names = chaos.submit(4, 16.0, cpu_m=500, prefix="failover")
+    chaos.wait_running(names)
+    failover(chaos)
+    names += chaos.submit(2, 2.0, cpu_m=500, prefix="after")
+    chaos.wait_done(names, timeout=120)
+    return names
+
+
+def first_attempt_only(chaos: Chaos, names: list[str]) -> dict[str, int]:
+    """``{lost, charged, restarted}`` over ``names``: jobs not succeeded, attempts
+    charged, and jobs that needed more than one run (any requeue or restart)."""
+    jobs = chaos.store.get_jobs(names, with_spec=False)
+    counts = chaos.check(names)
+    return {
+        "lost": sum(1 for j in jobs if j.state != "succeeded") + len(names) - len(jobs),
+        "charged": counts["charged_attempts"],
+        "restarted": sum(1 for j in jobs if j.attempts[:-1]) + max(0, counts["runs"] - len(names)),
+        "double_runs": counts["two_places_at_once"],
+    }
+
+
+def run_round2(directory: Path) -> dict[str, Any]:
+    """Every round-2 fault once (gang node loss, frozen node, unlaunchable task on the
+    chaos cluster; outage of 2/3 of the lease and a Sentinel failover on 1/15-scale
+    clusters); returns ``{lost, charged, double_runs, late_writes, launch_blocked,
+    restarted, failover_s}``."""
+    out: dict[str, Any] = {
+        "lost": 0,
+        "charged": 0,
+        "double_runs": 0,
+        "late_writes": 0,
+        "launch_blocked": 0,
+        "restarted": 0,
+    }
+    with chaos_cluster(directory / "r2", nodes=3, partitionable=False) as c:
+        gang = gang_node_loss(c)
+        frozen = frozen_node(c)
+        broken = broken_launch(c)
+        names = [gang["job"], frozen["job"]]
+        counts = c.check(names)
+        jobs = c.store.get_jobs(names + broken["beside"], with_spec=False)
+        out["lost"] += sum(1 for j in jobs if j.state != "succeeded")
+        out["charged"] += counts["charged_attempts"]
+        out["double_runs"] += counts["two_places_at_once"]
+        out["late_writes"] += frozen["late_writes"]
+        ended = c.store.get_jobs([broken["broken"], broken["stopped"]], with_spec=False)
+        out["launch_blocked"] = sum(1 for j in ended if j.state not in TERMINAL_JOB_STATES)
+    with scaled_cluster(directory / "r2-outage", nodes=2) as c:
+        got = first_attempt_only(c, outage_of_two_thirds_lease(c))
+        for k in ("lost", "charged", "double_runs", "restarted"):
+            out[k] += got[k]
+        out["outage_s"] = c.survived["store_outage"]
+    with scaled_cluster(directory / "r2-failover", nodes=2, sentinel=True) as c:
+        got = first_attempt_only(c, sentinel_failover(c))
+        for k in ("lost", "charged", "double_runs", "restarted"):
+            out[k] += got[k]
+        out["failover_s"] = [round(x, 1) for x in c.survived["failover"]]
+    return out
