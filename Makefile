@@ -39,9 +39,12 @@ collections: venv
 base-image: deps
 	bash scripts/build-base-image.sh
 
+# lint: ruff (check and format) and mypy --strict over scheduler/ and scripts/ (its settings:
+# [tool.mypy] in pyproject.toml), so a changed return type fails here in every caller.
 lint: venv
 	$(VENV)/bin/ruff check scheduler stacks tests
 	$(VENV)/bin/ruff format --check scheduler stacks tests
+	$(VENV)/bin/mypy
 
 # test-e2e: a fresh podman cluster converged twice by site.yml (second run changed=0), the
 # digits job across two nodes, and a node stopped mid-job (about 10 minutes).

@@ -33,7 +33,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import yaml
@@ -48,6 +48,9 @@ from scheduler.devproc import (  # noqa: F401 - free_port and redis_server: publ
     wait_up,
 )
 from scheduler.sealed import generate_key
+
+if TYPE_CHECKING:
+    from scheduler.store import Store
 
 STATE_NAME = "state.json"
 
@@ -108,7 +111,7 @@ class DevCluster:
         os.chmod(tmp, 0o600)  # holds the admin token
         os.replace(tmp, path)
 
-    def store(self):  # noqa: ANN201 - scheduler.store.Store, imported lazily
+    def store(self) -> Store:  # scheduler.store, imported lazily
         """A Store on this cluster's Redis."""
         import redis
 
@@ -176,7 +179,8 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     """The running dev cluster's state (``{endpoint, token, ...}``), None when none."""
     path = (directory or state_dir()) / STATE_NAME
     try:
-        return json.loads(path.read_text())
+        state: dict[str, Any] = json.loads(path.read_text())
+        return state
     except (OSError, ValueError):
         return None
 

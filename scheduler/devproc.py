@@ -11,7 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +72,8 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free when asked (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @contextlib.contextmanager
@@ -166,7 +167,7 @@ def log_tail(path: str, n: int = 20) -> str:
         return "(no log)"
 
 
-def wait_up(what: str, check, proc: Proc | None, timeout: float) -> None:
+def wait_up(what: str, check: Callable[[], object], proc: Proc | None, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

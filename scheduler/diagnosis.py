@@ -70,8 +70,8 @@ class Diagnosis:
 class _Pattern:
     exit_codes: tuple[int, ...] | None
     exit_code_range: tuple[int, int] | None
-    log: re.Pattern | None
-    message: re.Pattern | None
+    log: re.Pattern[str] | None
+    message: re.Pattern[str] | None
     state: str | None
     evidence: tuple[tuple[str, Any], ...]
     detail: str | None
@@ -98,7 +98,7 @@ def _pattern(src: str, where: str, raw: Any) -> _Pattern:
             f" expected {sorted(_PATTERN_FIELDS)}"
         )
 
-    def regex(name: str) -> re.Pattern | None:
+    def regex(name: str) -> re.Pattern[str] | None:
         if raw.get(name) is None:
             return None
         try:
@@ -209,7 +209,14 @@ def _signal_name(code: int | None) -> str:
         return f"{code - 128}"
 
 
-def _matches(p: _Pattern, code, log, message, state, evidence) -> tuple[bool, str]:
+def _matches(
+    p: _Pattern,
+    code: int | None,
+    log: str,
+    message: str,
+    state: str,
+    evidence: dict[str, Any],
+) -> tuple[bool, str]:
     if p.state is not None and p.state != state:
         return False, ""
     if p.exit_codes is not None and code not in p.exit_codes:

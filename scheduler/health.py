@@ -47,7 +47,7 @@ class NodeHealth:
         # a gap of half the timeout between two readings counts as not observed: a node
         # then declared lost had at least half the timeout of answering store to heartbeat
         self._watch = HeartbeatWatch(max_gap_s=heartbeat_timeout_s / 2)
-        self._condition: dict | None = None
+        self._condition: dict[str, Any] | None = None
         self._condition_read = False  # a restarted loop reads the one it may have left
 
     def blind(self) -> None:

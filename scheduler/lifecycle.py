@@ -81,7 +81,8 @@ from typing import Any, Literal
 from scheduler.diagnosis import Diagnosis, diagnose_task
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
-from scheduler.store.records import Cause, JobState, TaskRecord, TaskState
+from scheduler.states import JobState, TaskState
+from scheduler.store.records import Cause, TaskRecord
 
 Event = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
 WAIT = "wait"
@@ -357,7 +358,11 @@ def role_restarts(spec: JobSpec, by_role: dict[str, list[TaskRecord]]) -> int:
     """Role restarts (``restart_role``) charged so far in this attempt, summed over roles
     with a ``restart_role`` rule: a role restart restarts each of its placed tasks once, so
     the role's count is the fewest ``restarts`` among them."""
-    roles = {r.role for r in spec.policies.on_events if r.action == "restart_role"}
+    roles = {
+        r.role
+        for r in spec.policies.on_events
+        if r.action == "restart_role" and r.role is not None  # None: every role (below)
+    }
     if any(r.action == "restart_role" and r.role is None for r in spec.policies.on_events):
         roles = set(spec.roles)
     return sum(min((t.restarts for t in by_role.get(r, [])), default=0) for r in roles)

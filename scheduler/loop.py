@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from scheduler import lifecycle
 from scheduler.core.grow import growing
@@ -48,14 +49,13 @@ from scheduler.discovery import ordered_tasks
 from scheduler.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
+from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
 from scheduler.store.records import (
     Cause,
     JobRecord,
-    JobState,
     NodeRecord,
     TaskRecord,
-    TaskState,
 )
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
@@ -86,7 +86,7 @@ def load_policy(name: str) -> Policy:
 
 def default_schedule() -> ScheduleFn:
     """``scheduler.core.schedule``. Raises ImportError when the core has none yet."""
-    from scheduler.core import schedule  # type: ignore[attr-defined]
+    from scheduler.core import schedule
 
     return schedule
 
@@ -128,7 +128,7 @@ class Loop:
         self.settings = settings
         self.policy = policy or load_policy(settings.loop.policy)
         self.schedule = schedule or default_schedule()
-        self._core_jobs: dict[tuple, Job] = {}
+        self._core_jobs: dict[tuple[object, ...], Job] = {}
         self.jobs = JobsView()  # active jobs and specs; only new / changed ones read
         self._batch = store.batch()
         self.view = LedgerView()  # nodes, VCs, ledger; re-read on a version gap only
@@ -140,7 +140,7 @@ class Loop:
         # (lifecycle.PeerWatch): looked at every cycle until decided
         self._held: set[str] = set()
         # the last committed Decision's nominations, handed to the next cycle's core
-        self._nominations: dict = {}
+        self._nominations: dict[str, Any] = {}
         self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
@@ -152,7 +152,14 @@ class Loop:
             self.view.released(r.job, r.entries, r.version)
 
     def _transition(
-        self, job: JobRecord, state: str, reason: str, *, now: float, attempt: int, **fields
+        self,
+        job: JobRecord,
+        state: str,
+        reason: str,
+        *,
+        now: float,
+        attempt: int,
+        **fields: Any,
     ) -> None:
         """Queue a transition (:meth:`Store.transition`) and apply it to the cached record."""
         self._batch.transition(job.name, state, reason, now=now, attempt=attempt, **fields)
@@ -452,7 +459,7 @@ class Loop:
             )
             if state == JobState.SUCCEEDED and weight:
                 self.history.record(attained / weight, attained)
-            ttl = spec.ttl_after_finished
+            ttl: float | None = spec.ttl_after_finished
             ttl = self.settings.loop.finished_job_ttl_s if ttl is None else ttl
             if ttl is not None:
                 self._batch.expire_job_at(job.name, now + ttl)

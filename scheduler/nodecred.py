@@ -194,7 +194,8 @@ class KubeReviewer:
         k8s = self._k8s
         body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=[AUDIENCE]))
         out = k8s.AuthenticationV1Api(self._api).create_token_review(body)
-        return self._api.sanitize_for_serialization(out)
+        review: dict[str, Any] = self._api.sanitize_for_serialization(out)
+        return review
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -203,4 +204,5 @@ class KubeReviewer:
             if exc.status == 404:
                 return None
             raise
-        return self._api.sanitize_for_serialization(out)
+        pod: dict[str, Any] = self._api.sanitize_for_serialization(out)
+        return pod

@@ -34,7 +34,7 @@ def generate_key() -> bytes:
     return Fernet.generate_key()
 
 
-def write_key(path: str | os.PathLike, key: bytes | None = None) -> Path:
+def write_key(path: str | os.PathLike[str], key: bytes | None = None) -> Path:
     """Write ``key`` (a new one when None) to ``path`` with mode 0600, creating it
     exclusively. Raises FileExistsError when the file exists (a key is never replaced:
     every sealed job would stop opening)."""
@@ -46,7 +46,7 @@ def write_key(path: str | os.PathLike, key: bytes | None = None) -> Path:
     return p
 
 
-def load_key(path: str | os.PathLike | None) -> bytes | None:
+def load_key(path: str | os.PathLike[str] | None) -> bytes | None:
     """The key in ``path``; None when ``path`` is None or the file does not exist.
 
     Raises:

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scheduler.spec.quantity import parse_cpu, parse_memory
+
+if TYPE_CHECKING:
+    import redis
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
 
 
 class SettingsError(ValueError):
@@ -83,7 +88,7 @@ class RedisSettings(_Model):
                 ) from exc
         return self.password
 
-    def client(self, *, decode_responses: bool = True, **kwargs: Any):
+    def client(self, *, decode_responses: bool = True, **kwargs: Any) -> redis.Redis:
         """A redis-py client for these settings: on ``url``, or on the primary the
         ``sentinels`` name (``Sentinel.master_for``: rediscovered after a failover).
         ``kwargs`` go to the connection (socket timeouts, ...).
@@ -317,7 +322,7 @@ class AgentSettings(_Model):
         return v
 
 
-def _read(path: str | os.PathLike | None, default: str) -> dict:
+def _read(path: str | os.PathLike[str] | None, default: str) -> dict[str, Any]:
     p = Path(path or os.environ.get("PASTURE_CONFIG") or default)
     try:
         text = p.read_text()
@@ -336,7 +341,7 @@ def _read(path: str | os.PathLike | None, default: str) -> dict:
     return data
 
 
-def _validate(model: type[BaseModel], data: dict, source: str) -> Any:
+def _validate(model: type[_Settings], data: dict[str, Any], source: str) -> _Settings:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -347,14 +352,14 @@ def _validate(model: type[BaseModel], data: dict, source: str) -> Any:
         raise SettingsError(f"{source}: invalid settings:\n" + "\n".join(lines)) from exc
 
 
-def load_scheduler_settings(path: str | os.PathLike | None = None) -> SchedulerSettings:
+def load_scheduler_settings(path: str | os.PathLike[str] | None = None) -> SchedulerSettings:
     """Read scheduler settings from ``path`` (else PASTURE_CONFIG, else
     /etc/pasture/scheduler.yaml). Raises SettingsError naming the file and field."""
     data = _read(path, "/etc/pasture/scheduler.yaml")
     return _validate(SchedulerSettings, data, str(path or "scheduler settings"))
 
 
-def load_agent_settings(path: str | os.PathLike | None = None) -> AgentSettings:
+def load_agent_settings(path: str | os.PathLike[str] | None = None) -> AgentSettings:
     """Read agent settings from ``path`` (else PASTURE_CONFIG, else /etc/pasture/agent.yaml).
     Raises SettingsError naming the file and field."""
     data = _read(path, "/etc/pasture/agent.yaml")

@@ -76,15 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     client = ApiClient(load())
-    job = client.job(args.job)
+
+    def fetch() -> dict[str, Any]:
+        # the client returns a typed JobOut; the report reads it as JSON (None fields left out)
+        return client.job(args.job).model_dump(mode="json", exclude_none=True)
+
+    job = fetch()
     deadline = time.monotonic() + args.wait
     while job.get("state") not in TERMINAL and time.monotonic() < deadline:
         time.sleep(1.0)
-        job = client.job(args.job)
-    events = client.events(args.job)["events"]
+        job = fetch()
+    events = [e.model_dump(mode="json") for e in client.events(args.job).events]
     ps_role = next(iter(job.get("spec", {}).get("roles", {"ps": None})))
     try:
-        ps_log = client.logs(args.job, ps_role, 0)
+        ps_log = client.log_bytes(args.job, ps_role, 0).decode("utf-8", "replace")
     except Exception as exc:  # noqa: BLE001 - a missing log is reported, not fatal
         ps_log = ""
         print(f"no log of {ps_role}-0: {exc}", file=sys.stderr)

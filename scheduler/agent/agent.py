@@ -55,9 +55,10 @@ from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
 from scheduler.spec.secrets import env_name
+from scheduler.states import TaskState
 from scheduler.store.agent_store import NodeStore
 from scheduler.store.lease import fence_s
-from scheduler.store.records import Cause, NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import Cause, NodeRecord, TaskRecord
 from scheduler.store.store import Store
 
 log = logging.getLogger("pasture.agent")
@@ -218,7 +219,7 @@ class Agent:
             gpu=cap.gpu,
             gpu_model=cap.gpu_model,
             labels={**self.s.labels, **executor_labels(self.executor.kind)},
-            port_range=tuple(self.s.port_range),
+            port_range=self.s.port_range,
             usage=usage(self.gpu_health.backend),
             executor=self.executor.kind,
             lease_s=self.lease_s,

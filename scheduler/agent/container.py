@@ -42,6 +42,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from scheduler.agent import watchdog
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
@@ -62,11 +63,11 @@ class ContainerExecutor(Executor):
     def __init__(self, cli: str = "podman", network: str = "host") -> None:
         self.cli = cli
         self.network = network
-        self._watchdogs: dict[str, subprocess.Popen] = {}  # by container name, to reap
+        self._watchdogs: dict[str, subprocess.Popen[bytes]] = {}  # by container name, to reap
 
     def _run(
         self, *args: str, timeout: float = 60, cwd: Path | None = None
-    ) -> subprocess.CompletedProcess:
+    ) -> subprocess.CompletedProcess[str]:
         # cwd: conmon (podman's container monitor) inherits it and writes a file named
         # ``oom`` there when the container is OOM-killed; ``run`` passes the task's state
         # directory so that file never lands in the agent's (or a test's) working directory
@@ -257,7 +258,7 @@ class ContainerExecutor(Executor):
         except subprocess.TimeoutExpired:
             log.warning("%s kill %s did not return within %g s", self.cli, name, self.kill_bound_s)
 
-    def evidence(self, handle: str) -> dict:
+    def evidence(self, handle: str) -> dict[str, Any]:
         """``{"oom_killed": bool}``: the cgroup's OOM killer ended the container, by
         ``inspect .State.OOMKilled`` or, when the runtime did not notice (podman with runc
         on cgroup v1 reports false), by the kernel's ``oom-kill:... oom_memcg=...<id>``

@@ -160,7 +160,7 @@ class Executor(abc.ABC):
         return {}
 
 
-def make_executor(kind: str, **options: object) -> Executor:
+def make_executor(kind: str, **options: Any) -> Executor:
     """Executor by kind: ``process``, ``container`` (options: cli, network),
     ``kubernetes``. Raises ValueError for an unknown kind."""
     if kind == "process":
@@ -176,5 +176,5 @@ def make_executor(kind: str, **options: object) -> Executor:
     if kind == "kubernetes":
         from scheduler.agent import kubernetes  # written against this interface
 
-        return kubernetes.KubernetesExecutor(**options)  # type: ignore[attr-defined]
+        return kubernetes.KubernetesExecutor(**options)
     raise ValueError(f"executor must be process, container or kubernetes, got {kind!r}")

@@ -193,10 +193,11 @@ class RecordedBackend:
     """
 
     def __init__(self, recording: dict[str, Any] | str | Path) -> None:
-        if not isinstance(recording, dict):
-            recording = json.loads(Path(recording).read_text())
-        self.devices: list[dict[str, Any]] = recording["devices"]
-        self._xids = [tuple(x) for x in recording.get("xid_events", [])]
+        data: dict[str, Any] = (
+            recording if isinstance(recording, dict) else json.loads(Path(recording).read_text())
+        )
+        self.devices: list[dict[str, Any]] = data["devices"]
+        self._xids = [tuple(x) for x in data.get("xid_events", [])]
 
     def device_count(self) -> int:
         return len(self.devices)

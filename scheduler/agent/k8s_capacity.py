@@ -137,7 +137,8 @@ def fetch_node(
             f"node {name}: GET /api/v1/nodes/{name} answered {response.status_code}: "
             f"{response.text[:200]}"
         )
-    return response.json()
+    node: dict[str, Any] = response.json()
+    return node
 
 
 def read_capacity(

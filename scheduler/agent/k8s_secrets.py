@@ -87,6 +87,7 @@ def build_secret(env: dict[str, str], pod: k8s.V1Pod, uid: str | None) -> k8s.V1
     if not secret:
         return None
     meta = pod.metadata
+    assert meta is not None and meta.name is not None  # build_pod names every pod
     owners = None
     if uid:
         owners = [k8s.V1OwnerReference(api_version="v1", kind="Pod", name=meta.name, uid=uid)]

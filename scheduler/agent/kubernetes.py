@@ -222,7 +222,7 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         "pasture/attempt": str(launch.attempt),
     }
     fence = fence_sidecar(launch, settings)
-    if fence is not None:
+    if fence is not None and settings.agent_dir:  # (fence_sidecar needs agent_dir)
         volumes.append(
             k8s.V1Volume(
                 name=AGENT_VOLUME,
@@ -387,6 +387,9 @@ class KubernetesExecutor(Executor):
         except ValueError as exc:
             raise ExecutorError(str(exc)) from None
         ns = self.settings.namespace
+        assert pod.metadata is not None and pod.metadata.name is not None  # set by build_pod
+        assert pod.spec is not None
+        name = pod.metadata.name
         uid = None  # the pod's, for the Secret's owner reference
         try:
             created = self.api.create_namespaced_pod(ns, pod)
@@ -394,8 +397,7 @@ class KubernetesExecutor(Executor):
         except k8s.ApiException as exc:
             if exc.status != 409:  # 409: already created (agent restarted): adopt it
                 raise ExecutorError(
-                    f"cannot create pod {pod.metadata.name} on {launch.node}: "
-                    f"{exc.status} {exc.reason}"
+                    f"cannot create pod {name} on {launch.node}: {exc.status} {exc.reason}"
                 ) from None
         secret = k8s_secrets.build_secret(launch.env, pod, uid)
         if secret is not None:
@@ -403,18 +405,19 @@ class KubernetesExecutor(Executor):
                 self.api.create_namespaced_secret(ns, secret)
             except k8s.ApiException as exc:
                 if exc.status != 409:  # 409: made before an agent restart
-                    self._delete(pod.metadata.name, ns, secret=False)
+                    self._delete(name, ns, secret=False)
                     raise ExecutorError(
-                        f"cannot create secret {secret.metadata.name} of the job's secrets: "
+                        f"cannot create secret {k8s_secrets.secret_name(name)} "
+                        "of the job's secrets: "
                         f"{exc.status} {exc.reason} (the agent's Role needs secrets create)"
                     ) from None
-            self._secrets.add(pod.metadata.name)
-        handle = f"{self.settings.namespace}/{pod.metadata.name}"
+            self._secrets.add(name)
+        handle = f"{self.settings.namespace}/{name}"
         if pod.spec.init_containers:  # the fence sidecar: say where it leaves its mark
             handle += f"#{launch.state_dir / 'fenced'}"
         if launch.entrypoint:
             with open(launch.log_path, "a+") as f:  # a+: see executor.log_redirect
-                where = f"-n {self.settings.namespace} {pod.metadata.name}"
+                where = f"-n {self.settings.namespace} {name}"
                 f.write(f"pasture: runs its image's ENTRYPOINT; output: kubectl logs {where}\n")
         return handle
 
@@ -489,7 +492,7 @@ class KubernetesExecutor(Executor):
         """Delete a task pod now, and its Secret when ``secret`` (one this executor made;
         a Secret made before an agent restart goes with its pod, by its owner
         reference). Gone already is fine."""
-        calls = [(self.api.delete_namespaced_pod, name)]
+        calls: list[tuple[Callable[..., object], str]] = [(self.api.delete_namespaced_pod, name)]
         if secret:
             calls.append((self.api.delete_namespaced_secret, k8s_secrets.secret_name(name)))
         for call, what in calls:

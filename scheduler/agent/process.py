@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -92,7 +93,7 @@ class ProcessExecutor(Executor):
 
     def __init__(self, limits: str = "auto") -> None:
         self.limits = detect_limits() if limits == "auto" else limits
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(self, launch: TaskLaunch) -> str:
         if launch.entrypoint:
@@ -178,7 +179,7 @@ class ProcessExecutor(Executor):
             }
         )
 
-    def _alive(self, h: dict) -> bool:
+    def _alive(self, h: dict[str, Any]) -> bool:
         child = self._children.get(h["pid"])
         if child is not None:
             return child.poll() is None
@@ -251,7 +252,7 @@ class ProcessExecutor(Executor):
             with contextlib.suppress(OSError):
                 Path(h["fenced_file"]).unlink(missing_ok=True)
 
-    def evidence(self, handle: str) -> dict:
+    def evidence(self, handle: str) -> dict[str, Any]:
         """``{"memory_limit": "rlimit" | "systemd"}``: how the task's memory was limited
         (with ``rlimit`` an allocation past the limit fails inside the task, MemoryError /
         std::bad_alloc, rather than a kill), for :mod:`scheduler.diagnosis`."""

@@ -38,6 +38,7 @@ import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -220,7 +221,9 @@ def write_task_files(
         os.chmod(path, mode)
 
 
-def ssh_env(spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir: str) -> dict:
+def ssh_env(
+    spec: JobSpec, tasks: Sequence[TaskRecord], me: TaskRecord, task_dir: str
+) -> dict[str, Any]:
     """Variables of a task with ssh: PASTURE_SSH_DIR / _PORT / _CONFIG / _HOSTS, and Open
     MPI's (run as root allowed, ssh = the wrapper, no tree spawn: remote daemons do not
     have the wrapper on PATH)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NotRequired, TypedDict
 
 # AKS taints every node of a Spot pool with this (it cannot be removed), see
 # https://learn.microsoft.com/azure/aks/spot-node-pool
@@ -22,7 +23,16 @@ EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _TAINT = re.compile(r"^(?P<key>[\w./-]+)(=(?P<value>[\w.-]*))?:(?P<effect>\w+)$")
 
 
-def toleration(taint: str) -> dict[str, str]:
+class Toleration(TypedDict):
+    """A pod toleration as the Kubernetes API spells it (``V1Toleration``'s fields)."""
+
+    key: str
+    operator: str
+    value: NotRequired[str]
+    effect: str
+
+
+def toleration(taint: str) -> Toleration:
     """The toleration of one taint: ``key=value:Effect`` -> operator ``Equal``,
     ``key:Effect`` -> operator ``Exists``.
 
@@ -46,7 +56,7 @@ def toleration(taint: str) -> dict[str, str]:
     }
 
 
-def tolerations(taints: Iterable[str]) -> list[dict[str, str]]:
+def tolerations(taints: Iterable[str]) -> list[Toleration]:
     """Tolerations of ``taints`` in order, duplicates dropped. Raises ValueError as
     :func:`toleration`."""
     return [toleration(t) for t in dict.fromkeys(taints)]

@@ -142,7 +142,7 @@ def create_app(
         responses={**UNAVAILABLE, **INVALID},
         dependencies=strict,
     )
-    def healthz() -> dict:
+    def healthz() -> dict[str, Any] | JSONResponse:
         """Liveness without a token: ``{"status": "ok"}`` (200), or 503 when Redis does not
         answer."""
         try:
@@ -189,7 +189,7 @@ def create_app(
             return await http_exception_handler(request, exc)
         # Starlette's Allow names only the methods of the one route that matched the path;
         # a path served by several routes (GET and POST /api/v1/jobs) allows all of theirs.
-        allowed = set()
+        allowed: set[str] = set()
         for route in app.router.routes:
             if route.matches(request.scope)[0] is not Match.NONE:
                 allowed |= getattr(route, "methods", None) or set()

@@ -24,7 +24,7 @@ import anyio
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from scheduler.store.tokens import TokenInfo, hash_token
+from scheduler.store.tokens import TokenInfo, TokenStore, hash_token
 
 _bearer = HTTPBearer(auto_error=False, description="an API token (pasture admin token create)")
 
@@ -121,7 +121,8 @@ def verify_token(request: Request, token: str) -> TokenInfo | None:
         HTTPException 429: the client's address is blocked.
     """
     refuse_if_blocked(request)
-    info = request.app.state.tokens.verify(token)
+    tokens: TokenStore = request.app.state.tokens
+    info = tokens.verify(token)
     if info is None:
         request.app.state.auth_limiter.failed(client_address(request))
     return info

@@ -22,7 +22,9 @@ MAX_NODES = 100_000
 MAX_DEPTH = 64
 
 
-def check_document(document: object, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH):
+def check_document(
+    document: object, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH
+) -> None:
     """Raise when ``document`` (parsed YAML/JSON: dicts, lists, scalars) is too big.
 
     Args:
@@ -34,7 +36,7 @@ def check_document(document: object, max_nodes: int = MAX_NODES, max_depth: int 
         InvalidSpecError (422): the limit passed, named with both numbers, or a non-finite
             number, with its field path.
     """
-    stack: list[tuple[object, int, tuple]] = [(document, 1, ())]
+    stack: list[tuple[object, int, tuple[str, ...]]] = [(document, 1, ())]
     seen = 0
     while stack:
         value, depth, loc = stack.pop()

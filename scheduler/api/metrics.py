@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from scheduler.store.records import Allocation, NodeRecord, VCUsage
+    from scheduler.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +36,10 @@ log = logging.getLogger(__name__)
 class ClusterCollector:
     """Collects job and node counts by state from ``status()`` at each scrape."""
 
-    def __init__(self, status: Callable[[], dict]) -> None:
+    def __init__(self, status: Callable[[], dict[str, Any]]) -> None:
         self._status = status
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         try:
             status = self._status()
         except Exception:  # a scrape must not fail because Redis blinked
@@ -65,7 +71,7 @@ class ClusterCollector:
 class Metrics:
     """The app's registry and request metrics."""
 
-    def __init__(self, status: Callable[[], dict] | None = None) -> None:
+    def __init__(self, status: Callable[[], dict[str, Any]] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "pasture_api_requests",
@@ -133,10 +139,10 @@ class SchedulerCollector:
     docs/dashboard.md lists the names these replaced.
     """
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
         store = self._store
@@ -188,7 +194,9 @@ class SchedulerCollector:
         yield from vc_gpu_families(vcs)
 
 
-def node_gpu_families(nodes, ledger, now: float):
+def node_gpu_families(
+    nodes: Iterable[NodeRecord], ledger: dict[str, Allocation], now: float
+) -> Iterator[Metric]:
     """Per-node GPU counts, heartbeat age, utilisation ratios and per-GPU samples.
 
     Totals and their parts are separate metrics, so ``sum()`` over any label is safe:
@@ -255,7 +263,7 @@ def node_gpu_families(nodes, ledger, now: float):
     yield from (capacity, allocated, idle, age, *ratio.values(), gpu_util, gpu_used, gpu_size)
 
 
-def vc_gpu_families(vcs):
+def vc_gpu_families(vcs: Iterable[VCUsage]) -> Iterator[Metric]:
     """Per-VC GPUs: ``pasture_vc_gpu_guarantee``, ``pasture_vc_gpus_allocated`` and
     ``pasture_vc_gpus_borrowed`` (the part of allocated above the guarantee), each its own
     metric so that no ``sum()`` adds a guarantee to an allocation."""
@@ -300,11 +308,11 @@ class HealthCollector:
         store: the Redis store. tls_cert: the API's certificate file, or None.
     """
 
-    def __init__(self, store, tls_cert: str | None = None) -> None:
+    def __init__(self, store: Store, tls_cert: str | None = None) -> None:
         self._store = store
         self._tls_cert = tls_cert
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("pasture_store_up", "1 when Redis answers a PING, else 0.")
         try:
             self._store.r.ping()
@@ -340,7 +348,7 @@ class HealthCollector:
         yield from self._certificate()
 
     @staticmethod
-    def _nodes(nodes):
+    def _nodes(nodes: Iterable[NodeRecord]) -> Iterator[Metric]:
         from scheduler.store.store import NODE_STATES
 
         state = GaugeMetricFamily(
@@ -361,7 +369,7 @@ class HealthCollector:
         yield cordoned
 
     @staticmethod
-    def _gpus(nodes):
+    def _gpus(nodes: Iterable[NodeRecord]) -> Iterator[Metric]:
         fams = {
             key: GaugeMetricFamily(name, doc, labels=["node", "gpu"])
             for key, name, doc in (
@@ -392,7 +400,7 @@ class HealthCollector:
                         fams[key].add_metric(labels, float(g[key]))
         yield from fams.values()
 
-    def _certificate(self):
+    def _certificate(self) -> Iterator[Metric]:
         if not self._tls_cert:
             return
         try:

@@ -24,6 +24,10 @@ class ErrorOut(BaseModel):
 _ERROR_SCHEMA = ErrorOut.model_json_schema()
 
 
+Responses = dict[int | str, dict[str, Any]]
+"""FastAPI's ``responses=``: {status code: OpenAPI response object}."""
+
+
 def _r(description: str) -> dict[str, Any]:
     # The content type is given, not left to FastAPI: it would document a text/plain route's
     # errors (logs, metrics) as text/plain, and they are JSON like every other error.
@@ -33,26 +37,32 @@ def _r(description: str) -> dict[str, Any]:
 _RETRY = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
 _AUTH = {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}
 
-UNAUTHORIZED = {
+UNAUTHORIZED: Responses = {
     401: {**_r("no bearer token, or an unknown, revoked or expired one"), "headers": _AUTH}
 }
-TOO_MANY = {429: {**_r("too many failed authentications from this address"), "headers": _RETRY}}
-UNAVAILABLE = {503: {**_r("the cluster store (Redis) does not answer"), "headers": _RETRY}}
-FORBIDDEN = {403: _r("the token's role or VCs do not allow this")}
-NOT_FOUND = {404: _r("unknown, or not visible to this token")}
-CONFLICT = {409: _r("clashes with stored state (the name is taken)")}
-TOO_LARGE = {413: _r("request body larger than api.max_body_bytes")}
-INVALID = {422: _r("invalid input; detail lists each problem with its field path in loc")}
-BAD_BODY = {400: _r("the body is not UTF-8 text, empty, or malformed YAML/JSON")}
-BAD_JSON = {400: _r("the body is not valid JSON")}
+TOO_MANY: Responses = {
+    429: {**_r("too many failed authentications from this address"), "headers": _RETRY}
+}
+UNAVAILABLE: Responses = {
+    503: {**_r("the cluster store (Redis) does not answer"), "headers": _RETRY}
+}
+FORBIDDEN: Responses = {403: _r("the token's role or VCs do not allow this")}
+NOT_FOUND: Responses = {404: _r("unknown, or not visible to this token")}
+CONFLICT: Responses = {409: _r("clashes with stored state (the name is taken)")}
+TOO_LARGE: Responses = {413: _r("request body larger than api.max_body_bytes")}
+INVALID: Responses = {
+    422: _r("invalid input; detail lists each problem with its field path in loc")
+}
+BAD_BODY: Responses = {400: _r("the body is not UTF-8 text, empty, or malformed YAML/JSON")}
+BAD_JSON: Responses = {400: _r("the body is not valid JSON")}
 
 # Every authenticated route answers these (422: an unknown query parameter, see strict.py).
-COMMON = {**UNAUTHORIZED, **TOO_MANY, **UNAVAILABLE, **INVALID}
+COMMON: Responses = {**UNAUTHORIZED, **TOO_MANY, **UNAVAILABLE, **INVALID}
 
 
-def errors(*groups: dict[int, Any]) -> dict[int | str, dict[str, Any]]:
+def errors(*groups: Responses) -> Responses:
     """The ``responses=`` of a route: :data:`COMMON` plus ``groups`` (e.g. NOT_FOUND)."""
-    out: dict[int | str, dict[str, Any]] = dict(COMMON)
+    out: Responses = dict(COMMON)
     for g in groups:
         out.update(g)
     return out

@@ -7,20 +7,22 @@ it had been applied. Applied to the API's routers (not the dashboard's forms).
 from __future__ import annotations
 
 from fastapi import HTTPException, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 
 
-def _query_names(dependant) -> set[str]:
+def _query_names(dependant: Dependant) -> set[str]:
     names = {p.alias for p in dependant.query_params}
     for sub in dependant.dependencies:
         names |= _query_names(sub)
     return names
 
 
-def _known(route) -> frozenset[str]:
+def _known(route: APIRoute) -> frozenset[str]:
     cached = getattr(route, "_pasture_query_names", None)
     if cached is None:
         cached = frozenset(_query_names(route.dependant))
-        route._pasture_query_names = cached
+        vars(route)["_pasture_query_names"] = cached
     return cached
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from scheduler import dev
+from scheduler import dev, devproc
 from scheduler.bench import chaos_task
 from scheduler.bench.proxy import PartitionProxy
 from scheduler.spec import parse_job_spec
@@ -170,7 +170,7 @@ class Chaos:
     def two_loops(self, s: float = 3 * HEARTBEAT_TIMEOUT_S) -> None:
         """Run a second loop beside the first for ``s`` seconds."""
         argv = self.cluster._procs["loop"].argv
-        second = dev.spawn("loop-2", argv, Path(self.cluster.base_dir))
+        second = devproc.spawn("loop-2", argv, Path(self.cluster.base_dir))
         try:
             time.sleep(s)
         finally:

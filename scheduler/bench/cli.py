@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 COMMANDS: dict[str, list[str]] = {
     "python_startup": ["-c", "pass"],
@@ -62,7 +63,7 @@ def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start a dev cluster, time each command ``args.repeat`` times, stop the cluster.
 
     Returns ``{<command>_wall_median_s, <command>_wall_max_s, <command>_cpu_median_s, ...,
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> dict:
         client.close()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PASTURE_")}
         env.update(PASTURE_DEV_DIR=str(state_dir), COLUMNS="120")
-        result: dict = {}
+        result: dict[str, Any] = {}
         for name, argv in COMMANDS.items():
             _time(argv, env)  # warm the page cache and .pyc files
             runs = [_time(argv, env) for _ in range(args.repeat)]

@@ -22,11 +22,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from scheduler.bench.e2e import simulated_nodes
-from scheduler.dev import free_port, redis_server
+from scheduler.devproc import free_port, redis_server
+
+if TYPE_CHECKING:
+    from scheduler.settings import SchedulerSettings
+    from scheduler.store.store import Store
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -38,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1)
 
 
-def _fill(store, settings, n_nodes: int, n_jobs: int, rng: random.Random) -> None:
+def _fill(
+    store: Store, settings: SchedulerSettings, n_nodes: int, n_jobs: int, rng: random.Random
+) -> None:
     from scheduler.loop import Loop
     from scheduler.services.jobs import JobService
     from scheduler.store.store import USAGE_SAMPLE_S, USAGE_SAMPLES
@@ -67,8 +75,8 @@ def _fill(store, settings, n_nodes: int, n_jobs: int, rng: random.Random) -> Non
                 minute[f"{f}_sum"] = minute.get(f"{f}_sum", 0.0) + sample[f]
                 minute[f"{f}_n"] = minute.get(f"{f}_n", 0) + 1
         pipe.rpush(store.k("node", node.name, "usage"), *samples)
-    for minute, fields in sums.items():  # and the cluster's per-minute sums
-        pipe.hset(store.k("usage", "cluster", str(minute)), mapping=fields)
+    for t, fields in sums.items():  # and the cluster's per-minute sums
+        pipe.hset(store.k("usage", "cluster", str(t)), mapping=fields)
     pipe.execute()
     jobs = JobService(store)
     admin = TokenInfo("bench", TokenRole.ADMIN)
@@ -94,7 +102,7 @@ def _fill(store, settings, n_nodes: int, n_jobs: int, rng: random.Random) -> Non
         loop.cycle()
 
 
-def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
@@ -110,7 +118,7 @@ def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     raise RuntimeError("the API did not answer /healthz within 30 s")
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; returns ``{page_p50_s, page_p99_s, ...}`` (seconds) per page."""
     import httpx
     import numpy as np
@@ -146,6 +154,8 @@ def run(args: argparse.Namespace) -> dict:
             _fill(store, settings, args.nodes, args.jobs, rng)
             fill_s = time.perf_counter() - t0
             token = TokenStore(store.r).create("bench-admin", "admin")
+            if token is None:
+                raise RuntimeError("token bench-admin exists in a fresh Redis")
             api = subprocess.Popen(
                 [sys.executable, "-m", "scheduler.api", "--config", str(cfg)],
                 stdout=subprocess.DEVNULL,
@@ -165,13 +175,24 @@ def run(args: argparse.Namespace) -> dict:
     return figures
 
 
-def _measure(url: str, token: str, store, repeat: int, httpx, np, pid: int) -> dict:
+def _measure(
+    url: str,
+    token: str,
+    store: Store,
+    repeat: int,
+    httpx: ModuleType,
+    np: ModuleType,
+    pid: int,
+) -> dict[str, Any]:
     import psutil
 
     server = psutil.Process(pid)
     client = httpx.Client(base_url=url, timeout=60)
     page = client.get("/dashboard/login")
-    login_csrf = CSRF.search(page.text).group(1)
+    found = CSRF.search(page.text)
+    if found is None:
+        raise RuntimeError(f"the login page has no CSRF token: {page.text[:200]}")
+    login_csrf = found.group(1)
     cookies = {"pasture_login_csrf": page.cookies.get("pasture_login_csrf") or ""}
     # httpx does not send Secure cookies over http: pass them by hand
     r = client.post(
@@ -195,10 +216,10 @@ def _measure(url: str, token: str, store, repeat: int, httpx, np, pid: int) -> d
         "node": "/dashboard/nodes/sim-0001",
         "vcs": "/dashboard/vcs",
     }
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, path in pages.items():
         times = []
-        cpu0 = None
+        cpu0 = 0.0  # (set at i == 2)
         for i in range(repeat + 2):
             if i == 2:
                 c = server.cpu_times()

@@ -35,14 +35,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from scheduler.bench.simagents import SimulatedAgents, simulated_nodes
-from scheduler.dev import free_port, redis_server
+from scheduler.devproc import free_port, redis_server
 from scheduler.states import TERMINAL_JOB_STATES, JobState
+
+if TYPE_CHECKING:
+    import httpx
+
+    from scheduler.store.store import Store
 
 __all__ = ["SimulatedAgents", "add_arguments", "run", "simulated_nodes"]
 
@@ -70,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _job_document(i: int, rng: random.Random, max_replicas: int) -> dict:
+def _job_document(i: int, rng: random.Random, max_replicas: int) -> dict[str, Any]:
     return {
         "name": f"bench-{i:05d}",
         "vc": "default",
@@ -90,9 +95,9 @@ class _Procs:
     def __init__(self, tmp: Path, profile: str | None) -> None:
         self.tmp = tmp
         self.profile = Path(profile) if profile else None
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+    def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         prof = []
         if self.profile is not None:
             self.profile.mkdir(parents=True, exist_ok=True)
@@ -101,21 +106,24 @@ class _Procs:
         proc = subprocess.Popen(
             [sys.executable, *prof, *args], stdout=log, stderr=subprocess.STDOUT
         )
-        proc.log_path = self.tmp / f"{name}.log"  # type: ignore[attr-defined]
         log.close()
         self.procs[name] = proc
         return proc
 
+    def log_path(self, name: str) -> Path:
+        """The log file of the child ``name`` (stdout and stderr)."""
+        return self.tmp / f"{name}.log"
+
     def wait_for(self, name: str, text: str, timeout_s: float = 60.0) -> None:
         proc = self.procs[name]
         deadline = time.monotonic() + timeout_s
-        while text not in proc.log_path.read_text(errors="replace"):
+        while text not in self.log_path(name).read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start: {self.tail(name)}")
             time.sleep(0.1)
 
     def tail(self, name: str) -> str:
-        return self.procs[name].log_path.read_text(errors="replace")[-2000:]
+        return self.log_path(name).read_text(errors="replace")[-2000:]
 
     def check(self) -> None:
         for name, proc in self.procs.items():
@@ -148,7 +156,7 @@ def _redis_cpu_s(store: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; returns the figures (latencies in seconds)."""
     from scheduler.settings import SchedulerSettings
     from scheduler.store import Store
@@ -176,6 +184,8 @@ def run(args: argparse.Namespace) -> dict:
             store = Store(settings.redis.client())
             store.apply_vcs(settings.virtual_clusters)
             token = TokenStore(store.r).create("bench", "admin")
+            if token is None:
+                raise RuntimeError("token bench exists in a fresh Redis")
             procs = _Procs(tmp_path, args.profile)
             try:
                 procs.start(
@@ -206,7 +216,9 @@ def run(args: argparse.Namespace) -> dict:
                 procs.stop()
 
 
-def _submit(args, rng, client, names: list[str]) -> float:
+def _submit(
+    args: argparse.Namespace, rng: random.Random, client: httpx.Client, names: list[str]
+) -> float:
     """Submit ``args.jobs`` jobs at ``args.rate``; returns the seconds it took."""
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
     start = time.monotonic()
@@ -239,7 +251,14 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def _drive(args, rng, store, procs: _Procs, base_url: str, token: str) -> dict:
+def _drive(
+    args: argparse.Namespace,
+    rng: random.Random,
+    store: Store,
+    procs: _Procs,
+    base_url: str,
+    token: str,
+) -> dict[str, Any]:
     import httpx
 
     names: list[str] = []
@@ -300,7 +319,7 @@ def _drive(args, rng, store, procs: _Procs, base_url: str, token: str) -> dict:
         d = [p[b] - p[a] for p in phases.values() if a in p and b in p]
         out[f"{a}_to_{b}_p50_s"] = _pct(d, 50)
         out[f"{a}_to_{b}_p99_s"] = _pct(d, 99)
-    log = procs.procs["loop"].log_path.read_text(errors="replace")
+    log = procs.log_path("loop").read_text(errors="replace")
     out["loop_failed_cycles"] = log.count("scheduling cycle failed")
     out["loop_refused_commits"] = log.count("commit refused")
     if out["loop_failed_cycles"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from typing import Any
 
 from scheduler.core import (
     Backfill,
@@ -85,7 +86,7 @@ def build(nodes: int, gpus_per_node: int, tasks: int, seed: int) -> tuple[list[N
     return node_list, jobs
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; returns the figures (see the module docstring)."""
     node_list, jobs = build(args.nodes, args.gpus_per_node, args.tasks, args.seed)
     policy = Policy(name="bench", max_jobs_per_cycle=args.jobs_per_cycle)

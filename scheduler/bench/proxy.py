@@ -14,6 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class PartitionProxy:
@@ -32,7 +36,7 @@ class PartitionProxy:
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
 
-    def _call(self, coro):  # noqa: ANN001, ANN202 - run a coroutine on the proxy's loop
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:  # run a coroutine on the proxy's loop
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
     def start(self) -> PartitionProxy:
@@ -43,7 +47,8 @@ class PartitionProxy:
             self._open = asyncio.Event()
             self._open.set()
             self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-            return self._server.sockets[0].getsockname()[1]
+            port: int = self._server.sockets[0].getsockname()[1]
+            return port
 
         self.port = self._call(serve())
         return self

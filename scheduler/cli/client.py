@@ -48,7 +48,9 @@ class ApiError(Exception):
         errors: for 422, the list of ``{"loc": [...], "msg": ...}`` problems.
     """
 
-    def __init__(self, status: int, message: str, errors: list[dict] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, errors: list[dict[str, Any]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -177,7 +179,7 @@ class ApiClient:
         data = self._spec("/api/v1/jobs:dry-run", body, json_body)
         return parse(DryRunOut, data, "dry run")
 
-    def submit_batch(self, documents: list[dict]) -> BatchOut:
+    def submit_batch(self, documents: list[dict[str, Any]]) -> BatchOut:
         """``POST /api/v1/jobs:batch`` (at most 500 documents): one item per document, in
         order (``status`` 201 stored, else 403 / 409 / 422 with ``detail``)."""
         from scheduler.api.schemas import BatchOut
@@ -225,7 +227,7 @@ class ApiClient:
         """One task's log bytes from ``offset`` (bytes) to the end of what is written."""
         import httpx
 
-        params = {"role": role, "index": index, "offset": offset}
+        params: dict[str, str | int] = {"role": role, "index": index, "offset": offset}
         try:
             response = self._http.get(f"/api/v1/jobs/{name}/logs", params=params)
         except httpx.HTTPError as exc:

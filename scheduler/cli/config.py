@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class ConfigError(Exception):
@@ -55,7 +56,7 @@ DEFAULT_CONTEXT = "default"
 context_override: str | None = None
 
 
-def _write(data: dict) -> Path:
+def _write(data: dict[str, Any]) -> Path:
     """Write the login file with mode 0600 (created that way, never world-readable)."""
     import yaml
 
@@ -68,7 +69,7 @@ def _write(data: dict) -> Path:
     return path
 
 
-def contexts() -> tuple[str | None, dict[str, dict]]:
+def contexts() -> tuple[str | None, dict[str, dict[str, Any]]]:
     """``(current context name, {name: {endpoint, token, ca_cert?}})`` of the login file
     (``(None, {})`` when there is none).
 
@@ -116,7 +117,7 @@ def use_context(name: str) -> Path:
     return _write({"current": name, "contexts": known})
 
 
-def _from_file(path: Path) -> dict:
+def _from_file(path: Path) -> dict[str, Any]:
     import yaml  # here: a dev cluster or the environment need no YAML parser
 
     try:
@@ -128,7 +129,7 @@ def _from_file(path: Path) -> dict:
     return data
 
 
-def _from_dev_state() -> dict:
+def _from_dev_state() -> dict[str, Any]:
     try:
         from scheduler.cli import devstate
     except ImportError:
@@ -142,7 +143,7 @@ def load() -> ClientConfig:
     Raises:
         ConfigError: no endpoint/token anywhere (run ``pasture login`` or ``pasture dev up``).
     """
-    data: dict = {}
+    data: dict[str, Any] = {}
     source = ""
     wanted = context_override or os.environ.get("PASTURE_CONTEXT")
     if wanted:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 import typer
@@ -22,6 +25,15 @@ from scheduler.cli.output import (
     handle_errors,
 )
 from scheduler.units import format_bytes
+
+if TYPE_CHECKING:
+    import paramiko
+    from rich.progress import Progress, TaskID
+
+    from scheduler.cli.ssh import SshTarget
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 data_app = typer.Typer(help="Copy data into and out of the cluster share.", no_args_is_help=True)
 image_app = typer.Typer(help="Distribute container images to nodes.", no_args_is_help=True)
@@ -41,19 +53,12 @@ ShareOpt = typer.Option(
 )
 
 
-def _ssh():  # noqa: ANN202 - the scheduler.cli.ssh module
-    """:mod:`scheduler.cli.ssh`, imported on first use (it loads paramiko, ~0.5 s)."""
-    from scheduler.cli import ssh
-
-    return ssh
-
-
-def ssh_errors(fn):
+def ssh_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Bad REMOTE paths -> usage error (2); SSH/SFTP failures -> message and exit 7."""
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         import paramiko  # here, not at import: `import scheduler.cli` stays fast
 
         try:
@@ -68,7 +73,7 @@ def ssh_errors(fn):
     return wrapper
 
 
-def _progress():  # noqa: ANN202 - rich.progress.Progress, imported here (slow import)
+def _progress() -> Progress:  # rich.progress, imported here (slow import)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -88,12 +93,19 @@ def _progress():  # noqa: ANN202 - rich.progress.Progress, imported here (slow i
     )
 
 
-def _master(host: str | None, port: int, user: str, key: str | None, known: str | None):
+def _master(
+    host: str | None, port: int, user: str, key: str | None, known: str | None
+) -> SshTarget:
+    from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
+
     if host is None:
         from scheduler.cli.config import load
 
-        host = urlparse(load().endpoint).hostname
-    return _ssh().SshTarget(host=host, port=port, user=user, key_file=key, known_hosts=known)
+        endpoint = load().endpoint
+        host = urlparse(endpoint).hostname
+        if host is None:
+            raise ValueError(f"--host: the API endpoint {endpoint!r} names no host; give --host")
+    return ssh.SshTarget(host=host, port=port, user=user, key_file=key, known_hosts=known)
 
 
 def _local_files(local: Path) -> list[tuple[Path, str]]:
@@ -117,10 +129,12 @@ def push(
     share_dir: str = ShareOpt,
 ) -> None:
     """Upload LOCAL (file or directory, recursively) to REMOTE in the cluster share."""
-    dest = _ssh().remote_path(share_dir, remote)
+    from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
+
+    dest = ssh.remote_path(share_dir, remote)
     files = _local_files(local)
     total = sum(f.stat().st_size for f, _ in files)
-    with _ssh().connect(_master(host, port, user, key, known_hosts)) as client:
+    with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
         sftp = client.open_sftp()
         with _progress() as progress:
             bar = progress.add_task(f"push {local.name}", total=total)
@@ -129,36 +143,41 @@ def push(
                 target = dest if not rel else posixpath.join(dest, rel)
                 if local.is_file():
                     try:
-                        if stat.S_ISDIR(sftp.stat(dest).st_mode):
+                        if stat.S_ISDIR(sftp.stat(dest).st_mode or 0):
                             target = posixpath.join(dest, local.name)
                     except FileNotFoundError:
                         pass
-                _ssh().makedirs(sftp, posixpath.dirname(target))
+                ssh.makedirs(sftp, posixpath.dirname(target))
                 base = done
                 sftp.put(
                     str(path),
                     target,
-                    callback=lambda n, _t, b=base: progress.update(bar, completed=b + n),
+                    callback=functools.partial(_advance, progress, bar, base),
                 )
                 done += path.stat().st_size
             progress.update(bar, completed=total)
     console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {dest}")
 
 
-def _remote_files(sftp, root: str) -> list[tuple[str, str, int]]:
+def _advance(progress: Progress, bar: TaskID, base: int, sent: int, _total: int) -> None:
+    """An SFTP transfer callback: ``sent`` of this file's bytes after ``base`` earlier ones."""
+    progress.update(bar, completed=base + sent)
+
+
+def _remote_files(sftp: paramiko.SFTPClient, root: str) -> list[tuple[str, str, int]]:
     st = sftp.stat(root)
-    if not stat.S_ISDIR(st.st_mode):
-        return [(root, "", st.st_size)]
-    out = []
+    if not stat.S_ISDIR(st.st_mode or 0):
+        return [(root, "", st.st_size or 0)]
+    out: list[tuple[str, str, int]] = []
     stack = [(root, "")]
     while stack:
         path, rel = stack.pop()
         for entry in sftp.listdir_attr(path):
             p, r = posixpath.join(path, entry.filename), posixpath.join(rel, entry.filename)
-            if stat.S_ISDIR(entry.st_mode):
+            if stat.S_ISDIR(entry.st_mode or 0):
                 stack.append((p, r))
             else:
-                out.append((p, r, entry.st_size))
+                out.append((p, r, entry.st_size or 0))
     return sorted(out)
 
 
@@ -176,8 +195,10 @@ def pull(
     share_dir: str = ShareOpt,
 ) -> None:
     """Download REMOTE (file or directory) from the cluster share to LOCAL."""
-    src = _ssh().remote_path(share_dir, remote)
-    with _ssh().connect(_master(host, port, user, key, known_hosts)) as client:
+    from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
+
+    src = ssh.remote_path(share_dir, remote)
+    with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
         sftp = client.open_sftp()
         try:
             files = _remote_files(sftp, src)
@@ -199,7 +220,7 @@ def pull(
                 sftp.get(
                     path,
                     str(target),
-                    callback=lambda n, _t, b=base: progress.update(bar, completed=b + n),
+                    callback=functools.partial(_advance, progress, bar, base),
                 )
                 done += size
             progress.update(bar, completed=total)
@@ -290,13 +311,25 @@ def image_push(
         raise typer.Exit(JOB_NOT_SUCCEEDED)
 
 
-def _load_on(archive, host, user, port, key, known_hosts, remote_cli, progress, bar):
+def _load_on(
+    archive: Path,
+    host: str,
+    user: str,
+    port: int,
+    key: str | None,
+    known_hosts: str | None,
+    remote_cli: str,
+    progress: Progress,
+    bar: TaskID,
+) -> tuple[bool, str]:
     """Stream ``archive`` into ``<remote_cli> load`` on one node; (ok, message)."""
+    from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
+
     try:
-        target = _ssh().SshTarget(
+        target = ssh.SshTarget(
             host=host, port=port, user=user, key_file=key, known_hosts=known_hosts
         )
-        with _ssh().connect(target) as client:
+        with ssh.connect(target) as client:
             stdin, stdout, stderr = client.exec_command(f"{remote_cli} load")
             sent = 0
             with archive.open("rb") as f:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import ModuleType
 
 import typer
 
@@ -13,7 +14,7 @@ dev_app = typer.Typer(
 )
 
 
-def _dev():
+def _dev() -> ModuleType:
     try:
         from scheduler import dev
     except ImportError as exc:

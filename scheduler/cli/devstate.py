@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def state_file() -> Path:
@@ -20,7 +21,7 @@ def state_file() -> Path:
     return directory / "state.json"
 
 
-def client_settings() -> dict | None:
+def client_settings() -> dict[str, Any] | None:
     """``{"endpoint", "token"}`` of the running dev cluster, None when there is none."""
     try:
         state = json.loads(state_file().read_text())

@@ -39,7 +39,7 @@ class TaskLog:
     offset: int = 0
     partial: bytes = b""
     attempt: int | None = None
-    kept: deque = field(default_factory=deque)
+    kept: deque[str] = field(default_factory=deque)
 
     @property
     def key(self) -> str:

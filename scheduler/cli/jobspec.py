@@ -120,7 +120,7 @@ def apply_overrides(
     """A copy of the pasture-format ``spec`` dict with the name, VC and job-level
     environment (merged over the spec's ``env``) replaced where given, then each
     ``--set PATH=VALUE`` applied in order."""
-    out = json.loads(json.dumps(spec))  # a deep copy
+    out: dict[str, Any] = json.loads(json.dumps(spec))  # a deep copy
     if name:
         out["name"] = name
     if vc:
@@ -132,7 +132,7 @@ def apply_overrides(
     return out
 
 
-def spec_problems(exc: Exception) -> list[dict]:
+def spec_problems(exc: Exception) -> list[dict[str, Any]]:
     """The ``{"loc", "msg", "input"}`` problems of a spec error (one entry otherwise)."""
     errors = getattr(exc, "errors", None)
     if isinstance(errors, list) and errors:
@@ -140,7 +140,7 @@ def spec_problems(exc: Exception) -> list[dict]:
     return [{"loc": "", "msg": str(exc), "input": None}]
 
 
-def print_problems(source: str, problems: list[dict]) -> None:
+def print_problems(source: str, problems: list[dict[str, Any]]) -> None:
     """The field / problem / given table of an invalid spec, on stderr."""
     err_console.print(f"[red]invalid job spec[/red] {source}:")
     table = Table("field", "problem", "given", box=None)

@@ -21,7 +21,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -51,7 +51,7 @@ class _Console(Console):
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)
+        vars(Console)["size"].fset(self, new_size)  # rich's own setter
 
 
 console = _Console()
@@ -127,11 +127,15 @@ def exit_code_for(status: int) -> int:
     return UNAVAILABLE
 
 
-def handle_errors(fn: Callable) -> Callable:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn ConfigError / ApiError into a red message and the documented exit code."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:

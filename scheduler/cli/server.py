@@ -7,11 +7,16 @@ to Redis directly, never to the API.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from scheduler.cli.output import NOT_CONFIGURED, console, err_console
+
+if TYPE_CHECKING:
+    from scheduler.settings import SchedulerSettings
 
 serve_app = typer.Typer(help="Run the master's services.", no_args_is_help=True)
 agent_app = typer.Typer(help="Run the node agent.", no_args_is_help=True)
@@ -35,7 +40,7 @@ AgentConfigOpt = typer.Option(
 )
 
 
-def _settings(config: Path | None):
+def _settings(config: Path | None) -> SchedulerSettings:
     from scheduler.services import backend
 
     try:
@@ -45,10 +50,11 @@ def _settings(config: Path | None):
         raise typer.Exit(NOT_CONFIGURED) from None
 
 
-def _entry(module: str, function: str):
+def _entry(module: str, function: str) -> Callable[..., Any]:
     """The backend's entry point ``module.function``; a clear error when it is missing."""
     try:
-        return getattr(importlib.import_module(module), function)
+        entry: Callable[..., Any] = getattr(importlib.import_module(module), function)
+        return entry
     except (ImportError, AttributeError) as exc:
         err_console.print(f"[red]error:[/red] {module}.{function} is not available: {exc}")
         raise typer.Exit(1) from None

@@ -193,7 +193,9 @@ def expand(base: Mapping[str, Any], sweep: Mapping[str, Any]) -> list[SweepJob]:
     seen: dict[str, int] = {}
     for n, (source, values) in enumerate(combos):
 
-        def part(match: re.Match[str], n: int = n, source: str = source, values=values) -> str:
+        def part(
+            match: re.Match[str], n: int = n, source: str = source, values: dict[str, Any] = values
+        ) -> str:
             key = resolved[match.group(1)]
             if key is None:
                 return str(n)

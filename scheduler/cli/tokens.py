@@ -11,12 +11,16 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from scheduler.cli.output import REJECTED, console, err_console
 from scheduler.cli.server import ConfigOpt, _settings
+
+if TYPE_CHECKING:
+    from scheduler.store.tokens import TokenStore
 
 # Mounted as ``pasture admin token`` by scheduler.cli.
 token_app = typer.Typer(help="API tokens (every token expires).", no_args_is_help=True)
@@ -30,7 +34,7 @@ TtlOpt = typer.Option(
 NOT_FOUND = 5
 
 
-def _tokens(config: Path | None):
+def _tokens(config: Path | None) -> TokenStore:
     from scheduler.services import backend
     from scheduler.store.tokens import TokenStore
 

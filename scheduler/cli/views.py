@@ -61,7 +61,7 @@ def task_nodes(tasks: list[TaskOut] | None) -> str:
     return ",".join(sorted({t.node for t in tasks or [] if t.node}))
 
 
-def node_allocation(node: str, jobs: list[JobOut]) -> tuple[dict, list[dict]]:
+def node_allocation(node: str, jobs: list[JobOut]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """What the tasks of ``jobs`` (records with ``tasks``) hold on ``node``.
 
     Returns:

@@ -7,7 +7,6 @@ for the types and :mod:`scheduler.core.policy` for the policy). No Redis, HTTP o
 from scheduler.core.explain import Explanation, NodeVerdict, explain
 from scheduler.core.history import History, HistoryWindow, adapt
 from scheduler.core.model import (
-    ZERO,
     Bind,
     Decision,
     Job,
@@ -17,7 +16,6 @@ from scheduler.core.model import (
     Preemption,
     PriorityClass,
     ReasonKind,
-    Resources,
     RunningJob,
     Snapshot,
     TaskPlacement,
@@ -27,6 +25,7 @@ from scheduler.core.model import (
 from scheduler.core.plugins import FILTERS, SCORERS
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
 from scheduler.core.queue import QUEUE_ORDERS
+from scheduler.core.resources import ZERO, Resources
 from scheduler.core.scheduler import schedule
 
 __all__ = [

@@ -79,12 +79,12 @@ def failure_reason(
             fit=failure.fit,
         )
     if g > 0:
-        i = index.largest_free(ready)
-        if i is None:
+        gi = index.largest_free(ready)
+        if gi is None:
             block, where = 0, "no ready node"
         else:
-            block, where = index.free_gpu[i], index.names[i]
-        if block < g:
+            block, where = index.free_gpu[gi], index.names[gi]
+        if block < g or gi is None:  # (gi is None: block is 0)
             return reason(
                 ReasonKind.INSUFFICIENT_RESOURCES,
                 f"needs {fmt_gpu(g)} on one node; largest free block is {max(block, 0)} ({where})",
@@ -95,14 +95,14 @@ def failure_reason(
         return reason(
             ReasonKind.INSUFFICIENT_RESOURCES,
             f"role {role.name} needs {what} on one node; nodes with {fmt_gpu(g)} free lack "
-            f"the cpu or memory (e.g. {where}: {fmt_request(*_free(index, i))} free)",
+            f"the cpu or memory (e.g. {where}: {fmt_request(*_free(index, gi))} free)",
             role=role.name,
             node=where,
         )
-    i = index.largest_free(ready, by_cpu=True)
-    where = index.names[i] if i is not None else "no ready node"
-    free_c = max(index.free_cpu[i], 0) if i is not None else 0
-    free_m = max(index.free_mem[i], 0) if i is not None else 0
+    j = index.largest_free(ready, by_cpu=True)
+    where = index.names[j] if j is not None else "no ready node"
+    free_c = max(index.free_cpu[j], 0) if j is not None else 0
+    free_m = max(index.free_mem[j], 0) if j is not None else 0
     return reason(
         ReasonKind.INSUFFICIENT_RESOURCES,
         f"role {role.name} needs {what} on one node; the most free cpu is "

@@ -134,7 +134,7 @@ class Placer:
                 best_w = abs(w)
                 direction = d if w > 0 else ("descending" if d == "ascending" else "ascending")
         self.descending = direction == "descending"
-        self._class_cache: dict[tuple, list[int]] = {}
+        self._class_cache: dict[tuple[object, ...], list[int]] = {}
 
     def classes_for(self, role: TaskRole, ignore_state: bool = False) -> list[int]:
         """Ids of node classes that pass every static filter for ``role``."""
@@ -271,7 +271,7 @@ class Placer:
         return placed
 
 
-def gang_key(job: Job) -> tuple:
+def gang_key(job: Job) -> tuple[object, ...]:
     """What placement and its reasons depend on: each role's name, per-task request,
     gang minimum and static constraints (not the job's name, VC or priority)."""
     return tuple(

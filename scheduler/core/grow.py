@@ -11,6 +11,7 @@ A running job on its way out (``releasing``) is not grown.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from scheduler.core.gang import Placer
 from scheduler.core.index import NodeIndex
@@ -76,7 +77,7 @@ def grow(
             missing = missing_replicas(rj).get(role.name)
             if not missing:
                 continue
-            gp = placer.place_extra(role, len(missing), near, lambda req, rj=rj: admit(rj, req))
+            gp = placer.place_extra(role, len(missing), near, partial(admit, rj))
             for (_, node_id), replica in zip(gp.tasks, missing, strict=False):
                 name = index.names[node_id]
                 placements.append(TaskPlacement(role.name, replica, name, role.resources))

@@ -61,7 +61,7 @@ import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
 
@@ -140,7 +140,7 @@ def adapt(policy: Policy, history: History | None, vcs: Iterable[VirtualCluster]
     """
     if not policy.adaptive:
         return policy
-    changes: dict = {}
+    changes: dict[str, Any] = {}
     shared = policy.vc_quota and tenants(vcs) >= 2
     if not shared and policy.preemption_min_runtime_s:
         changes["preemption_min_runtime_s"] = 0.0

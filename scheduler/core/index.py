@@ -195,15 +195,15 @@ class NodeIndex:
         c1 = c0 + dc
         self.free_gpu[i] = g1
         self.free_cpu[i] = c1
-        b = cls.by_gpu.get(g1)
-        if b is None:
-            b = cls.by_gpu[g1] = _GpuBucket()
+        nb = cls.by_gpu.get(g1)
+        if nb is None:
+            nb = cls.by_gpu[g1] = _GpuBucket()
             insort(cls.gpu_keys, g1)
-        d = b.by_cpu.get(c1)
-        if d is None:
-            d = b.by_cpu[c1] = {}
-            insort(b.cpu_keys, c1)
-        d[i] = None
+        nd = nb.by_cpu.get(c1)
+        if nd is None:
+            nd = nb.by_cpu[c1] = {}
+            insort(nb.cpu_keys, c1)
+        nd[i] = None
 
     def allocate(self, i: int, cpu_m: int, memory: int, gpu: int) -> None:
         """Take (cpu_m, memory, gpu) from node i's free capacity (journaled)."""

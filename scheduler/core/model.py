@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
+from typing import Any
 
 from scheduler.core.history import History
 from scheduler.core.resources import ZERO, Resources, Triple
@@ -27,7 +28,7 @@ from scheduler.core.resources import ZERO, Resources, Triple
 EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
-def _empty() -> Mapping:
+def _empty() -> Mapping[Any, Any]:
     # dataclasses refuse an unhashable default (mappingproxy); share one read-only empty map.
     return EMPTY_LABELS
 

@@ -64,7 +64,7 @@ class ReleasingPool:
         return mark
 
     def claim(
-        self, need: Mapping[int, Sequence[int]], released: Mapping | None = None
+        self, need: Mapping[int, Sequence[int]], released: Mapping[int, Sequence[int]] | None = None
     ) -> list[str]:
         """Take ``need`` ({node id: [c, m, g]}) from the pool first, then from free capacity
         on the index (less what ``released`` victims will free there). Returns the names of

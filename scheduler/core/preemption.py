@@ -42,6 +42,7 @@ and not repeated for an identical later job.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from scheduler.core.gang import GangPlacement, Placer, gang_key
 from scheduler.core.index import NodeIndex
@@ -78,7 +79,7 @@ def _with_last(items: Iterable[RunningJob]) -> Iterator[tuple[RunningJob, bool]]
     yield prev, True
 
 
-def _least_valuable_first(rj: RunningJob) -> tuple:
+def _least_valuable_first(rj: RunningJob) -> tuple[object, ...]:
     return (rj.job.priority, -rj.start_time, rj.job.name)
 
 
@@ -113,15 +114,17 @@ class Preemptor:
         self.octx = octx
         self.now = now
         self.victims: set[str] = set(releasing)
-        self._failed: set[tuple] = set()
+        self._failed: set[tuple[object, ...]] = set()
         self._per_node: dict[str, dict[int, list[int]]] = {}
         self._running = running
         self._alloc_cache: dict[str, Triple] | None = None
         self._by_value_cache: list[RunningJob] | None = None
-        self._scope_cache: dict[tuple, tuple[list, Triple]] = {}
-        self._borrowing_cache: dict | None = None
+        self._scope_cache: dict[
+            tuple[object, ...], tuple[list[tuple[Any, RunningJob]], Triple]
+        ] = {}
+        self._borrowing_cache: dict[str, Any] | None = None
         self._vc_sizes_cache: dict[str, int] | None = None
-        self._cursor: dict[tuple, int] = {}
+        self._cursor: dict[tuple[object, ...], int] = {}
         # per VC: [(start_time, name, alloc)] of its borrowing jobs taken as victims so far
         self._taken_by_vc: dict[str, PrefixSums] = {}
 
@@ -158,7 +161,9 @@ class Preemptor:
         return self._borrowing_cache
 
     def _still_borrowing(
-        self, rj: RunningJob, local: dict[str, tuple[list[int], list[tuple[int, tuple]]]]
+        self,
+        rj: RunningJob,
+        local: dict[str, tuple[list[int], list[tuple[int, Triple]]]],
     ) -> bool:
         """Whether a (statically) borrowing job is still borrowing once the victims taken
         so far this cycle and ``local`` (those chosen so far in this selection, per VC: their
@@ -198,7 +203,9 @@ class Preemptor:
         return v
 
     # -- candidates -----------------------------------------------------------------------
-    def _scoped(self, mode: PreemptionMode, scope: str | None) -> tuple[list, Triple]:
+    def _scoped(
+        self, mode: PreemptionMode, scope: str | None
+    ) -> tuple[list[tuple[Any, RunningJob]], Triple]:
         """Running jobs that may ever be ``mode`` victims for jobs of ``scope`` (a VC, or
         None for any), in victim order, with the sum of their allocations (built once per
         cycle; the per-job threshold and the victims taken so far are applied lazily)."""
@@ -207,6 +214,9 @@ class Preemptor:
         if cached is not None:
             return cached
         min_run = self.policy.preemption_min_runtime_s
+        items: list[
+            tuple[Any, RunningJob]
+        ]  # (rank: None, a priority or a rank_key tuple, by mode; job)
         if mode is PreemptionMode.VC_RECLAIM:
             borrowing = self._borrowing
             jobs = [rj for rj in self._running if rj.job.vc != scope and rj.job.name in borrowing]
@@ -242,6 +252,7 @@ class Preemptor:
 
     def candidates(self, mode: PreemptionMode, job: Job, req: Triple) -> Iterator[RunningJob]:
         """Victim candidates for ``job`` under ``mode``, least valuable first (lazy)."""
+        key: tuple[PreemptionMode, str | None]
         if mode is PreemptionMode.VC_RECLAIM:
             if not self.ledger.within_guarantee(job, req):
                 return
@@ -299,6 +310,7 @@ class Preemptor:
         if not self.order.dynamic:
             # Jobs arrive in queue order, so for equal memo keys a later job has no more
             # candidates than an earlier one (see the module docstring).
+            rank: object
             if mode is PreemptionMode.QUEUE_ORDER:
                 rank = (job.priority, self.order.key(job, self.octx, None))
             elif mode is PreemptionMode.PRIORITY:
@@ -334,14 +346,13 @@ class Preemptor:
         cands: Iterator[RunningJob],
     ) -> tuple[list[RunningJob], GangPlacement, dict[int, list[int]]] | None:
         index = self.index
-        local: dict[str, tuple[list[int], list[tuple[int, tuple]]]] = {}
+        local: dict[str, tuple[list[int], list[tuple[int, Triple]]]] = {}
         mark = index.mark()
         chosen: list[RunningJob] = []
         found: GangPlacement | None = None
         next_probe = 1
         last_fail = 0
-        cands = _with_last(cands)
-        for rj, is_last in cands:
+        for rj, is_last in _with_last(cands):
             # A job borrowing in the snapshot may be back within guarantee once earlier-
             # started jobs of its VC are gone (taken before, or chosen above): spare it.
             # Later decisions only see more victims, so every prefix of ``chosen`` (the

@@ -67,7 +67,7 @@ class QueueOrder:
     """
 
     name: str
-    key: Callable[[Job, OrderContext, RunningJob | None], tuple]
+    key: Callable[[Job, OrderContext, RunningJob | None], tuple[object, ...]]
     dynamic: bool = False
 
 
@@ -103,11 +103,11 @@ def effective_priority(job: Job, ctx: OrderContext, run: RunningJob | None = Non
     return job.priority + rate * max(until - job.submit_time, 0.0) / 3600.0
 
 
-def _no_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:
+def _no_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple[object, ...]:
     return ()
 
 
-def _drf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:
+def _drf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple[object, ...]:
     return (ctx.vc_share(job.vc),)
 
 
@@ -121,11 +121,11 @@ def las_service(job: Job, ctx: OrderContext, run: RunningJob | None = None) -> f
     return attained_service(job, ctx.now, run)
 
 
-def _las_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:
+def _las_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple[object, ...]:
     return (bisect_right(ctx.policy.las_thresholds, las_service(job, ctx, run)),)
 
 
-def _srtf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple:
+def _srtf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple[object, ...]:
     est = job.estimated_duration_s
     if est is None:
         return (1, INF)
@@ -148,13 +148,17 @@ QUEUE_ORDERS: Mapping[str, QueueOrder] = MappingProxyType(
 )
 
 
-def full_key(order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None):
+def full_key(
+    order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None
+) -> tuple[object, ...]:
     """The complete sort key: (-effective priority, own key..., submit time, name)."""
     own = order.key(job, ctx, run)
     return (-effective_priority(job, ctx, run), *own, job.submit_time, job.name)
 
 
-def rank_key(order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None):
+def rank_key(
+    order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None
+) -> tuple[object, ...]:
     """The key queue-order preemption compares: (-base priority, own key...). A pending
     job may preempt only jobs whose rank is strictly greater; neither aging nor the
     submit-time / name tie-breakers count, so waiting longer or being older never evicts a

@@ -149,7 +149,7 @@ class VcLedger:
         # the same demand by the job's widest task in GPUs: {vc: {gpus: [c, m, g]}}
         self.demand_by_width: dict[str, dict[int, list[int]]] = {}
         self._usable: dict[tuple[str, int], list[int]] = {}  # usable_demand, until demand changes
-        self._held_cache: dict[tuple, tuple[int, list[str]]] = {}
+        self._held_cache: dict[tuple[object, ...], tuple[int, list[str]]] = {}
         self.total = [0, 0, 0]
         if not track_usage:
             return

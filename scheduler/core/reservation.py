@@ -94,7 +94,7 @@ def reserve(
 
     Raises nothing; returns None when the gang fits nowhere even with everything ended.
     """
-    events: list[tuple[float, float, float, str, object]] = []
+    events: list[tuple[float, float, float, str, RunningJob | dict[int, list[int]]]] = []
     for rj in running:
         likely = rj.start_time
         if rj.job.name in victims:

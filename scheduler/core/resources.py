@@ -105,6 +105,11 @@ ZERO = Resources()
 
 
 # -- triples (immutable results) ----------------------------------------------------------
+def as_triple(a: Sequence[int]) -> Triple:
+    """The first three values of ``a`` (cpu_m, memory, gpu) as a :data:`Triple`."""
+    return (a[0], a[1], a[2])
+
+
 def add(a: Sequence[int], b: Sequence[int]) -> Triple:
     """a + b, element-wise."""
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2])

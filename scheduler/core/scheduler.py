@@ -28,7 +28,7 @@ snapshot only matter as tie-breakers, and identical inputs give identical Decisi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 from scheduler.core.failure import failure_reason, invalid_job
 from scheduler.core.gang import GangFailure, GangPlacement, Placer, gang_key, gang_request
@@ -39,6 +39,7 @@ from scheduler.core.model import (
     Bind,
     Decision,
     Job,
+    Node,
     NodeState,
     PendingReason,
     Preemption,
@@ -55,7 +56,7 @@ from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import preemption_phrase, reason
 from scheduler.core.reservation import Reservation, reserve, starved
-from scheduler.core.resources import Triple, iadd
+from scheduler.core.resources import Triple, as_triple, iadd
 
 INF = math.inf
 
@@ -109,13 +110,13 @@ class _Cycle:
 
         if sel_keys:
 
-            def class_key(n, _keys=sel_keys):
+            def class_key(n: Node, _keys: list[str] = sel_keys) -> Hashable:
                 labels = n.labels
                 return (n.state, n.gpu_model, tuple([labels.get(k) for k in _keys]))
 
         else:
 
-            def class_key(n):
+            def class_key(n: Node, _keys: list[str] = sel_keys) -> Hashable:
                 return (n.state, n.gpu_model)
 
         self.index = NodeIndex(snapshot.nodes, class_key)
@@ -157,8 +158,8 @@ class _Cycle:
         # Within a cycle free capacity only shrinks (binds, claims, holds), so a gang shape
         # that failed once fails again: remember it, per capacity view ("held" = with the
         # reservation's holds in force). Reasons are reused while nothing changed (epoch).
-        self._failed: dict[tuple, tuple[int, GangFailure]] = {}
-        self._reasons_by_shape: dict[tuple, tuple[int, PendingReason]] = {}
+        self._failed: dict[tuple[object, ...], tuple[int, GangFailure]] = {}
+        self._reasons_by_shape: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
         self.epoch = 0
 
     # -- driver ---------------------------------------------------------------------------
@@ -210,22 +211,23 @@ class _Cycle:
         per_vc: dict[str, list[Job]] = {}
         for j in pending:
             per_vc.setdefault(j.vc, []).append(j)
-        queues = []
-        for vc in sorted(per_vc):
-            jobs = sorted(per_vc[vc], key=lambda j: full_key(order, j, ctx))
-            queues.append([0, jobs])
+        queues = [
+            sorted(per_vc[vc], key=lambda j: full_key(order, j, ctx)) for vc in sorted(per_vc)
+        ]
+        positions = [0] * len(queues)  # next job of each VC's queue
         while True:
-            best = best_key = None
-            for q in queues:
-                pos, jobs = q
+            best: int | None = None
+            best_key: tuple[object, ...] | None = None
+            for q, jobs in enumerate(queues):
+                pos = positions[q]
                 if pos < len(jobs):
                     k = full_key(order, jobs[pos], ctx)
                     if best_key is None or k < best_key:
                         best, best_key = q, k
             if best is None:
                 return
-            job = best[1][best[0]]
-            best[0] += 1
+            job = queues[best][positions[best]]
+            positions[best] += 1
             yield job
 
     def _block(self) -> int:
@@ -305,6 +307,7 @@ class _Cycle:
             self._try_wait_release(job, req) or self._try_preempt(job, req)
         ):
             return
+        assert result is not None  # None only when held back (handled above)
         shape = gang_key(job)
         cached = self._reasons_by_shape.get(shape)
         if cached is not None and cached[0] == self.epoch:
@@ -337,7 +340,7 @@ class _Cycle:
         self.epoch += 1
         placements = gp.placements(job, self.index.names)
         self.binds.append(Bind(job.name, placements, gp.scores))
-        self.ledger.charge(job.vc, tuple(gp.alloc), job)
+        self.ledger.charge(job.vc, as_triple(gp.alloc), job)
         est = job.estimated_duration_s
         end = self.now + est if est is not None else INF
         self.bound_ends.append((end, job.name, gp.per_node()))
@@ -383,7 +386,9 @@ class _Cycle:
             self._failed[(shape, False)] = (self.epoch, probe)
         return result, isinstance(probe, GangPlacement)
 
-    def _place_memo(self, job: Job, shape: tuple, held: bool) -> GangPlacement | GangFailure:
+    def _place_memo(
+        self, job: Job, shape: tuple[object, ...], held: bool
+    ) -> GangPlacement | GangFailure:
         """place, skipping gangs known to fail. A failure recorded in an earlier epoch still
         proves the gang fails now, but its details (how many tasks fit) may be stale, so
         the placement is re-run once per epoch for an exact reason."""
@@ -420,7 +425,7 @@ class _Cycle:
         try:
             return self.placer.place_gang(job, ok)
         finally:
-            ledger.adjust_usage(job.vc, tuple(added), -1)
+            ledger.adjust_usage(job.vc, as_triple(added), -1)
 
     # -- EASY reservation -----------------------------------------------------------------
     def _reserve(self, job: Job) -> Reservation | None:
@@ -462,7 +467,7 @@ class _Cycle:
         for mode in self.policy.preemption:
             # a borrowing head's EASY holds are opportunistic: reclaim may take them (HiveD)
             lift = res is not None and res.borrowing and mode is PreemptionMode.VC_RECLAIM
-            if lift:
+            if lift and res is not None:
                 res.lift(index)
             mark = self.pool.release_live()
             found = self.preemptor.select(mode, job, req)
@@ -470,7 +475,7 @@ class _Cycle:
                 index.rollback(mark)
             if found is not None:
                 self.pool.claim(found[1].per_node(), found[2])
-            if lift:
+            if lift and res is not None:
                 res.apply(index)  # what the nomination left free
             if found is None:
                 continue

@@ -93,7 +93,8 @@ def policy_probs(weights: np.ndarray, states: np.ndarray) -> np.ndarray:
     logits = states @ weights[:4] + weights[4]
     logits -= logits.max(axis=1, keepdims=True)
     p = np.exp(logits)
-    return p / p.sum(axis=1, keepdims=True)
+    probs: np.ndarray = p / p.sum(axis=1, keepdims=True)
+    return probs
 
 
 def rollout(
@@ -105,7 +106,10 @@ def rollout(
         ``states`` (n, 4), ``actions`` (n,), ``returns`` (n,) discounted returns-to-go,
         ``episode_returns`` (episodes,) undiscounted episode returns.
     """
-    states, actions, returns, episode_returns = [], [], [], []
+    states: list[np.ndarray] = []
+    actions: list[int] = []
+    returns: list[float] = []
+    episode_returns: list[float] = []
     for _ in range(episodes):
         s = env.reset()
         ep_states, ep_actions, rewards = [], [], []

@@ -50,7 +50,8 @@ def send(sock: socket.socket, meta: dict[str, Any] | None = None, **arrays: np.n
     """
     out = io.BytesIO()
     header = np.frombuffer(json.dumps(meta or {}).encode(), dtype=np.uint8)
-    np.savez(out, __meta__=header, **{k: np.asarray(v) for k, v in arrays.items()})
+    named: dict[str, Any] = {"__meta__": header, **{k: np.asarray(v) for k, v in arrays.items()}}
+    np.savez(out, **named)
     payload = out.getvalue()
     sock.sendall(_LEN.pack(len(payload)) + payload)
     return len(payload)

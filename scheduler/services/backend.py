@@ -102,7 +102,8 @@ def apply_vcs(settings: SchedulerSettings, store: Store) -> list[str]:
 def core_nodes(store: Store) -> list[Node]:
     """The registered nodes as core :class:`scheduler.core.model.Node` values (capacity in
     millicores / bytes / devices, labels, GPU model, state; nothing allocated)."""
-    from scheduler.core.model import Node, NodeState, Resources
+    from scheduler.core.model import Node, NodeState
+    from scheduler.core.resources import Resources
 
     return [
         Node(

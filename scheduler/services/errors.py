@@ -6,6 +6,8 @@ server-side commands and from tests without a web server.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ServiceError(Exception):
     """Base class: a client error with a message a person can act on.
@@ -56,6 +58,6 @@ class InvalidSpecError(ServiceError):
 
     status = 422
 
-    def __init__(self, message: str, errors: list[dict] | None = None) -> None:
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.errors = errors or []

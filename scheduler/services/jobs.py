@@ -8,6 +8,7 @@ so that job names of other tenants do not leak. Submitting to another VC is 403.
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,8 @@ from scheduler.services.errors import (
 )
 from scheduler.services.principal import Principal, require_role, require_vc
 from scheduler.services.records import as_dict
-from scheduler.store.records import TERMINAL_JOB_STATES, JobRecord, JobState
+from scheduler.states import TERMINAL_JOB_STATES, JobState
+from scheduler.store.records import JobRecord
 from scheduler.store.tokens import TokenRole
 
 if TYPE_CHECKING:
@@ -80,7 +82,7 @@ def parse_document(body: bytes, content_type: str | None = None) -> dict[str, An
     return document
 
 
-def validation_errors(exc: ValidationError) -> list[dict]:
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     """Pydantic errors as ``[{"loc": [...], "msg": ..., "type": ...}]`` (JSON-safe)."""
     out = []
     for err in exc.errors(include_url=False):
@@ -93,7 +95,7 @@ def validation_errors(exc: ValidationError) -> list[dict]:
     return out
 
 
-def spec_error(error: dict) -> dict:
+def spec_error(error: dict[str, Any]) -> dict[str, Any]:
     """One ``SpecError`` entry (dotted ``loc``) in the API's shape (``loc`` as a list)."""
     loc = error.get("loc") or ""
     parts = loc if isinstance(loc, list | tuple) else [p for p in str(loc).split(".") if p]
@@ -103,13 +105,13 @@ def spec_error(error: dict) -> dict:
     return out
 
 
-def _summary(errors: list[dict]) -> str:
+def _summary(errors: list[dict[str, Any]]) -> str:
     parts = [f"{'.'.join(e['loc']) or '(top)'}: {e['msg']}" for e in errors[:5]]
     more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
     return "invalid job spec: " + "; ".join(parts) + more
 
 
-def _fit_key(spec: Any) -> tuple | None:
+def _fit_key(spec: Any) -> tuple[object, ...] | None:
     """What :func:`scheduler.spec.fit.unfittable_reason` depends on in a job: each role's
     request, replicas, minimum, node selector and GPU model, and the gang's minimum
     (None when the spec has no core form, so the answer is not memoised)."""
@@ -153,11 +155,11 @@ class JobService:
         self.node_cache_s = node_cache_s
         self._nodes: list[Node] = []
         self._nodes_read: float | None = None
-        self._vcs: dict | None = None
+        self._vcs: dict[str, Any] | None = None
         self._vcs_read = 0.0
         # job shapes known to fit the cached cluster (the check is O(nodes) per role:
         # ~2 ms a job at 1000 nodes, most of a submit's cost before it was memoised)
-        self._fits: dict[tuple, bool] = {}
+        self._fits: dict[tuple[object, ...], bool] = {}
 
     def fit_reason(self, spec: JobSpec) -> str | None:
         """Why the gang can never be placed on this cluster, None when it can.
@@ -202,14 +204,15 @@ class JobService:
             errors = validation_errors(exc)
             raise InvalidSpecError(_summary(errors), errors) from None
         except ValueError as exc:
-            if isinstance(getattr(exc, "errors", None), list):  # scheduler.spec.SpecError
-                errors = [spec_error(e) for e in exc.errors]
+            spec_errors = getattr(exc, "errors", None)
+            if isinstance(spec_errors, list):  # scheduler.spec.SpecError
+                errors = [spec_error(e) for e in spec_errors]
                 raise InvalidSpecError(_summary(errors), errors) from None
             raise InvalidSpecError(
                 f"invalid job spec: {exc}", [{"loc": [], "msg": str(exc), "type": "value_error"}]
             ) from None
 
-    def _known_vcs(self, fresh: bool = False) -> dict:
+    def _known_vcs(self, fresh: bool = False) -> dict[str, Any]:
         """The store's VCs, cached for ``node_cache_s`` seconds like the cluster's shape."""
         now = time.monotonic()
         if fresh or self._vcs is None or now - self._vcs_read > self.node_cache_s:
@@ -281,7 +284,7 @@ class JobService:
                 jobs.append(self.store.create_job(spec, user=principal.name, **sealed))
             except backend.job_exists_error() as exc:
                 raise ConflictError(str(exc)) from None
-        out = as_dict(jobs[0])
+        out: dict[str, Any] = as_dict(jobs[0])
         out["warnings"] = list(parsed.warnings)
         if len(jobs) > 1:
             out["jobs"] = [j.name for j in jobs]
@@ -346,11 +349,12 @@ class JobService:
         )
         for item, specs, _ in todo:
             recs = [next(stored) for _ in specs]
-            if any(r is None for r in recs):
+            made = [r for r in recs if r is not None]
+            if len(made) < len(recs):
                 taken = [s.name for s, r in zip(specs, recs, strict=True) if r is None]
                 item.update(status=409, detail=f"job {taken[0]!r} already exists")
                 continue
-            item.update(status=201, names=[r.name for r in recs if r], state=recs[0].state)
+            item.update(status=201, names=[r.name for r in made], state=made[0].state)
         created = sum(1 for i in items if i.get("status") == 201)
         return {"items": items, "created": created, "failed": len(items) - created}
 
@@ -372,7 +376,7 @@ class JobService:
         Raises:
             NotFoundError: unknown job, or a job of a VC the caller may not use.
         """
-        job = as_dict(self._visible(principal, name))
+        job: dict[str, Any] = as_dict(self._visible(principal, name))
         if "tasks" not in job:
             job["tasks"] = as_dict(self.store.tasks(name))
         return job
@@ -407,7 +411,7 @@ class JobService:
             )
         else:  # several VCs: merge each VC's newest offset+limit jobs, newest first
             items, total = [], 0
-            page: list[JobRecord]
+            page: builtins.list[JobRecord]
             for one in vcs:
                 page, n = self.store.list_jobs(vc=one, state=state, user=user, limit=offset + limit)
                 items.extend(page)
@@ -416,7 +420,9 @@ class JobService:
             items = items[offset : offset + limit]
         return {"items": as_dict(items), "total": total, "limit": limit, "offset": offset}
 
-    def tasks_of(self, principal: Principal, names: list[str]) -> dict[str, list[dict]]:
+    def tasks_of(
+        self, principal: Principal, names: builtins.list[str]
+    ) -> dict[str, builtins.list[dict[str, Any]]]:
         """Task records of several jobs in one read (the jobs list's placements):
         ``{job: [task...]}`` in the shape of ``TaskOut`` (:mod:`scheduler.api.schemas`),
         ordered by (role, index). Only jobs the caller may see (:meth:`get`'s rule) are
@@ -454,12 +460,14 @@ class JobService:
         """
         job = self._visible(principal, name)
         if JobState(job.state).terminal:
-            return as_dict(job)
+            ended: dict[str, Any] = as_dict(job)
+            return ended
         try:
             self.store.request_stop(name, reason=reason or f"stopped by {principal.name}")
         except backend.not_found_errors():
             raise NotFoundError(f"job {name!r} not found") from None
-        return as_dict(self.store.get_job(name))
+        stopping: dict[str, Any] = as_dict(self.store.get_job(name))
+        return stopping
 
     def delete(self, principal: Principal, name: str, force: bool = False) -> dict[str, Any]:
         """Delete a finished job's records: ``{"name", "deleted": True, "state"}``.

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from scheduler.services.errors import NotFoundError
 
@@ -40,7 +41,7 @@ class LogService:
     def log_dir(self, job: str) -> Path:
         return self.share_dir / "jobs" / _safe("job", job) / "logs"
 
-    def files(self, job: str) -> list[dict]:
+    def files(self, job: str) -> list[dict[str, Any]]:
         """``[{"role", "index", "size" (bytes)}]`` of the job's existing log files."""
         d = self.log_dir(job)
         out = []

@@ -7,7 +7,7 @@ token (agent tokens are what automation such as the on-prem Pulumi stack uses to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduler.services import backend
 from scheduler.services.errors import NotFoundError
@@ -39,11 +39,12 @@ class NodeService:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def list(self, principal: Principal) -> list[dict]:
+    def list(self, principal: Principal) -> list[dict[str, Any]]:
         """Every node: name, address, state, capacity, allocated, labels, last heartbeat."""
-        return as_dict(self.store.list_nodes())
+        nodes: list[dict[str, Any]] = as_dict(self.store.list_nodes())
+        return nodes
 
-    def get(self, principal: Principal, name: str) -> dict:
+    def get(self, principal: Principal, name: str) -> dict[str, Any]:
         """One node with its ``events`` (automatic cordons...). Raises NotFoundError for an
         unknown node."""
         node = self.store.get_node(name)
@@ -69,7 +70,7 @@ class NodeService:
             got[3] += 1
         return {n: NodeAllocated(*v) for n, v in sums.items()}
 
-    def allocations(self, principal: Principal, name: str) -> dict:
+    def allocations(self, principal: Principal, name: str) -> dict[str, Any]:
         """What is allocated on node ``name``, as far as the caller may see it.
 
         The API's visibility rule (:meth:`TokenInfo.may_use_vc`, as in
@@ -107,7 +108,7 @@ class NodeService:
         require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
         self.get(principal, name)
 
-    def set_state(self, principal: Principal, name: str, action: str) -> dict:
+    def set_state(self, principal: Principal, name: str, action: str) -> dict[str, Any]:
         """Cordon (no new tasks), uncordon (ready) or drain (cordon and move tasks off).
 
         Args:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import as_dict
@@ -19,11 +19,11 @@ class StatusService:
         self.store = store
         self.cluster_name = cluster_name
 
-    def status(self, principal: Principal | None = None) -> dict:
+    def status(self, principal: Principal | None = None) -> dict[str, Any]:
         """``{cluster, nodes: {state: n}, jobs: {state: n}, capacity, allocated, ...}``."""
         if principal is not None:
             require_role(principal, TokenRole.ADMIN, TokenRole.USER)
-        out = as_dict(self.store.cluster_status())
+        out: dict[str, Any] = as_dict(self.store.cluster_status())
         out.setdefault("cluster", self.cluster_name)
         return out
 

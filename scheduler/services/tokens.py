@@ -7,12 +7,14 @@ once; listings never hold secrets.
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.services.errors import InvalidSpecError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.store.tokens import DAY_S, TokenInfo, TokenRole, TokenStore
 
 
-def token_dict(info: TokenInfo, now: float) -> dict:
+def token_dict(info: TokenInfo, now: float) -> dict[str, Any]:
     """``{name, role, vcs, created, expires (epoch s), expired}`` of a token."""
     return {
         "name": info.name,
@@ -30,7 +32,7 @@ class TokenService:
     def __init__(self, tokens: TokenStore) -> None:
         self.tokens = tokens
 
-    def list(self, principal: Principal) -> list[dict]:
+    def list(self, principal: Principal) -> list[dict[str, Any]]:
         """Every token (expired ones too), sorted by name. Raises ForbiddenError."""
         require_role(principal, TokenRole.ADMIN)
         now = self.tokens.now()
@@ -42,7 +44,9 @@ class TokenService:
         if not self.tokens.revoke(name):
             raise NotFoundError(f"token {name!r} not found")
 
-    def rotate(self, principal: Principal, name: str, ttl_days: float | None = None) -> dict:
+    def rotate(
+        self, principal: Principal, name: str, ttl_days: float | None = None
+    ) -> dict[str, Any]:
         """A new secret for the token ``name`` (the old one stops working at once), valid
         ``ttl_days`` (the store's default when None, at most its maximum).
 
@@ -64,4 +68,6 @@ class TokenService:
         if secret is None:
             raise NotFoundError(f"token {name!r} not found")
         info = self.tokens.get(name)
+        if info is None:  # revoked between the rotation and this read
+            raise NotFoundError(f"token {name!r} not found")
         return {**token_dict(info, self.tokens.now()), "token": secret}

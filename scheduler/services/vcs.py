@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import builtins
+from typing import TYPE_CHECKING, Any
 
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import as_dict
@@ -18,15 +19,16 @@ class VcService:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def list(self, principal: Principal) -> list[dict]:
+    def list(self, principal: Principal) -> list[dict[str, Any]]:
         """Every VC: ``{name, guarantee, max, can_borrow, used, borrowed, ...}``.
 
         Resources are ``{cpu_m (millicores), memory (bytes), gpu}`` as the store gives them.
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
-        return as_dict(self.store.vc_usage())
+        vcs: list[dict[str, Any]] = as_dict(self.store.vc_usage())
+        return vcs
 
-    def names(self, principal: Principal) -> list[str]:
+    def names(self, principal: Principal) -> builtins.list[str]:
         """The VC names the caller may use, sorted: every configured VC for an admin, the
         token's own VCs for a user (the jobs list's VC filter offers these)."""
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)

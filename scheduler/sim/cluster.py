@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scheduler.core.model import Node, Resources, VirtualCluster
+from scheduler.core.model import Node, VirtualCluster
+from scheduler.core.resources import Resources
 from scheduler.sim.trace import TraceError, TraceJob
 
 GIB = 1024**3
@@ -27,6 +28,10 @@ JOB_CPU_M_PER_GPU = 10_000
 JOB_MEMORY_PER_GPU = 32 * GIB
 NODE_CPU_M_PER_GPU = 12_000
 NODE_MEMORY_PER_GPU = 60 * GIB
+
+
+Kind = tuple[int, int, int, str | None]
+"""A node shape's kind: (GPUs, millicores, memory bytes, GPU model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +53,7 @@ class NodeShape:
     gpu_model: str | None = None
 
     @property
-    def kind(self) -> tuple[int, int, int, str | None]:
+    def kind(self) -> Kind:
         return (self.gpus, self.cpu_m, self.memory, self.gpu_model)
 
     def to_node(self) -> Node:
@@ -213,7 +218,7 @@ def size_cluster(
     if not gpu_shapes:
         raise TraceError("the cluster shape has no GPU nodes")
     max_gpus = max(s.gpus for s in gpu_shapes)
-    by_kind: dict[tuple, list[NodeShape]] = {}
+    by_kind: dict[Kind, list[NodeShape]] = {}
     for s in gpu_shapes:
         by_kind.setdefault(s.kind, []).append(s)
     total = sum(s.gpus for s in gpu_shapes)
@@ -257,7 +262,7 @@ def size_cluster(
     return out
 
 
-def _proportional(by_kind: dict[tuple, list[NodeShape]], scale: float) -> dict[tuple, int]:
+def _proportional(by_kind: dict[Kind, list[NodeShape]], scale: float) -> dict[Kind, int]:
     """Nodes per kind so that each kind keeps its share of GPUs (largest remainder)."""
     target = sum(k[0] * len(v) for k, v in by_kind.items()) * scale
     exact = {k: len(v) * scale for k, v in by_kind.items()}
@@ -277,7 +282,7 @@ def _task_need(job: TraceJob, max_node_gpus: int) -> tuple[int, int, int]:
     return (per_task, cpu // tasks, mem // tasks)
 
 
-def _fits(task: tuple[int, int, int], kind: tuple) -> bool:
+def _fits(task: tuple[int, int, int], kind: Kind) -> bool:
     return task[0] <= kind[0] and task[1] <= kind[1] and task[2] <= kind[2]
 
 

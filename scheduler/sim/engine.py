@@ -31,7 +31,6 @@ from scheduler.core.model import (
     Decision,
     Job,
     Node,
-    Resources,
     RunningJob,
     Snapshot,
     TaskPlacement,
@@ -39,6 +38,7 @@ from scheduler.core.model import (
     VirtualCluster,
 )
 from scheduler.core.policy import Policy
+from scheduler.core.resources import Resources
 from scheduler.core.starvation import promoted, promotion_time
 from scheduler.sim.cluster import gang_shape, synthesise_requests
 from scheduler.sim.trace import TraceJob
@@ -127,9 +127,11 @@ class _Live:
 def _default_decide() -> Decide:
     import scheduler.core as core  # the service's entry point
 
-    schedule = getattr(core, "schedule", None)
+    schedule: Decide | None = getattr(core, "schedule", None)
     if schedule is None:  # core package not yet re-exporting it
-        from scheduler.core.scheduler import schedule
+        from scheduler.core.scheduler import schedule as defined
+
+        return defined
     return schedule
 
 

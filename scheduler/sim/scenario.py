@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue
 from pathlib import Path
 from queue import Empty
+from typing import Any
 
 from scheduler.core.model import VirtualCluster
 from scheduler.core.presets import ORACLE_ESTIMATES, PRESETS
@@ -209,7 +211,9 @@ def lower_bounds(scenario: Scenario) -> dict[str, float]:
     }
 
 
-def to_json(scenario: Scenario, results: dict[str, PolicyMetrics], lower: dict[str, float]) -> dict:
+def to_json(
+    scenario: Scenario, results: dict[str, PolicyMetrics], lower: dict[str, float]
+) -> dict[str, Any]:
     """The issue's JSON shape."""
     return {
         "trace": scenario.trace,
@@ -221,22 +225,22 @@ def to_json(scenario: Scenario, results: dict[str, PolicyMetrics], lower: dict[s
     }
 
 
-def run_all(scenario: Scenario, names: Sequence[str], **kwargs) -> dict[str, PolicyMetrics]:
+def run_all(scenario: Scenario, names: Sequence[str], **kwargs: Any) -> dict[str, PolicyMetrics]:
     """Every named policy on the scenario, in order."""
     return {n: run_policy(scenario, n, **kwargs) for n in names}
 
 
 # -- several policies at once (one process each, up to ``workers``) ------------------------
-_progress_queue = None  # set in worker processes by _init_worker
+_progress_queue: Queue[tuple[str, int]] | None = None  # set in workers by _init_worker
 
 
-def _init_worker(queue) -> None:
+def _init_worker(queue: Queue[tuple[str, int]]) -> None:
     global _progress_queue
     _progress_queue = queue
 
 
 def _run_in_worker(
-    scenario: Scenario, name: str, kwargs: dict
+    scenario: Scenario, name: str, kwargs: dict[str, Any]
 ) -> tuple[str, PolicyMetrics, float, float]:
     queue = _progress_queue
     step = max(len(scenario.jobs) // 200, 1)
@@ -262,7 +266,7 @@ def run_many(
     *,
     workers: int = 1,
     on_progress: Callable[[str, int], None] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> dict[str, tuple[PolicyMetrics, float, float]]:
     """Run each named policy; ``{name: (metrics, wall seconds, cpu seconds)}`` in ``names``
     order. ``workers`` > 1 runs policies in that many processes (fork), longest first.

@@ -31,6 +31,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scheduler.sim.cluster import homogeneous, vc_guarantees, window_load_gpus
 from scheduler.sim.engine import SimulationError
@@ -49,7 +50,9 @@ class Case:
     build: Callable[[int, float], Scenario]
 
 
-def _real(fmt: str, skip: int, path: str | None = None, columns: str | None = None):
+def _real(
+    fmt: str, skip: int, path: str | None = None, columns: str | None = None
+) -> Callable[[int, float], Scenario]:
     def build(jobs: int, load: float) -> Scenario:
         trace = traces_dir() / path if path else None
         return build_scenario(fmt, trace, columns=columns, jobs=jobs, skip=skip, load=load)
@@ -59,7 +62,7 @@ def _real(fmt: str, skip: int, path: str | None = None, columns: str | None = No
 
 def _synthetic(
     name: str, nodes: int, draw: Callable[[random.Random], tuple[int, float]], mean_work: float
-):
+) -> Callable[[int, float], Scenario]:
     """Poisson arrivals on ``nodes`` x 8 GPUs; ``draw(rng) -> (gpus, run time s)``;
     ``mean_work`` = E[gpus x run time] of ``draw`` (GPU-seconds), for the arrival rate."""
 
@@ -97,7 +100,7 @@ def _heavy(rng: random.Random) -> tuple[int, float]:
 def _pareto_mean() -> float:
     # E[min(m X, cap)] for X ~ Pareto(a, 1): m a/(a-1) - m^a cap^(1-a) / (a-1)
     a, m, c = _PARETO_ALPHA, _PARETO_MIN, _CAP
-    return m * a / (a - 1) - (m**a) * c ** (1 - a) / (a - 1)
+    return float(m * a / (a - 1) - (m**a) * c ** (1 - a) / (a - 1))
 
 
 def _lognormal(rng: random.Random) -> float:
@@ -164,7 +167,7 @@ def run_suite(
     only: Sequence[str] | None = None,
     workers: int = 1,
     log: Callable[[str], None] = lambda s: None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Run every case x load x policy; one dict per (case, load): ``{"case", "load"
     (reached), "target_load", "jobs", "gpus", "lb_mean_s", "policies": {name: {"mean",
     "p99"}} (x the mean-JCT lower bound), "ratios": ratios(...)}``. Cases whose trace file
@@ -208,7 +211,7 @@ def run_suite(
     return rows
 
 
-def plot_ratios(rows: Sequence[dict], path: Path) -> None:
+def plot_ratios(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """One figure: the four criteria ratios per case/load (log y, 1.0 marked)."""
     import matplotlib
 

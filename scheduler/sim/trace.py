@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 TIME_FORMATS = ("seconds", "datetime")
 COLUMN_KEYS = ("submit", "duration", "gpus", "vc", "cpu", "memory", "checkpoint", "name")
@@ -114,7 +117,7 @@ def _parse_time(value: str, time_format: str) -> float:
     return dt.timestamp()
 
 
-def _field(row: Mapping[str, str], col: str, where: str, kind: str, conv):
+def _field(row: Mapping[str, str], col: str, where: str, kind: str, conv: Callable[[str], T]) -> T:
     raw = row.get(col)
     if raw is None:
         raise TraceError(f"{where}: column {col!r} is missing")

@@ -19,6 +19,7 @@ Errors: :class:`SpecError` carries ``errors``: a list of ``{"loc": "roles.worker
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -93,11 +94,11 @@ class ParsedJob:
         return self.specs[0]
 
 
-def _loc(parts: tuple) -> str:
+def _loc(parts: tuple[object, ...]) -> str:
     return ".".join(str(p) for p in parts)
 
 
-def _validate(doc: dict, prefix: str) -> JobSpec:
+def _validate(doc: dict[str, Any], prefix: str) -> JobSpec:
     try:
         return JobSpec.model_validate(doc)
     except ValidationError as exc:

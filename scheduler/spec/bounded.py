@@ -55,26 +55,28 @@ def _where(node_or_event: object) -> str:
 
 
 try:
-    from yaml.cyaml import CParser as _Parser  # libyaml's event parser
+    from yaml._yaml import CParser as _Parser  # libyaml's event parser (as yaml.cyaml's)
 
     _C_PARSER = True
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml.loader import Parser as _Parser  # type: ignore[assignment]
-    from yaml.loader import Reader, Scanner
+    from yaml.parser import Parser as _Parser  # type: ignore[assignment]
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
 
     _C_PARSER = False
 
 
-class BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ignore[misc]
+class BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):
     """A safe loader that refuses deep nesting, many aliases and large expansions."""
 
     def __init__(self, stream: str) -> None:
         if _C_PARSER:
             _Parser.__init__(self, stream)
         else:  # pragma: no cover
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            _Parser.__init__(self)
+            # typed against CParser, the pure-Python parser's mixins are not its bases
+            Reader.__init__(self, stream)  # type: ignore[arg-type]
+            Scanner.__init__(self)  # type: ignore[arg-type]
+            _Parser.__init__(self)  # type: ignore[call-arg]
         Composer.__init__(self)
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
@@ -83,7 +85,7 @@ class BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: igno
         self._nodes = 0
         self._sizes: dict[int, int] = {}
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             self._aliases += 1
@@ -212,7 +214,8 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     try:
         loader = BoundedLoader(text)  # the reader refuses control characters here
         docs = []
-        while loader.check_data():  # empty documents ('---' at the end) are skipped
+        # empty documents ('---' at the end) are skipped; check_data is untyped in types-PyYAML
+        while loader.check_data():  # type: ignore[no-untyped-call]
             doc = loader.get_data()
             if doc is not None:
                 docs.append(doc)
@@ -227,7 +230,9 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
         problem = getattr(exc, "problem", None) or str(exc)
         raise DocumentError.one("", f"malformed YAML{where}: {problem}") from None
     except UnicodeError as exc:  # e.g. a lone surrogate in a str given by a caller
-        raise DocumentError.one("", f"expected UTF-8 text ({exc.reason})") from None
+        raise DocumentError.one(
+            "", f"expected UTF-8 text ({getattr(exc, 'reason', exc)})"
+        ) from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH is far below the interpreter's
         raise DocumentError.one("", f"nested deeper than {MAX_DEPTH} levels; refused") from None
     finally:

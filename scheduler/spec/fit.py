@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler.core.model import Node, NodeState, Resources
+from scheduler.core.model import Node, NodeState
 from scheduler.core.plugins import FILTERS
+from scheduler.core.resources import Resources
 from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL, JobSpec
 from scheduler.units import format_bytes, format_millicores
 

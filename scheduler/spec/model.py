@@ -44,7 +44,8 @@ from pydantic import (
     model_validator,
 )
 
-from scheduler.core.model import Job, PriorityClass, Resources, TaskRole
+from scheduler.core.model import Job, PriorityClass, TaskRole
+from scheduler.core.resources import Resources
 from scheduler.spec.policies import (
     MAX_COMMAND,
     MountSpec,
@@ -283,8 +284,8 @@ class RoleSpec(_Model):
             )
         c = self.completion
         for what, n in (
-            ("min_succeeded", c and c.min_succeeded),
-            ("min_failed", c and c.min_failed),
+            ("min_succeeded", c.min_succeeded if c else None),
+            ("min_failed", c.min_failed if c else None),
         ):
             if n is not None and n > self.replicas:
                 raise ValueError(f"completion.{what} ({n}) exceeds replicas ({self.replicas})")

@@ -17,6 +17,7 @@ No error raised here ever carries a value: ``input`` is the name or None.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from scheduler.spec.errors import SpecError
 
@@ -67,8 +68,8 @@ def check_value(value: object, loc: str) -> str:
 
 
 def split_secrets(
-    doc: dict, prefix: str = "", *, require_values: bool = True
-) -> tuple[dict, dict[str, str]]:
+    doc: dict[str, Any], prefix: str = "", *, require_values: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Split a pasture-shaped spec dict's ``secrets`` into names and values.
 
     Args:
@@ -132,7 +133,7 @@ def find_ref(
     return None
 
 
-def refuse_pasture_refs(doc: dict) -> None:
+def refuse_pasture_refs(doc: dict[str, Any]) -> None:
     """A pasture spec reads a secret from ``$PASTURE_SECRET_<NAME>``; refuse OpenPAI's
     ``<% $secrets.x %>`` anywhere in it (it would stay literal text). Raises SpecError."""
     found = find_ref(doc, "", frozenset({"secrets"}))

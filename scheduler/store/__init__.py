@@ -1,13 +1,12 @@
 """Everything that touches Redis: jobs, tasks, nodes, VCs, the allocation ledger, events,
 the atomic Decision commit, and tokens (``tokens.py``). Key layout: README.md here."""
 
+from scheduler.states import JobState, TaskState
 from scheduler.store.records import (
     Allocation,
     JobRecord,
-    JobState,
     NodeRecord,
     TaskRecord,
-    TaskState,
     VCUsage,
 )
 from scheduler.store.store import (

@@ -35,6 +35,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+import redis
+
 from scheduler.store.store import DEFAULT_PREFIX
 
 # Commands a NodeStore sends (reads, its writes, pub/sub, the heartbeat script, the
@@ -138,7 +140,7 @@ def user_directive(user: str, password: str, node: str, prefix: str = DEFAULT_PR
 
 
 def set_agent_user(
-    client, user: str, password: str, node: str, prefix: str = DEFAULT_PREFIX
+    client: redis.Redis, user: str, password: str, node: str, prefix: str = DEFAULT_PREFIX
 ) -> None:
     """Create or replace the ACL user ``user`` for ``node``'s agent on a running Redis
     (``ACL SETUSER``; the caller must be allowed ``ACL``). Only the password's SHA-256 is

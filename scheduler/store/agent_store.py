@@ -31,9 +31,10 @@ from typing import Any
 
 import redis
 
+from scheduler.states import TaskState
 from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
 from scheduler.store.nodes import heartbeat_args
-from scheduler.store.records import Launch, NodeRecord, TaskRecord, TaskState
+from scheduler.store.records import Launch, NodeRecord, TaskRecord
 from scheduler.store.store import Store
 
 # Entries a node's report stream keeps at most (approximate trim at XADD): a loop that is

@@ -71,7 +71,7 @@ class StoreBase:
     def now(self) -> float:
         """Redis server time in seconds."""
         s, us = self.r.time()
-        return s + us / 1e6
+        return float(s + us / 1e6)
 
     def version(self) -> int:
         """Ledger version: bumped by every allocation, release and node change."""
@@ -122,7 +122,7 @@ class StoreBase:
                 pipe.hgetall(key)
             else:
                 pipe.hmget(key, fields)
-        rows = pipe.execute()
+        rows: list[dict[str, str]] = pipe.execute()
         if fields is None:
             return rows
         return [{k: v for k, v in zip(fields, row, strict=True) if v is not None} for row in rows]

@@ -7,17 +7,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.store.base import StoreBase
 from scheduler.store.codec import as_json
 from scheduler.store.records import VCUsage
+
+if TYPE_CHECKING:
+    from scheduler.store.records import Allocation, JobRecord, NodeRecord
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class ClusterMixin(StoreBase):
     """The read-model area of :class:`scheduler.store.Store`."""
+
+    if TYPE_CHECKING:  # the sibling areas' reads this one uses (Store combines them)
+
+        def ledger(self) -> dict[str, Allocation]: ...
+        def active_jobs(self, *, with_spec: bool = True) -> list[JobRecord]: ...
+        def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]: ...
 
     def usage_history(self, node: str, since: float = 0.0) -> list[dict[str, Any]]:
         """The node's usage samples, oldest first, taken at or after ``since`` (s):
@@ -135,15 +144,15 @@ class ClusterMixin(StoreBase):
         out = []
         zero = {"cpu_m": 0, "memory": 0, "gpu": 0}
         for name in sorted(set(vcs) | set(used)):
-            vc = vcs.get(name, {"guarantee": zero, "max": None, "can_borrow": False})
+            vc_def = vcs.get(name, {"guarantee": zero, "max": None, "can_borrow": False})
             u = used[name]
-            g = vc["guarantee"]
+            g = vc_def["guarantee"]
             out.append(
                 VCUsage(
                     name=name,
                     guarantee=g,
-                    max=vc["max"],
-                    can_borrow=vc["can_borrow"],
+                    max=vc_def["max"],
+                    can_borrow=vc_def["can_borrow"],
                     used=u,
                     borrowed={k: max(0, u[k] - g[k]) for k in u},
                     jobs_running=sum(
@@ -204,4 +213,5 @@ class ClusterMixin(StoreBase):
 
     def condition(self) -> dict[str, Any] | None:
         """The cluster condition the loop raised, or None."""
-        return as_json(self.r.get(self.k("cluster", "condition")))
+        condition: dict[str, Any] | None = as_json(self.r.get(self.k("cluster", "condition")))
+        return condition

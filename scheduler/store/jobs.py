@@ -10,9 +10,10 @@ from typing import Any
 
 import redis
 
+from scheduler.states import JobState
 from scheduler.store.base import JobActiveError, JobExistsError, JobNotFoundError, StoreBase
 from scheduler.store.codec import as_float, as_int, as_json, encode_fields, event
-from scheduler.store.records import JobRecord, JobState
+from scheduler.store.records import JobRecord
 
 _JOB_FIELDS_NO_SPEC = [
     "name",
@@ -310,7 +311,7 @@ class JobsMixin(StoreBase):
                 raise ValueError("transition(pipe=...) needs attempt")
             attempt = self.r.hget(jk, "attempt") or 1
         own = pipe is None
-        p = self.r.pipeline(transaction=True) if own else pipe
+        p = pipe if pipe is not None else self.r.pipeline(transaction=True)
         p.hset(jk, mapping=mapping)
         p.rpush(jk + ":events", event(now, state, attempt, reason))
         if JobState(state).terminal:

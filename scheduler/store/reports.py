@@ -31,9 +31,10 @@ import json
 import logging
 from dataclasses import dataclass
 
+from scheduler.states import TaskState
 from scheduler.store import lua
 from scheduler.store.acl import NODE_NAME
-from scheduler.store.records import Allocation, TaskState
+from scheduler.store.records import Allocation
 from scheduler.store.store import Store
 
 log = logging.getLogger("pasture.store.reports")

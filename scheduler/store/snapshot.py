@@ -18,15 +18,16 @@ from typing import Any
 from scheduler.core.model import (
     Decision,
     Job,
-    Resources,
     RunningJob,
     Snapshot,
     VirtualCluster,
 )
+from scheduler.core.resources import Resources
 from scheduler.discovery import port_names
 from scheduler.lifecycle import initial_desired
 from scheduler.spec.model import JobSpec
-from scheduler.store.records import JobRecord, JobState, NodeRecord
+from scheduler.states import JobState
+from scheduler.store.records import JobRecord, NodeRecord
 from scheduler.store.store import Store
 from scheduler.store.view import LedgerView
 
@@ -67,7 +68,7 @@ def take_snapshot(
     store: Store,
     spec_cache: dict[tuple[str, float], JobSpec] | None = None,
     jobs: list[JobRecord] | None = None,
-    core_cache: dict[tuple, Job] | None = None,
+    core_cache: dict[tuple[object, ...], Job] | None = None,
     view: LedgerView | None = None,
 ) -> tuple[Snapshot, SnapshotContext]:
     """Snapshot of nodes, VCs, queued jobs and allocations (see module docstring).
@@ -101,12 +102,10 @@ def take_snapshot(
                 continue
             cache[key] = JobSpec.model_validate(raw_specs[j.name])
         specs[j.name] = cache[key]
-    jobs = by_name
-
     nodes = view.core_nodes()
     pending = []
     running = []
-    for name, j in jobs.items():
+    for name, j in by_name.items():
         ckey = (name, j.created, j.attempt, j.attained_service, j.user)
         core_job = core_cache.get(ckey)
         if core_job is None:
@@ -148,7 +147,7 @@ def take_snapshot(
         version=version,
     )
     return snapshot, SnapshotContext(
-        version, node_recs, jobs, specs, view.used_ports, view.used_gpus
+        version, node_recs, by_name, specs, view.used_ports, view.used_gpus
     )
 
 
@@ -166,9 +165,9 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
     """
     used_ports: dict[str, set[int]] = {}  # copies of the nodes this Decision touches
     used_gpus: dict[str, set[int]] = {}
-    binds = []
+    binds: list[dict[str, Any]] = []
     pending = {job: _reason_json(r.kind.value, r.message) for job, r in decision.pending.items()}
-    grows = []
+    grows: list[dict[str, Any]] = []
     for kind, bind in [("bind", b) for b in decision.binds] + [("grow", b) for b in decision.grows]:
         job = ctx.jobs.get(bind.job)
         spec = ctx.specs.get(bind.job)
@@ -243,7 +242,7 @@ def _reason_json(kind: str, message: str) -> str:
 
 def _take_ports(node: NodeRecord, used: set[int], n: int) -> list[int]:
     lo, hi = node.port_range
-    out = []
+    out: list[int] = []
     port = lo
     while len(out) < n and port <= hi:
         if port not in used:
@@ -261,7 +260,9 @@ def _take_gpus(node: NodeRecord, used: set[int], n: int) -> list[int]:
     return free
 
 
-def with_releasing(snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict) -> Snapshot:
+def with_releasing(
+    snapshot: Snapshot, jobs: dict[str, JobRecord], nominations: dict[str, Any]
+) -> Snapshot:
     """The snapshot with running jobs that are already on their way out (preempted, or
     stopping) marked ``releasing`` and the previous Decision's nominations, so that the core
     neither preempts them again nor lets a job ahead in the queue take what was freed for

@@ -17,6 +17,7 @@ maps to 409 / 404).
 
 from __future__ import annotations
 
+from scheduler.states import TaskState
 from scheduler.store.base import (
     DEFAULT_PREFIX,
     JobActiveError,
@@ -33,7 +34,6 @@ from scheduler.store.nodes import (
     NodesMixin,
     usage_sample,
 )
-from scheduler.store.records import TaskState
 from scheduler.store.tasks import TasksMixin
 
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import redis
 
+from scheduler.states import TaskState
 from scheduler.store.base import StoreBase
 from scheduler.store.codec import as_json
-from scheduler.store.records import Allocation, Launch, TaskRecord, TaskState
+from scheduler.store.records import Allocation, Launch, TaskRecord
 
 
 class TasksMixin(StoreBase):
@@ -55,7 +56,7 @@ class TasksMixin(StoreBase):
         if not tasks:
             return
         own = pipe is None
-        p = self.r.pipeline(transaction=True) if own else pipe
+        p = pipe if pipe is not None else self.r.pipeline(transaction=True)
         p.hset(
             self.k("job", job) + ":tasks",
             mapping={t.key: json.dumps(t.to_dict()) for t in tasks},
@@ -180,7 +181,8 @@ class TasksMixin(StoreBase):
                 pipe.incr(self.k("version"))
             return len(changed)
 
-        return self.r.transaction(tx, ledger, value_from_callable=True)
+        written: int = self.r.transaction(tx, ledger, value_from_callable=True)
+        return written
 
     def commit(self, version: int, payload: dict[str, Any]) -> tuple[bool, str]:
         """Run the commit script (see :mod:`scheduler.store.commit` for the payload).

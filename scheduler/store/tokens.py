@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import redis
 
@@ -311,7 +312,7 @@ class TokenStore:
         done = self._r.transaction(tx, self._names_key, value_from_callable=True)
         return token if done else None
 
-    def _info(self, raw: dict) -> TokenInfo:
+    def _info(self, raw: dict[str, Any]) -> TokenInfo:
         d = {_s(k): _s(v) for k, v in raw.items()}
         created = float(d.get("created") or 0.0)
         expires = d.get("expires")

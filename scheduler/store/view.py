@@ -26,11 +26,15 @@ alone (one HGET per node, one round trip) over the cached records.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scheduler.core.model import Node, NodeState, Resources, TaskPlacement
+from scheduler.core.model import Node, NodeState, TaskPlacement
+from scheduler.core.resources import Resources
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import Allocation, JobRecord, NodeRecord
+
+if TYPE_CHECKING:
+    from scheduler.store.store import Store
 
 
 class LedgerView:
@@ -51,7 +55,7 @@ class LedgerView:
         self._placements: dict[str, tuple[TaskPlacement, ...]] = {}
         self.resyncs = 0  # full re-reads so far (for tests and the bench)
 
-    def refresh(self, store: Any) -> int:
+    def refresh(self, store: Store) -> int:
         """Bring the view to the store's version (a full re-read on a gap); returns it.
         The version is read first, so data changed meanwhile shows up as the next gap."""
         version = store.version()
@@ -68,7 +72,7 @@ class LedgerView:
             self.resyncs += 1
         return version
 
-    def nodes_now(self, store: Any) -> dict[str, NodeRecord]:
+    def nodes_now(self, store: Store) -> dict[str, NodeRecord]:
         """The cached node records with their current heartbeat times (read now)."""
         beats = store.heartbeats(list(self.nodes))
         for name, rec in self.nodes.items():
@@ -201,7 +205,7 @@ class JobsView:
                 job.pending_reason = None
         self.stale = {p["job"] for p in payload["preemptions"]}
 
-    def read(self, store: Any, full: bool) -> tuple[list[JobRecord], set[str]]:
+    def read(self, store: Store, full: bool) -> tuple[list[JobRecord], set[str]]:
         """``(active jobs with a spec, by name; jobs:dirty)`` (see the class docstring)."""
         names = store.active_job_names()
         dirty, changed = store.take_marks()

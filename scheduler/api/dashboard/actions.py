@@ -15,6 +15,7 @@ from scheduler.api.dashboard import views
 from scheduler.api.dashboard.pages import error, render, router, session
 from scheduler.api.dashboard.sessions import Session, csrf_ok
 from scheduler.services.errors import ConflictError, ServiceError
+from scheduler.services.jobs import JobService
 
 
 def confirm_page(request: Request, s: Session, action: str, name: str, target: str) -> Response:
@@ -95,7 +96,7 @@ def resubmit_job(name: str, request: Request, csrf_token: str = Form("")) -> Res
     s = acting_session(request, csrf_token)
     if isinstance(s, Response):
         return s
-    jobs = request.app.state.jobs
+    jobs: JobService = request.app.state.jobs
     try:
         spec = dict(jobs.get(s.who, name).get("spec") or {})
         if not spec:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import secrets
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import yaml
@@ -45,6 +46,7 @@ from scheduler.api.schemas import (
 )
 from scheduler.services.errors import NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
+from scheduler.services.usage import UsageService
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
@@ -62,7 +64,8 @@ router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
 def sessions(request: Request) -> SessionStore:
     """The app's session store (``app.state.dashboard_sessions``, made by ``create_app``)."""
-    return request.app.state.dashboard_sessions
+    kept: SessionStore = request.app.state.dashboard_sessions
+    return kept
 
 
 def session(request: Request) -> Session | None:
@@ -74,7 +77,9 @@ def to_login(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/dashboard/login?next={quote(target, safe='')}", status_code=303)
 
 
-def render(request: Request, name: str, s: Session | None, status_code: int = 200, **ctx):
+def render(
+    request: Request, name: str, s: Session | None, status_code: int = 200, **ctx: Any
+) -> Response:
     ctx.update(session=s, who=s.who if s else None, csrf=s.csrf if s else "")
     resp = templates.TemplateResponse(request, name, ctx, status_code=status_code)
     resp.headers["Cache-Control"] = "no-store"
@@ -86,7 +91,7 @@ def render(request: Request, name: str, s: Session | None, status_code: int = 20
     return resp
 
 
-def error(request: Request, s: Session | None, status_code: int, message: str):
+def error(request: Request, s: Session | None, status_code: int, message: str) -> Response:
     return render(request, "error.html", s, status_code=status_code, message=message)
 
 
@@ -218,7 +223,7 @@ def usage_series(
     s = session(request)
     if s is None:
         return JSONResponse({"detail": "log in first"}, status_code=401)
-    usage = request.app.state.usage
+    usage: UsageService = request.app.state.usage
     try:
         got = usage.cluster(s.who, window_s) if node is None else usage.node(s.who, node, window_s)
     except ServiceError as exc:

@@ -11,7 +11,7 @@ and numbers the templates print as they are.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from scheduler.services.records import spec_gpus
@@ -93,7 +93,7 @@ def pending_words(job: JobOut) -> str:
     return f"{words}: {reason.message}" if reason.message else words
 
 
-def task_diagnosis(task: TaskOut) -> dict | None:
+def task_diagnosis(task: TaskOut) -> dict[str, Any] | None:
     """The failure class of a task record for the job page's task table:
     ``{"kind", "summary", "retry" (bool), "hint", "retry_text"}``, None for a task that did
     not fail. The same diagnosis as ``pasture job show``
@@ -109,7 +109,7 @@ def task_diagnosis(task: TaskOut) -> dict | None:
     }
 
 
-def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict:
+def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict[str, Any]:
     """One line of the jobs table: name, vc, user, state, age, queueing delay (from
     creation to placement, or until now while waiting), placement (nodes), reason, gpus
     (asked for), duration (run time so far), ended (UTC end time of a finished job)."""
@@ -138,7 +138,7 @@ def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict:
 
 def node_rows(
     nodes: Iterable[NodeOut], allocated: Mapping[str, NodeAllocated], now: float
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Lines of the nodes table with what the ledger allocates on each node (the node
     service's sums, :meth:`scheduler.services.nodes.NodeService.allocated`)."""
     rows = []
@@ -165,13 +165,14 @@ def node_rows(
     return rows
 
 
-def vc_bars(vcs: Iterable[VcOut], resource: str) -> list[dict]:
+def vc_bars(vcs: Iterable[VcOut], resource: str) -> list[dict[str, Any]]:
     """Per-VC bar segments for one resource (``cpu_m``, ``memory`` or ``gpu``): used within
     the guarantee, borrowed, and the free rest of the guarantee, as percentages of the
     bar's scale (the largest of guarantee and used over all VCs)."""
     vcs = list(vcs)
     scale = max([max(getattr(v.guarantee, resource), getattr(v.used, resource)) for v in vcs] + [1])
-    fmt = {"cpu_m": cpu, "memory": memory, "gpu": str}[resource]
+    formats: dict[str, Callable[[int], str]] = {"cpu_m": cpu, "memory": memory, "gpu": str}
+    fmt = formats[resource]
     out = []
     for v in vcs:
         g = getattr(v.guarantee, resource)
@@ -193,13 +194,13 @@ def vc_bars(vcs: Iterable[VcOut], resource: str) -> list[dict]:
     return out
 
 
-def chart_series(samples: Iterable[UsageSample]) -> dict[str, list]:
+def chart_series(samples: Iterable[UsageSample]) -> dict[str, list[Any]]:
     """Usage samples (:class:`scheduler.services.usage.UsageSample`, percent) as the
     column arrays a uPlot chart takes: ``{t: [Unix s], cpu: [...], mem: [...], gpu:
     [...]}``, oldest first; a missing figure is None (a gap in the line, never a made-up
     0)."""
     rows = sorted(samples, key=lambda r: r.t)
-    out: dict[str, list] = {"t": [r.t for r in rows]}
+    out: dict[str, list[Any]] = {"t": [r.t for r in rows]}
     for k in ("cpu", "mem", "gpu"):
         out[k] = [None if getattr(r, k) is None else round(getattr(r, k), 1) for r in rows]
     return out
@@ -231,16 +232,18 @@ def gpu_rows(node: NodeOut) -> list[dict[str, Any]]:
         g, h = samples.get(i, {}), health.get(i, {})
         util = g.get("util_percent")
         used, total = g.get("memory_used"), g.get("memory_total")
-        has_mem = isinstance(used, int | float) and isinstance(total, int | float) and total > 0
+        mem: tuple[float, float] | None = None  # (used, total) bytes when both are known
+        if isinstance(used, int | float) and isinstance(total, int | float) and total > 0:
+            mem = (used, total)
         rows.append(
             {
                 "index": i,
                 "util": float(util) if isinstance(util, int | float) else None,
                 "util_text": f"{float(util):.0f}%" if isinstance(util, int | float) else "unknown",
-                "memory_used": used if has_mem else None,
-                "memory_total": total if has_mem else None,
-                "memory_text": f"{memory(used)} / {memory(total)}" if has_mem else "unknown",
-                "memory_percent": 100.0 * used / total if has_mem else None,
+                "memory_used": mem[0] if mem else None,
+                "memory_total": mem[1] if mem else None,
+                "memory_text": f"{memory(mem[0])} / {memory(mem[1])}" if mem else "unknown",
+                "memory_percent": 100.0 * mem[0] / mem[1] if mem else None,
                 "healthy": h.get("healthy") if h else None,
                 "temperature_c": h.get("temperature_c"),
                 "problems": list(h.get("problems") or []),

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Body, Depends, Request, Response
 
 from scheduler.api.auth import principal
 from scheduler.api.responses import BAD_JSON, FORBIDDEN, INVALID, NOT_FOUND, TOO_LARGE, errors
 from scheduler.api.schemas import RotateIn, TokenOut, TokenSecretOut
+from scheduler.services.tokens import TokenService
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
 
 @router.get("/tokens", response_model=list[TokenOut], responses=errors(FORBIDDEN))
-def list_tokens(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
+def list_tokens(request: Request, who: TokenInfo = Depends(principal)) -> list[dict[str, Any]]:
     """Every token's name, role, VCs, creation and expiry (epoch s); never a secret."""
-    return request.app.state.token_service.list(who)
+    tokens: TokenService = request.app.state.token_service
+    return tokens.list(who)
 
 
 @router.delete(
@@ -41,11 +45,12 @@ def rotate_token(
     request: Request,
     options: RotateIn | None = Body(None),
     who: TokenInfo = Depends(principal),
-) -> dict:
+) -> dict[str, Any]:
     """A new secret for ``name`` (returned this once), with the same role and VCs; the old
     secret stops working at once. ``ttl_days`` defaults to ``api.token_ttl_days``; a longer
     one than ``api.token_max_ttl_days`` is cut to it (``expires`` says what was granted)."""
     ttl = options.ttl_days if options is not None else None
-    rotated = request.app.state.token_service.rotate(who, name, ttl)
+    tokens: TokenService = request.app.state.token_service
+    rotated = tokens.rotate(who, name, ttl)
     request.app.state.token_cache.clear()  # the old secret stops at once here
     return rotated

@@ -11,6 +11,8 @@ refuses the others.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 from fastapi import APIRouter, Depends, Request
 
@@ -55,7 +57,7 @@ _BODY = {
 
 def parse_and_submit_many(
     jobs: JobService, who: TokenInfo, body: bytes, content_type: str | None
-) -> dict:
+) -> dict[str, Any]:
     """Parse a batch body and submit its documents (:func:`on_spec_body`; runs in a
     worker thread).
 
@@ -66,7 +68,7 @@ def parse_and_submit_many(
     )
 
 
-def _submit_batch(jobs: JobService, who: TokenInfo, document: dict) -> dict:
+def _submit_batch(jobs: JobService, who: TokenInfo, document: dict[str, Any]) -> dict[str, Any]:
     """Check the batch's shape (``{"jobs": [1..MAX_BATCH_JOBS mappings]}``), then submit."""
     docs = document.get("jobs")
     if not isinstance(docs, list) or not docs or len(docs) > MAX_BATCH_JOBS:
@@ -95,7 +97,7 @@ def _submit_batch(jobs: JobService, who: TokenInfo, document: dict) -> dict:
     response_model=BatchOut,
     responses=errors(BAD_BODY, FORBIDDEN, TOO_LARGE, INVALID),
 )
-async def submit_batch(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+async def submit_batch(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """Submit up to 500 jobs at once: 200 with one result per document (``items``:
     201 stored, or 403 / 409 / 422 with ``detail``); 400 malformed YAML/JSON; 422 not
     ``{"jobs": [...]}`` or too many documents; 413 body over ``api.max_body_bytes``."""

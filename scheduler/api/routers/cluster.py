@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 
 from scheduler.api.auth import principal
 from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, errors
 from scheduler.api.schemas import NodeOut, StatusOut, VcOut, WhoAmI
+from scheduler.services.nodes import NodeService
+from scheduler.services.status import StatusService
+from scheduler.services.vcs import VcService
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1")
 
 
 @router.get("/nodes", tags=["nodes"], response_model=list[NodeOut], responses=errors())
-def list_nodes(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
+def list_nodes(request: Request, who: TokenInfo = Depends(principal)) -> list[dict[str, Any]]:
     """Every node with its state, capacity, allocated resources and last heartbeat."""
-    return request.app.state.nodes.list(who)
+    nodes: NodeService = request.app.state.nodes
+    return nodes.list(who)
 
 
 @router.get("/nodes/{name}", tags=["nodes"], response_model=NodeOut, responses=errors(NOT_FOUND))
-def get_node(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
+def get_node(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """One node. 404 when unknown."""
-    return request.app.state.nodes.get(who, name)
+    nodes: NodeService = request.app.state.nodes
+    return nodes.get(who, name)
 
 
 @router.post(
@@ -37,26 +42,29 @@ def node_action(
     action: Literal["cordon", "uncordon", "drain"],
     request: Request,
     who: TokenInfo = Depends(principal),
-) -> dict:
+) -> dict[str, Any]:
     """Cordon (no new tasks), uncordon (ready again) or drain (cordon and move its tasks
     off). Admin or agent tokens only (403 for user tokens); 404 for an unknown node; 422
     for another action."""
-    return request.app.state.nodes.set_state(who, name, action)
+    nodes: NodeService = request.app.state.nodes
+    return nodes.set_state(who, name, action)
 
 
 @router.get("/vcs", tags=["vcs"], response_model=list[VcOut], responses=errors(FORBIDDEN))
-def list_vcs(request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
+def list_vcs(request: Request, who: TokenInfo = Depends(principal)) -> list[dict[str, Any]]:
     """Virtual clusters with guarantee, max, used and borrowed resources."""
-    return request.app.state.vcs.list(who)
+    vcs: VcService = request.app.state.vcs
+    return vcs.list(who)
 
 
 @router.get("/status", tags=["cluster"], response_model=StatusOut, responses=errors())
-def cluster_status(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+def cluster_status(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """Cluster summary: nodes and jobs by state, capacity and allocation."""
-    return request.app.state.status.status(who)
+    status: StatusService = request.app.state.status
+    return status.status(who)
 
 
 @router.get("/whoami", tags=["cluster"], response_model=WhoAmI, responses=errors())
-def whoami(who: TokenInfo = Depends(principal)) -> dict:
+def whoami(who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """The calling token's name, role and VCs (``pasture login`` checks a token with it)."""
     return {"name": who.name, "role": who.role.value, "vcs": list(who.vcs)}

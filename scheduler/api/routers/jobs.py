@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
@@ -31,6 +32,7 @@ from scheduler.api.schemas import (
 )
 from scheduler.services.errors import BadRequestError, InvalidSpecError
 from scheduler.services.jobs import JobService, JobStateName, parse_document
+from scheduler.services.logs import LogService
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -56,9 +58,9 @@ _SPEC_BODY = {
 def on_spec_body(
     body: bytes,
     content_type: str | None,
-    handle: Callable[[dict], dict],
+    handle: Callable[[dict[str, Any]], dict[str, Any]],
     what: str = "job spec",
-) -> dict:
+) -> dict[str, Any]:
     """Parse ``body`` (YAML or JSON) within the spec's bounds and return ``handle`` of the
     document (runs in a worker thread). The one path of every spec-carrying request:
     submit, dry run and batch.
@@ -85,7 +87,7 @@ def on_spec_body(
 
 def parse_and_submit(
     jobs: JobService, who: TokenInfo, body: bytes, content_type: str | None
-) -> dict:
+) -> dict[str, Any]:
     """Parse ``body`` and submit it (:func:`on_spec_body`; runs in a worker thread)."""
     return on_spec_body(body, content_type, lambda document: jobs.submit(who, document))
 
@@ -94,7 +96,8 @@ def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
     state = request.app.state
     if getattr(state, "spec_limiter", None) is None:
         state.spec_limiter = anyio.CapacityLimiter(SPEC_WORKERS)
-    return state.spec_limiter
+    limiter: anyio.CapacityLimiter = state.spec_limiter
+    return limiter
 
 
 @router.post(
@@ -104,7 +107,7 @@ def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
     response_model=JobSubmitOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
-async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """Submit a job. 201 with the stored job; 400 malformed YAML/JSON; 422 invalid spec
     (``detail`` lists each problem with its field path in ``loc``); 403 VC not allowed;
     409 a job of that name exists; 413 body over ``api.max_body_bytes`` (refused by the
@@ -122,7 +125,7 @@ async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> d
 
 def parse_and_dry_run(
     request: Request, who: TokenInfo, body: bytes, content_type: str | None
-) -> dict:
+) -> dict[str, Any]:
     """Parse ``body`` as :func:`parse_and_submit` does (:func:`on_spec_body`: same bounds,
     same errors), then dry-run it (:class:`scheduler.services.dryrun.DryRunService`; runs
     in a worker thread)."""
@@ -137,7 +140,7 @@ def parse_and_dry_run(
     response_model=DryRunOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
-async def dry_run_job(request: Request, who: TokenInfo = Depends(principal)) -> dict:
+async def dry_run_job(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """Check a job spec exactly as a submit would and say where the scheduler would place
     it now (task -> node) or why it would wait; nothing is stored, no event is written.
     200 with ``{format, warnings, jobs: [{name, vc, placed, placements, pending_reason,
@@ -162,27 +165,31 @@ def list_jobs(
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=1_000_000),
     who: TokenInfo = Depends(principal),
-) -> dict:
+) -> dict[str, Any]:
     """Jobs the caller may see, newest first: ``{items, total, limit, offset}``."""
-    return request.app.state.jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
+    jobs: JobService = request.app.state.jobs
+    return jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
 
 
 @router.get("/{name}", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
-def get_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
+def get_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """One job with its tasks, attempt and pending reason. 404 when unknown or not visible."""
-    return request.app.state.jobs.get(who, name)
+    jobs: JobService = request.app.state.jobs
+    return jobs.get(who, name)
 
 
 @router.get("/{name}/events", response_model=JobEventsOut, responses=errors(FORBIDDEN, NOT_FOUND))
-def job_events(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
+def job_events(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """The job's state transitions (time, state, reason) and its current pending reason."""
-    return request.app.state.jobs.events(who, name)
+    jobs: JobService = request.app.state.jobs
+    return jobs.events(who, name)
 
 
 @router.post("/{name}/stop", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
-def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict:
+def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """Ask for the job to stop; agents stop its tasks (SIGTERM, grace, SIGKILL)."""
-    return request.app.state.jobs.stop(who, name)
+    jobs: JobService = request.app.state.jobs
+    return jobs.stop(who, name)
 
 
 @router.delete(
@@ -193,20 +200,24 @@ def delete_job(
     request: Request,
     force: bool = Query(False, description="stop a job that has not finished first"),
     who: TokenInfo = Depends(principal),
-) -> dict:
+) -> dict[str, Any]:
     """Delete a finished job's records (``deleted: true``). 409 when it has not finished;
     with ``force=true`` it is asked to stop instead (``deleted: false``; delete again
     once it has stopped). 404 when unknown or not visible."""
-    return request.app.state.jobs.delete(who, name, force=force)
+    jobs: JobService = request.app.state.jobs
+    return jobs.delete(who, name, force=force)
 
 
 @router.get(
     "/{name}/logs/files", response_model=list[LogFileOut], responses=errors(FORBIDDEN, NOT_FOUND)
 )
-def log_files(name: str, request: Request, who: TokenInfo = Depends(principal)) -> list[dict]:
+def log_files(
+    name: str, request: Request, who: TokenInfo = Depends(principal)
+) -> list[dict[str, Any]]:
     """The job's task log files: ``[{role, index, size}]`` (size in bytes)."""
     request.app.state.jobs.get(who, name)
-    return request.app.state.logs.files(name)
+    logs: LogService = request.app.state.logs
+    return logs.files(name)
 
 
 @router.get(
@@ -237,7 +248,7 @@ def job_logs(
         None, ge=0, le=MAX_TAIL_LINES, description="start at the last N lines (not before offset)"
     ),
     who: TokenInfo = Depends(principal),
-):
+) -> StreamingResponse:
     """A task's stdout/stderr (``<share>/jobs/<job>/logs/<role>-<index>.log``) as text,
     streamed in 64 KiB chunks (memory stays bounded whatever the file's size).
 
@@ -247,8 +258,8 @@ def job_logs(
     read started; the next poll starts at the start plus the bytes received. With
     ``follow=true`` the answer streams until the job is in a final state and the file is
     read to its end, or until ``limit`` bytes were sent."""
-    jobs = request.app.state.jobs
-    logs = request.app.state.logs
+    jobs: JobService = request.app.state.jobs
+    logs: LogService = request.app.state.logs
     jobs.get(who, name)
     path = logs.path(name, role, index)  # 404 before the stream starts
     size = path.stat().st_size

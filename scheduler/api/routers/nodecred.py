@@ -76,7 +76,7 @@ def issuer(settings: Any, client: Any, reviewer: Any = None) -> Issuer | None:
         404: _r("node credentials are not enabled (api.node_credentials)"),
     },
 )
-def node_credentials(body: CredentialIn, request: Request) -> dict:
+def node_credentials(body: CredentialIn, request: Request) -> dict[str, Any]:
     """Exchange an agent pod's token for its node's Redis credential (module docstring)."""
     run: Issuer | None = getattr(request.app.state, "node_credentials", None)
     if run is None:

@@ -40,7 +40,7 @@ class Translation:
     warnings: list[str] = field(default_factory=list)
 
 
-def detect(doc: dict) -> str:
+def detect(doc: dict[str, Any]) -> str:
     """The format key of a parsed document. Raises TranslateError (loc '') when it is none
     of them, saying what was looked for."""
     if "roles" in doc and "taskRoles" not in doc:
@@ -79,7 +79,7 @@ def detect(doc: dict) -> str:
     )
 
 
-def translate(doc: dict, fmt: str | None = None) -> Translation:
+def translate(doc: dict[str, Any], fmt: str | None = None) -> Translation:
     """Translate a parsed document (format auto-detected unless ``fmt`` is one of
     :data:`FORMATS`' keys). A pasture document passes through unchanged.
 

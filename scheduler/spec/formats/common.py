@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class TranslateError(ValueError):
@@ -44,7 +45,7 @@ class Context:
         """Record that ``loc`` was accepted but has no effect here."""
         self.warnings.append(f"{self.fmt} field {loc}: {why}")
 
-    def mapping(self, value: object, loc: str) -> dict:
+    def mapping(self, value: object, loc: str) -> dict[str, Any]:
         """``value`` as a dict ({} for None); refuses anything else."""
         if value is None:
             return {}
@@ -52,7 +53,7 @@ class Context:
             raise self.refuse(loc, f"expected a mapping, got {type(value).__name__}", value)
         return value
 
-    def sequence(self, value: object, loc: str) -> list:
+    def sequence(self, value: object, loc: str) -> list[Any]:
         """``value`` as a list ([] for None); refuses anything else."""
         if value is None:
             return []
@@ -62,7 +63,7 @@ class Context:
 
     def check_fields(
         self,
-        d: dict,
+        d: dict[str, Any],
         loc: str,
         *,
         honoured: Iterable[str],

@@ -23,17 +23,17 @@ FORMAT = "MARO"
 _MODES = ("process", "grass", "grass/azure", "grass/local", "grass/on-premises", "k8s", "k8s/aks")
 
 
-def is_maro(doc: dict) -> bool:
+def is_maro(doc: dict[str, Any]) -> bool:
     """A MARO job or schedule: a ``components`` mapping."""
     return isinstance(doc.get("components"), dict)
 
 
-def is_schedule(doc: dict) -> bool:
+def is_schedule(doc: dict[str, Any]) -> bool:
     """A MARO schedule: ``job_names`` besides ``components``."""
     return "job_names" in doc
 
 
-def translate(doc: dict, ctx: Context) -> list[dict[str, Any]]:
+def translate(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
     """MARO job -> [spec dict]; schedule -> one spec dict per ``job_names`` entry.
     Raises TranslateError naming the MARO field."""
     ctx.check_fields(

@@ -34,12 +34,12 @@ _JOB_REFUSED = {
 _ROLE_IGNORED = {"description": "documentation only"}
 
 
-def is_openpai_v1(doc: dict) -> bool:
+def is_openpai_v1(doc: dict[str, Any]) -> bool:
     """A v1 job: ``jobName``, or ``taskRoles`` given as a list."""
     return "jobName" in doc or isinstance(doc.get("taskRoles"), list)
 
 
-def translate(doc: dict, ctx: Context) -> dict[str, Any]:
+def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """OpenPAI v1 job -> pasture spec dict. Raises TranslateError naming the v1 field."""
     ctx.check_fields(
         doc,
@@ -115,7 +115,7 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     return spec
 
 
-def _role(tr: dict, loc: str, ctx: Context) -> tuple[str, dict[str, Any]]:
+def _role(tr: dict[str, Any], loc: str, ctx: Context) -> tuple[str, dict[str, Any]]:
     ctx.check_fields(
         tr,
         loc,

@@ -51,12 +51,12 @@ _INFO_IGNORED = {
 }
 
 
-def is_openpai_v2(doc: dict) -> bool:
+def is_openpai_v2(doc: dict[str, Any]) -> bool:
     """A v2 job: ``protocolVersion`` 2 (or ``taskRoles`` given as a mapping)."""
     return str(doc.get("protocolVersion", "")) == "2" or isinstance(doc.get("taskRoles"), dict)
 
 
-def translate(doc: dict, ctx: Context) -> dict[str, Any]:
+def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """OpenPAI v2 job -> pasture spec dict. Raises TranslateError naming the v2 field."""
     secrets = doc.get("secrets") or {}
     if not isinstance(secrets, dict):  # never echoed: it holds values
@@ -142,8 +142,8 @@ def translate(doc: dict, ctx: Context) -> dict[str, Any]:
     return spec
 
 
-def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
-    out: dict[str, dict] = {}
+def _prerequisites(doc: dict[str, Any], ctx: Context) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for i, pre in enumerate(ctx.sequence(doc.get("prerequisites"), "prerequisites")):
         loc = f"prerequisites[{i}]"
         pre = ctx.mapping(pre, loc)
@@ -186,7 +186,7 @@ def _prerequisites(doc: dict, ctx: Context) -> dict[str, dict]:
     return out
 
 
-def _cmd_plugin(pre: dict, loc: str, ctx: Context) -> None:
+def _cmd_plugin(pre: dict[str, Any], loc: str, ctx: Context) -> None:
     """Check a prerequisite's ``plugin: com.microsoft.pai.runtimeplugin.cmd`` fields:
     callbacks [{event: taskStarts | taskSucceeds, commands}], require, failurePolicy."""
     plugin = pre.get("plugin")
@@ -214,7 +214,7 @@ def _cmd_plugin(pre: dict, loc: str, ctx: Context) -> None:
 
 
 def _callbacks(
-    names: list, prereqs: dict[str, dict], ctx: Context, loc: str
+    names: list[Any], prereqs: dict[str, dict[str, Any]], ctx: Context, loc: str
 ) -> tuple[list[str], list[str]]:
     """A role's ``prerequisites`` (with what they ``require``, first) as (taskStarts
     commands in order, taskSucceeds commands in reverse order)."""
@@ -254,10 +254,12 @@ def _script(pre: list[str], main: list[str], post: list[str]) -> str:
     return "\n".join([*pre, *main, guard, *post])
 
 
-def _deployment(doc: dict, defaults: dict, ctx: Context) -> dict[str, dict]:
+def _deployment(
+    doc: dict[str, Any], defaults: dict[str, Any], ctx: Context
+) -> dict[str, dict[str, Any]]:
     deployments = ctx.sequence(doc.get("deployments"), "deployments")
     chosen = defaults.get("deployment")
-    by_name: dict[str, dict] = {}
+    by_name: dict[str, dict[str, Any]] = {}
     for i, d in enumerate(deployments):
         loc = f"deployments[{i}]"
         d = ctx.mapping(d, loc)
@@ -281,12 +283,12 @@ def _deployment(doc: dict, defaults: dict, ctx: Context) -> dict[str, dict]:
 
 def _role(
     name: str,
-    tr: dict,
+    tr: dict[str, Any],
     loc: str,
     ctx: Context,
     scope: dict[str, Any],
-    prereqs: dict[str, dict],
-    deployment: dict,
+    prereqs: dict[str, dict[str, Any]],
+    deployment: dict[str, Any],
 ) -> dict[str, Any]:
     ctx.check_fields(
         tr,
@@ -401,7 +403,7 @@ def _role(
 def _substitute(text: str, scope: dict[str, Any], ctx: Context, loc: str) -> str:
     """Replace ``<% $parameters.x %>``, ``<% $data.uri[0] %>``... references."""
 
-    def repl(m: re.Match) -> str:
+    def repl(m: re.Match[str]) -> str:
         root, path = m.group(1), m.group(2)
         if root == "secrets":
             return _secret_refs(m.group(0), scope.get("secrets") or {}, ctx, loc)
@@ -424,11 +426,11 @@ def _substitute(text: str, scope: dict[str, Any], ctx: Context, loc: str) -> str
     return out
 
 
-def _secret_refs(text: str, declared: dict, ctx: Context, loc: str) -> str:
+def _secret_refs(text: str, declared: dict[str, Any], ctx: Context, loc: str) -> str:
     """``<% $secrets.NAME %>`` -> ``${PASTURE_SECRET_NAME}`` for each declared NAME; a
     reference to an undeclared secret is refused (the error names it, never a value)."""
 
-    def repl(m: re.Match) -> str:
+    def repl(m: re.Match[str]) -> str:
         if m.group(1) not in declared:
             raise ctx.refuse(
                 loc, f"references secret {m.group(1)!r}, not declared in secrets", m.group(1)
@@ -438,14 +440,14 @@ def _secret_refs(text: str, declared: dict, ctx: Context, loc: str) -> str:
     return REF.sub(repl, text)
 
 
-def _secret_fields(doc: dict) -> frozenset[str]:
+def _secret_fields(doc: dict[str, Any]) -> frozenset[str]:
     """The locations where the protocol lets a secret reference appear: commands,
     deployments' taskRoles (pre/postCommands), prerequisites' callbacks and auth."""
     out = {"secrets"}
     if isinstance(doc.get("taskRoles"), dict):
         out |= {f"taskRoles.{r}.commands" for r in doc["taskRoles"]}
     for kind in ("deployments", "prerequisites"):
-        items = doc.get(kind) if isinstance(doc.get(kind), list) else []
-        for i in range(len(items)):
+        items = doc.get(kind)
+        for i in range(len(items) if isinstance(items, list) else 0):
             out |= {f"{kind}[{i}].taskRoles", f"{kind}[{i}].callbacks", f"{kind}[{i}].auth"}
     return frozenset(out)

@@ -10,7 +10,7 @@ from scheduler.spec.formats.common import Context
 _PRIORITY = {"crit": "critical", "prod": "high", "test": "low", "oppo": "opportunistic"}
 
 
-def extras(extras: dict, ctx: Context) -> dict[str, Any]:
+def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """OpenPAI v2 ``extras`` -> {priority, sku: {role: gpu model}, ssh, mounts}; raises
     TranslateError for what is not known here (see openpai_v2's docstring)."""
     out: dict[str, Any] = {}

@@ -72,14 +72,14 @@ _CONTAINER_IGNORED = {
 }
 
 
-def is_volcano(doc: dict) -> bool:
+def is_volcano(doc: dict[str, Any]) -> bool:
     """A Volcano Job: ``apiVersion: batch.volcano.sh/...`` and ``kind: Job``."""
     return (
         str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/") and doc.get("kind") == "Job"
     )
 
 
-def translate(doc: dict, ctx: Context) -> dict[str, Any]:
+def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Volcano Job -> pasture spec dict. Raises TranslateError naming the Volcano field."""
     if doc.get("apiVersion") != API_VERSION:
         raise ctx.refuse("apiVersion", f"expected {API_VERSION}", doc.get("apiVersion"))
@@ -222,7 +222,7 @@ _RAY = (
 distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
 
 
-def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
+def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None:
     for name, args in plugins.items():
         loc = f"spec.plugins.{name}"
         args = ctx.sequence(args, loc)
@@ -247,7 +247,9 @@ def _plugins(plugins: dict, out: dict[str, Any], ctx: Context) -> None:
             )
 
 
-def _task(task: dict, loc: str, ctx: Context, spec: dict) -> tuple[str, dict[str, Any], list]:
+def _task(
+    task: dict[str, Any], loc: str, ctx: Context, spec: dict[str, Any]
+) -> tuple[str, dict[str, Any], list[Any]]:
     ctx.check_fields(
         task,
         loc,
@@ -337,7 +339,7 @@ _GPU_KEYS = ("nvidia.com/gpu",)
 _LINUX_LABELS = ("kubernetes.io/os", "beta.kubernetes.io/os")
 
 
-def _container(c: dict, loc: str, ctx: Context) -> dict[str, Any]:
+def _container(c: dict[str, Any], loc: str, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         c,
         loc,
