@@ -502,7 +502,9 @@ class Loop:
 def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:
     """Entry point of ``pasture serve loop``: apply the VCs of ``settings`` and loop until
     SIGTERM / SIGINT (or ``stop``)."""
-    store = Store.from_settings(settings.redis)
+    # bounded calls: after a failover a connection to a primary whose host vanished must
+    # not hang the loop for the kernel's TCP timeouts (minutes)
+    store = Store.from_settings(settings.redis, socket_timeout=30.0, socket_connect_timeout=5.0)
     store.apply_vcs(settings.virtual_clusters)
     loop = Loop(store, settings)
     stop = stop or threading.Event()

@@ -70,6 +70,10 @@ LOCAL_POLL_S = 0.5
 BINDINGS_REFRESH_S = 5.0
 """Seconds between two reads of the node's bindings when no wake-up came (a safety net:
 the commit and the loop's task updates wake the agent through ``node:<node>:wake``)."""
+STORE_CALL_TIMEOUT_S = 10.0
+"""Seconds one store call may take at most (capped by the lease): several heartbeats fit
+in a lease, so a store that hangs, or a primary whose host vanished after a failover (no
+RST), costs a few retries, not the lease (docs/faults.md "Bounds")."""
 
 
 @dataclass
@@ -109,12 +113,15 @@ class Agent:
         self.s = settings
         self.node = settings.node_name
         self.lease_s = settings.lease
-        # bounded calls: a partition must not hang the heartbeat thread forever
+        # bounded calls: a partition must not hang the heartbeat thread forever, and a
+        # call to a primary that vanished (a host lost, not a process: no RST) gives up in
+        # time for the next heartbeats to ask the sentinels for the new one
+        timeout = min(self.lease_s, STORE_CALL_TIMEOUT_S)
         self.store = store or NodeStore.from_settings(
             settings.redis,
             settings.node_name,
-            socket_timeout=self.lease_s,
-            socket_connect_timeout=self.lease_s,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
         )
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
