@@ -70,6 +70,9 @@ LOCAL_POLL_S = 0.5
 BINDINGS_REFRESH_S = 5.0
 """Seconds between two reads of the node's bindings when no wake-up came (a safety net:
 the commit and the loop's task updates wake the agent through ``node:<node>:wake``)."""
+AUTH_REFUSALS_BEFORE_EXIT = 3
+"""Refusals of this node's credentials in a row after which the agent exits (status 3)
+for its supervisor to restart it with fresh ones (:meth:`Agent._refused`)."""
 STORE_CALL_TIMEOUT_S = 10.0
 """Seconds one store call may take at most (capped by the lease): several heartbeats fit
 in a lease, so a store that hangs, or a primary whose host vanished after a failover (no
@@ -129,6 +132,8 @@ class Agent:
         self.fence_s = fence_s(self.lease_s, self.executor.kill_bound_s + FENCE_POLL_S)
         self.lease_file = Path(settings.work_dir) / "lease"
         self._deadline = 0.0  # CLOCK_MONOTONIC end of the lease; 0: none held
+        self._auth_failures = 0  # credentials refused in a row (_refused)
+        self.exit_code = 0  # non-zero: run_forever ends the process with it
         self.state_file = Path(settings.work_dir) / "agent-state.json"
         self.local: dict[str, LocalTask] = {}
         self._lock = threading.Lock()
@@ -507,9 +512,30 @@ class Agent:
         while not stop.is_set():
             try:
                 self.heartbeat()
+                self._auth_failures = 0
+            except redis.AuthenticationError as exc:
+                self._refused(exc, stop)
             except Exception as exc:  # noqa: BLE001 - unreachable store: the lease runs out
                 log.warning("heartbeat failed: %s", exc)
             stop.wait(self.s.heartbeat_interval_s)
+
+    def _refused(self, exc: Exception, stop: threading.Event) -> None:
+        """The store refused this node's credentials (``WRONGPASS``: e.g. a promoted
+        replica or a restarted Redis without the node's user created at run time). After
+        :data:`AUTH_REFUSALS_BEFORE_EXIT` in a row, stop with exit status 3, so that the
+        supervisor restarts the agent: on AKS its start exchanges the pod's token again,
+        which re-creates the user (docs/faults.md "Bounds"). Tasks keep running; the
+        restarted agent adopts them within its lease."""
+        self._auth_failures += 1
+        log.warning("the store refused this node's credentials: %s", exc)
+        if self._auth_failures >= AUTH_REFUSALS_BEFORE_EXIT:
+            log.error(
+                "credentials refused %d times in a row: exiting (status 3) for a restart "
+                "that fetches them again",
+                self._auth_failures,
+            )
+            self.exit_code = 3
+            stop.set()
 
     def _fences(self, stop: threading.Event) -> None:
         """Fence the local tasks whenever the lease has run out, until ``stop``; no I/O
@@ -530,6 +556,9 @@ class Agent:
             try:
                 self.register()
                 break
+            except redis.AuthenticationError as exc:
+                self._refused(exc, stop)
+                stop.wait(1.0)
             except Exception as exc:  # noqa: BLE001 - the store may not be up yet
                 log.warning("cannot register node %s yet: %s", self.node, exc)
                 stop.wait(1.0)
@@ -561,6 +590,8 @@ class Agent:
         finally:
             for th in threads:
                 th.join(self.lease_s)
+        if self.exit_code:
+            raise SystemExit(self.exit_code)
 
     def _wait_woken(self, stop: threading.Event) -> bool:
         """Wait up to LOCAL_POLL_S for a wake-up of this node (its bindings changed: the

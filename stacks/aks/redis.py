@@ -17,10 +17,12 @@ read-only commands only (``SENTINEL MASTERS`` ...); they talk to each other as u
 ``sentinel`` with the Redis password. Replication is asynchronous: writes the old primary
 acknowledged in its last moment may be lost in a failover (docs/faults.md "Bounds").
 
-Known gap: the node users the API creates at run time (``ACL SETUSER``, below) are not
-replicated, so after a failover each agent must exchange its token again (it does at
-start: ``kubectl rollout restart daemonset/pasture-agent-<pool>``) or it fences its tasks
-when its lease runs out. Not run on a cluster (none here): Pulumi mocks only.
+The node users the API creates at run time (``ACL SETUSER``, scheduler/nodecred.py) are
+not replicated: after a failover the new primary refuses the agents' credentials; each
+agent exits after 3 refusals in a row (scheduler/agent/agent.py ``_refused``), kubelet
+restarts its container, whose start exchanges the pod's token again and so re-creates the
+node's user on the new primary; the restarted agent adopts its task pods within its
+lease. Not run on a cluster (none here): Pulumi mocks only.
 
 Agents mount no Redis secret: each gets its own node's ACL user ``node-<node>`` from the
 API at start, in exchange for its pod's ServiceAccount token (scheduler/nodecred.py,
