@@ -256,7 +256,7 @@ def diagnose(
         state: the task's state (``failed``, ``lost``, ``stopped``).
         message: the task's message (``could not start: ...``).
         evidence: what the executor saw (``{"oom_killed": True}``,
-            ``{"memory_limit": "rlimit"}``), see ``Executor.evidence``.
+            ``{"memory_limit": "cgroup-v1", "oom_killed": False}``), see ``Executor.evidence``.
         rules: default :func:`rules_for` ``()`` (shipped rules only).
 
     Returns:

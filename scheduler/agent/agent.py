@@ -230,7 +230,11 @@ class Agent:
             memory=cap.memory,
             gpu=cap.gpu,
             gpu_model=cap.gpu_model,
-            labels={**self.s.labels, **executor_labels(self.executor.kind)},
+            labels={
+                **self.s.labels,
+                **executor_labels(self.executor.kind),
+                **self.executor.node_labels(),
+            },
             port_range=self.s.port_range,
             usage=usage(self.gpu_health.backend),
             executor=self.executor.kind,

@@ -44,8 +44,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scheduler.agent import watchdog
-from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
+from scheduler.agent import cgroup, watchdog
+from scheduler.agent.executor import (
+    Executor,
+    ExecutorError,
+    TaskLaunch,
+    gpu_env,
+    log_redirect,
+)
 
 log = logging.getLogger("pasture.agent")
 
@@ -146,8 +152,12 @@ class ContainerExecutor(Executor):
     def start(self, launch: TaskLaunch) -> str:
         launch.state_dir.mkdir(parents=True, exist_ok=True)
         env = dict(launch.env)
-        if launch.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(launch.gpus)))
+        # CDI exposes only the task's devices, numbered from 0; a task without GPUs also
+        # gets NVIDIA_VISIBLE_DEVICES=void, so that an image's own NVIDIA_VISIBLE_DEVICES=all
+        # (the CUDA base images) and a legacy nvidia-container-runtime hook expose none
+        env.update(gpu_env([str(i) for i in range(len(launch.gpus))]))
+        if not launch.gpus:
+            env["NVIDIA_VISIBLE_DEVICES"] = "void"
         env_file = launch.state_dir / "env"
         # 0600 and removed once read: it may hold the job's secrets (scheduler/sealed.py)
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -285,16 +295,10 @@ class ContainerExecutor(Executor):
 
 
 def kernel_oom_killed(container_id: str) -> bool:
-    """Whether the kernel log (``dmesg``; root or ``kernel.dmesg_restrict=0``) has an
-    ``oom-kill:`` line whose ``oom_memcg`` is this container's cgroup (its path ends in
-    ``libpod-<id>``, ``docker-<id>`` or ``docker/<id>``). False when unreadable."""
+    """Whether the kernel log has an ``oom-kill:`` line whose ``oom_memcg`` is this
+    container's cgroup (its path ends in ``libpod-<id>``, ``docker-<id>`` or
+    ``docker/<id>``): :func:`scheduler.agent.cgroup.kernel_oom_killed`.
+    False when unreadable or ``container_id`` is no container ID."""
     if not re.fullmatch(r"[0-9a-f]{12,64}", container_id or ""):
         return False
-    try:
-        out = subprocess.run(
-            ["dmesg"], capture_output=True, text=True, timeout=5, check=False
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    rx = re.compile(r"oom-kill:.*\boom_memcg=\S*" + container_id)
-    return any(rx.search(line) for line in out.splitlines()[-5000:])
+    return cgroup.kernel_oom_killed(container_id)

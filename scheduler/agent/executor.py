@@ -49,6 +49,19 @@ def log_redirect(log_path: Path) -> str:
     return f"exec 3<>{q}\ncat <&3 >/dev/null || exit 125\nexec 1>&3 2>&3 3>&-"
 
 
+def gpu_env(visible: list[str]) -> dict[str, str]:
+    """The GPU variables every task gets, whatever its executor: ``CUDA_VISIBLE_DEVICES``
+    = the devices it may use as the task sees them (``""`` for a task without GPUs: CUDA
+    then sees none, where unset it would see every GPU of the node) and
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA numbers devices like NVML, by which pasture
+    allocates them; CUDA's default puts the fastest first on a node of mixed GPUs).
+
+    Args:
+        visible: device indices or UUIDs, in the task's numbering.
+    """
+    return {"CUDA_VISIBLE_DEVICES": ",".join(visible), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 class ExecutorError(RuntimeError):
     """A task could not be started (the message says why; reported as the task's message)."""
 
@@ -149,6 +162,11 @@ class Executor(abc.ABC):
     def fenced(self, handle: str) -> bool:
         """Whether the task was killed by its lease watchdog (default: never)."""
         return False
+
+    def node_labels(self) -> dict[str, str]:
+        """Labels the node adds for what this executor enforces on this host (the process
+        executor: ``pasture.io/memory-limit``, ``pasture.io/task-kill``). Default: none."""
+        return {}
 
     def cleanup(self, handle: str) -> None:  # noqa: B027 - optional hook
         """Remove what the task left on the node (default: nothing)."""

@@ -10,16 +10,35 @@ the agent's lease runs out, so a task never outlives a dead, hung or partitioned
 more than the rest of its lease plus :attr:`ProcessExecutor.kill_bound_s`, and
 ``<state_dir>/fenced`` says so to the agent that adopts it.
 
-Resource limits, by what the OS offers (detected once per executor):
+Limits and the kill unit, by what the OS offers (detected once per executor,
+:func:`detect_limits`; the node reports them as labels, :meth:`ProcessExecutor.node_labels`):
 
 - ``systemd``: when systemd is PID 1 (``/run/systemd/system`` exists, sd_booted's test) and
   ``systemd-run`` is on PATH, the task runs in a transient scope
   ``systemd-run --scope -p CPUQuota=<cores*100>% -p MemoryMax=<bytes>`` (cgroup limits:
-  CPU throttled, memory OOM-killed). Enforced only when the node's cgroups are writable
-  (true on VMs; see TESTBED.md for nested containers).
-- ``rlimit``: otherwise (containers without systemd, this build machine) the address-space
-  limit RLIMIT_AS is set to the memory request before exec; allocations beyond it fail
-  inside the task. There is NO CPU limit in this mode.
+  CPU throttled, memory OOM-killed). systemd owns the cgroup tree there, and a transient
+  unit is its supported way to get a limited cgroup without ``Delegate=``, so pasture does
+  not write into it; the scope is also the kill unit (the watchdog's ``--cgroup-self``).
+  Enforced only when the node's cgroups are writable (true on VMs; see TESTBED.md for
+  nested containers). Not testable on the build machine (no systemd as PID 1).
+- ``cgroup``: otherwise, where the agent can make cgroups (:mod:`scheduler.agent.cgroup`:
+  v1 ``memory.limit_in_bytes`` / v2 ``memory.max``, the build machine and CI are v1
+  hybrid), a cgroup per task limits its resident memory to the request (the kernel's OOM
+  killer ends a task past it: exit 137, ``oom_kill`` in the cgroup's counters, diagnosed
+  ``oom_killed``) and is the unit that stop and fencing kill. No CPU limit in this mode.
+- ``none``: no writable memory cgroup (the reason is logged at start): NO memory and NO CPU
+  limit, and the node says so (``pasture.io/memory-limit: none``). Stop and fencing kill
+  the best available: a cgroup v2 directory when one can be made even without the memory
+  controller, else the process group, the session, their descendants and every process
+  whose environment holds the task's ``PASTURE_TASK_UID`` (:func:`watchdog.tree_pids`).
+
+Never an address-space limit (RLIMIT_AS): CUDA and NCCL reserve far more virtual memory
+than they use (../shared/gpu/README.md).
+
+A task's processes end with it: :meth:`ProcessExecutor.stop` and fencing kill every process
+of its kill unit, and once its command ended :meth:`ProcessExecutor.poll` kills what it
+left running in its cgroups (as a container's processes die with its init) and removes
+them (:meth:`ProcessExecutor.cleanup` too, for processes found by the marker).
 
 The agent's own interpreter directory is put first on PATH, so ``python3 -m
 scheduler.examples...`` runs the same Python (and package) as the agent in dev mode.
@@ -29,8 +48,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
-import resource
+import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -42,15 +63,28 @@ from typing import Any
 
 import psutil
 
-from scheduler.agent import watchdog
-from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+from scheduler.agent import cgroup, watchdog
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, gpu_env
+
+log = logging.getLogger("pasture.agent")
+
+MEMORY_LIMIT_LABEL = "pasture.io/memory-limit"
+"""Node label of process-executor nodes: how a task's memory is limited (``cgroup-v1``,
+``cgroup-v2``, ``systemd`` or ``none``: no limit). Container and kubernetes nodes do not
+carry it: their runtime's cgroups always limit memory."""
+
+TASK_KILL_LABEL = "pasture.io/task-kill"
+"""Node label: what stop and fencing kill (``cgroup``: every process the task started;
+``process-tree``: its process group, session, descendants and marked processes)."""
 
 
-def detect_limits() -> str:
-    """'systemd' when systemd is PID 1 and systemd-run exists, else 'rlimit'."""
+def detect_limits(support: cgroup.CgroupSupport | None = None) -> str:
+    """'systemd' when systemd is PID 1 and systemd-run exists, else 'cgroup' when a memory
+    cgroup per task can be made (``support``, default :func:`cgroup.detect`), else 'none'."""
     if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run"):
         return "systemd"
-    return "rlimit"
+    support = support or cgroup.detect()
+    return "cgroup" if support.memory != "none" else "none"
 
 
 def base_env() -> dict[str, str]:
@@ -67,7 +101,11 @@ def base_env() -> dict[str, str]:
 
 
 KILL_WAIT_S = 5.0
-"""Seconds ``stop`` waits, after SIGKILL, for the task's process group to disappear."""
+"""Seconds ``stop`` waits, after SIGKILL, for the task's processes to disappear."""
+
+TASK_UID = "PASTURE_TASK_UID"
+"""Environment variable unique to one task attempt on the node (``<task id>.<random>``): the
+marker by which stop and fencing find a task's processes where there is no cgroup."""
 
 
 def _group_alive(pgid: int) -> bool:
@@ -82,18 +120,43 @@ def _group_alive(pgid: int) -> bool:
 
 
 class ProcessExecutor(Executor):
-    """Local process groups with cgroup (systemd) or rlimit limits; see module docstring.
+    """Local process groups with a cgroup per task (or a systemd scope); see the module
+    docstring.
 
     Args:
-        limits: 'auto' (detect), 'systemd', 'rlimit' or 'none'.
+        limits: 'auto' (detect), 'systemd', 'cgroup' or 'none' (no limit; stop and fencing
+            still kill what each handle names).
     """
 
     kind = "process"
     kill_bound_s = watchdog.POLL_S + KILL_WAIT_S
 
     def __init__(self, limits: str = "auto") -> None:
-        self.limits = detect_limits() if limits == "auto" else limits
+        if limits not in ("auto", "systemd", "cgroup", "none"):
+            raise ValueError(f"limits must be auto, systemd, cgroup or none, got {limits!r}")
+        self.cgroups = cgroup.CgroupSupport("none", None, None, "disabled (limits='none')")
+        if limits in ("auto", "cgroup"):
+            self.cgroups = cgroup.detect()
+        if limits == "auto":
+            limits = detect_limits(self.cgroups)
+        if limits == "cgroup" and self.cgroups.memory == "none":
+            raise ExecutorError(f"no memory cgroup for tasks here: {self.cgroups.reason}")
+        self.limits = limits
+        if limits == "none" and self.cgroups.reason != "disabled (limits='none')":
+            log.warning(
+                "tasks on this node get NO memory limit (%s); stop and fencing kill %s",
+                self.cgroups.reason,
+                self.cgroups.kill,
+            )
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def node_labels(self) -> dict[str, str]:
+        """``pasture.io/memory-limit`` (:data:`MEMORY_LIMIT_LABEL`: ``systemd``,
+        ``cgroup-v1``, ``cgroup-v2`` or ``none``) and ``pasture.io/task-kill``
+        (:data:`TASK_KILL_LABEL`: ``cgroup`` or ``process-tree``)."""
+        if self.limits == "systemd":
+            return {MEMORY_LIMIT_LABEL: "systemd", TASK_KILL_LABEL: "cgroup"}
+        return {MEMORY_LIMIT_LABEL: self.cgroups.memory, TASK_KILL_LABEL: self.cgroups.kill}
 
     def start(self, launch: TaskLaunch) -> str:
         if launch.entrypoint:
@@ -105,7 +168,15 @@ class ProcessExecutor(Executor):
         launch.state_dir.mkdir(parents=True, exist_ok=True)
         exit_file = launch.state_dir / "exit"
         exit_file.unlink(missing_ok=True)
+        dirs: list[str] = []
+        if self.limits != "systemd":
+            try:
+                dirs = cgroup.create(self.cgroups, launch.task_id, launch.memory)
+            except cgroup.CgroupError as exc:
+                raise ExecutorError(str(exc)) from exc
+        marker = f"{launch.task_id}.{secrets.token_hex(4)}"
         script = (
+            f"{cgroup.join_script(dirs)}\n"
             f"(\n{launch.command}\n)\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
             f" && mv {shlex.quote(str(exit_file))}.tmp {shlex.quote(str(exit_file))}\n"
             "exit $rc\n"
@@ -113,20 +184,21 @@ class ProcessExecutor(Executor):
         argv = ["/bin/sh", "-c", script]
         fenced_file = launch.state_dir / "fenced"
         fenced_file.unlink(missing_ok=True)
-        preexec = None
-        rlimit = self.limits == "rlimit"
         if launch.lease_file is not None:
+            unit = ["--cgroup-self"] if self.limits == "systemd" else []
             argv = [
                 sys.executable,
                 "-S",
                 watchdog.__file__,
                 str(launch.lease_file),
                 str(fenced_file),
-                *(["--as", str(launch.memory)] if rlimit else []),
+                *[a for d in dirs for a in ("--cgroup", d)],
+                *unit,
+                "--marker",
+                f"{TASK_UID}={marker}",
                 "--",
                 *argv,
             ]
-            rlimit = False  # the watchdog limits the task, not itself
         if self.limits == "systemd":
             argv = [
                 "systemd-run",
@@ -141,43 +213,42 @@ class ProcessExecutor(Executor):
                 "--",
                 *argv,
             ]
-        elif rlimit:
-            mem = launch.memory
-
-            def preexec() -> None:
-                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-
         env = base_env()
         env.update(launch.env)
-        if launch.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in launch.gpus)
+        env.update(gpu_env([str(g) for g in launch.gpus]))
+        env[TASK_UID] = marker
         cwd = env.get("PASTURE_JOB_DIR") or str(launch.share_dir)
-        Path(cwd).mkdir(parents=True, exist_ok=True)
         try:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
             # read-write append: smbnetfs shares fail write-only appends (log_redirect)
-            with open(launch.log_path, "a+b") as log:
+            with open(launch.log_path, "a+b") as log_file:
                 proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=log_file,
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=cwd,
                     start_new_session=True,
-                    preexec_fn=preexec,
                 )
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                cgroup.remove(dirs)
             raise ExecutorError(f"cannot start {argv[0]}: {exc}") from exc
         self._children[proc.pid] = proc
         create_time = psutil.Process(proc.pid).create_time()
-        return json.dumps(
-            {
-                "pid": proc.pid,
-                "create_time": create_time,
-                "exit_file": str(exit_file),
-                "fenced_file": str(fenced_file),
-            }
-        )
+        h: dict[str, Any] = {
+            "pid": proc.pid,
+            "create_time": create_time,
+            "exit_file": str(exit_file),
+            "fenced_file": str(fenced_file),
+            "cgroups": dirs,
+            "marker": f"{TASK_UID}={marker}",
+            "memory_limit": self.node_labels()[MEMORY_LIMIT_LABEL],
+        }
+        if self.limits == "systemd":
+            h["unit"] = f"pasture-{launch.task_id}.scope"
+        return json.dumps(h)
 
     def _alive(self, h: dict[str, Any]) -> bool:
         child = self._children.get(h["pid"])
@@ -192,11 +263,26 @@ class ProcessExecutor(Executor):
         except psutil.Error:
             return False
 
+    def _unit(self, h: dict[str, Any]) -> list[str]:
+        """The task's kill-unit cgroup directories: those the handle names, or those of its
+        systemd scope (read from the leader while it lives; only directories named after
+        the unit, never the agent's own)."""
+        if h.get("cgroups"):
+            return list(h["cgroups"])
+        unit = h.get("unit")
+        if unit and self._alive(h):
+            return [d for d in watchdog.own_cgroup_dirs(h["pid"]) if d.endswith("/" + unit)]
+        return []
+
     def poll(self, handle: str) -> int | None:
+        """None while the task's leader lives, else its exit code. When it ended, what it
+        left running is killed and its cgroups are removed (their OOM count kept for
+        :meth:`evidence`), so a task's cgroup lives exactly as long as the task."""
         h = json.loads(handle)
         if self._alive(h):
             return None
         child = self._children.pop(h["pid"], None)
+        self._end_cgroups(h)
         try:
             return int(Path(h["exit_file"]).read_text().strip())
         except (OSError, ValueError):
@@ -206,37 +292,72 @@ class ProcessExecutor(Executor):
             return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N like a shell
         return -1
 
-    def stop(self, handle: str, grace_s: float) -> None:
-        h = json.loads(handle)
-        if not self._alive(h):
+    @staticmethod
+    def _evidence_file(h: dict[str, Any]) -> Path:
+        return Path(h["exit_file"]).with_name("oom_killed")
+
+    def _end_cgroups(self, h: dict[str, Any]) -> None:
+        """Record the OOM count of a finished task's cgroups (``<state_dir>/oom_killed``),
+        then kill what is left in them and remove them; one still busy stays for
+        :meth:`cleanup`."""
+        dirs = [d for d in h.get("cgroups") or [] if os.path.isdir(d)]
+        if not dirs:
             return
-        pgid = h["pid"]
+        with contextlib.suppress(OSError):
+            self._evidence_file(h).write_text("1" if cgroup.oom_killed(dirs) else "0")
         try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
+            cgroup.remove(dirs, KILL_WAIT_S)
+        except cgroup.CgroupError as exc:
+            log.warning("task cgroup left behind: %s", exc)
+
+    def _reap(self, h: dict[str, Any]) -> None:
+        child = self._children.get(h["pid"])
+        if child is not None:
+            child.poll()  # reap the leader so it does not count as alive
+
+    def stop(self, handle: str, grace_s: float) -> None:
+        """SIGTERM to every process of the task's kill unit (its cgroups, else its process
+        tree) and its process group, up to ``grace_s`` seconds for all of them to exit,
+        then SIGKILL to all (cgroup v2: ``cgroup.kill``) until none is left, at most
+        :data:`KILL_WAIT_S` more. ``setsid`` children and processes started over the
+        task's ssh are in the unit, so they go too."""
+        h = json.loads(handle)
+        dirs, marker = self._unit(h), h.get("marker")
+        # the process group / session only while its leader is the task's (never a reused
+        # PID); without it the cgroups, or the marker, still find what is left
+        pgid = h["pid"] if self._alive(h) else 0
+        if not pgid and not watchdog.task_pids(dirs, pgid, marker):
             return
-        # wait for the whole group, not just the leader: a task's own processes may still
+        watchdog.signal_task(dirs, pgid, marker, signal.SIGTERM)
+        if pgid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+        # wait for the whole unit, not just the leader: a task's own processes may still
         # be handling SIGTERM after the wrapper shell died
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            child = self._children.get(h["pid"])
-            if child is not None:
-                child.poll()  # reap the leader so it does not count as alive
-            if not _group_alive(pgid):
+            self._reap(h)
+            if not watchdog.task_pids(dirs, pgid, marker) and not (pgid and _group_alive(pgid)):
                 break
             time.sleep(0.05)
-        # SIGKILL the group even when the leader is gone: children may linger.
-        with contextlib.suppress(ProcessLookupError):
+        # SIGKILL the unit and the group even when the leader is gone: children may linger.
+        # SIGKILL is delivered asynchronously: on a loaded node a killed process can still
+        # look alive for a moment. Return once all are gone (bounded), so that a stopped
+        # task's processes are really gone when the agent reports it stopped.
+        end = time.monotonic() + KILL_WAIT_S
+        watchdog.kill_task(dirs, pgid, marker, KILL_WAIT_S)
+        if h.get("cgroups"):  # a stopped task needs no evidence: its cgroups go with it
+            with contextlib.suppress(cgroup.CgroupError):
+                cgroup.remove(list(h["cgroups"]), 0.0)
+        if not pgid:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         child = self._children.get(h["pid"])
         if child is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(5)
-        # SIGKILL is delivered asynchronously: on a loaded node a killed process can still
-        # look alive for a moment. Return once the group is gone (bounded), so that a
-        # stopped task's processes are really gone when the agent reports it stopped.
-        deadline = time.monotonic() + KILL_WAIT_S
-        while _group_alive(pgid) and time.monotonic() < deadline:
+                child.wait(max(0.1, end - time.monotonic()))
+        while _group_alive(pgid) and time.monotonic() < end:
             time.sleep(0.05)
 
     def fenced(self, handle: str) -> bool:
@@ -244,16 +365,42 @@ class ProcessExecutor(Executor):
         return bool(h.get("fenced_file")) and Path(h["fenced_file"]).exists()
 
     def cleanup(self, handle: str) -> None:
+        """Kill what the finished task left running (its cgroups' processes, or the
+        processes carrying its marker), remove its cgroups and its exit / fenced files."""
         h = json.loads(handle)
         self._children.pop(h["pid"], None)
+        try:
+            if h.get("cgroups"):
+                cgroup.remove(list(h["cgroups"]), KILL_WAIT_S)
+            elif h.get("marker"):
+                watchdog.kill_task([], 0, h["marker"], KILL_WAIT_S)
+        except cgroup.CgroupError as exc:
+            log.warning("task cgroup left behind: %s", exc)
         with contextlib.suppress(OSError):
             Path(h["exit_file"]).unlink(missing_ok=True)
+            self._evidence_file(h).unlink(missing_ok=True)
         if h.get("fenced_file"):
             with contextlib.suppress(OSError):
                 Path(h["fenced_file"]).unlink(missing_ok=True)
 
     def evidence(self, handle: str) -> dict[str, Any]:
-        """``{"memory_limit": "rlimit" | "systemd"}``: how the task's memory was limited
-        (with ``rlimit`` an allocation past the limit fails inside the task, MemoryError /
-        std::bad_alloc, rather than a kill), for :mod:`scheduler.diagnosis`."""
-        return {"memory_limit": self.limits}
+        """``{"memory_limit": "cgroup-v1" | "cgroup-v2" | "systemd" | "none",
+        "oom_killed": bool}``: how the task's memory was limited (the node's
+        ``pasture.io/memory-limit`` when it started) and whether the kernel's OOM killer
+        ended a process of it (its memory cgroup's ``oom_kill`` count; for a systemd scope,
+        the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.diagnosis`.
+        Call after :meth:`poll` returned the exit code and before :meth:`cleanup`."""
+        h = json.loads(handle)
+        limit = str(h.get("memory_limit", "none"))
+        if limit.startswith("cgroup"):
+            try:  # recorded by poll when the task ended and its cgroups were removed
+                oom = self._evidence_file(h).read_text().strip() == "1"
+            except OSError:
+                oom = cgroup.oom_killed(h["cgroups"])
+            return {"memory_limit": limit, "oom_killed": oom}
+        if h.get("unit"):
+            return {
+                "memory_limit": limit,
+                "oom_killed": cgroup.kernel_oom_killed(re.escape(h["unit"])),
+            }
+        return {"memory_limit": limit}

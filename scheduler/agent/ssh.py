@@ -16,7 +16,11 @@ Wiring (one job attempt; every agent computes the same files from the same input
   ``bin/pasture-ssh-barrier``.
 - sshd listens on the task's ``ssh`` port (:func:`scheduler.discovery.port_names` adds
   one to every role of a job that asks for ssh) and runs in the foreground in the task's
-  process group; the start-up script kills it when the command ends.
+  process group; the start-up script kills it when the command ends. The sessions it forks
+  for processes started over ssh (MPI ranks) leave that process group and session, but not
+  the task's cgroup, which the task's shell joined before starting sshd (process executor,
+  :mod:`scheduler.agent.cgroup`; ``UsePAM no``, so no PAM module moves them to a login
+  session): stop and fencing kill them with the task.
 - Host aliases, one ``Host`` block per task: ``<role>-<index>`` (and the role's shell name,
   ``worker_gpu-0``, when the role has other characters), with HostName, Port, IdentityFile,
   known_hosts; plus one block per host address pointing at the first of the job's tasks

@@ -3,17 +3,22 @@
 Two modes, one rule (the lease file), standard library only.
 
 **Run mode** (process executor):
-``python -S watchdog.py LEASE_FILE FENCED_FILE [--as BYTES] -- ARGV...`` runs ARGV (with
-the address-space limit RLIMIT_AS set to BYTES when given, so that the limit binds the task,
-not the watchdog) as a child in the
-watchdog's own process group (the executor starts the watchdog as a session leader) and
-checks ``LEASE_FILE`` every :data:`POLL_S` seconds. The agent writes that file after every
+``python -S watchdog.py LEASE_FILE FENCED_FILE [--cgroup DIR]... [--cgroup-self]
+[--marker TEXT] -- ARGV...`` runs ARGV as a child in the watchdog's own process group (the
+executor starts the watchdog as a session leader) and checks ``LEASE_FILE`` every
+:data:`POLL_S` seconds. The agent writes that file after every
 heartbeat the store answered: ``{"deadline": <CLOCK_MONOTONIC seconds>}``, the moment its
 lease runs out (CLOCK_MONOTONIC is one clock for the whole machine). When the deadline has
 passed, or the file is missing or unreadable, the watchdog writes ``FENCED_FILE`` and
 SIGKILLs its whole process group, itself included: the agent died, hung or lost the store,
-and the loop may soon run the task elsewhere (docs/faults.md). When the child exits first,
-the watchdog exits with the child's status.
+and the loop may soon run the task elsewhere (docs/faults.md). What it kills is the task's
+*kill unit* (:func:`kill_task`): every process in the task's cgroups (``--cgroup DIR``, the
+directories :mod:`scheduler.agent.cgroup` made, which the task's shell joined; or
+``--cgroup-self``, the cgroups the watchdog itself is in: a systemd scope), so that
+``setsid`` children and processes started over the task's ssh die too; without a cgroup the
+best available, the process group, the session, their descendants and every process whose
+environment holds ``--marker`` (:func:`tree_pids`). Then its own process group. When the
+child exits first, the watchdog exits with the child's status.
 
 **Watch mode** (container executor): ``python -S watchdog.py LEASE_FILE FENCED_FILE --watch
 PID START LOCK_FILE -- KILL_ARGV...`` supervises a process it did not start: the
@@ -51,11 +56,11 @@ import contextlib
 import fcntl
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 POLL_S = 0.25
 """Seconds between two checks of the lease file."""
@@ -105,6 +110,138 @@ def _lock(path: str, tries_s: float) -> int | None:
                 os.close(fd)
                 return None
             time.sleep(0.05)
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, pgrp, session)`` of process ``pid`` from ``/proc/PID/stat``; None
+    when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cgroup_pids(dirs: Sequence[str]) -> set[int]:
+    """PIDs listed in ``cgroup.procs`` of each cgroup directory in ``dirs`` (missing or
+    unreadable ones list none)."""
+    pids: set[int] = set()
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                pids.update(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def tree_pids(pgid: int, marker: str | None) -> set[int]:
+    """A task's processes where it has no cgroup (the best available, by ``/proc``): those
+    in process group or session ``pgid`` (the task's leader started a session of its own),
+    every process whose environment holds the line ``marker`` (``PASTURE_TASK_UID=...``:
+    daemons that left both and were re-parented), and all their descendants. A process
+    that left the session and the tree and cleared its environment is missed."""
+    table: dict[int, tuple[str, int, int, int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _proc_stat(int(name))
+            if st is not None:
+                table[int(name)] = st
+    # pgid <= 1: no group of a task (kernel threads have session 0, init is 1)
+    roots = {pid for pid, st in table.items() if pgid > 1 and pgid in (st[2], st[3])}
+    if marker:
+        needle = b"\0" + marker.encode() + b"\0"
+        for pid in table:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in b"\0" + f.read():
+                        roots.add(pid)
+            except OSError:
+                continue
+    children: dict[int, list[int]] = {}
+    for pid, st in table.items():
+        children.setdefault(st[1], []).append(pid)
+    out: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid not in out:
+            out.add(pid)
+            stack.extend(children.get(pid, []))
+    return out
+
+
+def own_cgroup_dirs(pid: int | str = "self") -> list[str]:
+    """The directories of the cgroups process ``pid`` is in that can list and kill all of
+    its tree: the unified (v2) one (``/sys/fs/cgroup`` or, on hybrid hosts,
+    ``/sys/fs/cgroup/unified``) and systemd's v1 ``name=systemd`` one; never a hierarchy's
+    root. Used for a task in a systemd scope (``--cgroup-self``)."""
+    dirs: list[str] = []
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return dirs
+    unified = (
+        "/sys/fs/cgroup"
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        else "/sys/fs/cgroup/unified"
+    )
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and controllers == "":
+            base = unified
+        elif "name=systemd" in controllers.split(","):
+            base = "/sys/fs/cgroup/systemd"
+        else:
+            continue
+        if path not in ("", "/") and os.path.isdir(base + path):
+            dirs.append(base + path)
+    return dirs
+
+
+def live(pids: set[int]) -> set[int]:
+    """The PIDs of ``pids`` that exist and are no zombie, the caller excluded."""
+    me = os.getpid()
+    return {p for p in pids if p != me and (st := _proc_stat(p)) is not None and st[0] not in "ZX"}
+
+
+def task_pids(dirs: Sequence[str], pgid: int, marker: str | None) -> set[int]:
+    """The live processes of a task's kill unit: everything in its cgroups ``dirs`` or,
+    without any, :func:`tree_pids` of its process group / session ``pgid``."""
+    return live(cgroup_pids(dirs) if dirs else tree_pids(pgid, marker))
+
+
+def signal_task(dirs: Sequence[str], pgid: int, marker: str | None, sig: int) -> set[int]:
+    """Send ``sig`` to every process of the task's kill unit (:func:`task_pids`); returns
+    the PIDs signalled."""
+    pids = task_pids(dirs, pgid, marker)
+    for p in pids:
+        with contextlib.suppress(OSError):
+            os.kill(p, sig)
+    return pids
+
+
+def kill_task(dirs: Sequence[str], pgid: int, marker: str | None, wait_s: float) -> bool:
+    """SIGKILL every process of a task's kill unit until none is left, at most ``wait_s``
+    seconds: cgroup v2's ``cgroup.kill`` where the cgroup has it (the kernel kills the
+    whole cgroup, forks included), then SIGKILL to every listed process again until the
+    lists are empty (cgroup v1, or no cgroup: :func:`task_pids`). Returns whether every
+    process is gone."""
+    for d in dirs:
+        path = os.path.join(d, "cgroup.kill")
+        if os.path.exists(path):
+            with contextlib.suppress(OSError), open(path, "w") as f:
+                f.write("1")
+    end = time.monotonic() + wait_s
+    while True:
+        if not signal_task(dirs, pgid, marker, signal.SIGKILL):
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.02)
 
 
 def watched(lock_file: str) -> bool:
@@ -186,28 +323,36 @@ def main(argv: list[str]) -> int:
         return watch(argv[0], argv[1], int(argv[3]), argv[4], argv[5], argv[7:])
     if len(argv) == 3 and argv[2] == "--pod":
         return pod(argv[0], argv[1])
-    limit = None
-    if len(argv) > 4 and argv[2] == "--as":
-        limit = int(argv[3])
-        argv = argv[:2] + argv[4:]
-    if len(argv) < 4 or argv[2] != "--":
+    lease, fenced = argv[0], argv[1]
+    dirs: list[str] = []
+    marker: str | None = None
+    rest = argv[2:]
+    while len(rest) > 1 and rest[0] != "--":
+        if rest[0] == "--cgroup":
+            dirs.append(rest[1])
+            rest = rest[2:]
+        elif rest[0] == "--marker":
+            marker = rest[1]
+            rest = rest[2:]
+        elif rest[0] == "--cgroup-self":
+            dirs += own_cgroup_dirs()
+            rest = rest[1:]
+        else:
+            break
+    if len(argv) < 2 or len(rest) < 2 or rest[0] != "--":
         print(
-            "usage: watchdog.py LEASE FENCED [--as BYTES] -- ARGV...\n"
+            "usage: watchdog.py LEASE FENCED [--cgroup DIR]... [--cgroup-self]"
+            " [--marker TEXT] -- ARGV...\n"
             "       watchdog.py LEASE FENCED --watch PID START LOCK_FILE -- KILL_ARGV...\n"
             "       watchdog.py LEASE FENCED --pod",
             file=sys.stderr,
         )
         return 2
-    lease, fenced, cmd = argv[0], argv[1], argv[3:]
-
-    def preexec() -> None:
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
+    cmd = rest[1:]
     # SIGTERM to the group (a stop) is for the task; the watchdog waits for it to exit.
     # A handler, not SIG_IGN: handlers are reset on exec, so the task gets the default.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    child = subprocess.Popen(cmd, preexec_fn=preexec)
+    child = subprocess.Popen(cmd)
     while True:
         try:
             rc = child.wait(POLL_S)
@@ -218,6 +363,7 @@ def main(argv: list[str]) -> int:
         if deadline is None or time.monotonic() > deadline:
             with open(fenced, "w") as f:
                 f.write(f"lease {lease} expired (deadline {deadline}); task killed\n")
+            kill_task(dirs, os.getpgrp(), marker, KILL_WAIT_S)
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
 

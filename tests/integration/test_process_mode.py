@@ -140,6 +140,8 @@ def test_failing_task_is_retried_then_the_job_fails_with_its_reason(make_cluster
 
 
 def test_stopping_a_job_stops_its_processes(make_cluster):
+    """`job stop` through the loop: every process of each task goes, also a child that
+    left the task's process group and session (setsid; the task's cgroup holds it)."""
     cluster = make_cluster(nodes=2)
     store = cluster.store()
     name = submit(
@@ -149,18 +151,25 @@ def test_stopping_a_job_stops_its_processes(make_cluster):
             "roles": {
                 "w": {
                     "replicas": 2,
-                    "command": "sleep 300",
+                    "command": (
+                        "setsid sleep 300 </dev/null >/dev/null 2>&1 &"
+                        ' echo $! > "$PASTURE_JOB_DIR/setsid-$PASTURE_TASK_INDEX"; sleep 300'
+                    ),
                     "resources": {"cpu": 1, "memory": "256Mi"},
                 }
             },
         },
     )
     wait_job(store, name, states=("running",))
+    job_dir = Path(cluster.share_dir) / "jobs" / name
+    marks = [job_dir / f"setsid-{i}" for i in range(2)]
     deadline = time.monotonic() + 10
-    while len(task_pids(store, name)) < 2 and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        len(task_pids(store, name)) < 2 or not all(m.exists() and m.read_text() for m in marks)
+    ):
         time.sleep(0.1)
-    pids = task_pids(store, name)
-    assert len(pids) == 2 and not any(gone(p) for p in pids)
+    pids = task_pids(store, name) + [int(m.read_text()) for m in marks]
+    assert len(pids) == 4 and not any(gone(p) for p in pids)
     store.request_stop(name, "test stop")
     job = wait_job(store, name, timeout=30)
     assert job.state == "stopped" and job.reason == "test stop"

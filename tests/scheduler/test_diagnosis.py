@@ -93,25 +93,31 @@ def test_real_signal_deaths(tmp_path, sig, kind, retry):
 
 
 def test_real_memory_limit_of_the_process_executor(tmp_path):
-    """The process executor without cgroups sets RLIMIT_AS to the memory request: the
-    allocation fails inside the task. Its evidence names the limit kind."""
-    import resource
+    """The process executor limits a task's resident memory by its cgroup: past the limit
+    the kernel's OOM killer ends it (exit 137) and the cgroup's oom_kill count is the
+    executor's evidence. No address-space limit, so a MemoryError is just a Python error."""
+    import dataclasses
 
+    from scheduler.agent.cgroup import detect
     from scheduler.agent.process import ProcessExecutor
+    from tests.scheduler.agent.test_process_executor import launch, wait_exit
 
-    limit = 256 * 2**20
-    code, log = run(
-        tmp_path,
-        f"{sys.executable} -c 'b = bytearray(1024 ** 3)'",
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
-    )
-    evidence = ProcessExecutor(limits="rlimit").evidence("{}")
-    d = diagnose(code, read_tail(log), evidence=evidence)
-    assert code == 1 and evidence == {"memory_limit": "rlimit"}
+    if (why := detect()).memory == "none":
+        pytest.skip(f"no writable memory cgroup for tasks on this machine: {why.reason}")
+    ex = ProcessExecutor(limits="cgroup")
+    la = launch(tmp_path, f"echo working; {sys.executable} -c 'b = bytearray(512 * 2**20)'")
+    h = ex.start(dataclasses.replace(la, memory=128 * 2**20))
+    code = wait_exit(ex, h, timeout=60)
+    evidence = ex.evidence(h)
+    ex.cleanup(h)
+    d = diagnose(code, read_tail(la.log_path), evidence=evidence)
+    assert code == 137 and evidence == {"memory_limit": why.memory, "oom_killed": True}
     assert d.kind == "oom_killed" and d.retry is False
-    assert "MemoryError" in d.summary
-    # without the evidence the same log is just a Python exception
-    assert diagnose(code, read_tail(log)).kind == "python_exception"
+    assert "OOM killer" in d.summary
+    # without the evidence the same exit is a signal death, not a memory diagnosis
+    assert diagnose(code, read_tail(la.log_path)).kind != "oom_killed"
+    # a MemoryError without an OOM kill is the program's own error
+    assert diagnose(1, "MemoryError", evidence={"memory_limit": why.memory}).kind != "oom_killed"
 
 
 @pytest.mark.parametrize(

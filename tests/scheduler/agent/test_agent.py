@@ -84,7 +84,12 @@ def test_register_reports_capacity_labels_and_usage(store, tmp_path, redis_url):
     assert node.labels == {
         "pool": "test",
         "pasture.io/executor": "process",
+        **agent.executor.node_labels(),  # what it enforces here (memory limit, kill unit)
     } and node.port_range == (32000, 32099)
+    assert set(agent.executor.node_labels()) == {
+        "pasture.io/memory-limit",
+        "pasture.io/task-kill",
+    }
     assert node.usage["memory_total"] > 0 and node.executor == "process"
     agent.heartbeat()
     assert store.get_node("n1").heartbeat >= node.heartbeat
@@ -228,6 +233,8 @@ def test_an_agent_without_a_lease_fences_its_tasks_and_starts_none(store, tmp_pa
     agent.heartbeat()  # the store answers again: lease renewed, work resumes
     agent.reconcile()
     assert store.task("k", "w-0").state == "running"
+    for t in agent.local.values():  # its processes and cgroup do not outlive the test
+        agent.executor.stop(t.handle, 0)
 
 
 def test_mpi_jobs_get_a_hostfile(store, tmp_path, redis_url):

@@ -13,11 +13,8 @@ import pytest
 import redis
 
 from scheduler.agent.container import ContainerExecutor
-from scheduler.core.model import Bind, Decision, TaskPlacement
 from scheduler.diagnosis import diagnose_report
-from scheduler.spec import parse_job_spec
 from scheduler.store import Store
-from scheduler.store.snapshot import commit_payload, take_snapshot
 from tests.scheduler.agent.test_agent import make_agent, place, until
 from tests.scheduler.agent.test_container_executor import IMAGE, launch
 
@@ -44,37 +41,6 @@ def test_failed_task_record_carries_the_diagnosis(store, tmp_path, redis_url):
     assert (t.state, t.exit_code) == ("failed", 127)
     assert t.diagnosis["kind"] == "command_not_found" and t.diagnosis["retry"] is False
     assert "definitely-not-installed-tool" in t.diagnosis["summary"]
-
-
-def test_memory_limit_of_the_process_executor_is_diagnosed(store, tmp_path, redis_url):
-    """The process executor in rlimit mode (this machine has no writable cgroups): the
-    task's allocation past its memory request fails; the agent's diagnosis says so."""
-    agent = make_agent(store, tmp_path, redis_url)
-    if agent.executor.limits != "rlimit":
-        pytest.skip("this node enforces memory with cgroups (systemd), not RLIMIT_AS")
-    agent.register()
-    store.create_job(
-        parse_job_spec(
-            {
-                "name": "hog",
-                "roles": {
-                    "w": {
-                        "command": "python3 -c 'b = bytearray(4 * 1024 ** 3)'",
-                        "resources": {"cpu": 1, "memory": "300Mi"},
-                    }
-                },
-            }
-        )
-    )
-    store.transition("hog", "queued", "queued")
-    snap, ctx = take_snapshot(store)
-    job = next(j for j in snap.pending if j.name == "hog")
-    bind = Bind("hog", (TaskPlacement("w", 0, "n1", job.roles[0].resources),))
-    ok, why = store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))
-    assert ok, why
-    (t,) = run_to_end(agent, store, "hog")
-    assert t.state == "failed" and t.exit_code == 1
-    assert t.diagnosis["kind"] == "oom_killed" and "MemoryError" in t.diagnosis["summary"]
 
 
 @pytest.mark.skipif(

@@ -67,7 +67,9 @@ def test_runs_with_limits_env_share_and_exit_code(ex, tmp_path):
     spec = launch(
         tmp_path,
         'echo "$WHO in $(pwd)"; cat /sys/fs/cgroup/memory.max '
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null; exit 3",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null;"
+        ' echo "gpus=[${CUDA_VISIBLE_DEVICES-unset}] nvidia=$NVIDIA_VISIBLE_DEVICES'
+        ' order=$CUDA_DEVICE_ORDER"; exit 3',
     )
     h = ex.start(spec)
     ex.started.append(h)
@@ -75,7 +77,9 @@ def test_runs_with_limits_env_share_and_exit_code(ex, tmp_path):
     assert wait_exit(ex, h) == 3
     lines = spec.log_path.read_text().splitlines()
     assert lines[0] == f"task in {tmp_path / 'share/jobs/j'}"
-    assert str(256 * 2**20) in lines[1:]  # the memory limit is applied
+    assert str(256 * 2**20) in lines[1:-1]  # the memory limit is applied
+    # a task without GPUs sees none, whatever the image's NVIDIA_VISIBLE_DEVICES says
+    assert lines[-1] == "gpus=[] nvidia=void order=PCI_BUS_ID"
     inspect = subprocess.run(
         ["podman", "inspect", json.loads(h)["name"]], capture_output=True, text=True, check=True
     )

@@ -5,8 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
+from scheduler.agent import cgroup
 from scheduler.agent.executor import TaskLaunch
 from scheduler.agent.process import ProcessExecutor, _group_alive, detect_limits
 
@@ -50,7 +49,7 @@ def test_exit_codes_env_log_and_path(tmp_path):
     )
     assert wait_exit(ex, h) == 3
     out = (tmp_path / "t.log").read_text().splitlines()
-    assert out[0] == f"hi 1,3 {tmp_path / 'job'}"
+    assert out[0] == f"hi 1,3 {tmp_path / 'job'}"  # the node's indices of its GPUs
     # the agent's interpreter directory comes first on PATH
     assert out[1] == str(Path(sys.executable).parent / "python3")
     ok = ex.start(launch(tmp_path, "true", name="ok"))
@@ -100,20 +99,32 @@ def test_a_new_executor_adopts_running_and_finished_tasks(tmp_path):
     first._children.clear()  # reaped by nobody in a real crash; keep the test tidy
 
 
-@pytest.mark.skipif(detect_limits() != "rlimit", reason="systemd scopes are used here")
-def test_memory_limit_by_rlimit(tmp_path):
-    ex = ProcessExecutor()
-    code = f"{sys.executable} -c 'x = bytearray(400 * 2**20)'"
-    h = ex.start(launch(tmp_path, code, memory=200 * 2**20))
-    assert wait_exit(ex, h) != 0
-    assert "MemoryError" in (tmp_path / "t.log").read_text()
-    h2 = ex.start(launch(tmp_path, code, memory=2 * 2**30, name="fits"))
-    assert wait_exit(ex, h2) == 0
-
-
 def test_limits_detection_matches_the_machine():
-    expected = "systemd" if os.path.isdir("/run/systemd/system") else "rlimit"
+    """systemd scopes where systemd is PID 1, else a cgroup per task where a memory cgroup
+    can be made, else none (and the node says so)."""
+    support = cgroup.detect()
+    if os.path.isdir("/run/systemd/system"):
+        expected = "systemd"
+    else:
+        expected = "cgroup" if support.memory != "none" else "none"
     assert detect_limits() == expected
+    labels = ProcessExecutor().node_labels()
+    assert labels["pasture.io/memory-limit"] == (
+        "systemd" if expected == "systemd" else support.memory
+    )
+    assert ProcessExecutor(limits="none").node_labels() == {
+        "pasture.io/memory-limit": "none",
+        "pasture.io/task-kill": "process-tree",
+    }
+
+
+def test_no_address_space_limit_binds_a_task(tmp_path):
+    """RLIMIT_AS is never set: CUDA and NCCL reserve far more than they use."""
+    ex = ProcessExecutor()
+    h = ex.start(launch(tmp_path, "ulimit -v; ulimit -Hv", memory=2**30))
+    assert wait_exit(ex, h) == 0
+    assert (tmp_path / "t.log").read_text().split() == ["unlimited", "unlimited"]
+    ex.cleanup(h)
 
 
 def test_task_log_is_opened_read_write_and_appended(tmp_path):

@@ -9,8 +9,9 @@ import sys
 import time
 
 import psutil
+import pytest
 
-from scheduler.agent import watchdog
+from scheduler.agent import cgroup, watchdog
 
 
 def run_watchdog(tmp_path, deadline_in_s, *cmd, extra=()):
@@ -55,14 +56,29 @@ def test_a_renewed_lease_keeps_the_task_alive(tmp_path):
     assert proc.wait(20) == 0 and not fenced.exists()
 
 
-def test_the_address_space_limit_binds_the_task_not_the_watchdog(tmp_path):
-    code = "bytearray(256 * 2**20)"
-    proc, _, _ = run_watchdog(
-        tmp_path, 60, sys.executable, "-S", "-c", code, extra=("--as", str(128 * 2**20))
-    )
-    assert proc.wait(30) == 1  # MemoryError in the task
-    proc, _, _ = run_watchdog(tmp_path, 60, sys.executable, "-S", "-c", code)
-    assert proc.wait(30) == 0
+def test_an_expired_lease_kills_the_task_s_whole_cgroup_setsid_children_included(tmp_path):
+    """``--cgroup DIR``: the task's shell joined DIR; the fence kills everything in it,
+    also a child in a session of its own, and leaves the watchdog's own group last."""
+    support = cgroup.detect()
+    if support.kill != "cgroup":
+        pytest.skip(f"no writable cgroup for tasks on this machine: {support.reason}")
+    dirs = cgroup.create(support, "wd", 2**30)
+    pid_file = tmp_path / "pid"
+    script = f"{cgroup.join_script(dirs)}\nsetsid sleep 60 & echo $! > {pid_file}; sleep 60"
+    extra = [a for d in dirs for a in ("--cgroup", d)]
+    proc, _, fenced = run_watchdog(tmp_path, 1.5, "/bin/sh", "-c", script, extra=extra)
+    try:
+        deadline = time.monotonic() + 10
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.05)
+        escapee = int(pid_file.read_text())
+        assert escapee in watchdog.cgroup_pids(dirs)
+        assert proc.wait(20) == -9 and fenced.exists()
+        assert not watchdog.live(watchdog.cgroup_pids(dirs))
+        assert watchdog._proc_stat(escapee) is None or watchdog._proc_stat(escapee)[0] in "ZX"
+    finally:
+        cgroup.remove(dirs)
 
 
 def _pgid(pid):
