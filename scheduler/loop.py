@@ -303,6 +303,9 @@ class Loop:
             step = self._outcome(job, spec, tasks, nodes, now)
             if step.held and job.name not in self._held:
                 log.info("job %s held: %s", job.name, step.held)
+                self._batch.add_event(
+                    job.name, step.held, now=now, state=job.state, attempt=job.attempt
+                )
             if step.held:
                 self._held.add(job.name)
             else:

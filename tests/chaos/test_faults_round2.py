@@ -56,6 +56,8 @@ def test_gang_loses_a_node_and_succeeds_on_retry_with_nothing_charged(chaos):
     # the job): held, then requeued with the peer's cause, not charged
     assert first["state"] == "queued" and not first["charged"], first
     assert first["cause"] == "node_lost", first
+    held = [e for e in chaos.store.events(name) if "waiting for the verdict" in str(e)]
+    assert held, "the survivor's failure was not held for the node's verdict"
     assert chaos.check([name])["two_places_at_once"] == 0
 
 
