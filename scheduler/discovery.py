@@ -14,7 +14,9 @@ reads; see docs/runtime-env.md for the full table with sources):
   MASTER_ADDR / MASTER_PORT (the first placed task in rank order, its main port);
 - OpenPAI protocol v2, its kube-runtime and protocol v1 (``PAI_*``): :func:`openpai_env`;
 - MARO (grass / k8s containers): :func:`maro_env`;
-- Volcano env and svc plugins: :func:`volcano_env` and :func:`volcano_host_files`.
+- Volcano env, svc and mpi plugins: :func:`volcano_env` (``MPI_HOST`` on the mpi plugin's
+  master tasks) and :func:`volcano_host_files` (in process mode the command's
+  ``/etc/volcano/`` paths are rewritten to where the files are: :func:`local_volcano_paths`).
 
 Ports: a role's ports are :func:`port_names` (declared order; ``main`` when none is
 declared, plus ``ssh`` when the job asks for ssh). The FIRST is the role's main port: the
@@ -274,11 +276,31 @@ def volcano_env(
         "VK_TASK_INDEX": str(me.index),
         "PASTURE_VOLCANO_HOSTS_DIR": hosts_dir,
     }
-    for r, members in _by_role(spec, tasks).items():
+    by_role = _by_role(spec, tasks)
+    for r, members in by_role.items():
         key = volcano_key(r).upper()
         env[f"VC_{key}_HOSTS"] = ",".join(t.address for t in members)
         env[f"VC_{key}_NUM"] = str(len(members))
+    mpi = spec.mpi_host
+    if mpi is not None and me.role == mpi.master:
+        env["MPI_HOST"] = ",".join(t.address for t in by_role.get(mpi.worker, []))
     return env
+
+
+VOLCANO_DIR = "/etc/volcano"
+"""Where Volcano's svc plugin mounts the ``<task>.host`` files in every pod."""
+
+
+def local_volcano_paths(command: str, hosts_dir: str) -> str:
+    """``command`` with each ``/etc/volcano/`` replaced by ``hosts_dir/``: a process-mode
+    task cannot have files in the node's ``/etc``, so the agent writes the Volcano host
+    files in the job's directory and the command reads them there (the literal path, so it
+    works inside quotes and in any language's string, e.g. ``cat /etc/volcano/ps.host`` in
+    Volcano's TensorFlow examples that build TF_CONFIG from it). Containers mount the
+    files at /etc/volcano instead and keep the command as written."""
+    if f"{VOLCANO_DIR}/" not in command or hosts_dir.rstrip("/") == VOLCANO_DIR:
+        return command
+    return command.replace(f"{VOLCANO_DIR}/", hosts_dir.rstrip("/") + "/")
 
 
 def volcano_host_files(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, str]:

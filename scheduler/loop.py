@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler import lifecycle
+from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, Snapshot
@@ -61,6 +63,9 @@ from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
+
+if TYPE_CHECKING:
+    from scheduler.agent.k8s_autoscale import Autoscaler
 
 log = logging.getLogger("pasture.loop")
 
@@ -141,7 +146,15 @@ class Loop:
         self._held: set[str] = set()
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict[str, Any] = {}
-        self._health = NodeHealth(store, settings.loop.heartbeat_timeout_s, clock)
+        self._health = NodeHealth(
+            store, settings.loop.heartbeat_timeout_s, clock, node_gone=gone_probe()
+        )  # node_gone: the loop in a Kubernetes pod asks whether a silent node still exists
+        # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
+        self.autoscale: Autoscaler | None = None
+        if os.environ.get("PASTURE_K8S_POOLS"):  # set by the aks stack only
+            from scheduler.agent.k8s_autoscale import Autoscaler
+
+            self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
         self.history = HistoryWindow()
@@ -231,9 +244,15 @@ class Loop:
         snapshot = replace(snapshot, history=self.history.history())
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
+        if self.autoscale is not None:  # a node that came for a placeholder is freed first
+            self.autoscale.before_core(n.name for n in snapshot.nodes)
         if not snapshot.pending and not growing(snapshot.running):
+            if self.autoscale is not None:
+                self.autoscale.after_core(snapshot, Decision())  # the queue emptied
             return result
         decision = self.schedule(snapshot, self.policy, now)
+        if self.autoscale is not None:
+            decision = self.autoscale.after_core(snapshot, decision)
         t3 = time.perf_counter()
         payload = commit_payload(decision, ctx)
         ok, detail = self.store.commit(ctx.version, payload)
@@ -340,9 +359,11 @@ class Loop:
                 lost.append(t)
         if lost:
             self._batch.update_tasks(job.name, lost, notify=False)
+            why = {t.node: nodes[t.node].state_reason if t.node in nodes else "" for t in lost}
             self._batch.add_event(
                 job.name,
-                "tasks lost with node(s) " + ", ".join(sorted({t.node for t in lost})),
+                "tasks lost with node(s) "
+                + ", ".join(f"{n} ({why[n]})" if why[n] else n for n in sorted(why)),
                 now=now,
                 state=job.state,
                 attempt=job.attempt,

@@ -256,6 +256,9 @@ class StackConfig(BaseModel):
     device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
     share_quota_gb: int = Field(default=100, ge=1, le=102400)
     acr_sku: Literal["Basic", "Standard", "Premium"] = "Basic"
+    monitoring: bool = True  # aks: DCGM exporter + kube-prometheus-stack (stacks/aks/monitoring.py)
+    dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+    prometheus_chart_version: str = "66.2.1"
     # onprem
     master: OnpremHost | None = None
     hosts: tuple[OnpremHost, ...] = ()

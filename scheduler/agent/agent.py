@@ -49,6 +49,7 @@ from scheduler.agent.executor import (
     task_id,
 )
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
+from scheduler.agent.k8s_capacity import capacity_watch_from_env
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal
@@ -143,6 +144,7 @@ class Agent:
         self.gpu_health = GpuHealthMonitor(
             RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
         )
+        self._capacity_watch = capacity_watch_from_env()  # aks: re-register on a change
         self._load_state()
 
     # ---- local state ----------------------------------------------------------------
@@ -256,6 +258,9 @@ class Agent:
             self.register()
         else:
             self._renew(sent)
+        if self._capacity_watch is not None and self._capacity_watch.changed():
+            log.info("node %s: allocatable resources changed; registering again", self.node)
+            self.register()
         self.gpu_health.check(self.store, self.node, report["gpu_health"])
 
     # ---- reconcile ------------------------------------------------------------------

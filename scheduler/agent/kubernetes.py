@@ -36,6 +36,16 @@ needed for the kill, as with the other executors' watchdogs. Not run against a c
 here (none on the test machine): the generated manifest is unit-tested, the watchdog's pod
 mode in a real PID namespace.
 
+Pods that never start: a task container (or its fence sidecar) waiting with a reason of
+:data:`START_FAILURES` (``ImagePullBackOff``, ``ErrImagePull``, ``CreateContainerConfigError``
+...) for ``PASTURE_K8S_START_TIMEOUT_S`` seconds (default :data:`START_TIMEOUT_S`; at once
+for the permanent ``InvalidImageName`` and ``ErrImageNeverPull``) ends the task with exit
+code :data:`START_FAILED_EXIT` and the reason as evidence, so the failure diagnosis
+(``scheduler/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
+``container_config``) says why; the pod is deleted by the agent's cleanup. What the
+kubelet saw of a finished pod reaches the classifier too (:func:`pod_evidence`):
+``OOMKilled`` (``oom_killed``), ``Evicted``, ``UnexpectedAdmissionError``.
+
 Spot eviction: Azure deletes the node and the agent's pod with it, so the agent's
 heartbeat stops; the loop marks the node ``lost`` and its tasks ``lost`` (the
 infrastructure-fault path), it does not see a task failure.
@@ -71,7 +81,28 @@ AGENT_VOLUME = "pasture-agent"
 FENCE_CONTAINER = "fence"
 FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
 """Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+START_TIMEOUT_S = 300.0
+"""Seconds a task pod may wait with a start failure (image pull backing off, a missing
+Secret) before its task fails: a registry that blinks recovers within it; an image that
+does not exist never does."""
+START_FAILURES = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+)
+"""Waiting reasons of a container the kubelet cannot start (kubelet ``images`` and
+``kuberuntime`` packages)."""
+PERMANENT_START_FAILURES = ("InvalidImageName", "ErrImageNeverPull")
+"""Start failures no wait can cure: the task fails at once."""
+START_FAILED_EXIT = 125
+"""Exit code reported for a task whose container never started (Docker's and podman's code
+for "the container failed to run")."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,8 @@ class PodSettings:
         fence_image: image of the fence sidecar, one with the pasture package (None:
             ``default_image``, the pasture image on AKS; not the task's image, which need
             not have Python).
+        start_timeout_s: seconds a pod may wait with a start failure before its task
+            fails (:data:`START_TIMEOUT_S`).
     """
 
     namespace: str = "pasture"
@@ -103,13 +136,15 @@ class PodSettings:
     labels: dict[str, str] = field(default_factory=dict)
     agent_dir: str | None = None
     fence_image: str | None = None
+    start_timeout_s: float = START_TIMEOUT_S
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, *, network: str = "host") -> PodSettings:
         """Settings from ``PASTURE_K8S_*`` variables (see the module docstring).
 
         Raises:
-            ValueError: ``PASTURE_K8S_TOLERATIONS`` is not a JSON list of strings.
+            ValueError: ``PASTURE_K8S_TOLERATIONS`` is not a JSON list of strings, or
+                ``PASTURE_K8S_START_TIMEOUT_S`` not a positive number.
         """
         env = dict(os.environ if env is None else env)
         namespace = env.get("PASTURE_K8S_NAMESPACE")
@@ -127,6 +162,16 @@ class PodSettings:
                     f"strings, got {parsed!r}"
                 )
             tolerations = tuple(parsed)
+        timeout = env.get("PASTURE_K8S_START_TIMEOUT_S") or str(START_TIMEOUT_S)
+        try:
+            start_timeout_s = float(timeout)
+        except ValueError:
+            start_timeout_s = -1.0
+        if not start_timeout_s > 0:
+            raise ValueError(
+                "PASTURE_K8S_START_TIMEOUT_S: expected a positive number of seconds, "
+                f"got {timeout!r}"
+            )
         return cls(
             namespace=namespace or "pasture",
             share_claim=env.get("PASTURE_K8S_SHARE_CLAIM", "pasture-share") or None,
@@ -135,6 +180,7 @@ class PodSettings:
             host_network=network == "host",
             agent_dir=env.get("PASTURE_K8S_AGENT_DIR") or None,
             fence_image=env.get("PASTURE_K8S_FENCE_IMAGE") or None,
+            start_timeout_s=start_timeout_s,
         )
 
 
@@ -236,7 +282,12 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
             name=pod_name(launch.task_id),
             namespace=settings.namespace,
             labels=labels,
-            annotations={"pasture/task-id": launch.task_id, "pasture/job": launch.job},
+            annotations={
+                "pasture/task-id": launch.task_id,
+                "pasture/job": launch.job,
+                # the cluster autoscaler never scales away a node with a running task
+                SAFE_TO_EVICT: "false",
+            },
         ),
         spec=k8s.V1PodSpec(
             node_name=launch.node,
@@ -308,6 +359,36 @@ def exit_code(pod: k8s.V1Pod) -> int | None:
     return None
 
 
+def start_failure(pod: k8s.V1Pod) -> tuple[str, str] | None:
+    """``(reason, message)`` of a container of the pod (task or fence sidecar) that the
+    kubelet cannot start (a waiting reason of :data:`START_FAILURES`), None otherwise."""
+    status = pod.status
+    if status is None:
+        return None
+    for cs in [*(status.init_container_statuses or []), *(status.container_statuses or [])]:
+        waiting = cs.state.waiting if cs.state else None
+        if waiting is not None and waiting.reason in START_FAILURES:
+            return str(waiting.reason), str(waiting.message or "")
+    return None
+
+
+def pod_evidence(pod: k8s.V1Pod | None) -> dict[str, object]:
+    """What the kubelet saw of a finished task pod, for the failure diagnosis:
+    ``{"oom_killed": True, "k8s_reason": "OOMKilled"}`` when the task container was
+    OOM-killed, ``{"k8s_reason": "Evicted" | "UnexpectedAdmissionError" | ...,
+    "k8s_message": ...}`` from the pod's status reason (node pressure eviction, the device
+    plugin refusing its GPUs at admission); ``{}`` for a gone pod or nothing to say."""
+    if pod is None or pod.status is None:
+        return {}
+    for cs in pod.status.container_statuses or []:
+        term = cs.state.terminated if cs.name == "task" and cs.state else None
+        if term is not None and term.reason == "OOMKilled":
+            return {"oom_killed": True, "k8s_reason": "OOMKilled"}
+    if pod.status.reason:
+        return {"k8s_reason": str(pod.status.reason), "k8s_message": str(pod.status.message or "")}
+    return {}
+
+
 # How long a task pod that the infrastructure ended (drain, eviction, node shutdown) or
 # that vanished is still reported as running: AKS drains a Spot node on its preemption
 # notice and Azure deletes the VM about 30 s later, taking this agent with it, so the
@@ -369,6 +450,8 @@ class KubernetesExecutor(Executor):
         self._disrupted: dict[str, float] = {}  # handle -> when first seen disrupted
         self._deleted: set[str] = set()  # handles this executor deleted
         self._secrets: set[str] = set()  # pods with a Secret made by this executor
+        self._waiting: dict[str, float] = {}  # handle -> when first seen failing to start
+        self._evidence: dict[str, dict[str, object]] = {}  # handle -> why it never started
         if api is None:
             from kubernetes import config as k8s_config
 
@@ -424,7 +507,11 @@ class KubernetesExecutor(Executor):
     def poll(self, handle: str) -> int | None:
         """Exit code of the task pod (-1: gone), None while it runs; a pod the
         infrastructure ended counts as running for ``disruption_hold_s`` (see
-        :data:`DISRUPTION_HOLD_S`), unless this executor deleted it."""
+        :data:`DISRUPTION_HOLD_S`), unless this executor deleted it; a pod that cannot
+        start ends with :data:`START_FAILED_EXIT` after ``settings.start_timeout_s`` (see
+        :func:`start_failure`; its reason is the task's :meth:`evidence`)."""
+        if handle in self._evidence:
+            return START_FAILED_EXIT
         namespace, name = pod_of(handle)
         try:
             pod = self.api.read_namespaced_pod(name, namespace)
@@ -433,6 +520,8 @@ class KubernetesExecutor(Executor):
                 raise
             pod = None
         code = -1 if pod is None else exit_code(pod)
+        if code is None and pod is not None:
+            return self._start_failed(handle, pod)
         why = None if code is None or handle in self._deleted else disruption(pod)
         if why is None:
             return code
@@ -449,6 +538,35 @@ class KubernetesExecutor(Executor):
         if now - since < self.disruption_hold_s:
             return None
         return code
+
+    def _start_failed(self, handle: str, pod: k8s.V1Pod) -> int | None:
+        """None while the pod may still start; :data:`START_FAILED_EXIT` once its start
+        failure lasted ``settings.start_timeout_s`` (at once for a permanent one)."""
+        failure = start_failure(pod)
+        if failure is None:
+            self._waiting.pop(handle, None)
+            return None
+        reason, message = failure
+        now = self._clock()
+        since = self._waiting.setdefault(handle, now)
+        if reason not in PERMANENT_START_FAILURES and now - since < self.settings.start_timeout_s:
+            return None
+        log.warning("task pod %s never started: %s: %s", handle, reason, message)
+        self._evidence[handle] = {"k8s_reason": reason, "k8s_message": message}
+        return START_FAILED_EXIT
+
+    def evidence(self, handle: str) -> dict[str, object]:
+        """Why the pod never started (:meth:`poll`), else what the kubelet saw of it
+        (:func:`pod_evidence`); ``{}`` when it is gone."""
+        if handle in self._evidence:
+            return dict(self._evidence[handle])
+        namespace, name = pod_of(handle)
+        try:
+            return pod_evidence(self.api.read_namespaced_pod(name, namespace))
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+            return {}
 
     def stop(self, handle: str, grace_s: float) -> None:
         namespace, name = pod_of(handle)
@@ -484,6 +602,8 @@ class KubernetesExecutor(Executor):
             Path(fenced).unlink(missing_ok=True)
         namespace, name = pod_of(handle)
         self._disrupted.pop(handle, None)
+        self._waiting.pop(handle, None)
+        self._evidence.pop(handle, None)
         self._deleted.discard(handle)
         self._delete(name, namespace, secret=name in self._secrets)
         self._secrets.discard(name)

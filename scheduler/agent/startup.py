@@ -35,7 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from scheduler.agent import ssh
-from scheduler.discovery import mpi_hostfile, task_env, volcano_host_files, wants_ssh
+from scheduler.discovery import (
+    local_volcano_paths,
+    mpi_hostfile,
+    task_env,
+    volcano_host_files,
+    wants_ssh,
+)
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
@@ -201,6 +207,8 @@ def prepare(
         d = shlex.quote(role.working_dir)
         lines.append(f'cd {d} || {{ echo "pasture: cannot cd to {d}" >&2; exit 126; }}')
     command = role.command or ""
+    if executor_kind == "process":  # no /etc/volcano on the node: read the job's copies
+        command = local_volcano_paths(command, str(vdir))
     if lines:
         command = "# pasture start-up\n" + "\n".join(lines) + "\n# job command\n" + command
     return Startup(

@@ -254,6 +254,13 @@ class ApiClient:
         data = self.request("POST", f"/api/v1/nodes/{name}/{action}")
         return parse(NodeOut, data, f"{action} {name}")
 
+    def delete_node(self, name: str, *, force: bool = False) -> NodeOut:
+        """``DELETE /api/v1/nodes/{name}`` (admin): the node lost now, its record removed."""
+        from scheduler.api.schemas import NodeOut
+
+        path = f"/api/v1/nodes/{name}" + ("?force=true" if force else "")
+        return parse(NodeOut, self.request("DELETE", path), f"delete {name}")
+
     def vcs(self) -> list[VcOut]:
         from scheduler.api.schemas import VcOut
 

@@ -1,4 +1,5 @@
-"""``pasture node list|show|cordon|uncordon|drain``, ``pasture vc list``, ``pasture status``."""
+"""``pasture node list|show|cordon|uncordon|drain|delete``, ``pasture vc list``,
+``pasture status``."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, NodeOut
 
 node_app = typer.Typer(
-    help="List and show nodes; cordon, uncordon and drain them.", no_args_is_help=True
+    help="List and show nodes; cordon, uncordon, drain and delete them.", no_args_is_help=True
 )
 vc_app = typer.Typer(help="Virtual clusters.", no_args_is_help=True)
 
@@ -189,6 +190,20 @@ def uncordon(name: str) -> None:
 def drain(name: str) -> None:
     """Cordon NAME and move its running jobs elsewhere (they are requeued)."""
     _action("drain", name)
+
+
+@node_app.command()
+@handle_errors
+def delete(
+    name: str,
+    force: bool = typer.Option(
+        False, "--force", help="delete even if it heartbeated recently (the machine is gone)"
+    ),
+) -> None:
+    """Delete NAME, a node gone for good: it is lost now, its tasks are requeued without
+    charge and its record removed. Refused while it heartbeated within its fence bound."""
+    ApiClient(load()).delete_node(name, force=force)
+    console.print(f"node {name}: deleted (its tasks are requeued)")
 
 
 @vc_app.command("list")

@@ -108,6 +108,41 @@ def _master(
     return ssh.SshTarget(host=host, port=port, user=user, key_file=key, known_hosts=known)
 
 
+def _dev_share(host: str | None) -> Path | None:
+    """The share directory of the running ``pasture dev up`` cluster when it is the
+    cluster this command talks to (no ``--host`` given and the client config comes from
+    the dev cluster's state file): its share is a local directory, so data commands copy
+    files there instead of going over SSH. None otherwise."""
+    if host is not None:
+        return None
+    import json
+
+    from scheduler.cli import devstate
+    from scheduler.cli.config import ConfigError, load
+
+    try:
+        if load().source != "pasture dev up":
+            return None
+        state = json.loads(devstate.state_file().read_text())
+    except (ConfigError, OSError, ValueError):
+        return None
+    share = state.get("share_dir") if isinstance(state, dict) else None
+    return Path(share) if share and Path(share).is_dir() else None
+
+
+def _copy_local(src: Path, dest: Path, local_is_file: bool) -> tuple[int, int]:
+    """Copy a file or directory tree (symlinks copied as links, never followed out) to
+    ``dest``; a file onto an existing directory lands inside it. Returns (files, bytes)."""
+    if local_is_file:
+        target = dest / src.name if dest.is_dir() else dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target, follow_symlinks=False)
+        return 1, src.stat().st_size
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+    files = [p for p in src.rglob("*") if p.is_file() and not p.is_symlink()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
 def _local_files(local: Path) -> list[tuple[Path, str]]:
     """(file, path relative to ``local``'s parent-or-self) pairs to upload."""
     if local.is_file():
@@ -128,9 +163,18 @@ def push(
     known_hosts: str | None = KnownOpt,
     share_dir: str = ShareOpt,
 ) -> None:
-    """Upload LOCAL (file or directory, recursively) to REMOTE in the cluster share."""
+    """Upload LOCAL (file or directory, recursively) to REMOTE in the cluster share. Against
+    a `pasture dev up` cluster (no --host, the client config from the dev cluster) the
+    share is a local directory and the files are copied there; otherwise over SFTP to
+    the master."""
     from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
 
+    dev = _dev_share(host)
+    if dev is not None:
+        dest_dir = Path(ssh.remote_path(str(dev), remote))
+        n, size = _copy_local(local, dest_dir, local.is_file())
+        console.print(f"copied {n} file(s), {format_bytes(size)} to {dest_dir} (dev cluster)")
+        return
     dest = ssh.remote_path(share_dir, remote)
     files = _local_files(local)
     total = sum(f.stat().st_size for f, _ in files)
@@ -194,9 +238,20 @@ def pull(
     known_hosts: str | None = KnownOpt,
     share_dir: str = ShareOpt,
 ) -> None:
-    """Download REMOTE (file or directory) from the cluster share to LOCAL."""
+    """Download REMOTE (file or directory) from the cluster share to LOCAL (a local copy
+    against a `pasture dev up` cluster, as `data push`)."""
     from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
 
+    dev = _dev_share(host)
+    if dev is not None:
+        source = Path(ssh.remote_path(str(dev), remote))
+        if not source.exists():
+            err_console.print(f"[red]error:[/red] {source} does not exist in the dev share")
+            raise typer.Exit(5)
+        target = local / source.name if local.is_dir() and source.is_file() else local
+        n, size = _copy_local(source, target, source.is_file())
+        console.print(f"copied {n} file(s), {format_bytes(size)} to {target}")
+        return
     src = ssh.remote_path(share_dir, remote)
     with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
         sftp = client.open_sftp()

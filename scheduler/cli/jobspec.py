@@ -2,8 +2,9 @@
 ``pasture job resubmit NAME``, and the ``--name/--vc/--env/--set`` overrides both and
 ``job submit`` take.
 
-Specs are parsed with the public :func:`scheduler.spec.load_job_spec` (pasture, OpenPAI
-v2 or MARO; imported only when needed, it loads pydantic models). A spec with overrides is
+Files are parsed with :func:`scheduler.spec.load_job` as the API parses what ``job
+submit`` sends (:func:`read_job`: every format; imported only when needed, it loads
+pydantic models). A spec with overrides is
 sent to the API as the pasture-format JSON of the parsed spec.
 """
 
@@ -37,6 +38,7 @@ from scheduler.services.records import spec_gpus
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobSubmitOut
+    from scheduler.spec import ParsedJob
 
 NameOpt = typer.Option(None, "--name", help="job name instead of the spec's")
 VcOpt = typer.Option(None, "--vc", help="virtual cluster instead of the spec's")
@@ -150,6 +152,22 @@ def print_problems(source: str, problems: list[dict[str, Any]]) -> None:
     err_console.print(table)
 
 
+def read_job(path: Path) -> ParsedJob:
+    """``path`` parsed exactly as ``job submit`` sends it and the API reads it: a ``.json``
+    file as JSON (with comments and trailing commas read as JSON5, as OpenPAI's v1 submit
+    page does), anything else as YAML; every format; the same checks and messages.
+    Secret values may be missing (``--secret`` gives them at submit).
+
+    Raises:
+        scheduler.spec.SpecError (DocumentError for malformed or oversized text).
+    """
+    from scheduler.spec import load_job
+
+    return load_job(
+        path.read_bytes(), as_json=path.suffix.lower() == ".json", require_secret_values=False
+    )
+
+
 def load_spec(path: Path) -> dict[str, Any]:
     """The pasture-format dict of the spec in ``path`` (any accepted format); secrets
     are names only (see :func:`load_spec_and_secrets`).
@@ -168,10 +186,10 @@ def load_spec_and_secrets(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     Raises:
         typer.Exit(REJECTED): the spec is invalid (its problems are printed).
     """
-    from scheduler.spec import SpecError, load_job
+    from scheduler.spec import SpecError
 
     try:
-        parsed = load_job(path.read_bytes(), require_secret_values=False)
+        parsed = read_job(path)
         if len(parsed.specs) != 1:
             raise SpecError.one("job_names", f"a MARO schedule of {len(parsed.specs)} jobs")
     except ValueError as exc:  # scheduler.spec.SpecError
@@ -218,28 +236,39 @@ def submit_with_overrides(
 @app.command()
 @handle_errors
 def validate(
-    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job spec (YAML/JSON)"),
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="job file (YAML/JSON)"),
     output: OutputFormat = OutputOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Check a job spec offline (no cluster): fields, units, formats (pasture, OpenPAI
-    v2, MARO). Exit 0 when valid, 6 with a field / problem / given table when not.
+    """Check a job file offline (no cluster), reading it exactly as `job submit` does:
+    pasture, OpenPAI protocol v1 (JSON, comments allowed) and v2, MARO job or schedule,
+    Volcano Job. Prints the warnings submit would answer. Exit 0 when valid, 6 with a
+    field / problem / given table when not (the field as written in the file). What needs
+    the cluster (the VC exists, a node can hold the gang) is checked at submit.
 
-    -o json|yaml print the spec as pasture will store it (OpenPAI and MARO translated).
+    -o json|yaml print the spec(s) as pasture will store them (other formats translated).
     """
     from scheduler.spec import parse_cpu
 
-    spec = load_spec(file)
+    try:
+        parsed = read_job(file)
+    except ValueError as exc:  # scheduler.spec.SpecError
+        print_problems(str(file), spec_problems(exc))
+        raise typer.Exit(REJECTED) from None
+    specs = [s.model_dump(mode="json") for s in parsed.specs]
     fmt = output_format(output, as_json)
-    if emit(spec, fmt, [spec["name"]]):
+    if emit(specs[0] if len(specs) == 1 else specs, fmt, [s["name"] for s in specs]):
         return
-    console.print(
-        f"[green]valid[/green]: job [bold]{spec['name']}[/bold], vc {spec['vc']},"
-        f" priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
-    )
+    for warning in parsed.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+    for spec in specs:
+        console.print(
+            f"[green]valid[/green] ({parsed.format}): job [bold]{spec['name']}[/bold], vc "
+            f"{spec['vc']}, priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
+        )
     table = Table("role", "replicas", "per task", "command")
     table.columns[0].no_wrap = True
-    for role, r in spec["roles"].items():
+    for role, r in specs[0]["roles"].items():
         res = r.get("resources") or {}
         per_task = {"cpu_m": parse_cpu(res.get("cpu", 1)), "memory": res.get("memory")}
         per_task["gpu"] = res.get("gpu", 0)

@@ -128,11 +128,15 @@ def invalid_job(job: Job) -> str | None:
     for r in job.roles:
         if r.replicas < 1:
             return f"role {r.name} has {r.replicas} replicas (expected >= 1)"
-        if not 1 <= r.gang_min <= r.replicas:
+        # 0 is allowed: a job-wide minimum (Volcano spec.minAvailable smaller than the
+        # number of roles) leaves some roles nothing in the gang; they start as they fit
+        if not 0 <= r.gang_min <= r.replicas:
             return (
                 f"role {r.name} has min_available {r.gang_min} "
-                f"(expected 1..{r.replicas}, its replicas)"
+                f"(expected 0..{r.replicas}, its replicas)"
             )
         if not r.resources.is_nonnegative():
             return f"role {r.name} requests negative resources"
+    if sum(r.gang_min for r in job.roles) < 1:
+        return "its gang is empty (every role has min_available 0; expected at least 1 task)"
     return None

@@ -93,7 +93,10 @@ class TaskRole:
         command: command line run by the agent (opaque to the core).
         image: container image, None for the job default / process executor.
         min_available: how many of the replicas must be placed together for the gang to
-            start (Volcano ``minAvailable``); None means all replicas.
+            start (Volcano ``minAvailable``); None means all replicas. 0 (a job-wide minimum
+            spread over the roles left none for this one) puts none of them in the gang:
+            they are placed with it when they fit, else later (grow); at least one role of
+            a job has a minimum of 1 or more.
         node_selector: labels a node must carry (all key/value pairs must match).
         gpu_model: required GPU model, None for any.
     """

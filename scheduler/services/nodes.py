@@ -1,4 +1,4 @@
-"""Node service: list, cordon, uncordon, drain.
+"""Node service: list, cordon, uncordon, drain, delete.
 
 Reading nodes is open to every role; changing a node's state needs an admin or agent
 token (agent tokens are what automation such as the on-prem Pulumi stack uses to drain).
@@ -10,13 +10,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler.services import backend
-from scheduler.services.errors import NotFoundError
+from scheduler.services.errors import ConflictError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenRole
 
 if TYPE_CHECKING:
     from scheduler.store import Store
+
+DELETE_SILENCE_S = 30.0
+"""Least silence (s, store clock) of a node ``delete`` accepts without ``force``, beyond
+its fence bound: a node still heartbeating is refused (its tasks would run twice)."""
 
 # action -> the NodeState value (scheduler.core.model.NodeState) the store records.
 ACTIONS = {"cordon": "cordoned", "uncordon": "ready", "drain": "draining"}
@@ -120,6 +124,38 @@ class NodeService:
         require_role(principal, TokenRole.ADMIN, TokenRole.AGENT)
         try:
             self.store.set_node_state(name, ACTIONS[action], reason=f"{action} by {principal.name}")
+        except backend.not_found_errors():
+            raise NotFoundError(f"node {name!r} not found") from None
+        return self.get(principal, name)
+
+    def delete(self, principal: Principal, name: str, *, force: bool = False) -> dict[str, Any]:
+        """Delete node ``name`` (``pasture node delete``): it is lost now, its tasks are
+        requeued without charge, and the loop removes its record (:meth:`Store.delete_node`).
+
+        Refused while the node may still run tasks: its last heartbeat is younger than its
+        fence bound (:func:`scheduler.health.fenced_after_s`) or :data:`DELETE_SILENCE_S`,
+        whichever is longer, unless ``force`` (the operator knows the machine is gone).
+
+        Raises:
+            ForbiddenError: not an admin token. NotFoundError: unknown node.
+            ConflictError: the node heartbeated too recently (the message says when).
+        """
+        from scheduler.health import fenced_after_s
+
+        require_role(principal, TokenRole.ADMIN)
+        node = self.store.get_node(name)
+        if node is None:
+            raise NotFoundError(f"node {name!r} not found")
+        silent = self.store.now() - node.heartbeat
+        need = max(fenced_after_s(node.fence_s), DELETE_SILENCE_S)
+        if not force and node.state != "lost" and silent < need:
+            raise ConflictError(
+                f"node {name!r} heartbeated {silent:.0f} s ago; delete needs {need:.0f} s "
+                "of silence (its tasks may still run): stop or drain its agent first, or "
+                "pass force when the machine is gone"
+            )
+        try:
+            self.store.delete_node(name, f"deleted by {principal.name}")
         except backend.not_found_errors():
             raise NotFoundError(f"node {name!r} not found") from None
         return self.get(principal, name)

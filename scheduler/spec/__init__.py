@@ -18,6 +18,7 @@ Errors: :class:`SpecError` carries ``errors``: a list of ``{"loc": "roles.worker
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from pydantic import ValidationError
 from scheduler.spec.bounded import MAX_SPEC_BYTES, load_document
 from scheduler.spec.errors import DocumentError, SpecError, safe_input
 from scheduler.spec.fit import unfittable_reason
-from scheduler.spec.formats import TranslateError, translate
+from scheduler.spec.formats import FORMATS, TranslateError, Translation, source_loc, translate
 from scheduler.spec.model import JobSpec, ResourceSpec, RoleSpec
 from scheduler.spec.policies import (
     CompletionSpec,
@@ -98,7 +99,14 @@ def _loc(parts: tuple[object, ...]) -> str:
     return ".".join(str(p) for p in parts)
 
 
-def _validate(doc: dict[str, Any], prefix: str) -> JobSpec:
+_PATH_MSG = re.compile(r"^([a-z_]+(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])*): (.*)$", re.DOTALL)
+
+
+def _validate(doc: dict[str, Any], translation: tuple[Translation, int] | None) -> JobSpec:
+    """Validate one spec dict. For a translated document each error names the SOURCE
+    field the user wrote (``taskRoles.worker``, ``spec.tasks[1].replicas``): the longest
+    recorded origin of the pasture path (:meth:`Context.origin`), the pasture path kept in
+    the message; a path with no recorded origin keeps ``(translated) <pasture path>``."""
     try:
         return JobSpec.model_validate(doc)
     except ValidationError as exc:
@@ -109,9 +117,18 @@ def _validate(doc: dict[str, Any], prefix: str) -> JobSpec:
                 msg = "unknown field"
             msg = msg.removeprefix("Value error, ")
             loc = _loc(e["loc"])
-            if prefix:
-                msg = f"{msg} (the translated pasture field; see docs/compat.md)"
-                loc = f"{prefix}{loc}"
+            m = _PATH_MSG.match(msg) if not loc else None
+            if m:  # a model-level check names its field first: "roles.w.depends_on: ..."
+                loc, msg = m.group(1), m.group(2)
+            if translation is not None:
+                source = source_loc(loc, translation[0].origins_of(translation[1]))
+                fmt = FORMATS[translation[0].fmt]
+                if source is not None:
+                    msg = f"{fmt} field {source}: {msg} (checked as pasture's {loc or 'job'})"
+                    loc = source
+                else:
+                    msg = f"{msg} (the translated pasture field; see docs/compat.md)"
+                    loc = f"(translated) {loc}"
             errors.append({"loc": loc, "msg": msg, "input": safe_input(e.get("input"))})
         raise SpecError(errors) from exc
 
@@ -141,12 +158,12 @@ def parse_job(
         ) from exc
     prefix = "" if result.fmt == "pasture" else "(translated) "
     specs, secrets = [], {}
-    for d in result.documents:
+    for i, d in enumerate(result.documents):
         if result.fmt == "pasture":
             refuse_pasture_refs(d)
         d, values = split_secrets(d, prefix, require_values=require_secret_values)
         secrets.update(values)
-        specs.append(_validate(d, prefix))
+        specs.append(_validate(d, None if result.fmt == "pasture" else (result, i)))
     return ParsedJob(result.fmt, specs, result.warnings, secrets)
 
 

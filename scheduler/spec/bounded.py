@@ -181,6 +181,11 @@ def _load_json(text: str) -> object:
         ) from None
 
 
+MAX_DOCUMENTS = 64
+"""YAML documents in one file: several only as Kubernetes objects (``---``-separated
+manifests, read as a ``kind: List``); anything else must be one document."""
+
+
 def load_document(text: str | bytes, *, as_json: bool = False) -> object:
     """Parse one YAML (or, with ``as_json``, strict JSON) document within the limits above.
 
@@ -219,10 +224,16 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
             doc = loader.get_data()
             if doc is not None:
                 docs.append(doc)
-            if len(docs) > 1:
-                raise DocumentError.one(
-                    "", "several YAML documents in one file; submit one job per file"
-                )
+            if len(docs) > MAX_DOCUMENTS:
+                raise DocumentError.one("", f"more than {MAX_DOCUMENTS} YAML documents")
+        if len(docs) > 1:
+            if all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
+                # Kubernetes manifests (kubectl apply -f takes several): read as the
+                # List kind kubectl also takes, whose items the Volcano translation reads
+                return {"apiVersion": "v1", "kind": "List", "items": docs}
+            raise DocumentError.one(
+                "", "several YAML documents in one file; submit one job per file"
+            )
         return docs[0] if docs else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -20,6 +20,7 @@ Shape (YAML or JSON)::
     code_dir: code/mnist       # share dir copied into each task's working dir ./code
     env: {KEY: value}
     mpi: false                 # write an MPI hostfile
+    mpi_host: {master: m, worker: w}   # tasks of m get MPI_HOST = w's hosts (Volcano mpi)
     ssh: false                 # ssh between the job's tasks (implied by mpi)
     ttl_after_finished: 86400  # seconds after the job ended before its records go
     secrets: {TOKEN: value}    # or [TOKEN] + `job submit --secret TOKEN=...`; stored as
@@ -49,11 +50,14 @@ from scheduler.core.resources import Resources
 from scheduler.spec.policies import (
     MAX_COMMAND,
     MountSpec,
+    MpiHostSpec,
     PoliciesSpec,
     RetrySpec,
     RoleCompletionSpec,
     check_env,
+    check_name,
     check_share_path,
+    check_text,
 )
 from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
 from scheduler.spec.secrets import MAX_SECRETS
@@ -97,7 +101,7 @@ def check_image(v: str | None) -> str | None:
     Raises ValueError naming what was given."""
     if v is not None and not IMAGE_RE.fullmatch(v):
         raise ValueError(f"expected an image reference without spaces, got {v!r}")
-    return v
+    return None if v is None else check_name(v, "image")
 
 
 class _Model(BaseModel):
@@ -110,7 +114,12 @@ class ResourceSpec(_Model):
     cpu: int = Field(1000, description="millicores; accepts 2, 0.5, '500m'")
     memory: int = Field(2**30, description="bytes; accepts '4Gi', '4096M', 1073741824")
     gpu: int = Field(0, description="whole GPU devices on one node")
-    gpu_model: str | None = None
+    gpu_model: str | None = Field(None, min_length=1, max_length=253)
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, v: str | None) -> str | None:
+        return None if v is None else check_name(v, "gpu_model")
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -201,6 +210,8 @@ class RoleSpec(_Model):
     @field_validator("command")
     @classmethod
     def _command_or_entrypoint(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            check_text(v, "")
         entrypoint = info.data.get("entrypoint", False)
         if entrypoint and v is not None:
             raise ValueError(
@@ -223,6 +234,8 @@ class RoleSpec(_Model):
     def _args(cls, v: list[str] | None) -> list[str] | None:
         if v is not None and sum(len(a) for a in v) > MAX_COMMAND:
             raise ValueError(f"args: at most {MAX_COMMAND} characters in all")
+        for i, a in enumerate(v or ()):
+            check_text(a, f"args[{i}]")
         return v
 
     @field_validator("working_dir")
@@ -311,6 +324,7 @@ class JobSpec(_Model):
     code_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     mpi: bool = False
+    mpi_host: MpiHostSpec | None = None
     ssh: bool = False
     preemptible: bool = True
     estimated_duration_s: float | None = Field(None, gt=0, le=10 * 366 * 86400)
@@ -410,16 +424,25 @@ class JobSpec(_Model):
                         f"roles.{name}.depends_on: expected other roles of {roles}, got {dep!r}"
                     )
         self._no_cycle()
+        if self.mpi_host is not None and self.mpi_host.worker not in self.roles:
+            raise ValueError(
+                f"mpi_host.worker: unknown role {self.mpi_host.worker!r}; roles are {roles}"
+            )
         if self.min_succeeded is not None and self.min_succeeded > self.task_count():
             raise ValueError(
-                f"min_succeeded ({self.min_succeeded}) exceeds the job's {self.task_count()} tasks"
+                f"min_succeeded: {self.min_succeeded} exceeds the job's {self.task_count()} tasks"
             )
         if self.min_available is not None:
             floor = sum(r.min_available or 0 for r in self.roles.values())
-            if not floor <= self.min_available <= self.task_count():
+            if self.min_available > self.task_count():
                 raise ValueError(
-                    f"min_available ({self.min_available}) must be between the roles' "
-                    f"min_available sum ({floor}) and the job's tasks ({self.task_count()})"
+                    f"min_available: {self.min_available} exceeds the job's "
+                    f"{self.task_count()} tasks: write at most {self.task_count()}"
+                )
+            if self.min_available < floor:
+                raise ValueError(
+                    f"min_available: {self.min_available} is below the roles' own minima "
+                    f"({floor} in all): write at least {floor}"
                 )
         return self
 
@@ -430,7 +453,9 @@ class JobSpec(_Model):
             if state.get(name) == 2:
                 return
             if state.get(name) == 1:
-                raise ValueError(f"depends_on forms a cycle: {' -> '.join([*path, name])}")
+                raise ValueError(
+                    f"roles.{name}.depends_on: forms a cycle: {' -> '.join([*path, name])}"
+                )
             state[name] = 1
             for dep in self.roles[name].depends_on:
                 visit(dep, [*path, name])
@@ -453,19 +478,21 @@ class JobSpec(_Model):
 
         Without a job-wide ``min_available`` these are the roles' own. With one (Volcano's
         ``spec.minAvailable``: the job starts once that many of its tasks, of any roles, can
-        run), it is spread over the roles in declaration order: each role first gets its own
-        minimum (or 1 task, while the budget lasts), then the remainder fills roles up to
-        their replicas. This is one of the task sets Volcano would accept; the job starts
-        when that set fits, and the remaining replicas start as room frees up
-        (scheduler/core/grow.py)."""
+        run), it is spread over the roles: each role first gets its own minimum, then each
+        role without one gets 1 task in declaration order while the count lasts (a role
+        may get 0: none of its tasks is in the gang), then the remainder fills roles up to
+        their replicas in declaration order. This is one of the task sets Volcano would
+        accept; the job starts when that set fits, and the remaining replicas start as room
+        frees up (scheduler/core/grow.py)."""
         if self.min_available is None:
             return {name: r.min_available for name, r in self.roles.items()}
-        budget = self.min_available
-        out: dict[str, int] = {}
-        for name, r in self.roles.items():
-            take = min(r.min_available or 1, budget)
-            out[name] = take
-            budget -= take
+        budget = self.min_available  # >= the roles' own minima (validated)
+        out = {name: r.min_available or 0 for name, r in self.roles.items()}
+        budget -= sum(out.values())
+        for name, r in self.roles.items():  # then one task of each other role, in order
+            if r.min_available is None and budget > 0:
+                out[name] = 1
+                budget -= 1
         for name, r in self.roles.items():
             extra = min(r.replicas - out[name], budget)
             out[name] += extra

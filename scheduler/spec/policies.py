@@ -36,6 +36,35 @@ MAX_PATH = 1024
 MAX_RULES = 64
 
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
+"""Control characters a command or environment value may not hold: every C0 character
+but tab, newline and carriage return (a script legitimately has those), and DEL. NUL above
+all: no ``execve`` argument or environment string can hold it, so a task with one could
+never start (issue 25)."""
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_text(value: str, what: str) -> str:
+    """A command, argument or environment value: refuses NUL and the other control
+    characters of :data:`_CONTROL` (tab, newline and carriage return are allowed), naming
+    the first one and its offset. Raises ValueError."""
+    m = _CONTROL.search(value)
+    if m:
+        where = f"{what}: " if what else ""
+        raise ValueError(
+            f"{where}control character {m.group()!r} at offset {m.start()}; only tab, "
+            "newline and carriage return may appear (NUL can never be passed to a process)"
+        )
+    return value
+
+
+def check_name(value: str, what: str) -> str:
+    """A one-line name or reference (image, GPU model...): no control character at all
+    (tab and newline included). Raises ValueError."""
+    m = _NAME_CONTROL.search(value)
+    if m:
+        raise ValueError(f"{what}: control character {m.group()!r} at offset {m.start()}")
+    return value
 
 
 class StrictModel(BaseModel):
@@ -56,6 +85,7 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
                 "environment variable names must match [A-Za-z_][A-Za-z0-9_]* "
                 f"(at most {MAX_ENV_KEY} characters), got {key[:140]!r}"
             )
+        check_text(value, f"environment variable {key}")
         if len(value) > MAX_ENV_VALUE:
             raise ValueError(
                 f"environment variable {key}: at most {MAX_ENV_VALUE} characters, got {len(value)}"
@@ -212,3 +242,15 @@ class MountSpec(StrictModel):
             raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
         _no_option_chars(v, "target")
         return v
+
+
+class MpiHostSpec(StrictModel):
+    """Volcano's mpi plugin (volcano-sh/volcano pkg/controllers/job/plugins/
+    distributed-framework/mpi/mpi.go, ``OnPodCreate``): every task of role ``master`` gets
+    ``MPI_HOST``, the comma-separated hosts of role ``worker``'s tasks, for ``mpiexec
+    --host ${MPI_HOST}``. Volcano writes ``<job>-<worker>-<i>.<job>`` DNS names; pasture has
+    no cluster DNS, so the hosts are the tasks' addresses (as in ``VC_<TASK>_HOSTS``), which
+    the job's ssh configuration reaches."""
+
+    master: str = "master"
+    worker: str = "worker"

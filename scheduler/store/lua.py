@@ -307,7 +307,9 @@ if ARGV[4] and ARGV[4] ~= '' then
   end
 end
 if st == 'lost' then
-  redis.call('HSET', nk, 'state', 'ready')
+  -- a deleted node whose agent came back is a node again (HSET: the node's ACL user
+  -- may not HDEL)
+  redis.call('HSET', nk, 'state', 'ready', 'deleted', '')
   ON_READY
   redis.call('PUBLISH', p .. 'notify:loop', 'node')
   return 'ready'

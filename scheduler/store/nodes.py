@@ -72,6 +72,8 @@ _NODE_FIELDS_NO_USAGE = [
     "executor",
     "lease_s",
     "fence_s",
+    "state_reason",
+    "deleted",
 ]
 
 
@@ -125,6 +127,7 @@ class NodesMixin(StoreBase):
         )
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping=fields)
+        pipe.hdel(nk, "deleted")  # a deleted node whose agent came back is a node again
         pipe.sadd(self.k("nodes"), node.name)
         if changed:
             pipe.incr(self.k("version"))
@@ -161,6 +164,7 @@ class NodesMixin(StoreBase):
             lease_s=float(h.get("lease_s") or 0),
             fence_s=float(h.get("fence_s") or 0),
             state_reason=h.get("state_reason", ""),
+            deleted=h.get("deleted") == "1",
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
@@ -203,6 +207,40 @@ class NodesMixin(StoreBase):
         node = self.get_node(name)
         assert node is not None
         return node
+
+    def delete_node(self, name: str, reason: str) -> NodeRecord:
+        """Delete node ``name`` for an operator (``pasture node delete``): it is ``lost``
+        now with ``reason`` and a node event (the loop requeues its tasks without charge),
+        and the loop removes its record at its next heartbeat check
+        (:class:`scheduler.health.NodeHealth`). An agent that heartbeats again makes it a
+        ready node again. The caller checks that the node is silent (fenced).
+
+        Raises:
+            NodeNotFoundError: no such node.
+        """
+        nk = self.k("node", name)
+        if not self.r.exists(nk):
+            raise NodeNotFoundError(f"no node named {name!r}")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(nk, mapping={"state": "lost", "state_reason": reason, "deleted": "1"})
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "node")
+        pipe.execute()
+        self.add_node_event(name, reason)
+        node = self.get_node(name)
+        assert node is not None
+        return node
+
+    def forget_node(self, name: str) -> None:
+        """Remove node ``name``'s record, events and usage history (the loop, after
+        :meth:`delete_node`). Bumps the version; an unknown node is fine."""
+        nk = self.k("node", name)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.srem(self.k("nodes"), name)
+        pipe.delete(nk, f"{nk}:events", f"{nk}:usage")
+        pipe.incr(self.k("version"))
+        pipe.publish(self.loop_channel, "node")
+        pipe.execute()
 
     # ---- node events (automatic cordons) ----------------------------------------------
     NODE_EVENTS = 100  # events kept per node

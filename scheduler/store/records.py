@@ -199,6 +199,9 @@ class NodeRecord:
     fence_s: float = 0.0
     # why the node is in its state (cordoned by whom / by the GPU health probe; issue 19)
     state_reason: str = ""
+    # an operator deleted it (``pasture node delete``): lost now, its record removed by the
+    # loop once its tasks were requeued (scheduler/health.py)
+    deleted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -62,7 +62,9 @@ REPORTABLE = frozenset(
     {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST}
 )
 MAX_MESSAGE = 4096
-MAX_HANDLE = 512
+# a process executor's handle names the task's cgroup directories (JSON, ~0.5-1.5 KiB):
+# cutting it would leave JSON that nobody can parse, so the bound is generous
+MAX_HANDLE = 4096
 MAX_CAUSE = 64
 
 

@@ -14,6 +14,17 @@ pool), and giving the same tolerations to the task pods it binds (env
                                     the task pods' fence sidecars read, and the state an
                                     agent restarted in a new pod adopts its tasks from)
 
+Upgrades never fence running tasks: the DaemonSet rolls with ``maxSurge: 1,
+maxUnavailable: 0``, so the new agent pod pulls its image and starts while the old one
+still renews the lease; the new one then waits on a node-local ``flock`` of
+``/var/lib/pasture/agent.lock`` (never two agents of one node at once), which the old
+agent releases when SIGTERM ends it (it exits at once and leaves its tasks running,
+scheduler/agent/__init__.py); the new agent adopts them within the lease. Requests
+(:data:`AGENT_RESOURCES`) keep the agent out of the BestEffort class the kubelet evicts
+first; a liveness probe restarts an agent whose lease file went stale
+(:mod:`scheduler.agent.k8s_probe`). Each agent labels its node ``pasture/pool=<pool>``
+in the store (the loop's autoscaler counts a pool's nodes by it).
+
 No GPU pool, no agent DaemonSet (an empty ``In`` list is refused by the API server).
 """
 
@@ -39,20 +50,35 @@ from stacks.aks.nodecred import FETCH_CREDENTIAL, URL_ENV, agent_mounts, agent_v
 from stacks.aks.redis import SECRETS_DIR
 from stacks.aks.scheduler import AGENT_CONFIG
 from stacks.aks.sealkey import key_mount, key_volume
-from stacks.aks.settings import NODE_ADDRESS_PLACEHOLDER, NODE_NAME_PLACEHOLDER, WORK_DIR
+from stacks.aks.settings import (
+    NODE_ADDRESS_PLACEHOLDER,
+    NODE_NAME_PLACEHOLDER,
+    NODE_POOL_PLACEHOLDER,
+    WORK_DIR,
+)
 from stacks.config import GpuPool
 
 AGENT_NAME = "pasture-agent"
 AGENT_DIR = str(WORK_DIR)  # the agent's work_dir, on the node
 ADDRESS_ENV = "PASTURE_K8S_NODE_ADDRESS"
-# agent.yaml from the ConfigMap template, with this node's name and address.
+POOL_ENV = "PASTURE_K8S_POOL"
+LOCK_FILE = f"{AGENT_DIR}/agent.lock"
+# agent.yaml from the ConfigMap template, with this node's name, address and pool.
 WRITE_CONFIG = (
     f'mkdir -p /etc/pasture && sed -e "s/{NODE_NAME_PLACEHOLDER}/${NODE_ENV}/" '
-    f'-e "s/{NODE_ADDRESS_PLACEHOLDER}/${ADDRESS_ENV}/" {AGENT_CONFIG} '
+    f'-e "s/{NODE_ADDRESS_PLACEHOLDER}/${ADDRESS_ENV}/" '
+    f'-e "s/{NODE_POOL_PLACEHOLDER}/${POOL_ENV}/" {AGENT_CONFIG} '
     "> /etc/pasture/agent.yaml && exec pasture agent run --config /etc/pasture/agent.yaml"
 )
-# First the node's own Redis password (stacks/aks/nodecred.py), then agent.yaml.
-START_AGENT = f"{FETCH_CREDENTIAL} && {WRITE_CONFIG}"
+# One agent per node: fd 9 holds the node-local lock across the final exec (an upgrade's
+# surge pod waits here until the old agent exited).
+HOLD_LOCK = f"exec 9>{LOCK_FILE} && flock 9"
+# First the node's own Redis password (stacks/aks/nodecred.py), then the lock, agent.yaml.
+START_AGENT = f"{FETCH_CREDENTIAL} && {HOLD_LOCK} && {WRITE_CONFIG}"
+AGENT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+"""The agent container's requests and limit (Burstable: evicted after BestEffort pods)."""
+LEASE_PROBE_S = 300
+"""The agent's liveness limit: seconds its lease file may go without a renewal."""
 
 
 def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
@@ -124,6 +150,7 @@ def agent_daemonset(
         {"name": "PASTURE_K8S_IMAGE", "value": image},
         {"name": "PASTURE_K8S_TOLERATIONS", "value": json.dumps(list(taints))},
         {"name": "PASTURE_K8S_AGENT_DIR", "value": AGENT_DIR},
+        {"name": POOL_ENV, "value": pool.name},
         {"name": URL_ENV, "value": credentials_url},
     ]
     container = {
@@ -131,6 +158,23 @@ def agent_daemonset(
         "image": image,
         "command": ["/bin/sh", "-c", START_AGENT],
         "env": env,
+        "resources": AGENT_RESOURCES,
+        "liveness_probe": {
+            "exec": {
+                "command": [
+                    "python3",
+                    "-m",
+                    "scheduler.agent.k8s_probe",
+                    "lease",
+                    f"{AGENT_DIR}/lease",
+                    str(LEASE_PROBE_S),
+                ]
+            },
+            "initial_delay_seconds": 120,
+            "period_seconds": 30,
+            "timeout_seconds": 10,
+            "failure_threshold": 3,
+        },
         "volume_mounts": [
             *(m for m in pasture_mounts(SECRETS_DIR) if m["name"] != "redis-secret"),
             *agent_mounts(),
@@ -144,10 +188,16 @@ def agent_daemonset(
         metadata=w.meta(f"{AGENT_NAME}-{pool.name}"),
         spec={
             "selector": {"match_labels": labels},
+            # surge first: the new agent is pulled and started before the old one stops
+            "update_strategy": {
+                "type": "RollingUpdate",
+                "rolling_update": {"max_surge": 1, "max_unavailable": 0},
+            },
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
                     "service_account_name": AGENT_NAME,
+                    "termination_grace_period_seconds": 30,
                     "host_network": True,
                     "dns_policy": "ClusterFirstWithHostNet",
                     "affinity": pool_affinity(pool),

@@ -22,9 +22,17 @@ from stacks.aks.agents import agent_daemonset, agent_rbac
 from stacks.aks.common import Workloads, pool_labels
 from stacks.aks.device_plugin import device_plugin_daemonset
 from stacks.aks.image import builds_image, pasture_image
+from stacks.aks.monitoring import monitoring
 from stacks.aks.nodecred import credentials_url, scheduler_identity
 from stacks.aks.redis import redis_password_secret, redis_server
-from stacks.aks.scheduler import api_service, scheduler_deployment, settings_config_map
+from stacks.aks.scheduler import (
+    API_SERVICE,
+    api_service,
+    placeholder_priority_class,
+    scheduler_deployment,
+    settings_config_map,
+    task_disruption_budget,
+)
 from stacks.aks.sealkey import secrets_key_secret
 from stacks.aks.share import cluster_share
 from stacks.config import GpuPool, StackConfig, StackSecrets
@@ -63,10 +71,16 @@ class AksCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: AksClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("pasture:aks:Cluster", name, None, opts)
         cfg, secrets = args.config, args.secrets
+        names.check_config(cfg)  # refused before anything is declared
+        super().__init__("pasture:aks:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        scope = f"{pulumi.get_project()}/{pulumi.get_stack()}"
+        # what makes global names differ between deployments of the same stack
+        client = authorization.get_client_config_output(
+            opts=pulumi.InvokeOutputOptions(parent=self)
+        )
+        project, stack = pulumi.get_project(), pulumi.get_stack()
+        scope = client.subscription_id.apply(lambda sub: f"{sub}/{project}/{stack}")
 
         rg = resources.ResourceGroup(
             f"{name}-rg",
@@ -77,7 +91,7 @@ class AksCluster(pulumi.ComponentResource):
         self.resource_group_name = rg.name
         registry = containerregistry.Registry(
             f"{name}-acr",
-            registry_name=names.registry_name(cfg.cluster_name, scope),
+            registry_name=scope.apply(lambda sc: names.registry_name(cfg.cluster_name, sc)),
             resource_group_name=rg.name,
             location=rg.location,
             sku={"name": cfg.acr_sku},
@@ -86,7 +100,7 @@ class AksCluster(pulumi.ComponentResource):
             admin_user_enabled=builds_image(cfg),
             opts=child,
         )
-        cluster = self._managed_cluster(name, cfg, rg, child)
+        cluster = self._managed_cluster(name, cfg, rg, scope, child)
         gpu_pools = [self._gpu_pool(name, pool, rg, cluster) for pool in cfg.gpu_pools]
         self._acr_pull(name, cluster, registry, child)
         account, share, account_key = self._share(name, cfg, scope, rg, child)
@@ -136,6 +150,7 @@ class AksCluster(pulumi.ComponentResource):
         name: str,
         cfg: StackConfig,
         rg: resources.ResourceGroup,
+        scope: pulumi.Output[str],
         opts: pulumi.ResourceOptions,
     ) -> containerservice.ManagedCluster:
         system = cfg.system_pool
@@ -149,6 +164,10 @@ class AksCluster(pulumi.ComponentResource):
             resource_group_name=rg.name,
             location=rg.location,
             dns_prefix=cfg.cluster_name,
+            # explicit: AKS' default MC_<group>_<cluster>_<location> overflows its 80 chars
+            node_resource_group=scope.apply(
+                lambda sc: names.node_resource_group_name(cfg.cluster_name, sc, cfg.location)
+            ),
             identity={"type": "SystemAssigned"},
             enable_rbac=True,
             agent_pool_profiles=[
@@ -222,13 +241,13 @@ class AksCluster(pulumi.ComponentResource):
         self,
         name: str,
         cfg: StackConfig,
-        scope: str,
+        scope: pulumi.Output[str],
         rg: resources.ResourceGroup,
         opts: pulumi.ResourceOptions,
     ) -> tuple[storage.StorageAccount, storage.FileShare, pulumi.Output[str]]:
         account = storage.StorageAccount(
             f"{name}-share-account",
-            account_name=names.storage_account_name(cfg.cluster_name, scope),
+            account_name=scope.apply(lambda sc: names.storage_account_name(cfg.cluster_name, sc)),
             resource_group_name=rg.name,
             location=rg.location,
             kind="StorageV2",
@@ -262,7 +281,9 @@ def deploy_workloads(
     share: pulumi.Resource,
 ) -> k8s.core.v1.Service:
     """Every pasture object in the namespace; returns the API Service. Per GPU pool: an
-    agent DaemonSet and a device plugin DaemonSet (none without GPU pools)."""
+    agent DaemonSet, a device plugin DaemonSet and (``monitoring``) a DCGM exporter
+    DaemonSet (none without GPU pools); the autoscaler placeholders' PriorityClass, the
+    task pods' PodDisruptionBudget, and (``monitoring``) kube-prometheus-stack."""
     redis_password_secret(w, secrets.redis_password)
     secrets_key_secret(w, secrets.redis_password)
     cluster_share(w, cfg, account_name, account_key, share)
@@ -277,4 +298,7 @@ def deploy_workloads(
     for pool in cfg.gpu_pools:
         agent_daemonset(w, pool, image, credentials_url(w.namespace, cfg.api_port))
         device_plugin_daemonset(w, cfg, pool)
+    placeholder_priority_class(w)
+    task_disruption_budget(w)
+    monitoring(w, cfg, API_SERVICE)
     return api

@@ -28,6 +28,15 @@ def device_plugin_daemonset(w: Workloads, cfg: StackConfig, pool: GpuPool) -> k8
             "capabilities": {"drop": ["ALL"]},
         },
         "volume_mounts": [{"name": "device-plugin", "mount_path": PLUGIN_DIR}],
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        # registered with the kubelet while its socket is there (re-created when the
+        # kubelet restarts and wipes the directory)
+        "liveness_probe": {
+            "exec": {"command": ["test", "-S", f"{PLUGIN_DIR}/nvidia-gpu.sock"]},
+            "initial_delay_seconds": 60,
+            "period_seconds": 30,
+            "failure_threshold": 3,
+        },
     }
     return k8s.apps.v1.DaemonSet(
         f"{w.prefix}-nvidia-device-plugin-{pool.name}",

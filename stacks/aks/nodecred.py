@@ -69,7 +69,8 @@ def agent_mounts() -> list[dict[str, Any]]:
 
 
 def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
-    """The scheduler pod's ServiceAccount, allowed to review tokens and read pods."""
+    """The scheduler pod's ServiceAccount, allowed to review tokens, read pods, manage the
+    autoscaler's placeholder pods and read node objects."""
     sa = k8s.core.v1.ServiceAccount(
         f"{w.prefix}-scheduler-sa", metadata=w.meta(SCHEDULER_SA), opts=w.opts
     )
@@ -88,7 +89,34 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
     k8s.rbac.v1.Role(
         f"{w.prefix}-scheduler-role",
         metadata=w.meta(SCHEDULER_SA),
-        rules=[{"api_groups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        # get: agents' pods (token review); create/list/delete: the autoscaler's
+        # placeholder pods (scheduler/agent/k8s_autoscale.py)
+        rules=[
+            {
+                "api_groups": [""],
+                "resources": ["pods"],
+                "verbs": ["get", "list", "create", "delete"],
+            }
+        ],
+        opts=w.opts,
+    )
+    nodes_role = f"{w.namespace}-scheduler-nodes"  # cluster-wide: named after the namespace
+    k8s.rbac.v1.ClusterRole(
+        f"{w.prefix}-scheduler-nodes",
+        metadata={"name": nodes_role},
+        # is a silent node's Node object gone? (scheduler/health.py, node_gone)
+        rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        opts=w.opts,
+    )
+    k8s.rbac.v1.ClusterRoleBinding(
+        f"{w.prefix}-scheduler-nodes-binding",
+        metadata={"name": nodes_role},
+        role_ref={
+            "api_group": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": nodes_role,
+        },
+        subjects=subjects,
         opts=w.opts,
     )
     k8s.rbac.v1.RoleBinding(

@@ -1,14 +1,30 @@
 """The scheduler in Kubernetes: the settings ConfigMap, one pod with the API and the loop
 (Deployment, strategy Recreate: never two loops at once) and the API Service (a load
-balancer open to ``allowedCidrs``, else internal to the vnet)."""
+balancer open to ``allowedCidrs``, else internal to the vnet).
+
+The loop gets the GPU pools (``PASTURE_K8S_POOLS``: what one node offers, ``max_count``,
+taints, labels) for its autoscaler placeholders (scheduler/agent/k8s_autoscale.py), whose
+PriorityClass :func:`placeholder_priority_class` makes; task pods get a
+PodDisruptionBudget (:func:`task_disruption_budget`). Both containers have requests and
+liveness probes (the API: ``/healthz``; the loop: its cycle counter moved within
+:data:`LOOP_STALL_S`, scheduler/agent/k8s_probe.py).
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from scheduler.agent.k8s_autoscale import (
+    NAMESPACE_ENV,
+    PLACEHOLDER_PRIORITY,
+    POOLS_ENV,
+    PRIORITY_CLASS,
+)
+from scheduler.agent.taints import pool_taints
 from stacks.aks.common import (
     CONFIG_DIR,
     CONFIG_MAP,
@@ -17,6 +33,7 @@ from stacks.aks.common import (
     app_labels,
     pasture_mounts,
     pasture_volumes,
+    pool_labels,
 )
 from stacks.aks.nodecred import SCHEDULER_SA
 from stacks.aks.redis import REDIS_NAME, SECRETS_DIR
@@ -27,6 +44,65 @@ from stacks.config import StackConfig
 SCHEDULER_NAME = "pasture-scheduler"
 API_SERVICE = "pasture-api"
 AGENT_CONFIG = f"{CONFIG_DIR}/agent.yaml"
+API_RESOURCES = {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+LOOP_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "4Gi"}}
+LOOP_STALL_S = 300
+"""Liveness limit of the loop: seconds its cycle counter may stay still while the store
+answers (it cycles at least every loop.interval_s)."""
+MIB = 1024 * 1024
+
+
+def autoscaled_pools(cfg: StackConfig) -> str:
+    """``PASTURE_K8S_POOLS`` of the loop: the GPU pools as JSON (what one node offers, from
+    the pool's ``cpu``, ``memory_mib``, ``gpu_count``, ``gpu_model``; ``max_count``; the
+    taints task pods tolerate, Spot included; node labels)."""
+    return json.dumps(
+        [
+            {
+                "name": p.name,
+                "cpu_m": p.cpu * 1000,
+                "memory": p.memory_mib * MIB,
+                "gpu": p.gpu_count,
+                "gpu_model": p.gpu_model,
+                "max_count": p.max_count,
+                "taints": list(pool_taints(p.taints, spot=p.spot)),
+                "labels": pool_labels(p),
+            }
+            for p in cfg.gpu_pools
+        ]
+    )
+
+
+def placeholder_priority_class(w: Workloads) -> k8s.scheduling.v1.PriorityClass:
+    """PriorityClass of the autoscaler's placeholder pods: below every real pod (negative),
+    never preempting anything."""
+    return k8s.scheduling.v1.PriorityClass(
+        f"{w.prefix}-placeholder-priority",
+        metadata={"name": PRIORITY_CLASS},
+        value=PLACEHOLDER_PRIORITY,
+        preemption_policy="Never",
+        global_default=False,
+        description="pasture: placeholder pods that make the cluster autoscaler add nodes",
+        opts=w.opts,
+    )
+
+
+def task_disruption_budget(w: Workloads) -> k8s.policy.v1.PodDisruptionBudget:
+    """No voluntary eviction of a running task pod (a node drain of an upgrade, a manual
+    ``kubectl drain``): pasture moves tasks itself (``pasture node drain``). Deletions by
+    pasture and Spot evictions are not evictions a budget stops."""
+    return k8s.policy.v1.PodDisruptionBudget(
+        f"{w.prefix}-tasks-pdb",
+        metadata=w.meta("pasture-tasks"),
+        spec={
+            "max_unavailable": 0,
+            "selector": {
+                "match_labels": {"app.kubernetes.io/managed-by": "pasture"},
+                "match_expressions": [{"key": "pasture/job", "operator": "Exists"}],
+            },
+        },
+        opts=w.opts,
+    )
 
 
 def settings_config_map(w: Workloads, cfg: StackConfig) -> k8s.core.v1.ConfigMap:
@@ -56,13 +132,33 @@ def scheduler_deployment(
         "command": ["pasture", "serve", "api", "--config", config],
         "ports": [{"container_port": cfg.api_port, "name": "api"}],
         "volume_mounts": [*mounts, key_mount()],  # the API seals job secrets
+        "resources": API_RESOURCES,
         "readiness_probe": {"tcp_socket": {"port": cfg.api_port}, "period_seconds": 5},
+        "liveness_probe": {
+            "http_get": {"path": "/healthz", "port": cfg.api_port},
+            "initial_delay_seconds": 30,
+            "period_seconds": 20,
+            "failure_threshold": 3,
+        },
     }
+    probe = ["python3", "-m", "scheduler.agent.k8s_probe", "cycles", config]
     loop = {
         "name": "loop",
         "image": image,
         "command": ["pasture", "serve", "loop", "--config", config],
+        "env": [
+            {"name": POOLS_ENV, "value": autoscaled_pools(cfg)},
+            {"name": NAMESPACE_ENV, "value": w.namespace},
+        ],
         "volume_mounts": mounts,
+        "resources": LOOP_RESOURCES,
+        "liveness_probe": {
+            "exec": {"command": [*probe, "/tmp/pasture-cycles.json", str(LOOP_STALL_S)]},
+            "initial_delay_seconds": 60,
+            "period_seconds": 30,
+            "timeout_seconds": 20,
+            "failure_threshold": 3,
+        },
     }
     return k8s.apps.v1.Deployment(
         f"{w.prefix}-scheduler",

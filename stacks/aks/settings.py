@@ -3,7 +3,8 @@ built as the scheduler's own settings models (:mod:`scheduler.settings`) and dum
 only the fields set here, so that a field the models do not know fails at ``pulumi up``.
 
 The agents' file is a template: ``PASTURE_NODE_NAME`` / ``PASTURE_NODE_ADDRESS`` are
-replaced at start from the downward API (see :mod:`stacks.aks.agents`).
+replaced at start from the downward API, ``PASTURE_NODE_POOL`` (the node label
+``pasture/pool``) from the DaemonSet's pool (see :mod:`stacks.aks.agents`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from stacks.config import StackConfig
 
 NODE_NAME_PLACEHOLDER = "PASTURE_NODE_NAME"
 NODE_ADDRESS_PLACEHOLDER = "PASTURE_NODE_ADDRESS"
+NODE_POOL_PLACEHOLDER = "PASTURE_NODE_POOL"
 WORK_DIR = Path("/var/lib/pasture")  # the agents' work_dir: a hostPath (stacks.aks.agents)
 
 
@@ -60,6 +62,7 @@ def agent_settings(cfg: StackConfig) -> AgentSettings:
         executor="kubernetes",
         task_network="host",
         work_dir=WORK_DIR,
+        labels={"pasture/pool": NODE_POOL_PLACEHOLDER},  # the loop's autoscaler counts by it
         secrets_key_file=KEY_FILE,  # opens them at a task's start-up
     )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -102,7 +103,15 @@ def by_key(job: dict) -> dict[str, dict]:
 
 
 def task_pids(cluster, name: str) -> dict[str, int]:
-    return {t.key: json.loads(t.handle)["pid"] for t in cluster.store().tasks(name) if t.handle}
+    """Each task's process id, from the handle its agent stored. Read with a pattern, not
+    json.loads: the store keeps the first 512 characters of a handle, and a process
+    handle with its cgroup paths can be longer (the pid comes first)."""
+    out = {}
+    for t in cluster.store().tasks(name):
+        m = re.search(r'"pid": ([0-9]+)', t.handle or "")
+        if m:
+            out[t.key] = int(m.group(1))
+    return out
 
 
 def gone(pid: int) -> bool:
@@ -483,3 +492,76 @@ def test_three_named_ports_each_in_its_variables_and_main_is_master_port(cluster
         assert env["MASTER_ADDR"] == tasks["trainer-0"]["address"]
         assert env["PAI_TASK_ROLE_trainer_HOST_LIST"] == ",".join(mains)
         assert env["PASTURE_ROLE_TRAINER_HOSTS"] == ",".join(mains)
+
+
+# -- e. Volcano's mpi and pytorch plugin guides, only their commands replaced -----------------
+
+CORPUS = Path(__file__).resolve().parents[1] / "compat" / "corpus" / "volcano"
+
+
+def with_commands(path: Path, commands: dict[str, str]) -> str:
+    """The Volcano file's text with each named task's container command replaced by
+    ``[/bin/sh, -c, SCRIPT]`` (everything else as written)."""
+    import yaml
+
+    doc = yaml.safe_load(path.read_text())
+    for task in doc["spec"]["tasks"]:
+        container = task["template"]["spec"]["containers"][0]
+        container["command"] = ["/bin/sh", "-c", commands[task["name"]]]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def test_volcano_mpi_plugin_guide_runs_with_mpi_host_as_volcano_sets_it(cluster, api):
+    """docs/user-guide/how_to_use_mpi_plugin.md: minAvailable 1 over a master and two
+    workers (a job-wide count: it starts, not "min_available 0" forever), MPI_HOST on the
+    master only (the workers' hosts, comma-separated), ssh to each of them on the job's
+    ssh port, and /etc/volcano/mpiworker.host readable in process mode."""
+    master = (
+        "pasture-ssh-barrier 30 || exit 5\n"
+        'test -n "$MPI_HOST" || exit 2\n'
+        'for h in $(echo "$MPI_HOST" | tr , " "); do ssh "$h" true || exit 3; done\n'
+        'test "$(tr "\\n" , < /etc/volcano/mpiworker.host)" = "$MPI_HOST" || exit 4\n'
+        'echo "$MPI_HOST" > "$PASTURE_JOB_DIR/mpi_host"\n'
+    )
+    worker = 'echo "${MPI_HOST-unset}" > "$PASTURE_JOB_DIR/worker-$VC_TASK_INDEX"; exec sleep 120'
+    text = with_commands(
+        CORPUS / "mpi-plugin-guide.yaml", {"mpimaster": master, "mpiworker": worker}
+    )
+    submit_text(api, text)
+    job = wait_job(api, "lm-mpi-job", timeout=90)
+    assert job["state"] == "succeeded", job  # TaskCompleted -> CompleteJob on the master
+    job_dir = Path(cluster.share_dir) / "jobs" / "lm-mpi-job"
+    hosts = (job_dir / "mpi_host").read_text().strip().split(",")
+    workers = [t for t in job["tasks"] if t["role"] == "mpiworker"]
+    assert len(hosts) == 2 == len(workers)
+    assert sorted(hosts) == sorted(t["address"] for t in workers)
+    assert (job_dir / "worker-0").read_text().strip() == "unset"  # master only
+
+
+def test_volcano_pytorch_plugin_guide_gives_ranks_and_master_as_volcano(cluster, api):
+    """docs/user-guide/how_to_use_pytorch_plugin.md (containers without a command: a
+    stand-in given): the --master task is rank 0 and MASTER_ADDR, the workers 1 and 2,
+    WORLD_SIZE 3."""
+    mark = (
+        'echo "$RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $PASTURE_TASK_ROLE"'
+        ' > "$PASTURE_JOB_DIR/r-$RANK"'
+    )
+    master = (
+        f"{mark}\n"
+        'for i in $(seq 100); do [ -e "$PASTURE_JOB_DIR/r-2" ] && exit 0; sleep 0.2; done\n'
+        "exit 1\n"
+    )
+    text = with_commands(
+        CORPUS / "pytorch-plugin-guide.yaml",
+        {"master": master, "worker": f"{mark}; exec sleep 120"},
+    )
+    submit_text(api, text)
+    job = wait_job(api, "pytorch-job", timeout=90)
+    assert job["state"] == "succeeded", job
+    job_dir = Path(cluster.share_dir) / "jobs" / "pytorch-job"
+    master_task = next(t for t in job["tasks"] if t["role"] == "master")
+    marks = [(job_dir / f"r-{r}").read_text().split() for r in range(3)]
+    assert {m[0] for m in marks} == {"0", "1", "2"} and {m[1] for m in marks} == {"3"}
+    assert {m[2] for m in marks} == {master_task["address"]}
+    assert len({m[3] for m in marks}) == 1
+    assert [m[4] for m in marks] == ["master", "worker", "worker"]

@@ -240,6 +240,17 @@ def test_every_shipped_rule_is_reachable():
         diagnose(143, "").kind,
         diagnose(None, "", message="cannot write to the cluster share at /mnt: EIO").kind,
         diagnose(3, "").kind,
+        # the kubernetes executor's evidence (tests/scheduler/agent/test_kubernetes_start.py)
+        *(
+            diagnose(125, "", evidence={"k8s_reason": r}).kind
+            for r in (
+                "ImagePullBackOff",
+                "InvalidImageName",
+                "CreateContainerConfigError",
+                "Evicted",
+                "UnexpectedAdmissionError",
+            )
+        ),
     }
     assert seen == kinds
 

@@ -1,5 +1,6 @@
 from scheduler.discovery import (
     env_name,
+    local_volcano_paths,
     main_port,
     mpi_hostfile,
     port_names,
@@ -196,3 +197,26 @@ def test_ranks_follow_the_spec_so_a_late_replica_never_takes_an_early_tasks_rank
     assert ranks == {("ps", 0): "0", ("ps", 1): "1", ("worker", 0): "2", ("worker", 1): "3"}
     sizes = {task_env("late", spec, early, t, "/share")["WORLD_SIZE"] for t in early}
     assert sizes == {"4"}  # every declared replica, early or late
+
+
+def test_mpi_host_is_set_on_the_master_as_volcano_mpi_plugin_sets_it():
+    """volcano-sh/volcano mpi.go: MPI_HOST on the --master task's pods only, the --worker
+    task's hosts comma-separated (addresses here: no cluster DNS)."""
+    spec = parse_job_spec(
+        {**SPEC.model_dump(), "mpi_host": {"master": "ps", "worker": "worker-gpu"}}
+    )
+    master = task_env("j", spec, TASKS, TASKS[1], "/share")
+    assert master["MPI_HOST"] == "10.0.0.1,10.0.0.2"  # rank order, one per task
+    assert "MPI_HOST" not in task_env("j", spec, TASKS, TASKS[0], "/share")
+    assert "MPI_HOST" not in task_env("j", SPEC, TASKS, TASKS[1], "/share")
+
+
+def test_process_tasks_read_the_volcano_host_files_where_they_are():
+    cmd = "PS=`cat /etc/volcano/ps.host | tr '\\n' ','`; python -c 'open(\"/etc/volcano/w.host\")'"
+    out = local_volcano_paths(cmd, "/share/jobs/j/volcano-1")
+    assert out == (
+        "PS=`cat /share/jobs/j/volcano-1/ps.host | tr '\\n' ','`; "
+        "python -c 'open(\"/share/jobs/j/volcano-1/w.host\")'"
+    )
+    assert local_volcano_paths(cmd, "/etc/volcano") == cmd
+    assert local_volcano_paths("echo /etc/volcanos", "/x") == "echo /etc/volcanos"

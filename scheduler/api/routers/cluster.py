@@ -7,7 +7,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 
 from scheduler.api.auth import principal
-from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, errors
+from scheduler.api.responses import CONFLICT, FORBIDDEN, INVALID, NOT_FOUND, errors
 from scheduler.api.schemas import NodeOut, StatusOut, VcOut, WhoAmI
 from scheduler.services.nodes import NodeService
 from scheduler.services.status import StatusService
@@ -48,6 +48,23 @@ def node_action(
     for another action."""
     nodes: NodeService = request.app.state.nodes
     return nodes.set_state(who, name, action)
+
+
+@router.delete(
+    "/nodes/{name}",
+    tags=["nodes"],
+    response_model=NodeOut,
+    responses=errors(FORBIDDEN, NOT_FOUND, CONFLICT),
+)
+def delete_node(
+    name: str, request: Request, force: bool = False, who: TokenInfo = Depends(principal)
+) -> dict[str, Any]:
+    """Delete a node that is gone for good: lost now (its tasks requeued without charge),
+    its record removed by the loop. Admin tokens only (403); 404 for an unknown node; 409
+    while the node heartbeated within its fence bound (``force=true`` overrides: the
+    operator knows the machine is gone)."""
+    nodes: NodeService = request.app.state.nodes
+    return nodes.delete(who, name, force=force)
 
 
 @router.get("/vcs", tags=["vcs"], response_model=list[VcOut], responses=errors(FORBIDDEN))

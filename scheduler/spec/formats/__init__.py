@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano
-from scheduler.spec.formats.common import Context, TranslateError
+from scheduler.spec.formats.common import Context, TranslateError, source_loc
 
-__all__ = ["FORMATS", "TranslateError", "Translation", "detect", "translate"]
+__all__ = ["FORMATS", "TranslateError", "Translation", "detect", "source_loc", "translate"]
 
 FORMATS = {
     "pasture": "pasture",
@@ -38,6 +38,14 @@ class Translation:
     fmt: str
     documents: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)
+    """translated pasture path -> the source field it came from (Context.origin)."""
+    doc_origins: list[dict[str, str]] | None = None
+    """per document, when the documents came from different source objects (a List)."""
+
+    def origins_of(self, index: int) -> dict[str, str]:
+        """The origins of document ``index``."""
+        return self.doc_origins[index] if self.doc_origins is not None else self.origins
 
 
 def detect(doc: dict[str, Any]) -> str:
@@ -48,11 +56,19 @@ def detect(doc: dict[str, Any]) -> str:
     if "apiVersion" in doc or "kind" in doc:
         if volcano.is_volcano(doc):
             return "volcano"
+        if volcano.is_list(doc):
+            return "volcano-list"
+        kind = doc.get("kind")
+        what = (
+            "a Volcano Queue is a virtual cluster here, which the cluster's admin configures "
+            "(docs/operations.md); submit only the Jobs"
+            if kind == "Queue"
+            else f"a Volcano job is apiVersion {volcano.API_VERSION}, kind Job"
+        )
         raise TranslateError(
-            "",
-            f"{NOT_A_JOB}: apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r} "
-            f"(a Volcano job is apiVersion {volcano.API_VERSION}, kind Job)",
-            f"{doc.get('apiVersion')}/{doc.get('kind')}",
+            "kind",
+            f"{NOT_A_JOB}: apiVersion {doc.get('apiVersion')!r} kind {kind!r} ({what})",
+            f"{doc.get('apiVersion')}/{kind}",
         )
     if "protocol_version" in doc and "tasks" in doc:
         raise TranslateError(
@@ -68,6 +84,15 @@ def detect(doc: dict[str, Any]) -> str:
         return "openpai-v2"
     if maro.is_maro(doc):
         return "maro"
+    if "mode" in doc and any(k in doc for k in ("cloud", "master", "user", "cluster")):
+        raise TranslateError(
+            "mode",
+            f"{NOT_A_JOB}: this is a MARO cluster deployment (`maro grass|k8s create` or "
+            "`node join`), not a job; pasture's clusters are made with `pasture dev up`, the "
+            "Ansible roles or the aks stack (docs/platforms.md); submit the start-job or "
+            "start-schedule deployment",
+            doc.get("mode"),
+        )
     keys = sorted(str(k) for k in doc)[:8]
     raise TranslateError(
         "",
@@ -87,6 +112,9 @@ def translate(doc: dict[str, Any], fmt: str | None = None) -> Translation:
         TranslateError: not a known format, or a field that cannot be honoured.
     """
     fmt = fmt or detect(doc)
+    if fmt == "volcano-list":
+        docs, warnings, origins = volcano.translate_list(doc)
+        return Translation("volcano", docs, warnings, doc_origins=origins)
     if fmt not in FORMATS:
         raise TranslateError("", f"unknown format {fmt!r}; expected one of {list(FORMATS)}", fmt)
     ctx = Context(FORMATS[fmt])
@@ -100,4 +128,4 @@ def translate(doc: dict[str, Any], fmt: str | None = None) -> Translation:
         docs = maro.translate(doc, ctx)
     else:
         docs = [volcano.translate(doc, ctx)]
-    return Translation(fmt, docs, ctx.warnings)
+    return Translation(fmt, docs, ctx.warnings, ctx.origins)

@@ -36,6 +36,21 @@ class Context:
 
     fmt: str
     warnings: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def origin(self, pasture: str, source: str) -> None:
+        """Record that the translated field ``pasture`` (a dotted path, e.g.
+        ``roles.worker`` or ``roles.worker.image``) came from ``source`` in the file
+        (``spec.tasks[1]``, ``taskRoles.worker.dockerImage``): errors found when the
+        translation is validated then name ``source`` (:func:`source_loc`)."""
+        self.origins[pasture] = source
+
+    def origins_under(self, pasture: str, source: str, fields: dict[str, str]) -> None:
+        """:meth:`origin` for ``pasture`` itself and each ``{pasture sub-path: source
+        sub-path}`` of ``fields`` below it (``{"replicas": "taskNumber"}``)."""
+        self.origins[pasture] = source
+        for sub, src in fields.items():
+            self.origins[f"{pasture}.{sub}"] = f"{source}.{src}" if src else source
 
     def refuse(self, loc: str, why: str, given: object = None) -> TranslateError:
         """The error for a field that cannot be honoured (raise it)."""
@@ -129,19 +144,85 @@ def is_hdfs(path: str) -> bool:
     return bool(_HDFS.match(path.strip()))
 
 
-def code_dir(value: object, ctx: Context, loc: str) -> str:
+def code_dir(value: object, ctx: Context, loc: str, job: str = "") -> str:
     """A ``codeDir``: a directory of the cluster share (as given to ``pasture data push``),
-    copied into each task's working directory as ``./code``. Refuses HDFS and URLs."""
+    copied into each task's working directory as ``./code``. Refuses HDFS and URLs, saying
+    what to push and what to write with the file's own directory name
+    (``hdfs://host:9000/folder/mnist`` -> ``pasture data push ./mnist code/mnist``)."""
     if not isinstance(value, str) or not value.strip():
         raise ctx.refuse(loc, "expected a directory of the cluster share", value)
     path = value.strip()
-    how = (
-        "pasture has the cluster share, not HDFS: push the code with "
-        "`pasture data push ./mnist code/mnist` and set this field to code/mnist "
-        "(a path inside the share)"
-    )
-    if is_hdfs(path):
-        raise ctx.refuse(loc, how, value)
-    if "://" in path:
-        raise ctx.refuse(loc, "URLs are not fetched; " + how.split(": ", 1)[1], value)
+    if is_hdfs(path) or "://" in path:
+        base = push_name(path)
+        # OpenPAI's examples end in .../<project>/code: name the share directory after
+        # the job then, not code/code
+        remote = f"code/{job}" if base == "code" and job else f"code/{base}"
+        how = (
+            f"push the code with `pasture data push ./{base} {remote}` and set "
+            f"{loc} to {remote} (a path inside the share)"
+        )
+        if is_hdfs(path):
+            raise ctx.refuse(loc, f"pasture has the cluster share, not HDFS: {how}", value)
+        raise ctx.refuse(loc, f"URLs are not fetched; {how}", value)
     return path.removeprefix("./")
+
+
+def push_name(path: str) -> str:
+    """The last directory name of a URL or path, as a share directory name for the
+    how-to of a refusal (``hdfs://h:9000/a/mnist/`` -> ``mnist``; ``code`` when none)."""
+    rest = path.split("://", 1)[-1].rstrip("/")
+    if "/" not in rest:  # a host alone
+        return "code"
+    tail = rest.rsplit("/", 1)[-1]
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", tail).strip("-.")
+    if not tail or "$" in path.rsplit("/", 1)[-1] or ":" in tail:
+        return "code"
+    return tail
+
+
+def completion_counts(
+    succeeded: object, failed: object, replicas: int, ctx: Context, locs: tuple[str, str]
+) -> dict[str, int]:
+    """OpenPAI's per-role completion counts (v1 ``minSucceededTaskCount`` /
+    ``minFailedTaskCount``, v2 ``completion.minSucceededInstances`` / ``minFailedInstances``)
+    as pasture's role ``completion`` with FrameworkController's semantics
+    (microsoft/frameworkcontroller pkg/apis/frameworkcontroller/v1 CompletionPolicy): -1 or
+    null is "all" / "never"; a count above the role's instances can never be reached, so the
+    attempt ends when every task has ended, which is the same as -1 (a warning says so).
+    Raises TranslateError for a count below -1, 0, or not a whole number."""
+    out: dict[str, int] = {}
+    if succeeded is not None:
+        n = as_int(succeeded, ctx, locs[0], minimum=-1)
+        if n == 0:
+            raise ctx.refuse(locs[0], "expected -1 (all) or at least 1, got 0", succeeded)
+        if n > replicas:
+            ctx.warn(locs[0], f"{n} is above the role's {replicas} instances: all of them")
+        elif n != -1:
+            out["min_succeeded"] = n
+    if failed is not None:
+        n = as_int(failed, ctx, locs[1], minimum=-1)
+        if n == 0:
+            raise ctx.refuse(locs[1], "expected -1 (never) or at least 1, got 0", failed)
+        if n > replicas:
+            ctx.warn(
+                locs[1],
+                f"{n} is above the role's {replicas} instances, so failures never fail the "
+                "job (as -1): it ends when every task has ended",
+            )
+            n = -1
+        out["min_failed"] = n
+    return out
+
+
+def source_loc(loc: str, origins: dict[str, str]) -> str | None:
+    """The source field a translated pasture path came from: the longest recorded prefix
+    of ``loc`` (see :meth:`Context.origin`) with the rest of the path appended
+    (``roles.w.resources.memory`` with ``roles.w -> spec.tasks[0]`` gives
+    ``spec.tasks[0] (resources.memory)``); None when no prefix was recorded."""
+    parts = loc.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in origins:
+            rest = ".".join(parts[n:])
+            return origins[key] + (f" ({rest})" if rest else "")
+    return None

@@ -55,8 +55,21 @@ def translate(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
     components = ctx.mapping(doc.get("components"), "components")
     if not components:
         raise ctx.refuse("components", "expected at least one component")
+    ctx.origin("name", "name")
     for name, comp in components.items():
         loc = f"components.{name}"
+        ctx.origins_under(
+            f"roles.{name}",
+            loc,
+            {
+                "replicas": "num",
+                "command": "command",
+                "image": "image",
+                "resources.cpu": "resources.cpu",
+                "resources.memory": "resources.memory",
+                "resources.gpu": "resources.gpu",
+            },
+        )
         comp = ctx.mapping(comp, loc)
         ctx.check_fields(
             comp,
@@ -81,8 +94,9 @@ def translate(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
         mount = ctx.mapping(comp.get("mount"), f"{loc}.mount")
         ctx.check_fields(mount, f"{loc}.mount", honoured={"target"})
         if mount.get("target"):
-            entry = {"source": "", "target": str(mount["target"])}
-            if entry not in mounts:
+            entry = _mount(mount["target"], f"{loc}.mount.target", ctx)
+            if entry is not None and entry not in mounts:
+                ctx.origin(f"mounts.{len(mounts)}", f"{loc}.mount.target")
                 mounts.append(entry)
         roles[str(name)] = role
     base: dict[str, Any] = {"roles": roles}
@@ -101,9 +115,66 @@ def translate(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
     return specs
 
 
+PROJECT_ROOT = "{project root}"
+"""MARO docs' placeholder for the mount target ("replace {project root} with a valid
+linux path ... the data you push will be mount into this folder", microsoft/maro
+docs/source/installation/grass_*_cluster_provisioning.rst). Its meaning, the directory
+where the pushed data is, is the cluster share here: ``$PASTURE_SHARE_DIR`` in commands."""
+_SHARE = "${PASTURE_SHARE_DIR}"
+_QUOTES = "\"'\u201c\u201d\u2018\u2019 "
+
+
 def _command(value: object, ctx: Context, loc: str) -> str:
+    """A component's command as one shell line: a list is the program and its arguments
+    (quoted); a string is a shell line. :data:`PROJECT_ROOT` becomes the share's path."""
     if isinstance(value, list) and value and all(isinstance(v, str | int | float) for v in value):
-        return shlex.join(str(v) for v in value)
+        return " ".join(_quote(str(v)) for v in value)
     if isinstance(value, str) and value.strip():
-        return value
+        return value.replace(PROJECT_ROOT, _SHARE)
     raise ctx.refuse(loc, "expected a command string or a list of arguments", value)
+
+
+def _quote(arg: str) -> str:
+    """``shlex.quote`` with each :data:`PROJECT_ROOT` left outside the quotes as the share's
+    path (``{project root}/a b.sh`` -> ``"${PASTURE_SHARE_DIR}"'/a b.sh'``)."""
+    if PROJECT_ROOT not in arg:
+        return shlex.quote(arg)
+    return f'"{_SHARE}"'.join(shlex.quote(p) if p else "" for p in arg.split(PROJECT_ROOT))
+
+
+def _mount(value: object, loc: str, ctx: Context) -> dict[str, str] | None:
+    """``mount.target``: the cluster share (what ``maro ... data push`` fills) mounted at
+    that path. ``{project root}`` (the docs' placeholder) means the share itself: nothing
+    to mount, commands read it at ``$PASTURE_SHARE_DIR``. A Docker-style ``HOST:CONTAINER``
+    mounts the share at CONTAINER (the host directory's files are to be pushed)."""
+    target = str(value).strip(_QUOTES)
+    if target == PROJECT_ROOT or target.startswith(PROJECT_ROOT + "/"):
+        ctx.warn(
+            loc,
+            f"{PROJECT_ROOT} is the cluster share here: commands read it at "
+            "$PASTURE_SHARE_DIR (their {project root} is replaced by it)",
+        )
+        return None
+    if ":" in target:
+        host, _, inner = target.partition(":")
+        inner = inner.split(":", 1)[0]  # a trailing :ro / :rw option
+        if not inner.startswith("/"):
+            raise ctx.refuse(
+                loc,
+                f"expected a target directory; write target: /data (the share is mounted "
+                f"there) and push {host}'s files with `pasture data push {host} .`",
+                value,
+            )
+        ctx.warn(
+            loc,
+            f"the cluster share is mounted at {inner}; the host directory {host} is not: push "
+            f"its files to the share with `pasture data push {host} .`",
+        )
+        target = inner
+    if not target.startswith("/"):
+        raise ctx.refuse(
+            loc,
+            f"expected an absolute directory where the share is mounted, e.g. /{target}",
+            value,
+        )
+    return {"source": "", "target": target}

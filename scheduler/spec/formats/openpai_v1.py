@@ -11,14 +11,21 @@ Field map (docs/compat.md has the table):
     env PAI_DATA_DIR / PAI_OUTPUT_DIR (passed through); taskRoles[i]: name, taskNumber ->
     replicas, cpuNumber / memoryMB / gpuNumber -> resources, shmMB -> shm, portList ->
     ports, minSucceededTaskCount / minFailedTaskCount -> completion, command.
-    authFile (private registry credentials) is refused.
+    authFile: empty is ignored; credentials are refused (nodes run images pushed to them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler.spec.formats.common import Context, as_int, code_dir, is_hdfs, job_name
+from scheduler.spec.formats.common import (
+    Context,
+    as_int,
+    code_dir,
+    completion_counts,
+    is_hdfs,
+    job_name,
+)
 
 FORMAT = "OpenPAI v1"
 
@@ -27,11 +34,18 @@ _JOB_IGNORED = {
     "isDebug": "OpenPAI debug mode has no meaning here",
     "extras": "OpenPAI plugin data; no pasture plugin reads it",
 }
-_JOB_REFUSED = {
-    "authFile": "private registry credentials are not read; make the image available to "
-    "the nodes with `pasture image push IMAGE`",
-}
 _ROLE_IGNORED = {"description": "documentation only"}
+_ROLE_ORIGINS = {
+    "replicas": "taskNumber",
+    "resources.cpu": "cpuNumber",
+    "resources.memory": "memoryMB",
+    "resources.gpu": "gpuNumber",
+    "shm": "shmMB",
+    "ports": "portList",
+    "command": "command",
+    "completion.min_succeeded": "minSucceededTaskCount",
+    "completion.min_failed": "minFailedTaskCount",
+}
 
 
 def is_openpai_v1(doc: dict[str, Any]) -> bool:
@@ -56,10 +70,19 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
             "virtualCluster",
             "gpuType",
             "killAllOnCompletedTaskNumber",
+            "authFile",
         },
         ignored=_JOB_IGNORED,
-        refused=_JOB_REFUSED,
     )
+    auth = doc.get("authFile")
+    if auth not in (None, ""):  # "" (no credentials at all) is what many examples carry
+        raise ctx.refuse(
+            "authFile",
+            "private registry credentials are not read here: make the image available to "
+            f"the nodes with `pasture image push {doc.get('image') or 'IMAGE'}` and drop "
+            'authFile (or set it to "")',
+            auth,
+        )
     gpu_type = doc.get("gpuType")
     roles: dict[str, Any] = {}
     task_roles = doc.get("taskRoles")
@@ -75,7 +98,20 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
         ]
     if not items:
         raise ctx.refuse("taskRoles", "expected at least one task role")
+    for key, src in (
+        ("name", "jobName"),
+        ("image", "image"),
+        ("vc", "virtualCluster"),
+        ("retry", "retryCount"),
+        ("env", "jobEnvs"),
+        ("code_dir", "codeDir"),
+        ("min_succeeded", "killAllOnCompletedTaskNumber"),
+    ):
+        ctx.origin(key, src)
     for tr, loc in items:
+        ctx.origins_under(f"roles.{tr.get('name')}", loc, _ROLE_ORIGINS)
+        if gpu_type:
+            ctx.origin(f"roles.{tr.get('name')}.resources.gpu_model", "gpuType")
         name, role = _role(tr, loc, ctx)
         if gpu_type:
             role["resources"]["gpu_model"] = str(gpu_type)
@@ -98,7 +134,7 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
         spec["retry"] = {"max_attempts": retries + 1}
     env = {str(k): str(v) for k, v in ctx.mapping(doc.get("jobEnvs"), "jobEnvs").items()}
     if doc.get("codeDir"):
-        spec["code_dir"] = code_dir(doc["codeDir"], ctx, "codeDir")
+        spec["code_dir"] = code_dir(doc["codeDir"], ctx, "codeDir", spec["name"])
     for key, var in (("dataDir", "PAI_DATA_DIR"), ("outputDir", "PAI_OUTPUT_DIR")):
         value = doc.get(key)
         if value:
@@ -172,13 +208,13 @@ def _role(tr: dict[str, Any], loc: str, ctx: Context) -> tuple[str, dict[str, An
         ports.append(str(p.get("label")))
     if ports:
         role["ports"] = ports
-    completion: dict[str, Any] = {}
-    ms = tr.get("minSucceededTaskCount")
-    if ms is not None and ms != -1:
-        completion["min_succeeded"] = as_int(ms, ctx, f"{loc}.minSucceededTaskCount", minimum=1)
-    mf = tr.get("minFailedTaskCount")
-    if mf is not None:
-        completion["min_failed"] = as_int(mf, ctx, f"{loc}.minFailedTaskCount", minimum=-1)
+    completion = completion_counts(
+        tr.get("minSucceededTaskCount"),
+        tr.get("minFailedTaskCount"),
+        role["replicas"],
+        ctx,
+        (f"{loc}.minSucceededTaskCount", f"{loc}.minFailedTaskCount"),
+    )
     if completion:
         role["completion"] = completion
     return name, role

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from scheduler.spec.formats.common import Context, as_int, job_name
+from scheduler.spec.formats.common import Context, as_int, completion_counts, job_name
 from scheduler.spec.formats.openpai_v2_extras import extras as extras_of
 from scheduler.spec.secrets import REF, find_ref, shell_ref
 
@@ -44,6 +44,19 @@ FORMAT = "OpenPAI v2"
 _REF = re.compile(r"<%\s*\$([A-Za-z_]+)((?:\.[A-Za-z0-9_]+|\[[0-9]+\])*)\s*%>")
 _CMD_PLUGIN = "com.microsoft.pai.runtimeplugin.cmd"
 _CALLBACK_EVENTS = ["taskStarts", "taskSucceeds"]
+_ROLE_ORIGINS = {
+    "replicas": "instances",
+    "resources.cpu": "resourcePerInstance.cpu",
+    "resources.memory": "resourcePerInstance.memoryMB",
+    "resources.gpu": "resourcePerInstance.gpu",
+    "ports": "resourcePerInstance.ports",
+    "command": "commands",
+    "image": "dockerImage",
+    "completion.min_succeeded": "completion.minSucceededInstances",
+    "completion.min_failed": "completion.minFailedInstances",
+    "max_task_retries": "taskRetryCount",
+    "shm": "extraContainerOptions.shmMB",
+}
 _INFO_IGNORED = {
     "version": "component version: documentation only",
     "contributor": "documentation only",
@@ -117,8 +130,21 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     task_roles = ctx.mapping(doc.get("taskRoles"), "taskRoles")
     if not task_roles:
         raise ctx.refuse("taskRoles", "expected at least one task role")
+    for key, src in (
+        ("name", "name"),
+        ("vc", "defaults.virtualCluster"),
+        ("retry", "jobRetryCount"),
+        ("priority", "extras.hivedScheduler.jobPriorityClass"),
+        ("secrets", "secrets"),
+        ("mounts", "extras.com.microsoft.pai.runtimeplugin"),
+    ):
+        ctx.origin(key, src)
     for name, tr in task_roles.items():
         loc = f"taskRoles.{name}"
+        ctx.origins_under(f"roles.{name}", loc, _ROLE_ORIGINS)
+        ctx.origin(
+            f"roles.{name}.resources.gpu_model", f"extras.hivedScheduler.taskRoles.{name}.skuType"
+        )
         role = _role(
             str(name),
             ctx.mapping(tr, loc),
@@ -373,13 +399,13 @@ def _role(
     ctx.check_fields(
         completion, f"{loc}.completion", honoured={"minSucceededInstances", "minFailedInstances"}
     )
-    out: dict[str, Any] = {}
-    ms = completion.get("minSucceededInstances")
-    if ms is not None and ms != -1:
-        out["min_succeeded"] = as_int(ms, ctx, f"{loc}.completion.minSucceededInstances", minimum=1)
-    mf = completion.get("minFailedInstances")
-    if mf is not None:
-        out["min_failed"] = as_int(mf, ctx, f"{loc}.completion.minFailedInstances", minimum=-1)
+    out = completion_counts(
+        completion.get("minSucceededInstances"),
+        completion.get("minFailedInstances"),
+        role["replicas"],
+        ctx,
+        (f"{loc}.completion.minSucceededInstances", f"{loc}.completion.minFailedInstances"),
+    )
     if out:
         role["completion"] = out
     if tr.get("taskRetryCount") is not None:
@@ -391,7 +417,7 @@ def _role(
         extra,
         f"{loc}.extraContainerOptions",
         honoured={"shmMB"},
-        refused={"infiniband": "InfiniBand devices are not passed to tasks here"},
+        refused={"infiniband": "InfiniBand devices are not passed to tasks here: drop infiniband"},
     )
     if extra.get("shmMB") is not None:
         role["shm"] = (

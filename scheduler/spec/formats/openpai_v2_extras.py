@@ -44,8 +44,11 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                     honoured={"skuType", "gpuType"},
                     ignored={"skuNum": "HiveD SKU count; resourcePerInstance is what is requested"},
                     refused={
-                        "affinityGroupName": "HiveD affinity groups are not supported; "
-                        "pasture places a job's tasks as one gang"
+                        "affinityGroupName": "HiveD affinity groups are not supported: drop "
+                        "affinityGroupName (pasture places a job's tasks as one gang)",
+                        "pinnedCellId": "HiveD pinned cells are not known here: drop "
+                        "pinnedCellId (to keep the role on given nodes, label them and use "
+                        "a pasture spec's node_selector)",
                     },
                 )
                 model = r.get("skuType") or r.get("gpuType")
@@ -97,11 +100,17 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                     raise ctx.refuse(
                         f"{ploc}.plugin",
                         "only the ssh, teamwise_storage and tensorboard runtime plugins are "
-                        "known here",
+                        "known here: drop this one (and do what it did in the commands)",
                         name,
                     )
         elif key in ("submitFrom", "jobStatusChangeNotification", "virtualGroup"):
             ctx.warn(loc, "OpenPAI web portal / notification data; no meaning here")
         else:
-            raise ctx.refuse(loc, "unknown extras field", value)
+            raise ctx.refuse(
+                loc,
+                "unknown extras field (known: gangAllocation, hivedScheduler, "
+                "com.microsoft.pai.runtimeplugin, submitFrom, jobStatusChangeNotification, "
+                "virtualGroup): drop it",
+                value,
+            )
     return out

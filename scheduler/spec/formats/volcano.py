@@ -27,10 +27,11 @@ complete_job, AbortJob / TerminateJob -> terminate_job.
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from typing import Any
 
-from scheduler.spec.formats.common import Context, as_int, job_name
+from scheduler.spec.formats.common import Context, TranslateError, as_int, job_name
 
 FORMAT = "Volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -51,6 +52,23 @@ _ACTIONS = {
     "TerminateJob": "terminate_job",
 }
 _PRIORITIES = ("opportunistic", "low", "normal", "high", "critical")
+_C = "template.spec.containers[0]"
+_ROLE_ORIGINS = {
+    "replicas": "replicas",
+    "min_available": "minAvailable",
+    "max_task_retries": "maxRetry",
+    "depends_on": "dependsOn.name",
+    "node_selector": "template.spec.nodeSelector",
+    "shm": "template.spec.volumes",
+    "command": f"{_C}.command",
+    "args": f"{_C}.args",
+    "working_dir": f"{_C}.workingDir",
+    "image": f"{_C}.image",
+    "env": f"{_C}.env",
+    "ports": f"{_C}.ports",
+    "resources": f"{_C}.resources",
+}
+"""Where each translated role field of a task came from (errors name it)."""
 _K8S_META = "Kubernetes object metadata; no meaning here"
 _POD_IGNORED = {
     "schedulerName": "pasture schedules every task",
@@ -60,6 +78,12 @@ _POD_IGNORED = {
     "hostNetwork": "tasks use the node's network here",
     "serviceAccountName": "no Kubernetes API access from tasks",
     "automountServiceAccountToken": "no Kubernetes API access from tasks",
+    "imagePullPolicy": "a container field (Kubernetes drops it here); images are pulled when "
+    "absent",
+    "priorityClassName": "the job's priority is spec.priorityClassName",
+    "hostname": "tasks are reached by address and ssh alias here",
+    "subdomain": "tasks are reached by address and ssh alias here",
+    "enableServiceLinks": "no Kubernetes services here",
 }
 _CONTAINER_IGNORED = {
     "imagePullPolicy": "images are pulled when absent",
@@ -75,14 +99,77 @@ _CONTAINER_IGNORED = {
 def is_volcano(doc: dict[str, Any]) -> bool:
     """A Volcano Job: ``apiVersion: batch.volcano.sh/...`` and ``kind: Job``."""
     return (
-        str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/") and doc.get("kind") == "Job"
+        str(doc.get("apiVersion", "")).startswith("batch.volcano.sh/")
+        and str(doc.get("kind", "")).lower() == "job"
     )
+
+
+def is_list(doc: dict[str, Any]) -> bool:
+    """A Kubernetes ``kind: List`` (``apiVersion: v1``, ``items``), which is also how
+    several ``---``-separated manifests in one file are read (spec/bounded.py)."""
+    return doc.get("kind") == "List" and isinstance(doc.get("items"), list)
+
+
+def translate_list(
+    doc: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
+    """A List of Volcano Jobs (or a file of several Job manifests) -> one pasture spec per
+    Job (stored together, as ``kubectl apply -f`` creates them), the warnings, and each
+    spec's origins. Field paths carry ``items[i].`` (document i + 1 of the file). Another
+    kind of object (a Queue, a PodGroup...) is refused: pasture's VCs are the cluster's,
+    set by its admin.
+
+    Raises:
+        TranslateError: an item that is not a Volcano Job, or a field of one refused.
+    """
+    items = doc["items"]
+    if not items:
+        raise TranslateError("items", f"{FORMAT} field items: expected at least one Job")
+    specs, warnings, origins = [], [], []
+    for i, item in enumerate(items):
+        where = f"items[{i}]"
+        if not isinstance(item, dict) or not is_volcano(item):
+            kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+            how = (
+                "a Queue's counterpart is a virtual cluster, which the cluster's admin "
+                "configures (docs/operations.md); remove the document"
+                if kind == "Queue"
+                else "remove the document (only Volcano Jobs are submitted here)"
+            )
+            raise TranslateError(
+                f"{where}.kind",
+                f"{FORMAT} field {where}.kind (document {i + 1} of the file): {kind} is not a "
+                f"{API_VERSION} Job; {how}",
+                kind,
+            )
+        ctx = Context(FORMAT)
+        try:
+            spec = translate(item, ctx)
+        except TranslateError as exc:
+            loc = f"{where}.{exc.loc}" if exc.loc else where
+            message = exc.message.replace(f"{FORMAT} field {exc.loc}", f"{FORMAT} field {loc}", 1)
+            raise TranslateError(loc, message, exc.given) from None
+        specs.append(spec)
+        warnings += [
+            w.replace(f"{FORMAT} field ", f"{FORMAT} field {where}.", 1) for w in ctx.warnings
+        ]
+        origins.append({k: f"{where}.{v}" for k, v in ctx.origins.items()})
+    names = [s["name"] for s in specs]
+    if len(set(names)) != len(names):
+        raise TranslateError("items", f"{FORMAT} field items: two Jobs named alike: {names}", names)
+    return specs, warnings, origins
 
 
 def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Volcano Job -> pasture spec dict. Raises TranslateError naming the Volcano field."""
     if doc.get("apiVersion") != API_VERSION:
-        raise ctx.refuse("apiVersion", f"expected {API_VERSION}", doc.get("apiVersion"))
+        raise ctx.refuse(
+            "apiVersion",
+            f"expected {API_VERSION} (write apiVersion: {API_VERSION})",
+            doc.get("apiVersion"),
+        )
+    if doc.get("kind") != "Job":  # Volcano's own TTL guide writes `kind: job`
+        ctx.warn("kind", "read as Job (Kubernetes kinds are case-sensitive: write Job)")
     ctx.check_fields(
         doc,
         "",
@@ -93,8 +180,8 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         meta,
         "metadata",
-        honoured={"name"},
-        ignored={k: _K8S_META for k in ("namespace", "labels", "annotations", "generateName")},
+        honoured={"name", "generateName"},
+        ignored={k: _K8S_META for k in ("namespace", "labels", "annotations")},
     )
     spec = ctx.mapping(doc.get("spec"), "spec")
     ctx.check_fields(
@@ -110,31 +197,53 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
             "plugins",
             "ttlSecondsAfterFinished",
             "minSuccess",
+            "volumes",
         },
         ignored={"schedulerName": "pasture schedules every job"},
         refused={
-            "volumes": "Kubernetes volumes are not mounted; put data in the cluster share",
-            "runningEstimate": "not supported",
-            "networkTopology": "not supported",
+            "runningEstimate": "pasture has no running estimate field for Volcano jobs; drop it "
+            "(a pasture spec's estimated_duration_s is the equivalent)",
+            "networkTopology": "network-topology-aware placement is not supported; drop it",
         },
     )
-    out: dict[str, Any] = {"name": job_name(meta.get("name"), ctx, "metadata.name"), "roles": {}}
+    out: dict[str, Any] = {"name": _name(meta, ctx), "roles": {}}
     if spec.get("queue"):
         out["vc"] = str(spec["queue"])
     if spec.get("priorityClassName"):
         out["priority"] = _priority(spec["priorityClassName"], ctx)
+    for key, src in (
+        ("name", "metadata.name" if meta.get("name") is not None else "metadata.generateName"),
+        ("vc", "spec.queue"),
+        ("priority", "spec.priorityClassName"),
+        ("min_available", "spec.minAvailable"),
+        ("min_succeeded", "spec.minSuccess"),
+        ("retry", "spec.maxRetry"),
+        ("ttl_after_finished", "spec.ttlSecondsAfterFinished"),
+        ("policies", "spec.policies"),
+        ("mpi_host", "spec.plugins.mpi"),
+        ("mounts", "spec.volumes"),
+    ):
+        ctx.origin(key, src)
     rules = _policies(spec.get("policies"), "spec.policies", None, ctx)
-    _plugins(ctx.mapping(spec.get("plugins"), "spec.plugins"), out, ctx)
+    mounts = _job_volumes(spec.get("volumes"), ctx)
     tasks = ctx.sequence(spec.get("tasks"), "spec.tasks")
     if not tasks:
         raise ctx.refuse("spec.tasks", "expected at least one task")
     for i, task in enumerate(tasks):
         loc = f"spec.tasks[{i}]"
-        name, role, task_rules = _task(ctx.mapping(task, loc), loc, ctx, spec)
+        name_ = task.get("name") if isinstance(task, dict) else i
+        ctx.origins_under(f"roles.{name_}", loc, _ROLE_ORIGINS)
+        name, role, task_rules, task_mounts = _task(ctx.mapping(task, loc), loc, ctx, spec)
         if name in out["roles"]:
             raise ctx.refuse(f"{loc}.name", f"duplicate task name {name!r}", name)
         out["roles"][name] = role
         rules = task_rules + rules  # a task's own rules are checked before the job's
+        for m in task_mounts:
+            if m not in mounts:
+                mounts.append(m)
+    if mounts:
+        out["mounts"] = mounts
+    _plugins(ctx.mapping(spec.get("plugins"), "spec.plugins"), out, ctx)
     if rules:
         out["policies"] = {"on_events": rules}
     if spec.get("minAvailable") is not None:
@@ -167,7 +276,13 @@ def _priority(value: object, ctx: Context) -> str:
 
 
 def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[dict[str, Any]]:
+    """A ``policies`` list as pasture rules, checked as Volcano's admission webhook does
+    (volcano-sh/volcano pkg/webhooks/admission/jobs/validate/util.go ``validatePolicies``):
+    an event named by two policies of the same list, or ``*`` beside other events, is
+    refused (the second rule could never fire); ``event`` and ``events`` may be given
+    together (their union) and ``events`` may be one string."""
     rules: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
     for i, p in enumerate(ctx.sequence(value, loc)):
         ploc = f"{loc}[{i}]"
         p = ctx.mapping(p, ploc)
@@ -176,27 +291,49 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
             ploc,
             honoured={"event", "events", "action"},
             refused={
-                "exitCode": "exit-code policies are not supported; use retry.retry_on_exit_codes "
-                "in a pasture spec",
-                "timeout": "policy timeouts are not supported",
+                "exitCode": "exit-code policies are not supported; write event: PodFailed "
+                "(any non-zero exit) with the same action instead",
+                "timeout": "policy timeouts are not supported; drop timeout (the action then "
+                "happens at once)",
             },
         )
-        events = ctx.sequence(p.get("events"), f"{ploc}.events") or [p.get("event")]
+        raw = p.get("events")
+        events = [raw] if isinstance(raw, str) else list(ctx.sequence(raw, f"{ploc}.events"))
+        if p.get("event") is not None:
+            events.append(p.get("event"))
+        events = list(dict.fromkeys(str(e) for e in events))
+        if not events:
+            raise ctx.refuse(f"{ploc}.event", "expected an event (or events)")
         action = p.get("action")
         if action not in _ACTIONS:
             raise ctx.refuse(f"{ploc}.action", f"expected one of {sorted(_ACTIONS)}", action)
         for event in events:
+            where = f"{ploc}.events" if isinstance(raw, list | str) else f"{ploc}.event"
+            if event in seen:
+                raise ctx.refuse(
+                    where,
+                    f"event {event} is already handled by {seen[event]}; Volcano's webhook "
+                    "refuses an event named by two policies (the second could never run): "
+                    "keep one of them",
+                    event,
+                )
+            seen[event] = ploc
+            if event in ("*", "AnyEvent") and len(seen) > 1 or "*" in seen and len(seen) > 1:
+                raise ctx.refuse(
+                    where,
+                    "'*' (any event) must be the only event of the list, as Volcano's webhook "
+                    "requires: drop the other policies or name events instead of '*'",
+                    event,
+                )
             names = sorted(set(_EVENTS.values())) if event in ("*", "AnyEvent") else None
             if names is None:
-                if event == "OutOfSync":
-                    ctx.warn(
-                        f"{ploc}.event", "OutOfSync (a Kubernetes object update) never happens here"
-                    )
+                if event in ("OutOfSync", "JobUpdated"):
+                    ctx.warn(where, f"{event} (a Kubernetes object update) never happens here")
                     continue
                 if event not in _EVENTS:
                     raise ctx.refuse(
-                        f"{ploc}.event",
-                        f"expected one of {sorted([*_EVENTS, 'OutOfSync', '*'])}",
+                        where,
+                        f"expected one of {sorted([*_EVENTS, 'OutOfSync', 'JobUpdated', '*'])}",
                         event,
                     )
                 names = [_EVENTS[event]]
@@ -207,6 +344,25 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
                 if rule not in rules:
                     rules.append(rule)
     return rules
+
+
+def _name(meta: dict[str, Any], ctx: Context) -> str:
+    """``metadata.name``, else a name made from ``metadata.generateName`` as Kubernetes
+    does (the prefix as written and 5 random characters; a warning gives the name)."""
+    if meta.get("name") is not None or not meta.get("generateName"):
+        return job_name(meta.get("name"), ctx, "metadata.name")
+    raw = str(meta["generateName"])
+    prefix = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).lstrip("-")[:58]
+    if not prefix:
+        raise ctx.refuse("metadata.generateName", "no letter or digit in the prefix", raw)
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' utilrand alphabet
+    name = prefix + "".join(secrets.choice(alphabet) for _ in range(5))
+    ctx.warn(
+        "metadata.generateName",
+        f"the job is named {name} (the prefix and 5 random characters, as Kubernetes names "
+        "it); give metadata.name for a fixed name",
+    )
+    return name
 
 
 _RAY = (
@@ -222,34 +378,119 @@ _RAY = (
 distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
 
 
+_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)(?:=(.*))?$")
+
+
+def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> dict[str, str]:
+    """A plugin's arguments parsed as Go's ``flag`` package does (``--name=value``,
+    ``-name=value``, ``--name value``) into ``known`` (name -> default). Volcano logs and
+    ignores a flag it does not know; here that is refused, naming the plugin's flags."""
+    out = dict(known)
+    items = [str(a) for a in args]
+    i = 0
+    while i < len(items):
+        m = _FLAG.match(items[i])
+        if not m or m.group(1) not in known:
+            raise ctx.refuse(
+                loc, f"unknown argument {items[i]!r}; this plugin takes {sorted(known)}", items[i]
+            )
+        value = m.group(2)
+        if value is None:
+            if i + 1 >= len(items):
+                raise ctx.refuse(loc, f"{items[i]} needs a value", items[i])
+            i += 1
+            value = items[i]
+        out[m.group(1)] = value
+        i += 1
+    return out
+
+
 def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None:
+    roles = list(out["roles"])
+    known = ("env", "svc", "ssh", "mpi", "pytorch", "ray")
     for name, args in plugins.items():
         loc = f"spec.plugins.{name}"
-        args = ctx.sequence(args, loc)
+        if name not in known:
+            raise ctx.refuse(
+                loc,
+                "only the env, svc, ssh, mpi and pytorch plugins are known here; drop it "
+                "(and give what it would set in the tasks' env or commands)",
+                name,
+            )
+        args = [] if args == {} else ctx.sequence(args, loc)
         if name in ("env", "svc"):
             if args:
                 ctx.warn(loc, f"plugin arguments {args} have no meaning here")
         elif name == "ssh":
             out["ssh"] = True
             if args:
-                ctx.warn(loc, f"plugin arguments {args} have no meaning here")
+                ctx.warn(
+                    loc,
+                    f"plugin arguments {args}: the job's ssh key and configuration are "
+                    "pasture's ($PASTURE_SSH_DIR, $PASTURE_SSH_CONFIG)",
+                )
         elif name == "mpi":
+            flags = _flags(args, loc, {"master": "master", "worker": "worker", "port": "22"}, ctx)
             out["mpi"] = True
             out["ssh"] = True
+            _plugin_roles(flags, roles, loc, "MPI_HOST is set on no task", ctx)
+            if flags["worker"] in roles:
+                out["mpi_host"] = {"master": flags["master"], "worker": flags["worker"]}
+            if flags["port"] != "22" or any(str(a).lstrip("-").startswith("port") for a in args):
+                ctx.warn(
+                    f"{loc} --port",
+                    f"ssh between the tasks uses each task's own ssh port, not {flags['port']}: "
+                    "the job's ssh configuration reaches it ($PASTURE_SSH_PORT names it)",
+                )
         elif name == "pytorch":
-            if args:
-                ctx.warn(loc, f"arguments {args}: MASTER_ADDR is the first role's task 0 here")
+            flags = _flags(
+                args, loc, {"master": "master", "worker": "worker", "port": "23456"}, ctx
+            )
+            for which in ("master", "worker"):
+                if flags[which] not in roles:
+                    ctx.warn(loc, f"--{which}={flags[which]} names no task of this job")
+            # Volcano's pytorch plugin: RANK 0 is the master's task, workers follow; here
+            # ranks follow the roles' order, so the master and worker tasks go first.
+            first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
+            out["roles"] = {
+                **{r: out["roles"][r] for r in first},
+                **{r: v for r, v in out["roles"].items() if r not in first},
+            }
+            if flags["port"] != "23456" or args:
+                ctx.warn(
+                    f"{loc} --port",
+                    f"MASTER_PORT is the master task's own port here, not {flags['port']}",
+                )
         elif name == "ray":
             raise ctx.refuse(loc, _RAY, name)
         else:
             raise ctx.refuse(
-                loc, "only the env, svc, ssh, mpi and pytorch plugins are known here", name
+                loc,
+                "only the env, svc, ssh, mpi and pytorch plugins are known here; drop it "
+                "and give what it would set in the tasks' env",
+                name,
             )
+
+
+def _plugin_roles(
+    flags: dict[str, str], roles: list[str], loc: str, none: str, ctx: Context
+) -> None:
+    """Refuse a plugin whose --worker names no task (Volcano's controller would index a
+    task that is not there); warn when --master names none."""
+    if flags["worker"] not in roles and flags["master"] in roles:
+        raise ctx.refuse(
+            loc,
+            f"--worker={flags['worker']} names no task of this job (tasks: {roles}); write "
+            f"--worker=<the worker task's name>",
+            flags["worker"],
+        )
+    if flags["master"] not in roles:
+        ctx.warn(loc, f"--master={flags['master']} names no task of this job: {none}")
 
 
 def _task(
     task: dict[str, Any], loc: str, ctx: Context, spec: dict[str, Any]
-) -> tuple[str, dict[str, Any], list[Any]]:
+) -> tuple[str, dict[str, Any], list[dict[str, Any]], list[dict[str, str]]]:
     ctx.check_fields(
         task,
         loc,
@@ -262,7 +503,7 @@ def _task(
             "dependsOn",
             "template",
         },
-        refused={"topologyPolicy": "NUMA topology policies are not supported"},
+        refused={"topologyPolicy": "NUMA topology policies are not supported: drop topologyPolicy"},
     )
     name = task.get("name")
     if not isinstance(name, str) or not name:
@@ -274,27 +515,32 @@ def _task(
     ctx.check_fields(
         pod,
         ploc,
-        honoured={"containers", "restartPolicy", "nodeSelector"},
+        honoured={"containers", "restartPolicy", "nodeSelector", "volumes"},
         ignored=_POD_IGNORED,
         refused={
-            "volumes": "Kubernetes volumes are not mounted; put data in the cluster share",
             "initContainers": "init containers are not run; put the commands before the "
             "container's command",
-            "affinity": "Kubernetes affinity is not supported; use nodeSelector",
-            "tolerations": "taints and tolerations are not supported; use nodeSelector",
-            "securityContext": "tasks run with the executor's fixed security settings",
-            "hostIPC": "not supported",
-            "hostPID": "not supported",
+            "affinity": "Kubernetes affinity is not supported: drop affinity and give "
+            "nodeSelector labels instead",
+            "tolerations": "taints and tolerations are not supported: drop tolerations "
+            "(nodeSelector chooses nodes here)",
+            "securityContext": "tasks run with the executor's fixed security settings: drop "
+            "securityContext",
+            "hostIPC": "not supported: drop hostIPC (tasks of a node share /dev/shm through shm)",
+            "hostPID": "not supported: drop hostPID",
         },
     )
     containers = ctx.sequence(pod.get("containers"), f"{ploc}.containers")
     if len(containers) != 1:
         raise ctx.refuse(
-            f"{ploc}.containers", f"exactly one container per task here, got {len(containers)}"
+            f"{ploc}.containers",
+            f"exactly one container per task here, got {len(containers)}: run the others' "
+            "commands in the first container's command (or as their own task) and drop them",
         )
-    role = _container(
-        ctx.mapping(containers[0], f"{ploc}.containers[0]"), f"{ploc}.containers[0]", ctx
-    )
+    cloc = f"{ploc}.containers[0]"
+    container = ctx.mapping(containers[0], cloc)
+    role = _container(container, cloc, ctx)
+    mounts = _pod_volumes(pod.get("volumes"), container.get("volumeMounts"), ploc, cloc, role, ctx)
     role["replicas"] = as_int(task.get("replicas", 1), ctx, f"{loc}.replicas", minimum=1)
     if task.get("minAvailable") is not None:
         role["min_available"] = as_int(task["minAvailable"], ctx, f"{loc}.minAvailable", minimum=1)
@@ -306,7 +552,8 @@ def _task(
     if restart == "Always":
         raise ctx.refuse(
             f"{ploc}.restartPolicy",
-            "Always (a service that never ends) is not a batch task here",
+            "Always (a service that never ends) is not a batch task here: write OnFailure "
+            "(restarted after a failure) or Never",
             restart,
         )
     if restart == "OnFailure" and "max_task_retries" not in role:
@@ -332,7 +579,115 @@ def _task(
     if deps.get("name"):
         role["depends_on"] = [str(d) for d in ctx.sequence(deps["name"], f"{loc}.dependsOn.name")]
     rules = _policies(task.get("policies"), f"{loc}.policies", name, ctx)
-    return name, role, rules
+    return name, role, rules, mounts
+
+
+def _job_volumes(value: object, ctx: Context) -> list[dict[str, str]]:
+    """``spec.volumes`` (Volcano VolumeSpec: ``mountPath`` + ``volumeClaimName`` of an
+    existing PVC, or ``volumeClaim`` to create one) as share mounts: the claim is the share
+    directory of the same name (a warning says so), mounted at ``mountPath`` in every task."""
+    out: list[dict[str, str]] = []
+    for i, v in enumerate(ctx.sequence(value, "spec.volumes")):
+        loc = f"spec.volumes[{i}]"
+        v = ctx.mapping(v, loc)
+        ctx.check_fields(v, loc, honoured={"mountPath", "volumeClaimName", "volumeClaim"})
+        path = v.get("mountPath")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ctx.refuse(f"{loc}.mountPath", "expected an absolute path", path)
+        claim = v.get("volumeClaimName")
+        if not claim:
+            base = path.rstrip("/").rsplit("/", 1)[-1] or "data"
+            raise ctx.refuse(
+                f"{loc}.volumeClaim",
+                "a new PersistentVolumeClaim is not created here: put the data in the cluster "
+                f"share (`pasture data push ./{base} {base}`) and write volumeClaimName: {base} "
+                "instead of volumeClaim (the share directory of that name is mounted)",
+                v.get("volumeClaim"),
+            )
+        ctx.warn(
+            f"{loc}.volumeClaimName",
+            f"claim {claim} is the cluster share's directory {claim} (put there with "
+            f"`pasture data push`), mounted at {path}",
+        )
+        out.append({"source": str(claim), "target": path})
+    return out
+
+
+def _pod_volumes(
+    volumes: object,
+    volume_mounts: object,
+    ploc: str,
+    cloc: str,
+    role: dict[str, Any],
+    ctx: Context,
+) -> list[dict[str, str]]:
+    """A pod's ``volumes`` with the container's ``volumeMounts``, as Kubernetes means them:
+    ``persistentVolumeClaim`` -> the share directory named like the claim, mounted at the
+    mountPath (a warning says so); ``emptyDir`` with ``medium: Memory`` at ``/dev/shm`` ->
+    the role's ``shm`` (its ``sizeLimit``, else 1Gi: such a volume is there because
+    Docker's 64Mi default is too small); any other ``emptyDir`` -> the task's own
+    filesystem (a warning). ``hostPath``, ``configMap``, ``secret`` and the rest are
+    refused, saying what to write instead with the file's own names."""
+    by_name: dict[str, tuple[str, dict[str, Any]]] = {}
+    for i, v in enumerate(ctx.sequence(volumes, f"{ploc}.volumes")):
+        vloc = f"{ploc}.volumes[{i}]"
+        v = ctx.mapping(v, vloc)
+        by_name[str(v.get("name"))] = (vloc, v)
+    out: list[dict[str, str]] = []
+    for j, vm in enumerate(ctx.sequence(volume_mounts, f"{cloc}.volumeMounts")):
+        mloc = f"{cloc}.volumeMounts[{j}]"
+        vm = ctx.mapping(vm, mloc)
+        ctx.check_fields(
+            vm,
+            mloc,
+            honoured={"name", "mountPath", "readOnly"},
+            refused={
+                "subPath": "subPath is not supported: name the sub-directory in the claim "
+                "(the share directory) instead",
+                "subPathExpr": "subPathExpr is not supported",
+                "mountPropagation": "mount propagation is not supported; drop it",
+            },
+        )
+        name, path = str(vm.get("name")), vm.get("mountPath")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ctx.refuse(f"{mloc}.mountPath", "expected an absolute path", path)
+        if name not in by_name:
+            raise ctx.refuse(f"{mloc}.name", f"no volume named {name!r} in {ploc}.volumes", name)
+        vloc, v = by_name[name]
+        kinds = [k for k in v if k != "name"]
+        kind = kinds[0] if len(kinds) == 1 else None
+        if kind == "persistentVolumeClaim":
+            claim = ctx.mapping(v[kind], f"{vloc}.{kind}").get("claimName")
+            if not claim:
+                raise ctx.refuse(f"{vloc}.{kind}.claimName", "expected a claim name", claim)
+            ctx.warn(
+                f"{vloc}.{kind}",
+                f"claim {claim} is the cluster share's directory {claim} (put there with "
+                f"`pasture data push`), mounted at {path}",
+            )
+            out.append({"source": str(claim), "target": path})
+        elif kind == "emptyDir":
+            empty = ctx.mapping(v[kind], f"{vloc}.emptyDir")
+            if empty.get("medium") == "Memory" and path.rstrip("/") == "/dev/shm":
+                role["shm"] = empty.get("sizeLimit") or "1Gi"
+            else:
+                ctx.warn(
+                    f"{vloc}.emptyDir",
+                    f"{path} is a directory of the task's own filesystem here (container "
+                    "tasks), not a separate volume",
+                )
+        else:
+            what = kind or "a volume without exactly one source"
+            base = path.rstrip("/").rsplit("/", 1)[-1] or name
+            raise ctx.refuse(
+                f"{vloc}.{kind}" if kind else vloc,
+                f"{what} volumes are not mounted here: put the files in the cluster share "
+                f"(`pasture data push ./{base} {base}`) and write the volume as "
+                f"persistentVolumeClaim: {{claimName: {base}}} (the share directory of that "
+                f"name is mounted at {path})",
+                name,
+            )
+    return out
 
 
 _GPU_KEYS = ("nvidia.com/gpu",)
@@ -343,13 +698,24 @@ def _container(c: dict[str, Any], loc: str, ctx: Context) -> dict[str, Any]:
     ctx.check_fields(
         c,
         loc,
-        honoured={"name", "image", "command", "args", "workingDir", "env", "ports", "resources"},
+        honoured={
+            "name",
+            "image",
+            "command",
+            "args",
+            "workingDir",
+            "env",
+            "ports",
+            "resources",
+            "volumeMounts",
+        },
         ignored=_CONTAINER_IGNORED,
         refused={
-            "volumeMounts": "Kubernetes volumes are not mounted; put data in the cluster share",
             "envFrom": "ConfigMaps and Secrets are not read; give env values",
-            "securityContext": "tasks run with the executor's fixed security settings",
-            "lifecycle": "container lifecycle hooks are not run",
+            "securityContext": "tasks run with the executor's fixed security settings: drop "
+            "securityContext",
+            "lifecycle": "container lifecycle hooks are not run: put postStart commands before the "
+            "command and drop lifecycle",
         },
     )
     argv = [str(a) for a in ctx.sequence(c.get("command"), f"{loc}.command")]
@@ -368,21 +734,25 @@ def _container(c: dict[str, Any], loc: str, ctx: Context) -> dict[str, Any]:
     if c.get("image"):
         role["image"] = str(c["image"])
     env: dict[str, str] = {}
+    exports: list[str] = []
     for j, e in enumerate(ctx.sequence(c.get("env"), f"{loc}.env")):
         eloc = f"{loc}.env[{j}]"
         e = ctx.mapping(e, eloc)
-        ctx.check_fields(
-            e,
-            eloc,
-            honoured={"name", "value"},
-            refused={
-                "valueFrom": "references to ConfigMaps, Secrets or fields are not "
-                "resolved; give a value"
-            },
-        )
+        ctx.check_fields(e, eloc, honoured={"name", "value", "valueFrom"})
+        if e.get("valueFrom") is not None:
+            exports.append(_field_ref(str(e.get("name")), e["valueFrom"], f"{eloc}.valueFrom", ctx))
+            continue
         env[str(e.get("name"))] = "" if e.get("value") is None else str(e["value"])
     if env:
         role["env"] = env
+    if exports and "command" in role:
+        role["command"] = "; ".join(exports) + "\n" + role["command"]
+    elif exports:
+        raise ctx.refuse(
+            f"{loc}.env",
+            "valueFrom needs a command to set it before (this container runs its image's "
+            "ENTRYPOINT): give the container a command",
+        )
     ports = []
     for j, p in enumerate(ctx.sequence(c.get("ports"), f"{loc}.ports")):
         p = ctx.mapping(p, f"{loc}.ports[{j}]")
@@ -399,6 +769,38 @@ def _container(c: dict[str, Any], loc: str, ctx: Context) -> dict[str, Any]:
     if ports:
         role["ports"] = ports
     return role
+
+
+_FIELD_REFS = {
+    "status.podIP": '"$PASTURE_TASK_HOST"',
+    "status.hostIP": '"$PASTURE_TASK_HOST"',
+    "metadata.name": '"$PASTURE_JOB_NAME-$PASTURE_TASK_ROLE-$PASTURE_TASK_INDEX"',
+    "spec.nodeName": '"$(hostname)"',
+    "metadata.namespace": "default",
+}
+"""Kubernetes downward-API fields (``valueFrom.fieldRef.fieldPath``) and what gives them
+here: the task's address (pod and host share the node's network), Volcano's pod name
+``<job>-<task>-<i>``, the node's name; the namespace is ``default``."""
+
+
+def _field_ref(name: str, value: object, loc: str, ctx: Context) -> str:
+    """An env ``valueFrom`` as a shell ``export`` run before the command: downward-API
+    ``fieldRef`` fields of :data:`_FIELD_REFS`; ConfigMap / Secret / resource references
+    are refused with what to write instead."""
+    ref = ctx.mapping(value, loc)
+    field = ctx.mapping(ref.get("fieldRef"), f"{loc}.fieldRef")
+    path = field.get("fieldPath")
+    if set(ref) != {"fieldRef"} or path not in _FIELD_REFS:
+        what = path if set(ref) == {"fieldRef"} else ", ".join(sorted(map(str, ref)))
+        raise ctx.refuse(
+            loc,
+            f"{what} is not resolved here (known: fieldRef {sorted(_FIELD_REFS)}); write "
+            f"value: <the value> for {name} (a secret: a pasture spec's secrets)",
+            what,
+        )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ctx.refuse(f"{loc}", f"{name!r} is not an environment variable name", name)
+    return f"export {name}={_FIELD_REFS[str(path)]}"
 
 
 def _command_line(argv: list[str], workdir: object, loc: str, ctx: Context) -> str:
@@ -421,10 +823,13 @@ def _resources(value: object, loc: str, ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part, values in (("requests", requests), ("limits", limits)):
         for key in values:
-            if key not in ("cpu", "memory", *_GPU_KEYS):
+            if key == "ephemeral-storage":
+                ctx.warn(f"{loc}.{part}.{key}", "local disk is not reserved per task here")
+            elif key not in ("cpu", "memory", *_GPU_KEYS):
                 raise ctx.refuse(
                     f"{loc}.{part}.{key}",
-                    "only cpu, memory and nvidia.com/gpu are known here",
+                    "only cpu, memory and nvidia.com/gpu are known here: drop it, or ask "
+                    "for whole GPUs with nvidia.com/gpu",
                     values[key],
                 )
     for key in ("cpu", "memory"):

@@ -207,3 +207,45 @@ def test_agent_in_a_pod_registers_the_node_object_not_its_container(
     monkeypatch.delenv(k8s_capacity.NODE_ENV)
     assert detect_capacity(None).gpu == 0  # psutil / NVML again (no GPU here)
     assert len(seen) == 3
+
+
+def test_nodes_gone_are_the_ones_the_api_server_no_longer_knows(api_server, token_file):
+    """The loop's probe (scheduler/health.py): a 404 is a node the cloud removed; any
+    other refusal is an error, so that the loop assumes nothing is gone."""
+    url, seen = api_server
+    names = ["aks-a100-38541297-vmss000000", "aks-gone-1"]
+    assert k8s_capacity.nodes_gone(names, server=url, token_file=token_file) == {"aks-gone-1"}
+    assert [p for p, _ in seen] == [f"/api/v1/nodes/{n}" for n in names]
+    with pytest.raises(NodeCapacityError, match="needs 'get' on 'nodes'"):
+        k8s_capacity.nodes_gone(["forbidden"], server=url, token_file=token_file)
+
+
+def test_the_gone_probe_only_runs_in_a_pod():
+    assert k8s_capacity.gone_probe({}) is None
+
+
+def test_the_capacity_watch_says_when_allocatable_changed():
+    """An agent re-registers when the node's allocatable changes (a GPU advertised late or
+    gone); it reads the node at most once per interval."""
+    before = node("nc24ads-a100-v4-spot.json")
+    after = json.loads(json.dumps(before))
+    after["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # the device plugin lost it
+    answers, now = [before, before, after], [0.0]
+    watch = k8s_capacity.CapacityWatch(
+        "n", interval_s=60, fetch=lambda name: answers.pop(0), clock=lambda: now[0]
+    )
+    assert watch.changed() is False  # the first reading only remembers
+    now[0] = 30.0
+    assert watch.changed() is False and len(answers) == 2  # not read again within 60 s
+    now[0] = 61.0
+    assert watch.changed() is False  # same allocatable
+    now[0] = 122.0
+    assert watch.changed() is True
+
+
+def test_a_failed_capacity_reading_is_no_change():
+    def fail(name):
+        raise NodeCapacityError("node n: GET /api/v1/nodes: timed out")
+
+    assert k8s_capacity.CapacityWatch("n", fetch=fail).changed() is False
+    assert k8s_capacity.capacity_watch_from_env({}) is None

@@ -7,7 +7,7 @@ from dataclasses import replace
 from scheduler.core import Policy, schedule
 from scheduler.core.grow import missing_replicas
 from scheduler.core.model import RunningJob, TaskPlacement
-from tests.factories import job, node, res, snapshot, vc
+from tests.factories import job, node, res, role, snapshot, vc
 
 
 def partial(j, placed: dict[int, str]) -> RunningJob:
@@ -59,3 +59,32 @@ def test_pending_jobs_go_first_and_the_vc_max_holds():
     (g,) = schedule(capped, Policy(), 0.0).grows
     assert len(g.placements) == 1  # 4 held + 4 more = the max of 8
     assert g.placements[0].resources == res(1, 1, 4)
+
+
+def test_a_job_wide_minimum_leaves_a_role_out_of_the_gang_and_it_grows_later():
+    """Volcano spec.minAvailable 1 over a master and two workers: the spec layer gives the
+    master 1 and the workers 0; the gang is the master alone, the workers are placed with
+    it when they fit, else later as room frees up (not an invalid job, issue 26)."""
+    master = role("master", 1, 0, 1, 1, min_available=1)
+    workers = role("worker", 2, 4, 1, 1, min_available=0)
+    j = job("mpi", roles=[master, workers])
+    roomy = schedule(snapshot([node("n0", gpu=8), node("n1", gpu=8)], [j]), Policy(), 0.0)
+    (b,) = roomy.binds
+    assert sorted((p.role, p.index) for p in b.placements) == [
+        ("master", 0),
+        ("worker", 0),
+        ("worker", 1),
+    ]
+    tight = schedule(snapshot([node("n0", cpu=4, gpu=4)], [j]), Policy(), 0.0)
+    (b,) = tight.binds  # the gang (the master) starts; one worker fits beside it
+    assert sorted((p.role, p.index) for p in b.placements) == [("master", 0), ("worker", 0)]
+    rj = RunningJob(job=j, start_time=0.0, placements=b.placements)
+    later = snapshot([node("n0", cpu=4, gpu=4), node("n1", cpu=4, gpu=4)], running=[rj])
+    (g,) = schedule(later, Policy(), 0.0).grows
+    assert [(p.role, p.index) for p in g.placements] == [("worker", 1)]
+
+
+def test_a_gang_of_nothing_is_an_invalid_job():
+    j = job("none", roles=[role("a", 1, 0, 1, 1, min_available=0)])
+    d = schedule(snapshot([node("n0")], [j]), Policy(), 0.0)
+    assert d.binds == () and "gang is empty" in d.pending["none"].message

@@ -90,5 +90,5 @@ def test_an_invalid_job_gets_a_reason_instead_of_stopping_the_cycle():
     assert [b.job for b in d.binds] == ["good"]
     assert d.pending["bad"].kind is ReasonKind.NO_FIT_EVER
     assert d.pending["bad"].message == (
-        "invalid job: role worker has min_available 3 (expected 1..2, its replicas)"
+        "invalid job: role worker has min_available 3 (expected 0..2, its replicas)"
     )

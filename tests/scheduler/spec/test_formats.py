@@ -335,11 +335,6 @@ def test_volcano_job_fields_map_to_the_spec():
             "spec.tasks[1].template.spec.containers[0].resources.limits.amd.com/gpu",
         ),
         (
-            "restartPolicy: Never",
-            "restartPolicy: Never\n          volumes: []",
-            "spec.tasks[0].template.spec.volumes",
-        ),
-        (
             "value: ps}",
             "valueFrom: {fieldRef: {}}}",
             "spec.tasks[0].template.spec.containers[0].env[0].valueFrom",
@@ -359,10 +354,13 @@ def test_volcano_api_version_must_be_v1alpha1():
     assert info.value.errors[0]["loc"] == "apiVersion"
 
 
-def test_translated_specs_are_checked_against_pasture_limits():
+def test_translated_specs_are_checked_against_pasture_limits_naming_the_source_field():
     with pytest.raises(SpecError) as info:
         load_job(VOLCANO.replace("replicas: 2", "replicas: 20000"))
-    assert "(translated)" in info.value.errors[0]["loc"]
+    (error,) = info.value.errors
+    assert error["loc"] == "spec.tasks[1].replicas"
+    assert error["msg"].startswith("Volcano field spec.tasks[1].replicas: ")
+    assert "roles.worker.replicas" in error["msg"]
 
 
 # The example of OpenPAI's "Use Prerequisites" section (microsoft/pai

@@ -102,7 +102,7 @@ def test_new_fields_validate_their_references():
         )[0][1]
     )
     assert "exceeds" in locs_and_msgs(job(min_succeeded=5))[0][1]
-    assert "between" in locs_and_msgs(job(min_available=3))[0][1]
+    assert "write at most 1" in locs_and_msgs(job(min_available=3))[0][1]
     bad_completion = {"w": {"command": "t", "completion": {"min_succeeded": 2}}}
     assert "exceeds replicas" in locs_and_msgs(job(roles=bad_completion))[0][1]
     assert locs_and_msgs(job(code_dir="/abs"))[0][0] == "code_dir"

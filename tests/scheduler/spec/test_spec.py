@@ -115,7 +115,10 @@ def test_bad_resources_are_rejected_with_the_field(resources, loc, word):
         ("name: x\nroles: {a: {command: t, replicas: 0}}", "roles.a.replicas"),
         ("name: x\nroles: {a: {command: t, replicas: 2, min_available: 3}}", "roles.a"),
         ("name: x\nroles: {a: {command: t}}\npriority: urgent", "priority"),
-        ("name: x\nroles: {a: {command: t}}\npolicies: {completion: {role: b}}", ""),
+        (
+            "name: x\nroles: {a: {command: t}}\npolicies: {completion: {role: b}}",
+            "policies.completion.role",
+        ),
         (
             "name: x\nroles: {a: {command: t}}\nmounts: [{source: ../etc, target: /x}]",
             "mounts.0.source",

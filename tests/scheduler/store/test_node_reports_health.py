@@ -69,3 +69,30 @@ def test_diagnosis_travels_with_the_failed_report(acl_redis, admin):  # noqa: F8
     apply_node_reports(admin)
     (t3,) = admin.tasks("j3")
     assert t3.state == "failed" and t3.diagnosis is None
+
+
+def test_a_process_executor_handle_reaches_the_store_whole(acl_redis, admin):  # noqa: F811
+    """A process task's handle names its cgroup directories (JSON, ~1 KiB on a hybrid
+    cgroup host): the store keeps it whole, so readers of the stored handle (``pasture dev
+    down`` stops tasks through it) can still parse it."""
+    import json
+
+    n1 = _register(acl_redis, "n1")
+    apply_node_reports(admin)
+    _bind(admin, "j1", "n1")
+    base = "/sys/fs/cgroup/{}/user.slice/session-1.scope/pasture/" + "j1-" + "x" * 60 + "-w-0"
+    handle = json.dumps(
+        {
+            "pid": 123,
+            "create_time": 1.5,
+            "exit_file": "/var/lib/pasture/tasks/" + "t" * 80 + "/exit",
+            "fenced_file": "/var/lib/pasture/tasks/" + "t" * 80 + "/fenced",
+            "cgroups": [base.format(c) for c in ("memory", "pids", "unified")],
+            "marker": "PASTURE_TASK_UID=" + "u" * 32,
+        }
+    )
+    assert len(handle) > 512
+    n1.report_task("j1", "w-0", 1, "n1", "running", handle=handle)
+    apply_node_reports(admin)
+    (t1,) = admin.tasks("j1")
+    assert json.loads(t1.handle)["cgroups"][2].endswith("-w-0")

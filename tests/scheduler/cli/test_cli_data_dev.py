@@ -1,0 +1,43 @@
+"""`pasture data push|pull` against a `pasture dev up` cluster copy into its local share
+(issue 26: they tried ssh on port 22). The dev state file is the one `dev up` writes."""
+
+from __future__ import annotations
+
+import json
+
+
+def _dev_state(tmp_path, monkeypatch):
+    share = tmp_path / "share"
+    share.mkdir()
+    state_dir = tmp_path / "dev"
+    state_dir.mkdir()
+    state = {"endpoint": "http://127.0.0.1:9", "token": "t", "share_dir": str(share)}
+    (state_dir / "state.json").write_text(json.dumps(state))
+    monkeypatch.setenv("PASTURE_DEV_DIR", str(state_dir))
+    return share
+
+
+def test_push_and_pull_copy_into_the_dev_share(cli, tmp_path, monkeypatch):
+    share = _dev_state(tmp_path, monkeypatch)
+    src = tmp_path / "mnist"
+    (src / "sub").mkdir(parents=True)
+    (src / "train.py").write_text("print(1)\n")
+    (src / "sub" / "d.bin").write_bytes(b"\0" * 1000)
+    r = cli("data", "push", str(src), "code/mnist")
+    assert r.exit_code == 0, r.output
+    assert (share / "code/mnist/train.py").read_text() == "print(1)\n"
+    assert (share / "code/mnist/sub/d.bin").stat().st_size == 1000
+    r = cli("data", "push", str(src / "train.py"), "code/mnist/sub")
+    assert r.exit_code == 0 and (share / "code/mnist/sub/train.py").is_file()
+    out = tmp_path / "back"
+    r = cli("data", "pull", str(out), "code/mnist")
+    assert r.exit_code == 0, r.output
+    assert (out / "sub" / "d.bin").stat().st_size == 1000
+
+
+def test_a_path_out_of_the_dev_share_is_refused(cli, tmp_path, monkeypatch):
+    share = _dev_state(tmp_path, monkeypatch)
+    src = tmp_path / "f.txt"
+    src.write_text("x")
+    r = cli("data", "push", str(src), "../outside")
+    assert r.exit_code == 2 and not (share.parent / "outside").exists()
