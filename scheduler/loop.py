@@ -222,6 +222,8 @@ class Loop:
         self._node_states = node_states
         self._draining = [n for n, st in node_states.items() if st == "draining"]
         active, dirty = self.jobs.read(self.store, full)
+        for name, why in list(self.jobs.invalid.items()):
+            result.transitions += self._fail_invalid(self.jobs.records[name], why, now)
         placed = [
             j
             for j in active
@@ -344,6 +346,26 @@ class Loop:
         if not all(t.done for t in tasks):
             return changed
         return self._finish(job, spec, tasks, ending, now)
+
+    def _fail_invalid(self, job: JobRecord, why: str, now: float) -> bool:
+        """Fail a job whose stored spec no longer validates (``JobsView.invalid``): at once
+        when nothing is placed; else stop its tasks first, then release its allocation
+        and fail it. True when it changed state."""
+        reason = f"its stored spec is no longer valid ({why}); failed"
+        tasks = self.store.tasks(job.name)
+        running = [t for t in tasks if not t.done]
+        if running:
+            stop = [t for t in running if t.desired != "stop"]
+            for t in stop:
+                t.desired = "stop"
+            if stop:
+                self._batch.update_tasks(job.name, stop)
+            return False
+        if tasks:
+            self._batch.release(job.name)
+        log.warning("job %s: %s", job.name, reason)
+        self._transition(job, JobState.FAILED, reason, now=now, attempt=job.attempt, end_time=now)
+        return True
 
     def _mark_lost(
         self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord], now: float

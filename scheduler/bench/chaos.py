@@ -430,9 +430,10 @@ def late_writes(chaos: Chaos, job: str) -> int:
 
 
 def submit_broken(chaos: Chaos, name: str, max_attempts: int = 1) -> str:
-    """Submit a one-task job whose environment holds a NUL byte, which no executor can
-    launch (``execve`` refuses it). It bypasses submit's validation on purpose: a record
-    that got into the store some other way (an older release, a restore)."""
+    """Store a one-task job whose environment holds a NUL byte, which no executor can
+    launch (``execve`` refuses it) and submit now refuses. It bypasses submit's validation
+    on purpose: a record that got into the store some other way (an older release, a
+    restored backup), which the loop must fail without jamming its cycle."""
     spec = parse_job_spec(
         {
             "name": name,
@@ -662,9 +663,9 @@ def frozen_node(chaos: Chaos, prefix: str = "frozen", work_s: float = 20.0) -> d
 
 
 def broken_launch(chaos: Chaos) -> dict[str, Any]:
-    """A job no executor can launch beside six ordinary ones on the same 3 nodes, and a
-    second such job (100 attempts allowed) stopped by ``job stop``. Returns ``{broken,
-    stopped, beside}`` (job names) once all ended."""
+    """A stored job no executor could launch (:func:`submit_broken`) beside six ordinary
+    ones on the same 3 nodes, and a second such job (100 attempts allowed) stopped by
+    ``job stop``. Returns ``{broken, stopped, beside}`` (job names) once all ended."""
     broken = submit_broken(chaos, "broken-1")
     beside = chaos.submit(6, 3.0, cpu_m=500, prefix="beside")
     stopped = submit_broken(chaos, "broken-stop", max_attempts=100)

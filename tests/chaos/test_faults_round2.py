@@ -70,12 +70,15 @@ def test_frozen_node_writes_nothing_after_its_successor_starts(chaos):
     assert chaos.check([got["job"]])["two_places_at_once"] == 0
 
 
-def test_a_task_no_executor_can_launch_blocks_nothing_and_stop_ends_its_job(chaos):
+def test_a_job_no_executor_can_launch_blocks_nothing_and_stop_ends_it(chaos):
+    # (submit refuses a NUL byte now; a stored record with one, from before that rule or
+    # a restored backup, is failed by the loop, naming the field, and jams nothing. The
+    # agent's own isolation of a failing start: tests/scheduler/agent/test_agent_isolation.py)
     got = broken_launch(chaos)
     j = chaos.store.get_job(got["broken"])
     assert j.state == "failed", j.reason
-    (t,) = chaos.store.tasks(got["broken"])
-    assert "launch_error" in t.message and t.diagnosis["kind"] == "start_failed", t
+    assert "no longer valid" in j.reason and "roles.w.env" in j.reason, j.reason
+    assert "BROKEN" in j.reason and "\\x00" in j.reason, j.reason
     assert chaos.store.get_job(got["stopped"]).state in ("stopped", "failed")
     assert {chaos.store.get_job(n).state for n in got["beside"]} == {"succeeded"}
 
