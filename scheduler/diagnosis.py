@@ -187,11 +187,23 @@ def rules_for(extra: str | None = None) -> tuple[Rule, ...]:
 
 
 def read_tail(path: str | Path | None, limit: int = TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of a file as text ('' when missing); never reads more."""
+    """The last ``limit`` bytes of a file as text ('' when missing); never reads more.
+
+    The file is a task's log on the share, which the task could have replaced: it is
+    opened through :mod:`scheduler.services.sharefs` beneath the share (the directory
+    above the path's last ``jobs`` component), so a symbolic or hard link, a FIFO or a
+    linked directory gives '' instead of another file's bytes or a blocked agent.
+    """
     if path is None:
         return ""
+    from scheduler.services import sharefs
+
+    p = Path(path)
+    parts = p.parts
+    cut = max((i for i, part in enumerate(parts) if part == "jobs"), default=len(parts) - 1)
+    root, rel = Path(*parts[:cut]) if cut else Path("."), "/".join(parts[cut:])
     try:
-        with open(path, "rb") as f:
+        with sharefs.open_file(root, rel) as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - limit))

@@ -189,9 +189,15 @@ class ApiSettings(_Model):
     # API tokens: lifetime of a new token unless given, and the longest allowed (days).
     token_ttl_days: float = Field(90.0, gt=0)
     token_max_ttl_days: float = Field(365.0, gt=0)
-    # Failed authentications allowed per client address and window before 429.
+    # Failed authentications of one token allowed per client address and window before
+    # that token (only) answers 429 from that address.
     auth_failures_per_window: int = Field(20, gt=0)
     auth_failure_window_s: int = Field(60, gt=0)
+    # Requests per token, and submit / batch / dry-run requests per token (lower), in the
+    # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
+    # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).
+    request_limit: str = "1000 per 10 seconds"
+    submit_limit: str = "200 per 10 seconds"
     # Seconds a verified token is trusted without reading Redis again (0: every request
     # reads it); a revocation from outside the API process takes effect within this.
     token_cache_s: float = Field(1.0, ge=0, le=60)
@@ -200,6 +206,10 @@ class ApiSettings(_Model):
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiSettings:
+        from scheduler.api.ratelimit import parse_limit
+
+        parse_limit(self.request_limit, "api.request_limit")
+        parse_limit(self.submit_limit, "api.submit_limit")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("api.tls_cert and api.tls_key must be set together")
         if self.token_ttl_days > self.token_max_ttl_days:

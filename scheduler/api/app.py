@@ -26,7 +26,7 @@ from scheduler.api.metrics import (
     MetricsMiddleware,
     SchedulerCollector,
 )
-from scheduler.api.ratelimit import AuthFailureLimiter
+from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, batch, cluster, jobs, nodecred
 from scheduler.api.schemas import Health
@@ -113,6 +113,7 @@ def create_app(
         int(getattr(api_settings, "auth_failures_per_window", None) or 20),
         int(getattr(api_settings, "auth_failure_window_s", None) or 60),
     )
+    app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
     app.state.metrics.registry.register(  # issue 19: what the alerting rules need

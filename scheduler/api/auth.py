@@ -1,8 +1,10 @@
 """Bearer-token authentication: every route but /healthz depends on :func:`principal`.
 
 A request without a token answers 401; one whose token is unknown, revoked or expired
-answers 401 and counts as a failure against its client address; an address over the
-failure limit answers 429 with ``Retry-After`` (see :mod:`scheduler.api.ratelimit`).
+answers 401 and counts as a failure against its client address and that token; the same
+token from the same address over the failure limit answers 429 with ``Retry-After``, other
+tokens from that address are not affected. A verified token over its request limit
+answers 429 too (see :mod:`scheduler.api.ratelimit`).
 
 Verified tokens are kept in this process for at most ``api.token_cache_s`` seconds
 (:class:`TokenCache`, default 1 s), so that a client sending many requests costs one
@@ -101,16 +103,40 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def refuse_if_blocked(request: Request) -> None:
-    """Raise 429 (with ``Retry-After``) when the client's address has too many recent
-    failed authentications."""
-    wait = request.app.state.auth_limiter.retry_after(client_address(request))
+def refuse_if_blocked(request: Request, token: str) -> None:
+    """Raise 429 (with ``Retry-After``) when ``token`` failed too often from the client's
+    address recently (other tokens from that address are not refused)."""
+    wait = request.app.state.auth_limiter.retry_after(client_address(request), token)
     if wait is not None:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"too many failed authentications from this address; retry in {wait} s",
-            headers={"Retry-After": str(wait)},
-        )
+        raise too_many(wait, "too many failed authentications with this token from this address")
+
+
+def failed(request: Request, token: str) -> None:
+    """Count a failed authentication of ``token`` from the client's address."""
+    request.app.state.auth_limiter.failed(client_address(request), token)
+
+
+def too_many(wait: int, what: str) -> HTTPException:
+    """A 429 whose ``Retry-After`` is ``wait`` seconds."""
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"{what}; retry in {wait} s",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+def limit_request(request: Request, who: TokenInfo) -> None:
+    """Count one request of the verified token ``who``; raise 429 over api.request_limit."""
+    wait = request.app.state.token_limiter.request(who.name)
+    if wait is not None:
+        raise too_many(wait, f"token {who.name!r} is over its request limit")
+
+
+def limit_submit(request: Request, who: TokenInfo) -> None:
+    """Count one submit request of ``who``; raise 429 over api.submit_limit."""
+    wait = request.app.state.token_limiter.submit(who.name)
+    if wait is not None:
+        raise too_many(wait, f"token {who.name!r} is over its submit limit")
 
 
 def verify_token(request: Request, token: str) -> TokenInfo | None:
@@ -118,13 +144,13 @@ def verify_token(request: Request, token: str) -> TokenInfo | None:
     failure is counted). Blocking: call it from a worker thread.
 
     Raises:
-        HTTPException 429: the client's address is blocked.
+        HTTPException 429: this token failed too often from the client's address.
     """
-    refuse_if_blocked(request)
+    refuse_if_blocked(request, token)
     tokens: TokenStore = request.app.state.tokens
     info = tokens.verify(token)
     if info is None:
-        request.app.state.auth_limiter.failed(client_address(request))
+        failed(request, token)
     return info
 
 
@@ -137,8 +163,8 @@ async def principal(
     Raises:
         HTTPException 401: no ``Authorization: Bearer <token>`` header, or an unknown,
             revoked or expired token.
-        HTTPException 429: too many failed authentications from the client's address
-            (checked before the cache: a blocked address is refused whatever it sends).
+        HTTPException 429: this token failed too often from the client's address
+            (checked before the cache), or the token is over its request limit.
     """
     if credentials is None or not credentials.credentials:
         raise HTTPException(
@@ -148,7 +174,7 @@ async def principal(
         )
     token = credentials.credentials
     state = request.app.state
-    refuse_if_blocked(request)
+    refuse_if_blocked(request, token)
     cache: TokenCache = state.token_cache
     info = cache.get(token, state.tokens.now())
     if info is None:
@@ -160,4 +186,15 @@ async def principal(
                 headers={"WWW-Authenticate": "Bearer"},
             )
         cache.put(token, info)
+    limit_request(request, info)
     return info
+
+
+async def submitter(request: Request, who: TokenInfo = Depends(principal)) -> TokenInfo:
+    """:func:`principal` for the submit routes: also counts against api.submit_limit.
+
+    Raises:
+        HTTPException 429: the token is over its submit limit (nothing is submitted).
+    """
+    limit_submit(request, who)
+    return who

@@ -1,38 +1,80 @@
-"""Failed-authentication rate limiting per client address, with the ``limits`` library.
+"""Rate limits of the API, with the ``limits`` library (moving windows, in memory).
 
-Each request that presents a bearer token (or a dashboard login) that does not verify
-counts one failure against the client's address. Once an address has ``failures``
-failures within the last ``window_s`` seconds (a moving window), every authenticated
-request from it answers 429 with ``Retry-After`` (seconds) until the oldest failure leaves
-the window, whether its token is right or not: a guesser learns nothing while blocked.
-Requests with no token at all are answered 401 and not counted. A correct token from
-another address is not affected.
+Three limits, each answering 429 with ``Retry-After`` (seconds) when exceeded:
 
-Counters live in this process's memory (``limits.storage.MemoryStorage``): several API
-processes each keep their own, so the effective limit is per process. The address is
-uvicorn's client address (behind a reverse proxy, run uvicorn with ``--proxy-headers``
-and ``--forwarded-allow-ips`` so that it is the real client's).
+- **Failed authentications, per address and presented token.** A bearer token (or a
+  dashboard login, or a node-credential exchange) that does not verify counts one failure
+  against the pair (client address, SHA-256 of the presented token). Once that pair has
+  ``auth_failures_per_window`` failures within ``auth_failure_window_s`` seconds, the same
+  token from the same address answers 429 without being looked up, until the oldest
+  failure leaves the window. Any *other* token from that address (a colleague behind the
+  same NAT, the admin) is verified as usual: one client's wrong token never locks out
+  anybody else. A client spraying distinct wrong tokens gets 401 for each (tokens are 256
+  random bits, so guessing is hopeless; each costs one Redis read, like any request, and
+  its requests are still bounded by the server's concurrency). Requests with no token at
+  all answer 401 and are not counted.
+- **Requests per token** (``api.request_limit``, default ``1000 per 10 seconds``): every
+  authenticated API request counts against its token (by name), whatever the address.
+- **Submits per token** (``api.submit_limit``, default ``200 per 10 seconds``, lower): a
+  submit, batch submit or dry-run request also counts against the token's submit limit
+  (a batch is one request; its size is bounded by the batch route's own limit).
+
+Limits are strings in the ``limits`` notation (``"N per M seconds"``, several separated by
+``;``); an empty string turns one off. Counters live in this process's memory
+(``limits.storage.MemoryStorage``): several API processes each keep their own, so the
+effective limit is per process. The address is uvicorn's client address (behind a reverse
+proxy, run uvicorn with ``--proxy-headers`` and ``--forwarded-allow-ips`` so that it is the
+real client's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 
-from limits import RateLimitItemPerSecond
+from limits import RateLimitItem, RateLimitItemPerSecond, parse_many
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 DEFAULT_FAILURES = 20
 DEFAULT_WINDOW_S = 60
+DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
+DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
+
+
+def parse_limit(text: str | None, field: str) -> list[RateLimitItem]:
+    """The limits of ``text`` (``"1000 per 10 seconds;50/second"``; empty or None: none).
+
+    Raises:
+        ValueError: naming ``field``, what is expected and what was given.
+    """
+    if not text or not text.strip():
+        return []
+    try:
+        return list(parse_many(text))
+    except ValueError:
+        raise ValueError(
+            f"{field}: expected limits like '1000 per 10 seconds' (several separated by ';', "
+            f"'' for none), got {text!r}"
+        ) from None
+
+
+def _wait(limiter: MovingWindowRateLimiter, item: RateLimitItem, *keys: str) -> int:
+    reset = limiter.get_window_stats(item, *keys).reset_time
+    return max(1, math.ceil(reset - time.time()))
 
 
 class AuthFailureLimiter:
-    """Counts failed authentications per address and says when to refuse.
+    """Counts failed authentications per (address, presented token) and says when to
+    refuse that pair (module docstring).
 
     Args:
-        failures: failures allowed per address within the window (> 0).
+        failures: failures allowed per address and token within the window (> 0).
         window_s: the moving window, seconds (> 0).
+
+    Raises:
+        ValueError: a limit <= 0.
     """
 
     def __init__(self, failures: int = DEFAULT_FAILURES, window_s: int = DEFAULT_WINDOW_S):
@@ -46,13 +88,56 @@ class AuthFailureLimiter:
         self._item = RateLimitItemPerSecond(self.failures, self.window_s, namespace="authfail")
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    def retry_after(self, address: str) -> int | None:
-        """Seconds until ``address`` may try again (>= 1), None when it is not blocked."""
-        if self._limiter.test(self._item, address):
-            return None
-        reset = self._limiter.get_window_stats(self._item, address).reset_time
-        return max(1, math.ceil(reset - time.time()))
+    @staticmethod
+    def _key(token: str) -> str:
+        # a digest, so that no secret (not even a wrong one) is kept in memory
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
-    def failed(self, address: str) -> None:
-        """Count one failed authentication from ``address``."""
-        self._limiter.hit(self._item, address)
+    def retry_after(self, address: str, token: str) -> int | None:
+        """Seconds until ``token`` may be tried again from ``address`` (>= 1); None when
+        the pair is not blocked."""
+        key = self._key(token)
+        if self._limiter.test(self._item, address, key):
+            return None
+        return _wait(self._limiter, self._item, address, key)
+
+    def failed(self, address: str, token: str) -> None:
+        """Count one failed authentication of ``token`` from ``address``."""
+        self._limiter.hit(self._item, address, self._key(token))
+
+
+class TokenRateLimiter:
+    """Requests and submits per token (module docstring).
+
+    Args:
+        requests: the request limits (:func:`parse_limit`); [] for none.
+        submits: the submit limits; [] for none.
+    """
+
+    def __init__(self, requests: list[RateLimitItem], submits: list[RateLimitItem]) -> None:
+        self.requests = requests
+        self.submits = submits
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    @classmethod
+    def from_settings(cls, api_settings: object) -> TokenRateLimiter:
+        """From ``api.request_limit`` / ``api.submit_limit`` (defaults when absent)."""
+        req = getattr(api_settings, "request_limit", DEFAULT_REQUEST_LIMIT)
+        sub = getattr(api_settings, "submit_limit", DEFAULT_SUBMIT_LIMIT)
+        return cls(parse_limit(req, "api.request_limit"), parse_limit(sub, "api.submit_limit"))
+
+    def _hit(self, items: list[RateLimitItem], kind: str, token: str, cost: int) -> int | None:
+        for item in items:
+            if not self._limiter.hit(item, kind, token, cost=max(1, cost)):
+                return _wait(self._limiter, item, kind, token)
+        return None
+
+    def request(self, token: str) -> int | None:
+        """Count one request of the token named ``token``; seconds to wait (>= 1) when it
+        is over its request limit (the request is then refused), else None."""
+        return self._hit(self.requests, "request", token, 1)
+
+    def submit(self, token: str) -> int | None:
+        """Count one submit request of ``token``; seconds to wait (>= 1) when it is over
+        its submit limit (then nothing is submitted), else None."""
+        return self._hit(self.submits, "submit", token, 1)

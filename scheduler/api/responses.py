@@ -41,7 +41,13 @@ UNAUTHORIZED: Responses = {
     401: {**_r("no bearer token, or an unknown, revoked or expired one"), "headers": _AUTH}
 }
 TOO_MANY: Responses = {
-    429: {**_r("too many failed authentications from this address"), "headers": _RETRY}
+    429: {
+        **_r(
+            "over a rate limit: this token failed too often from this address, or the "
+            "token is over api.request_limit (api.submit_limit for submits)"
+        ),
+        "headers": _RETRY,
+    }
 }
 UNAVAILABLE: Responses = {
     503: {**_r("the cluster store (Redis) does not answer"), "headers": _RETRY}

@@ -143,6 +143,20 @@ class DryRunOut(BaseModel):
     jobs: list[DryRunJobOut] = Field(description="one per job the submit would store")
 
 
+class ExecAccessOut(BaseModel):
+    """``POST /jobs/{name}/tasks/{role}/{index}/exec``: the way into a running task's sshd
+    (scheduler/services/jobexec.py); for the job's submitter or an admin only."""
+
+    job: str
+    role: str
+    index: int
+    attempt: int
+    node: str
+    address: str = Field(description="the task's address")
+    port: int = Field(description="the task's sshd port")
+    key: str = Field(description="the job attempt's private key (PEM), also its host key")
+
+
 class BatchItemOut(BaseModel):
     """The outcome of one document of ``POST /jobs:batch``."""
 

@@ -17,7 +17,16 @@ jobs lost (not succeeded in time), tasks that ran in two places at once (interva
 task from different runs overlapping), over-committed nodes (the CPU of the runs
 overlapping on a node above its capacity), jobs failed, attempts charged to a job for an
 infrastructure fault, plus restarts by cause and the outage/partition seconds survived.
-The same harness (:class:`Chaos`) backs tests/chaos/.
+Last, on a one-node cluster of its own with the real API, tasks of one tenant plant links
+to another tenant's log and to the cluster's keys in their log directories and that
+tenant's token asks for them (:func:`cross_tenant_reads`): ``cross_tenant_reads`` counts
+the answers that carried any of it (0 expected). Then (unless ``--no-round2``) the
+round-2 faults, each on a cluster of its own (:func:`run_round2`): a gang's node powered
+off, a node frozen and thawed after its task's successor started, a stored job no
+executor could launch, a store outage of 2/3 of the lease and a Sentinel failover (both
+at 1/15 of the production timings): ``round2`` counts jobs lost, attempts charged,
+double runs, late writes, blocked launches and restarts (0 expected) and gives the
+outage and failover seconds. The same harness (:class:`Chaos`) backs tests/chaos/.
 """
 
 from __future__ import annotations
@@ -324,8 +333,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Inject ``args.faults`` faults (cycling through FAULTS) and return the counts; with
-    ``args.round2`` also the round-2 faults' counts (``round2``, :func:`run_round2`)."""
+    """Inject ``args.faults`` faults (cycling through FAULTS) and return the counts, the
+    cross-tenant reads, and with ``args.round2`` the round-2 faults' counts (``round2``,
+    :func:`run_round2`)."""
     with tempfile.TemporaryDirectory(prefix="pasture-chaos-") as tmp:
         with chaos_cluster(Path(tmp) / "dev", cpu_per_node=2) as chaos:
             for i in range(args.faults):
@@ -335,9 +345,147 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 chaos.wait_done(names)
             chaos.wait_done()
             out = chaos.check()
+            out.update(cross_tenant_reads(Path(tmp) / "tenant"))
         if getattr(args, "round2", False):
             out["round2"] = run_round2(Path(tmp))
     return {"faults": args.faults, **out}
+
+
+# ---- cross-tenant reads (issue 25 item 1) -----------------------------------------------
+ATTACK = r"""set -u
+L="$PASTURE_JOB_DIR/logs"; S="$PASTURE_SHARE_DIR"
+i=0
+for f in "$S"/jobs/*/logs/*.log; do
+  case "$f" in "$L"/*) continue;; esac
+  ln -s "$f" "$L/v$i-0.log"; ln "$f" "$L/hv$i-0.log" 2>/dev/null; i=$((i+1))
+done
+ln -s {pw} "$L/pw-0.log"; ln -s {key} "$L/key-0.log"; ln {key} "$L/hkey-0.log"
+ln -s ../../../{key_rel} "$L/rel-0.log"
+mkfifo "$L/fifo-0.log"
+touch "$PASTURE_JOB_DIR/planted"; sleep 120
+"""
+SWAP_DIR = r"""set -u
+sleep 1; V=$(ls -d "$PASTURE_SHARE_DIR"/jobs/*/logs | grep -v "^$PASTURE_JOB_DIR/" | head -1)
+mv "$PASTURE_JOB_DIR/logs" "$PASTURE_JOB_DIR/logs.real" && ln -s "$V" "$PASTURE_JOB_DIR/logs"
+touch "$PASTURE_JOB_DIR/planted"; sleep 120
+"""
+
+
+def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, Any]:
+    """Tasks of one tenant plant links to another tenant's log and to the cluster's keys
+    in their own log directories; that tenant's token then asks the API (a real uvicorn
+    process) for every planted name, through ``..`` paths and a log directory replaced by
+    a link. Returns ``{"cross_tenant_reads": responses that carried another tenant's log
+    or a key, "cross_tenant_attempts": requests made, "cross_tenant_5xx": server errors, hung or
+    broken answers}``.
+
+    A one-node dev cluster of its own in ``directory`` (two VCs: ``default`` for the
+    attacker, ``research`` for the victim), stopped on return.
+    """
+    import secrets as _secrets
+
+    import httpx
+
+    from scheduler.store.tokens import TokenStore
+
+    vcs = [
+        {"name": "default", "guarantee": {"cpu": 1, "memory": "1Gi"}},
+        {"name": "research", "guarantee": {"cpu": 1, "memory": "1Gi"}},
+    ]
+    cluster = dev.up(
+        nodes=1, cpu_per_node=4, memory_per_node="4Gi", virtual_clusters=vcs, directory=directory
+    )
+    try:
+        base, share = Path(cluster.base_dir), Path(cluster.share_dir)
+        key = base / "secrets.key"
+        secrets_seen = {
+            "victim": f"VICTIM-{_secrets.token_hex(8)}",
+            "key": key.read_text().strip(),
+            "redis": Path(cluster.redis_password_file).read_text().strip(),
+        }
+        store = cluster.store()
+        tokens = TokenStore(store.r)
+        alice = tokens.create("alice", "user", ["default"])
+        bob = tokens.create("bob", "user", ["research"])
+        if alice is None or bob is None:
+            raise RuntimeError("a fresh dev cluster already had a token named alice or bob")
+        api = {
+            "alice": httpx.Client(base_url=cluster.endpoint, timeout=30, headers=_bearer(alice)),
+            "bob": httpx.Client(base_url=cluster.endpoint, timeout=30, headers=_bearer(bob)),
+        }
+
+        def submit(who: str, name: str, vc: str, command: str) -> None:
+            doc = {"name": name, "vc": vc, "roles": {"w": {"command": command}}}
+            r = api[who].post("/api/v1/jobs", json=doc)
+            if r.status_code != 201:
+                raise RuntimeError(f"submit {name} answered {r.status_code}: {r.text[:300]}")
+
+        submit("bob", "victim", "research", f"echo {secrets_seen['victim']}; sleep 120")
+        _until(lambda: secrets_seen["victim"] in _all_logs(share), timeout_s, "victim's log")
+        key_rel = key.relative_to(base)  # the share is base/share: ../../../ reaches base
+        attack = ATTACK.format(pw=cluster.redis_password_file, key=key, key_rel=key_rel)
+        submit("alice", "attack-files", "default", attack)
+        submit("alice", "attack-dir", "default", SWAP_DIR)
+        _until(lambda: len(list(share.glob("jobs/*/planted"))) >= 2, timeout_s, "links planted")
+
+        asks: list[tuple[str, dict[str, Any]]] = []
+        roles = ["w", "pw", "key", "hkey", "rel", "fifo"] + [
+            f"{p}{i}" for p in ("v", "hv") for i in range(3)
+        ]
+        for role in roles:
+            asks.append(("/api/v1/jobs/attack-files/logs", {"role": role, "index": 0}))
+            asks.append(("/api/v1/jobs/attack-files/logs", {"role": role, "tail": 5}))
+        asks += [
+            ("/api/v1/jobs/attack-files/logs/files", {}),
+            ("/api/v1/jobs/attack-dir/logs", {"role": "w", "index": 0}),
+            ("/api/v1/jobs/attack-dir/logs", {}),
+            ("/api/v1/jobs/attack-dir/logs/files", {}),
+            ("/api/v1/jobs/attack-files/logs", {"role": "../../victim/logs/w", "index": 0}),
+            ("/api/v1/jobs/attack-files/logs", {"role": "..", "index": 0}),
+            ("/api/v1/jobs/..%2Fvictim/logs", {"role": "w", "index": 0}),
+            ("/api/v1/jobs/attack-files%2F..%2F..%2Fvictim/logs", {"role": "w"}),
+            ("/api/v1/jobs/victim/logs", {"role": "w", "index": 0}),
+        ]
+        reads = errors = 0
+        for path, params in asks:
+            try:
+                r = api["alice"].get(path, params=params, timeout=5)
+            except httpx.HTTPError:  # a hung or broken answer (a FIFO once blocked a read)
+                errors += 1
+                continue
+            errors += r.status_code >= 500
+            reads += any(s and s in r.text for s in secrets_seen.values())
+        for c in api.values():
+            c.close()
+        return {
+            "cross_tenant_reads": reads,
+            "cross_tenant_attempts": len(asks),
+            "cross_tenant_5xx": errors,
+        }
+    finally:
+        with contextlib.suppress(KeyError):
+            cluster._procs["loop"].signal(signal.SIGKILL)
+        dev.down(directory)
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _all_logs(share: Path) -> str:
+    out = []
+    for p in share.glob("jobs/*/logs/*.log"):
+        with contextlib.suppress(OSError):
+            out.append(p.read_text(errors="replace"))
+    return "\n".join(out)
+
+
+def _until(check: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.2)
 
 
 # ---- faults of issue 25's second round (gang, frozen node, broken launch, sentinel) ----

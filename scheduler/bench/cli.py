@@ -4,10 +4,18 @@ Setup: ``scheduler.dev.up`` (redis-server, the API, the loop and ``--nodes`` age
 local processes, state in a temp dir) and ``--jobs`` submitted jobs, so ``job list`` has
 a page to fetch and render. Each command then runs ``--repeat`` times as a fresh process
 (``python -m scheduler.cli ...``, exactly what the ``pasture`` script runs), with stdout
-piped. Figures per command: the median and max wall-clock seconds, and the median CPU
-seconds (user + sys) of the child, which grows much less than wall time when other work
-shares the machine's cores. ``python_startup`` is the bare interpreter (``python -c
-pass``), the floor under every command. ``load_average_1m`` says how idle the machine was.
+piped, and with ``PYTHONDONTWRITEBYTECODE=1`` set (as on machines where Python may not
+write ``__pycache__``): a run reads only the bytecode the install compiled (``make venv``:
+``uv sync --compile-bytecode``) and never writes any, so the figures are those of a fresh
+install whatever earlier runs left. ``bytecode_compiled_share`` (the ``scheduler``
+package) and ``bytecode_compiled_share_deps`` (the libraries ``job list`` imports) say how
+much had current bytecode: near 0 when the install compiled none, and then every run
+compiles every module it imports.
+
+Figures per command: the median and max wall-clock seconds, and the median CPU seconds
+(user + sys) of the child, which grows much less than wall time when other work shares
+the machine's cores. ``python_startup`` is the bare interpreter (``python -c pass``), the
+floor under every command. ``load_average_1m`` says how idle the machine was.
 """
 
 from __future__ import annotations
@@ -63,11 +71,35 @@ def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, cpu
 
 
+# the packages ``pasture job list`` imports (the CLI's own and its libraries')
+DEPENDENCIES = ("typer", "click", "rich", "httpx", "httpcore", "pydantic", "anyio", "yaml")
+
+
+def bytecode_share(packages: tuple[str, ...] = ("scheduler",)) -> float:
+    """The share of the ``*.py`` files of ``packages`` whose bytecode for this
+    interpreter exists and is not older than the source (0..1; 0 when none is found)."""
+    import importlib.util
+
+    sources: list[Path] = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            sources += Path(spec.origin).parent.rglob("*.py")
+    current = 0
+    for src in sources:
+        pyc = Path(importlib.util.cache_from_source(str(src)))
+        if pyc.exists() and pyc.stat().st_mtime >= src.stat().st_mtime:
+            current += 1
+    return current / len(sources) if sources else 0.0
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start a dev cluster, time each command ``args.repeat`` times, stop the cluster.
 
     Returns ``{<command>_wall_median_s, <command>_wall_max_s, <command>_cpu_median_s, ...,
-    load_average_1m, jobs, repeat}``.
+    load_average_1m, bytecode_compiled_share (the scheduler package),
+    bytecode_compiled_share_deps (:data:`DEPENDENCIES`), pythondontwritebytecode, jobs,
+    repeat}``.
     """
     from scheduler import dev
     from scheduler.cli.client import ApiClient
@@ -81,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.submit(JOB.format(i=i).encode())
         client.close()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PASTURE_")}
-        env.update(PASTURE_DEV_DIR=str(state_dir), COLUMNS="120")
+        env.update(PASTURE_DEV_DIR=str(state_dir), COLUMNS="120", PYTHONDONTWRITEBYTECODE="1")
         result: dict[str, Any] = {}
         for name, argv in COMMANDS.items():
             _time(argv, env)  # warm the page cache and .pyc files
@@ -91,6 +123,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result[f"{name}_wall_max_s"] = round(max(walls), 3)
             result[f"{name}_cpu_median_s"] = round(statistics.median(c for _, c in runs), 3)
         result["load_average_1m"] = round(os.getloadavg()[0], 2)
+        result["bytecode_compiled_share"] = round(bytecode_share(), 3)
+        result["bytecode_compiled_share_deps"] = round(bytecode_share(DEPENDENCIES), 3)
+        result["pythondontwritebytecode"] = 1
         result["jobs"] = args.jobs
         result["repeat"] = args.repeat
         return result

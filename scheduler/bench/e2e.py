@@ -172,7 +172,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "cluster_name": "bench",
                 "redis": {"url": url},
                 "share_dir": str(tmp_path / "share"),
-                "api": {"host": "127.0.0.1", "port": port, "max_body_bytes": 4 << 20},
+                # no per-token limits: one token submits at --rate, which is what is measured
+                "api": {
+                    "host": "127.0.0.1",
+                    "port": port,
+                    "max_body_bytes": 4 << 20,
+                    "request_limit": "",
+                    "submit_limit": "",
+                },
                 "loop": {"interval_s": 1.0, "heartbeat_timeout_s": 60, "policy": args.policy},
                 "virtual_clusters": [
                     {"name": "default", "guarantee": {"cpu": total_cpu, "memory": "1Ti"}}

@@ -39,11 +39,14 @@ def backup(
 def restore(
     file: Path = typer.Argument(..., help="backup file written by 'pasture admin backup'"),
     force: bool = typer.Option(
-        False, "--force", help="replace a store that is not empty (its pasture:* keys)"
+        False,
+        "--force",
+        help="replace a store that holds jobs; stops, ends and deletions since the backup are kept",
     ),
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Restore FILE into the store; refuses a non-empty store unless --force. Stop the
+    """Restore FILE into the store while agents run; refuses a store that holds jobs
+    unless --force. Prints what was kept from after the backup and what is lost. Stop the
     loop and the API first (systemctl stop pasture-loop pasture-api), start them after."""
     import redis
 
@@ -59,3 +62,7 @@ def restore(
         err_console.print(f"[red]error:[/red] restore failed: {exc}")
         raise typer.Exit(1) from None
     console.print(f"restored {info.keys} key(s) from {info.path}")
+    for line in info.kept:
+        console.print(f"kept: {line}", markup=False, highlight=False)
+    for line in info.lost:
+        console.print(f"lost: {line}", markup=False, highlight=False)

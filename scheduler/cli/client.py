@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from scheduler.api.schemas import (
         BatchOut,
         DryRunOut,
+        ExecAccessOut,
         JobDeleteOut,
         JobEventsOut,
         JobOut,
@@ -216,6 +217,13 @@ class ApiClient:
             "DELETE", f"/api/v1/jobs/{name}", params={"force": "true" if force else "false"}
         )
         return parse(JobDeleteOut, data, f"delete {name}")
+
+    def exec_access(self, name: str, role: str, index: int) -> ExecAccessOut:
+        """The address, sshd port and key of a running task (``pasture job exec``)."""
+        from scheduler.api.schemas import ExecAccessOut
+
+        data = self.request("POST", f"/api/v1/jobs/{name}/tasks/{role}/{index}/exec")
+        return parse(ExecAccessOut, data, f"exec into {name} {role}-{index}")
 
     def log_files(self, name: str) -> list[LogFileOut]:
         from scheduler.api.schemas import LogFileOut

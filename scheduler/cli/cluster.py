@@ -4,27 +4,34 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from scheduler.cli.client import ApiClient
+from scheduler.cli.complete import complete_nodes
 from scheduler.cli.config import load
 from scheduler.cli.output import (
+    IntervalOpt,
     JsonOpt,
     OutputFormat,
     OutputOpt,
+    PlainFormat,
+    PlainOpt,
+    WatchOpt,
     console,
     emit,
+    emit_plain,
     fmt_age,
+    fmt_limit,
     fmt_resources,
     fmt_time,
     handle_errors,
     output_format,
     plain,
-    print_json,
     styled,
+    watch,
 )
 from scheduler.cli.views import node_allocation
 from scheduler.states import JobState
@@ -36,6 +43,7 @@ node_app = typer.Typer(
     help="List and show nodes; cordon, uncordon, drain and delete them.", no_args_is_help=True
 )
 vc_app = typer.Typer(help="Virtual clusters.", no_args_is_help=True)
+NodeArg = typer.Argument(..., help="node name", autocompletion=complete_nodes)
 
 
 def _capacity(n: NodeOut) -> dict[str, int]:
@@ -49,24 +57,38 @@ def _labels(n: NodeOut) -> str:
 
 @node_app.command("list")
 @handle_errors
-def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
+def node_list(
+    output: OutputFormat = OutputOpt,
+    as_json: bool = JsonOpt,
+    watch_: bool = WatchOpt,
+    interval: float = IntervalOpt,
+) -> None:
     """Nodes with state, address, capacity, GPU model, labels and heartbeat age.
 
     -o wide adds the executor and the heartbeat's time; -o json|yaml print the API's
-    list; -o name one node name per line.
+    list; -o name one node name per line. --watch redraws until Ctrl-C.
     """
-    nodes = ApiClient(load()).nodes()
+    client = ApiClient(load())
     fmt = output_format(output, as_json)
-    if emit(nodes, fmt, (n.name for n in nodes)):
-        return
-    wide = fmt is OutputFormat.wide
+
+    def draw() -> None:
+        nodes = client.nodes()
+        if not emit(nodes, fmt, (n.name for n in nodes)):
+            _node_table(nodes, wide=fmt is OutputFormat.wide)
+
+    watch(draw, watch_, interval)
+
+
+def _node_table(nodes: list[NodeOut], wide: bool) -> None:
+    """Print the nodes table (see :func:`node_list`)."""
     now = time.time()
     columns = ["name", "state", "address", "capacity", "gpu model", "labels", "heartbeat age"]
-    columns += ["reason"]  # why cordoned (by whom / GPU health)
     if wide:
         columns += ["heartbeat", "executor"]
     table = Table(*columns)
     table.columns[0].no_wrap = True
+    # why cordoned (by whom / GPU health): wraps rather than shrinking to a stub
+    table.add_column("reason", min_width=min(32, max(console.width // 3, 16)), ratio=1)
     for n in nodes:
         row = [
             n.name,
@@ -76,10 +98,10 @@ def node_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None
             n.gpu_model or "",
             _labels(n),
             fmt_age(n.heartbeat, now),
-            n.state_reason,
         ]
         if wide:
             row += [fmt_time(n.heartbeat), n.executor]
+        row.append(n.state_reason)
         table.add_row(*row)
     console.print(table)
 
@@ -100,7 +122,9 @@ def _active_jobs(client: ApiClient) -> list[JobOut]:
 
 @node_app.command("show")
 @handle_errors
-def node_show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
+def node_show(
+    name: str = NodeArg, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt
+) -> None:
     """One node: capacity, allocated, free, its tasks, labels and heartbeat age.
 
     Allocated and tasks come from the scheduled and running jobs' tasks on the node.
@@ -173,21 +197,21 @@ def _action(action: str, name: str) -> None:
 
 @node_app.command()
 @handle_errors
-def cordon(name: str) -> None:
+def cordon(name: str = NodeArg) -> None:
     """Take no new tasks on NAME (running tasks stay)."""
     _action("cordon", name)
 
 
 @node_app.command()
 @handle_errors
-def uncordon(name: str) -> None:
+def uncordon(name: str = NodeArg) -> None:
     """Make NAME schedulable again."""
     _action("uncordon", name)
 
 
 @node_app.command()
 @handle_errors
-def drain(name: str) -> None:
+def drain(name: str = NodeArg) -> None:
     """Cordon NAME and move its running jobs elsewhere (they are requeued)."""
     _action("drain", name)
 
@@ -226,7 +250,7 @@ def vc_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
         row = [
             v.name,
             fmt_resources(v.guarantee),
-            fmt_resources(v.max) or "-",
+            fmt_limit(v.max),
             fmt_resources(v.used),
             fmt_resources(v.borrowed),
             str(v.jobs_running),
@@ -243,22 +267,39 @@ def vc_list(output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
 _STATUS_HIDDEN = {"cluster", "version"}
 
 
+def _status_text(key: str, value: Any) -> str | None:
+    """One status value for people; None to leave the row out (an empty condition)."""
+    if key == "condition":
+        if not value:
+            return None  # no condition: the cluster is normal
+        if isinstance(value, dict):
+            detail = value.get("message") or value.get("reason") or ""
+            return f"{value.get('kind', '?')}" + (f": {detail}" if detail else "")
+        return str(value)
+    if value is None:
+        return "-"
+    if isinstance(value, dict) and {"cpu_m", "memory"} & set(value):
+        return fmt_resources(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+    return str(value)
+
+
 @handle_errors
-def status(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Cluster summary: nodes and jobs by state, capacity and allocation."""
+def status(
+    output: PlainFormat = PlainOpt,
+    as_json: bool = typer.Option(False, "--json", help="same as -o json"),
+) -> None:
+    """Cluster summary: nodes and jobs by state, capacity and allocation, and the loop's
+    cluster condition when there is one (e.g. a disruption)."""
     s = ApiClient(load()).status()
-    if as_json:
-        print_json(s)
+    if emit_plain(s, PlainFormat.json if as_json else output):
         return
     table = Table("", "", title=f"cluster {s.cluster}", show_header=False)
     for key, value in plain(s).items():
         if key in _STATUS_HIDDEN:
             continue
-        if isinstance(value, dict) and {"cpu_m", "memory"} & set(value):
-            text = fmt_resources(value)
-        elif isinstance(value, dict):
-            text = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
-        else:
-            text = str(value)
-        table.add_row(key, text)
+        text = _status_text(key, value)
+        if text is not None:
+            table.add_row(key, text)
     console.print(table)

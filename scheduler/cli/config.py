@@ -3,9 +3,12 @@
 Order (first wins):
 1. ``PASTURE_ENDPOINT`` / ``PASTURE_TOKEN`` / ``PASTURE_CA_CERT`` environment variables;
 2. a context named by ``PASTURE_CONTEXT`` (or ``pasture --context NAME``) in the login file;
-3. the state file of a running ``pasture dev up`` cluster (no login needed; ``pasture dev
-   down`` removes it, and the login file applies again);
-4. the login file's current context (``pasture context use NAME``).
+3. the newer choice of: the state file of a running ``pasture dev up`` cluster (no login
+   needed; ``pasture dev down`` removes it) and the login file's current context, as last
+   set by ``pasture context use NAME`` or ``pasture login`` (its ``current_since`` time).
+   A dev cluster started after the context was chosen wins; ``pasture context use``
+   after ``dev up`` makes the context win again. ``ClientConfig.source`` says which was
+   used and why (``pasture context list`` prints it).
 
 The login file ``config.yaml`` (mode 0600, in ``$PASTURE_CONFIG_HOME``, else
 ``$XDG_CONFIG_HOME/pasture``, else ``~/.config/pasture``) holds one entry per cluster:
@@ -17,6 +20,7 @@ single-cluster form ``{endpoint, token, ca_cert?}`` reads as one context, ``defa
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +103,7 @@ def save_login(
     if ca_cert:
         entry["ca_cert"] = str(Path(ca_cert).resolve())
     known[context] = entry
-    return _write({"current": context, "contexts": known})
+    return _write({"current": context, "current_since": time.time(), "contexts": known})
 
 
 def use_context(name: str) -> Path:
@@ -114,7 +118,27 @@ def use_context(name: str) -> Path:
             f"no context {name!r} in {config_path()}; known: {', '.join(sorted(known)) or '-'}"
             " (pasture login ENDPOINT --context NAME adds one)"
         )
-    return _write({"current": name, "contexts": known})
+    return _write({"current": name, "current_since": time.time(), "contexts": known})
+
+
+def current_since() -> float:
+    """When the login file's current context was last chosen (epoch seconds; 0 when the
+    file predates this record or does not exist)."""
+    path = config_path()
+    if not path.is_file():
+        return 0.0
+    since = _from_file(path).get("current_since")
+    return float(since) if isinstance(since, int | float) else 0.0
+
+
+def _dev_started() -> float | None:
+    """When the running dev cluster's state file was written (epoch seconds), or None."""
+    from scheduler.cli import devstate
+
+    try:
+        return devstate.state_file().stat().st_mtime
+    except OSError:
+        return None
 
 
 def _from_file(path: Path) -> dict[str, Any]:
@@ -154,12 +178,23 @@ def load() -> ClientConfig:
                 f" known: {', '.join(sorted(known)) or '-'}"
             )
         data, source = dict(known[wanted]), f"context {wanted}"
-    elif dev := _from_dev_state():
-        data, source = dev, "pasture dev up"
     else:
         current, known = contexts()
-        if current in known:
+        dev = _from_dev_state()
+        started = _dev_started() if dev else None
+        chosen = current_since() if current in known else None
+        if dev and (chosen is None or (started is not None and started >= chosen)):
+            data = dev
+            source = "pasture dev up" + (
+                f" (started after context {current} was chosen; pasture context use"
+                f" {current} to use it)"
+                if current in known
+                else ""
+            )
+        elif current in known:
             data, source = dict(known[current]), f"context {current}"
+            if dev:
+                source += " (chosen after pasture dev up started; the dev cluster still runs)"
     env = {
         "endpoint": os.environ.get("PASTURE_ENDPOINT"),
         "token": os.environ.get("PASTURE_TOKEN"),

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich import box
 from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
+from scheduler.cli.complete import complete_jobs, complete_vcs
 from scheduler.cli.config import load
 from scheduler.cli.joblogs import JobLogs, LogOptions
 from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt
@@ -20,18 +23,23 @@ from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
     NOT_FOUND,
     OK,
+    IntervalOpt,
     JsonOpt,
     OutputFormat,
     OutputOpt,
+    PlainFormat,
+    WatchOpt,
     console,
     emit,
+    emit_plain,
     err_console,
+    exit_code_for,
     fmt_age,
     fmt_time,
     handle_errors,
     output_format,
-    print_json,
     styled,
+    watch,
 )
 from scheduler.cli.views import (
     TERMINAL,
@@ -40,6 +48,7 @@ from scheduler.cli.views import (
     job_gpus,
     job_reason,
     job_run_time,
+    queue_position,
     reason_text,
     task_nodes,
 )
@@ -48,7 +57,12 @@ from scheduler.states import JobState
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut
 
+NARROW = 100  # terminal columns below which the job table is laid out for narrow screens
+
 app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
+
+JobArg = typer.Argument(..., help="job name", autocompletion=complete_jobs)
+JobsArg = typer.Argument(None, help="job names", autocompletion=complete_jobs, show_default=False)
 
 
 def _client() -> ApiClient:
@@ -137,7 +151,14 @@ def submit(
     ),
     wait: bool = typer.Option(False, "--wait", "-w", help="exit 0 only if it succeeded"),
     timeout: float = typer.Option(0, help="with --wait: give up after seconds"),
-    as_json: bool = typer.Option(False, "--json", help="print the stored job as JSON"),
+    as_json: bool = typer.Option(False, "--json", help="same as -o json"),
+    output: PlainFormat = typer.Option(
+        PlainFormat.table,
+        "--output",
+        "-o",
+        help="table (a line per job) | json | yaml: the stored job as the API answered"
+        " (yaml: one spec, without --dry-run/--sweep)",
+    ),
     new_name: str | None = typer.Option(None, "--name", help="job name instead of the spec's"),
     vc: str | None = typer.Option(None, "--vc", help="virtual cluster instead of the spec's"),
     env: list[str] | None = typer.Option(
@@ -167,6 +188,10 @@ def submit(
     from scheduler.cli.jobsecrets import read_secrets
     from scheduler.cli.jobspec import submit_with_overrides
 
+    fmt = PlainFormat.json if as_json else output
+    as_json = fmt is PlainFormat.json
+    if fmt is PlainFormat.yaml and (sweep or more or dry_run):
+        raise typer.BadParameter("-o yaml takes one spec without --dry-run or --sweep; use -o json")
     if sweep:
         from scheduler.cli.sweep import submit_sweep
 
@@ -205,9 +230,7 @@ def submit(
         file.read_bytes(), json_body=file.suffix.lower() == ".json"
     )
     name = job.name
-    if as_json:
-        print_json(job)
-    else:
+    if not emit_plain(job, fmt):
         for other in job.jobs or [name]:
             console.print(f"submitted job [bold]{other}[/bold] to vc {job.vc}")
     for warning in job.warnings:
@@ -218,48 +241,91 @@ def submit(
         raise typer.Exit(_final(wait_for(client, name, TERMINAL, timeout_s=timeout)))
 
 
+def waiting_jobs(client: ApiClient, vc: str) -> list[JobOut]:
+    """The VC's waiting jobs (submitted, queued, preempted; at most 1000 of each state)."""
+    out: list[JobOut] = []
+    for state in sorted(WAITING):
+        out += client.jobs(vc=vc, state=state, limit=1000).items
+    return out
+
+
+def _queue_text(job: JobOut, waiting: list[JobOut]) -> str:
+    """'3/7' (position in its VC's queue / length) for a waiting job, else ''."""
+    pos = queue_position(job, waiting)
+    return "" if pos is None else f"{pos[0]}/{pos[1]}"
+
+
 @app.command("list")
 @handle_errors
 def list_jobs(
-    vc: str | None = typer.Option(None, help="only this VC"),
-    state: str | None = typer.Option(None, help="only this state"),
+    vc: str | None = typer.Option(None, help="only this VC", autocompletion=complete_vcs),
+    state: str | None = typer.Option(None, help="only this state (queued, running, ...)"),
+    user: str | None = typer.Option(
+        None, "--user", "-u", help="only jobs submitted by this token name (Slurm's -u)"
+    ),
+    mine: bool = typer.Option(False, "--mine", help="only my jobs (--user of my token)"),
     limit: int = typer.Option(100, help="at most this many"),
     offset: int = typer.Option(0, help="skip this many (newest first)"),
     output: OutputFormat = OutputOpt,
     as_json: bool = JsonOpt,
+    watch_: bool = WatchOpt,
+    interval: float = IntervalOpt,
 ) -> None:
     """List jobs (newest first): state, GPUs, age, run time, pending or failure reason.
 
-    -o wide adds user, priority, submit time, exit code and the nodes of its tasks (one
+    -o wide adds user, priority, the queue position of a waiting job in its VC (by
+    priority, then submit time), submit time, exit code and the nodes of its tasks (one
     more request per job); -o json|yaml print the API's page ({items, total, limit,
-    offset}); -o name one job name per line.
+    offset}); -o name one job name per line. --watch redraws until Ctrl-C.
     """
     client = _client()
-    page = client.jobs(vc=vc, state=state, limit=limit, offset=offset)
+    if mine:
+        user = client.whoami().name
     fmt = output_format(output, as_json)
-    if emit(page, fmt, (j.name for j in page.items)):
-        return
-    wide = fmt is OutputFormat.wide
+
+    def draw() -> None:
+        page = client.jobs(vc=vc, state=state, user=user, limit=limit, offset=offset)
+        if emit(page, fmt, (j.name for j in page.items)):
+            return
+        _job_table(client, page.items, wide=fmt is OutputFormat.wide)
+        shown = len(page.items)
+        if page.total > shown:
+            console.print(f"{shown} of {page.total} jobs (--offset / --limit for more)")
+
+    watch(draw, watch_, interval)
+
+
+def _job_table(client: ApiClient, jobs: list[JobOut], wide: bool) -> None:
+    """Print the jobs table (see :func:`list_jobs`)."""
     now = time.time()
-    columns = ["name", "vc", "state", "attempt", "gpus", "age", "run time", "reason"]
+    # Below 100 columns the table drops its vertical rules and the attempt column (job
+    # show has it), so the reason, what people read the list for, keeps a third of the
+    # width and wraps instead of shrinking to a stub.
+    narrow = console.width < NARROW and not wide
+    columns = ["name", "vc", "state", "attempt", "gpus", "age", "run time"]
+    if narrow:
+        columns.remove("attempt")
     if wide:
-        columns[4:4] = ["user", "priority"]
+        columns[4:4] = ["user", "priority", "queue"]
         columns += ["submitted", "exit code", "nodes"]
-    table = Table(*columns)
+    table = Table(*columns, box=None if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     table.columns[0].no_wrap = True
-    for j in page.items:
+    table.add_column("reason", min_width=min(32, max(console.width // 3, 16)), ratio=1)
+    waiting: dict[str, list[JobOut]] = {}
+    for j in jobs:
         row = [
             j.name,
             j.vc,
             styled(j.state),
-            str(j.attempt),
+            *([] if narrow else [str(j.attempt)]),
             str(job_gpus(j)),
             fmt_age(j.created, now),
             job_run_time(j, now),
-            job_reason(j),
         ]
         if wide:
-            row[4:4] = [j.user, str(j.priority)]
+            if j.state in WAITING and j.vc not in waiting:
+                waiting[j.vc] = waiting_jobs(client, j.vc)
+            row[4:4] = [j.user, str(j.priority), _queue_text(j, waiting.get(j.vc, []))]
             placed = j.state not in WAITING
             tasks = client.job(j.name).tasks if placed else []
             exit_code = j.exit_code
@@ -268,26 +334,31 @@ def list_jobs(
                 "" if exit_code is None else str(exit_code),
                 task_nodes(tasks),
             ]
+        row.append(job_reason(j))
         table.add_row(*row)
     console.print(table)
-    shown = len(page.items)
-    if page.total > shown:
-        console.print(f"{shown} of {page.total} jobs (--offset / --limit for more)")
 
 
 @app.command()
 @handle_errors
-def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
-    """Show a job: state, times, GPUs, tasks, events and why it is pending or failed.
+def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
+    """Show a job: state, times, GPUs, tasks, events and why it is pending or failed; a
+    waiting job's position in its VC's queue.
 
-    -o json|yaml print {"job": GET /jobs/NAME, "events": its event list}.
+    -o json|yaml print {"job": GET /jobs/NAME, "events": its event list, "queue":
+    {position, length, estimated_start} or null}.
     """
     client = _client()
     with job_hint(client, name):
         job = client.job(name)
     events = client.events(name)
+    queue = None
+    if job.state in WAITING:
+        pos = queue_position(job, waiting_jobs(client, job.vc))
+        if pos is not None:
+            queue = {"position": pos[0], "length": pos[1], "estimated_start": None}
     fmt = output_format(output, as_json)
-    if emit({"job": job, "events": events.events}, fmt, [job.name]):
+    if emit({"job": job, "events": events.events, "queue": queue}, fmt, [job.name]):
         return
     now = time.time()
     console.print(
@@ -303,6 +374,13 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
     )
     if events.pending_reason:
         console.print(f"pending: [yellow]{reason_text(events.pending_reason)}[/yellow]")
+    if queue is not None:
+        console.print(
+            f"queue: {queue['position']} of {queue['length']} waiting in vc {job.vc}"
+            " (by priority, then submit time)  estimated start: unknown (jobs declare no"
+            " run time the scheduler could add up)",
+            highlight=False,
+        )
     elif job.state in UNSUCCESSFUL and job.reason:
         console.print(f"reason: [red]{job.reason}[/red]")
     tasks = job.tasks or []
@@ -361,7 +439,7 @@ def show(name: str, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -
 @app.command()
 @handle_errors
 def logs(
-    name: str,
+    name: str = JobArg,
     follow: bool = typer.Option(
         False, "--follow", "-f", help="stream new lines, across attempts, until the job ends"
     ),
@@ -397,38 +475,197 @@ def logs(
         raise typer.Exit(NOT_FOUND)
 
 
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+@handle_errors
+def exec_(
+    name: str = JobArg,
+    task: str = typer.Argument(..., help="ROLE-INDEX, e.g. worker-0"),
+    command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
+    login: str | None = typer.Option(
+        None, "--login", "-l", help="user to log in as (default: your local user name)"
+    ),
+) -> None:
+    """Run a command in a running task (``pasture job exec JOB worker-0 -- nvidia-smi``),
+    as kubectl exec does: through the task's own sshd, so only jobs submitted with
+    ``ssh: true`` (or ``mpi``) and only their submitter or an admin. stdout and stderr
+    stream back; the exit code is the command's (7 when the task cannot be reached)."""
+    from scheduler.cli.jobexec import parse_task, run_remote
+
+    if command[:1] == ["--"]:  # after the first argument every word is kept, -- too
+        command = command[1:]
+    if not command:
+        raise typer.BadParameter("COMMAND: give the command after --")
+    role, index = parse_task(task)
+    client = _client()
+    with job_hint(client, name):
+        access = client.exec_access(name, role, index)
+    raise typer.Exit(run_remote(access, command, login))
+
+
+def select_jobs(
+    client: ApiClient,
+    names: list[str] | None,
+    *,
+    user: str | None,
+    state: str | None,
+    vc: str | None,
+    every: bool,
+    yes: bool,
+    verb: str,
+) -> list[str]:
+    """The jobs a ``stop``/``delete`` acts on: the NAMEs given, or every visible job
+    matching ``--user/--state/--vc`` (``--all``: no filter needed), newest first.
+
+    A selection by filter is listed and confirmed ("stop 3 jobs? [y/N]") unless ``--yes``;
+    with no terminal to ask, ``--yes`` is required.
+
+    Raises:
+        typer.BadParameter: names and filters mixed, or neither given.
+        typer.Exit(1): the confirmation was declined or could not be asked.
+    """
+    filtered = every or any(x is not None for x in (user, state, vc))
+    if names and filtered:
+        raise typer.BadParameter("give job names or --user/--state/--vc/--all, not both")
+    if names:
+        return list(dict.fromkeys(names))
+    if not filtered:
+        raise typer.BadParameter(
+            f"name the jobs to {verb}, or select with --user/--state/--vc/--all"
+        )
+    chosen: list[str] = []
+    offset = 0
+    while True:
+        page = client.jobs(vc=vc, state=state, user=user, limit=1000, offset=offset)
+        chosen += [j.name for j in page.items]
+        offset += len(page.items)
+        if not page.items or offset >= page.total:
+            break
+    if not chosen:
+        console.print(f"no jobs match: nothing to {verb}")
+        return []
+    if not yes:
+        shown = ", ".join(chosen[:20]) + (
+            f" and {len(chosen) - 20} more" if len(chosen) > 20 else ""
+        )
+        console.print(f"{verb} {len(chosen)} job(s): {shown}", highlight=False)
+        if not sys.stdin.isatty():
+            err_console.print(f"[red]error:[/red] not a terminal: add --yes to {verb} them")
+            raise typer.Exit(JOB_NOT_SUCCEEDED)
+        if not typer.confirm(f"{verb} {len(chosen)} job(s)?", default=False):
+            raise typer.Exit(JOB_NOT_SUCCEEDED)
+    return chosen
+
+
+def _each(names: list[str], act: Callable[[str], None]) -> None:
+    """Run ``act`` on every name; an API error on one is printed and the others go on.
+
+    Raises:
+        typer.Exit: the exit code of the last failure (see :mod:`scheduler.cli.output`).
+    """
+    failed = 0
+    for one in names:
+        try:
+            act(one)
+        except ApiError as exc:
+            err_console.print(f"[red]error ({exc.status or 'connection'}):[/red] {exc.message}")
+            failed = exit_code_for(exc.status)
+    if failed:
+        raise typer.Exit(failed)
+
+
+UserSel = typer.Option(None, "--user", "-u", help="every job of this user (with a confirmation)")
+StateSel = typer.Option(None, "--state", help="every job in this state (with a confirmation)")
+VcSel = typer.Option(
+    None, "--vc", help="every job of this VC (with a confirmation)", autocompletion=complete_vcs
+)
+AllSel = typer.Option(False, "--all", help="every job I can see (with a confirmation)")
+YesOpt = typer.Option(False, "--yes", "-y", help="do not ask before acting on a selection")
+
+
 @app.command()
 @handle_errors
 def stop(
-    name: str,
-    wait: bool = typer.Option(False, "--wait", "-w", help="wait until it has stopped"),
+    names: list[str] | None = JobsArg,
+    wait: bool = typer.Option(False, "--wait", "-w", help="wait until they have stopped"),
+    user: str | None = UserSel,
+    state: str | None = StateSel,
+    vc: str | None = VcSel,
+    every: bool = AllSel,
+    yes: bool = YesOpt,
 ) -> None:
-    """Stop a job (its tasks get SIGTERM, then SIGKILL after the grace period)."""
+    """Stop jobs (their tasks get SIGTERM, then SIGKILL after the grace period): the NAMEs
+    given (``pasture job stop A B C``), or every job matching --user/--state/--vc or --all,
+    after a confirmation (--yes skips it). A failure on one job does not stop the others;
+    the exit code is that of the last failure."""
     client = _client()
-    with job_hint(client, name):
-        job = client.stop(name)
-    console.print(f"job {name}: stop requested (state {styled(job.state)})")
+    chosen = select_jobs(
+        client, names, user=user, state=state, vc=vc, every=every, yes=yes, verb="stop"
+    )
+
+    def act(name: str) -> None:
+        with job_hint(client, name):
+            job = client.stop(name)
+        console.print(f"job {name}: stop requested (state {styled(job.state)})")
+
+    _each(chosen, act)
     if wait:
-        job = wait_for(client, name, TERMINAL)
-        console.print(f"job {name}: {styled(job.state)}")
+        for name in chosen:
+            job = wait_for(client, name, TERMINAL)
+            console.print(f"job {name}: {styled(job.state)}")
 
 
 @app.command()
 @handle_errors
 def delete(
-    name: str,
+    names: list[str] | None = JobsArg,
     force: bool = typer.Option(
-        False, "--force", "-f", help="stop the job first when it has not finished"
+        False, "--force", "-f", help="stop a job first when it has not finished"
     ),
     timeout: float = typer.Option(120.0, help="seconds to wait for a forced stop"),
+    user: str | None = UserSel,
+    state: str | None = StateSel,
+    vc: str | None = VcSel,
+    every: bool = AllSel,
+    yes: bool = YesOpt,
 ) -> None:
-    """Delete a finished job's records (its logs on the share stay). A job that has not
-    finished is refused unless --force, which stops it, waits, then deletes it."""
+    """Delete finished jobs' records (their logs on the share stay): the NAMEs given, or
+    every job matching --user/--state/--vc or --all, after a confirmation (--yes skips
+    it). A job that has not finished is refused unless --force, which stops it, waits,
+    then deletes it."""
     client = _client()
-    with job_hint(client, name):
-        out = client.delete(name, force=force)
-    if not out.deleted:
-        console.print(f"job {name}: stopping before delete (state {styled(out.state)})")
+    chosen = select_jobs(
+        client, names, user=user, state=state, vc=vc, every=every, yes=yes, verb="delete"
+    )
+    stopping: list[str] = []
+
+    def act(name: str) -> None:
+        with job_hint(client, name), cli_hints():
+            out = client.delete(name, force=force)
+        if out.deleted:
+            console.print(f"job {name}: deleted")
+        else:
+            console.print(f"job {name}: stopping before delete (state {styled(out.state)})")
+            stopping.append(name)
+
+    _each(chosen, act)
+
+    def finish(name: str) -> None:
         wait_for(client, name, TERMINAL, timeout_s=timeout)
-        out = client.delete(name)
-    console.print(f"job {name}: deleted")
+        client.delete(name)
+        console.print(f"job {name}: deleted")
+
+    _each(stopping, finish)
+
+
+@contextlib.contextmanager
+def cli_hints() -> Iterator[None]:
+    """Re-raise an API error whose hint names an API parameter (``force=true``) with the
+    CLI flag instead (``--force``)."""
+    try:
+        yield
+    except ApiError as exc:
+        if "force=true" in exc.message:
+            raise ApiError(
+                exc.status, exc.message.replace("force=true", "--force"), exc.errors
+            ) from None
+        raise

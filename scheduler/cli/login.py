@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -9,7 +10,15 @@ import typer
 from scheduler.cli import config as cfg
 from scheduler.cli.client import ApiClient
 from scheduler.cli.config import ClientConfig, save_login
-from scheduler.cli.output import NOT_CONFIGURED, console, err_console, handle_errors
+from scheduler.cli.output import (
+    NOT_CONFIGURED,
+    PlainFormat,
+    PlainOpt,
+    console,
+    emit_plain,
+    err_console,
+    handle_errors,
+)
 
 
 @handle_errors
@@ -52,26 +61,55 @@ context_app = typer.Typer(
 
 @context_app.command("list")
 @handle_errors
-def context_list() -> None:
-    """The login file's contexts: name, endpoint, and which is current (*)."""
+def context_list(output: PlainFormat = PlainOpt) -> None:
+    """The login file's contexts: name, endpoint, which is current (*), and which cluster
+    commands use now and why (a running dev cluster, PASTURE_CONTEXT, the environment).
+
+    -o json|yaml: ``{current, in_use: {endpoint, source}, contexts: [{name, endpoint,
+    current}]}`` (never a token).
+    """
     current, known = cfg.contexts()
+    try:
+        effective = cfg.load()
+        in_use: dict[str, str] | None = {
+            "endpoint": effective.endpoint,
+            "source": effective.source,
+        }
+    except cfg.ConfigError:
+        in_use = None
+    rows = [
+        {"name": n, "endpoint": str(known[n].get("endpoint", "")), "current": n == current}
+        for n in sorted(known)
+    ]
+    if emit_plain({"current": current, "in_use": in_use, "contexts": rows}, output):
+        return
     if not known:
         console.print("no contexts: pasture login ENDPOINT --context NAME")
-        return
-    for name in sorted(known):
-        mark = "*" if name == current else " "
-        console.print(f"{mark} {name}\t{known[name].get('endpoint', '')}", highlight=False)
+    for row in rows:
+        mark = "*" if row["current"] else " "
+        console.print(f"{mark} {row['name']}\t{row['endpoint']}", highlight=False)
+    if in_use is not None:
+        console.print(f"in use: {in_use['endpoint']} ({in_use['source']})", highlight=False)
 
 
 @context_app.command("use")
 def context_use(name: str) -> None:
-    """Make NAME the current context (later commands talk to its cluster)."""
+    """Make NAME the current context (later commands talk to its cluster, also while a
+    dev cluster started earlier runs; a later ``pasture dev up`` takes over again)."""
     try:
         path = cfg.use_context(name)
     except cfg.ConfigError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(NOT_CONFIGURED) from None
     console.print(f"current context: {name} ({path})")
+    if cfg.context_override or os.environ.get("PASTURE_CONTEXT"):
+        err_console.print(
+            "[yellow]note:[/yellow] PASTURE_CONTEXT / --context is set and wins over it"
+        )
+    if os.environ.get("PASTURE_ENDPOINT") or os.environ.get("PASTURE_TOKEN"):
+        err_console.print(
+            "[yellow]note:[/yellow] PASTURE_ENDPOINT / PASTURE_TOKEN are set and win over it"
+        )
 
 
 template_app = typer.Typer(help="Write commented example specs.", no_args_is_help=True)

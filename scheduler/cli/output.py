@@ -68,6 +68,24 @@ class OutputFormat(enum.StrEnum):
     name = "name"
 
 
+class PlainFormat(enum.StrEnum):
+    """``-o/--output`` of commands that print one record or a short list (no wide/name)."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+PlainOpt = typer.Option(
+    PlainFormat.table, "--output", "-o", help="table | json | yaml (the data as it came)"
+)
+
+
+def emit_plain(data: Any, fmt: PlainFormat) -> bool:
+    """:func:`emit` for a :class:`PlainFormat`: True when json/yaml was printed."""
+    return emit(data, OutputFormat(fmt.value))
+
+
 OutputOpt = typer.Option(
     OutputFormat.table,
     "--output",
@@ -83,14 +101,23 @@ def output_format(output: OutputFormat, as_json: bool) -> OutputFormat:
 
 
 def plain(data: Any) -> Any:
-    """The JSON data of API models (pydantic, with the fields the API added), lists and
-    dicts of them; anything else as it is."""
+    """The JSON data of API models (pydantic, with the fields the API added), dataclasses,
+    lists and dicts of them; an enum as its value (``TaskState.RUNNING`` -> "running", so
+    YAML can dump it); inf as None; anything else as it is."""
+    import dataclasses
+
     if hasattr(data, "model_dump"):
         return data.model_dump(mode="json")
-    if isinstance(data, list | tuple):
+    if isinstance(data, enum.Enum):
+        return plain(data.value)
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return {f.name: plain(getattr(data, f.name)) for f in dataclasses.fields(data)}
+    if isinstance(data, list | tuple | set | frozenset):
         return [plain(d) for d in data]
     if isinstance(data, dict):
-        return {k: plain(v) for k, v in data.items()}
+        return {str(plain(k)): plain(v) for k, v in data.items()}
+    if isinstance(data, float) and data in (float("inf"), float("-inf")):
+        return None
     return data
 
 
@@ -114,6 +141,36 @@ def emit(data: Any, fmt: OutputFormat, names: Iterable[str] = ()) -> bool:
         return False
     sys.stdout.flush()
     return True
+
+
+WatchOpt = typer.Option(
+    False, "--watch", "-w", help="redraw every --interval seconds until Ctrl-C (like watch)"
+)
+IntervalOpt = typer.Option(2.0, "--interval", min=0.1, help="seconds between --watch redraws")
+
+
+def watch(draw: Callable[[], None], enabled: bool, interval_s: float) -> None:
+    """Run ``draw`` once, or with ``enabled`` every ``interval_s`` seconds until Ctrl-C
+    (exit 0). On a terminal the screen is cleared before each draw; piped, each draw
+    starts with a line ``--- <UTC time> ---`` (so a log of the output reads as frames).
+    An API error ends the watch with its exit code (see :func:`handle_errors`)."""
+    import time
+
+    if not enabled:
+        draw()
+        return
+    try:
+        while True:
+            if console.is_terminal:
+                console.clear()
+            else:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+                console.print(f"--- {stamp} UTC ---", highlight=False)
+            draw()
+            console.file.flush()
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return
 
 
 def exit_code_for(status: int) -> int:
@@ -175,6 +232,16 @@ def fmt_resources(r: Any) -> str:
     if not isinstance(r, dict):
         r = plain(r)
     return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"))
+
+
+def fmt_limit(r: Any) -> str:
+    """A VC's ``max`` (``{cpu_m, memory, gpu}``; a zero or missing part means no cap on it)
+    -> only the capped parts ('4 gpu'), or 'no cap' when none is capped."""
+    if r is not None and not isinstance(r, dict):
+        r = plain(r)
+    r = r or {}
+    capped = {k: r.get(k) or None for k in ("cpu_m", "memory", "gpu")}
+    return format_resources(capped["cpu_m"], capped["memory"], capped["gpu"]) or "no cap"
 
 
 def fmt_bytes(n: Any) -> str:

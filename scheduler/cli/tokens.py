@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from scheduler.cli.output import REJECTED, console, err_console
+from scheduler.cli.output import (
+    REJECTED,
+    PlainFormat,
+    PlainOpt,
+    console,
+    emit_plain,
+    err_console,
+    plain,
+)
 from scheduler.cli.server import ConfigOpt, _settings
 
 if TYPE_CHECKING:
@@ -93,11 +101,19 @@ def token_create(
 
 
 @token_app.command("list")
-def token_list(config: Path | None = ConfigOpt) -> None:
-    """List token names, roles, VCs, creation and expiry (never the secrets)."""
+def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) -> None:
+    """List token names, roles, VCs, creation and expiry (never the secrets).
+
+    -o json|yaml: ``[{name, role, vcs, created, expires, expired}]`` (times in epoch
+    seconds; ``expires`` null for a token that never expires).
+    """
     now = time.time()
+    tokens = _tokens(config).list()
+    data = [{**plain(t), "expired": t.expired(now)} for t in tokens]
+    if emit_plain(data, output):
+        return
     table = Table("name", "role", "vcs", "created", "expires")
-    for t in _tokens(config).list():
+    for t in tokens:
         expires = _when(t.expires) + (" (expired)" if t.expired(now) else "")
         table.add_row(t.name, t.role.value, ", ".join(t.vcs), _when(t.created), expires)
     console.print(table)

@@ -80,3 +80,25 @@ def node_allocation(node: str, jobs: list[JobOut]) -> tuple[dict[str, Any], list
                 used[key] += row[key]
             rows.append(row)
     return used, rows
+
+
+def queue_position(job: JobOut, waiting: list[JobOut]) -> tuple[int, int] | None:
+    """``(position, length)`` of a waiting ``job`` in its VC's queue, 1 first; None when
+    it is not waiting.
+
+    The order is the scheduler's base order (:mod:`scheduler.core.queue`): higher priority
+    first, then earlier submit time, then name. A queue order with its own key (drf, las,
+    srtf) or aging can reorder jobs of equal priority, so the position is where the job
+    stands on priority and submit order, not a promise. ``waiting``: the VC's waiting jobs
+    (this one included or not).
+    """
+    if job.state not in WAITING:
+        return None
+
+    def key(j: JobOut) -> tuple[int, float, str]:
+        return (-j.priority, j.created, j.name)
+
+    peers = {j.name: j for j in waiting if j.vc == job.vc and j.state in WAITING}
+    peers[job.name] = job
+    ahead = sum(1 for j in peers.values() if key(j) < key(job))
+    return ahead + 1, len(peers)

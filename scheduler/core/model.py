@@ -330,8 +330,11 @@ class Preemption:
 
     Attributes:
         job: the victim's name.
-        for_job: the pending job it makes room for.
-        reason: human-readable reason ("reclaiming vc research's guarantee").
+        for_job: the pending job it makes room for (kept for the loop and the simulator;
+            never shown to the victim's owner when it is of another VC).
+        reason: the reason stored on the victim, worded for the victim's VC ("preempted for
+            a job of VC research: reclaiming vc research's guarantee from borrowers";
+            ``reasons.preempted_reason``).
     """
 
     job: str

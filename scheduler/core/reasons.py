@@ -7,7 +7,7 @@ structured details for the API. This module only formats: the scheduler decides 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from scheduler.core.model import Job, PendingReason, ReasonKind
@@ -62,9 +62,43 @@ def reason(kind: ReasonKind, message: str, **details: object) -> PendingReason:
 
 
 def preemption_phrase(mode: PreemptionMode, job: Job) -> str:
-    """Why ``job`` preempts, in words (Preemption.reason and the PREEMPTING reason)."""
+    """Why ``job`` preempts, in words that name no job (the PREEMPTING reason of ``job``
+    and each victim's reason, whatever the victim's VC, use it)."""
     if mode is PreemptionMode.VC_RECLAIM:
         return f"reclaiming vc {job.vc}'s guarantee from borrowers"
     if mode is PreemptionMode.PRIORITY:
-        return f"priority {job.priority} job {job.name} preempts lower priority"
-    return f"queue order ranks {job.name} ahead"
+        return f"a priority {job.priority} job preempts lower priority"
+    return "queue order ranks it ahead"
+
+
+def job_ref(name: str, vc: str | None, reader_vc: str) -> str:
+    """How a reason stored on a job of ``reader_vc`` names the job ``name`` of ``vc``: by
+    name inside the same VC, as ``a job of VC <vc>`` outside it, so that a reason or an
+    event never tells one tenant the name of another tenant's job (issue 25). A VC of
+    None (unknown) is named as ``another job``."""
+    if vc == reader_vc:
+        return f"job {name}"
+    return f"a job of VC {vc}" if vc is not None else "another job"
+
+
+def jobs_ref(jobs: Sequence[tuple[str, str | None]], reader_vc: str) -> str:
+    """``[(name, vc)]`` as :func:`job_ref` names them, grouped: ``job a, job b and 2 jobs
+    of VC research``."""
+    own = [f"job {n}" for n, vc in jobs if vc == reader_vc]
+    others: dict[str | None, int] = {}
+    for _, vc in jobs:
+        if vc != reader_vc:
+            others[vc] = others.get(vc, 0) + 1
+    for vc, n in sorted(others.items(), key=lambda kv: str(kv[0])):
+        where = f"of VC {vc}" if vc is not None else "of another VC"
+        own.append(f"a job {where}" if n == 1 else f"{n} jobs {where}")
+    if len(own) <= 1:
+        return "".join(own)
+    return ", ".join(own[:-1]) + " and " + own[-1]
+
+
+def preempted_reason(victim_vc: str, for_job: Job, mode: PreemptionMode) -> str:
+    """The reason stored on a victim of ``for_job``: ``preempted for <job_ref>: <why>``."""
+    return f"preempted for {job_ref(for_job.name, for_job.vc, victim_vc)}: " + preemption_phrase(
+        mode, for_job
+    )

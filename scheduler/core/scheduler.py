@@ -54,7 +54,7 @@ from scheduler.core.pool import ReleasingPool
 from scheduler.core.preemption import Preemptor
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.quota import VcLedger
-from scheduler.core.reasons import preemption_phrase, reason
+from scheduler.core.reasons import job_ref, jobs_ref, preempted_reason, preemption_phrase, reason
 from scheduler.core.reservation import Reservation, reserve, starved
 from scheduler.core.resources import Triple, as_triple, iadd
 
@@ -155,6 +155,13 @@ class _Cycle:
         self.reservation: Reservation | None = None
         self.declined = False  # EASY declined an unbounded reservation (see _reserve)
         self.strict_blocker: str | None = None
+        # every job's VC, so that a reason's message names a job of another VC only as "a
+        # job of VC <vc>" (reasons.job_ref): the message is stored on the job and shown to
+        # its owner, who must not learn another tenant's job names. The details keep the
+        # names (structured facts for the loop, the simulator and tests; never stored or
+        # served: the commit stores kind and message only).
+        self._vc_of: dict[str, str] = {j.name: j.vc for j in snapshot.pending}
+        self._vc_of.update((rj.job.name, rj.job.vc) for rj in snapshot.running)
         # Within a cycle free capacity only shrinks (binds, claims, holds), so a gang shape
         # that failed once fails again: remember it, per capacity view ("held" = with the
         # reservation's holds in force). Reasons are reused while nothing changed (epoch).
@@ -166,7 +173,8 @@ class _Cycle:
     def run(self) -> Decision:
         limit = self.policy.max_jobs_per_cycle
         examined = 0
-        skipped = blocked = None
+        skipped = None
+        blocked: dict[str, PendingReason] = {}  # per VC: the reason names the blocker
         for job in self._ordered():
             if limit is not None and examined >= limit:
                 if skipped is None:  # one shared (immutable) reason for all of them
@@ -181,13 +189,16 @@ class _Cycle:
             if self.strict_blocker is not None:
                 # strict FIFO: everything after the blocker waits; one shared reason (a
                 # long FIFO queue otherwise spends most of the cycle building them)
-                if blocked is None:
-                    blocked = reason(
+                if job.vc not in blocked:
+                    blocker = self.strict_blocker
+                    blocker_vc = self._vc_of.get(blocker)
+                    blocked[job.vc] = reason(
                         ReasonKind.QUEUE_ORDER,
-                        f"waiting behind job {self.strict_blocker} (strict queue order)",
-                        blocked_by=self.strict_blocker,
+                        f"waiting behind {job_ref(blocker, blocker_vc, job.vc)} "
+                        "(strict queue order)",
+                        blocked_by=blocker,
                     )
-                self.reasons[job.name] = blocked
+                self.reasons[job.name] = blocked[job.vc]
                 continue
             self.consider(job)
         grows = grow(growing(self.snapshot.running), self.index, self.placer, self._admit_one)
@@ -259,7 +270,7 @@ class _Cycle:
         waits = self.pool.claim(probe.per_node())
         self.ledger.charge(job.vc, req, job)
         self.nominations[job.name] = probe.placements(job, self.index.names)
-        names = ", ".join(waits)
+        names = jobs_ref([(w, self._vc_of.get(w)) for w in waits], job.vc)
         self.reasons[job.name] = reason(
             ReasonKind.PREEMPTING,
             f"waiting for {names} to release (already stopping); binds once they do",
@@ -296,9 +307,10 @@ class _Cycle:
             res = self.reservation
             assert res is not None
             when = "" if res.time == INF else f" (due at t={res.time:.0f}s)"
+            res_vc = self._vc_of.get(res.job)
             self.reasons[name] = reason(
                 ReasonKind.RESERVATION,
-                f"waiting behind reservation for job {res.job}{when}",
+                f"waiting behind reservation for {job_ref(res.job, res_vc, job.vc)}{when}",
                 blocked_by=res.job,
                 reservation_time=res.time,
             )
@@ -485,8 +497,10 @@ class _Cycle:
             self.nominations[job.name] = placement.placements(job, index.names)
             why = preemption_phrase(mode, job)
             for rj in chosen:
-                self.preemptions.append(Preemption(rj.job.name, job.name, why))
-            names = ", ".join(rj.job.name for rj in chosen)
+                self.preemptions.append(
+                    Preemption(rj.job.name, job.name, preempted_reason(rj.job.vc, job, mode))
+                )
+            names = jobs_ref([(rj.job.name, rj.job.vc) for rj in chosen], job.vc)
             self.reasons[job.name] = reason(
                 ReasonKind.PREEMPTING,
                 f"preempting {names} ({why}); binds once they release",

@@ -3,6 +3,10 @@
 Agents write the files (conventions.md, "Logs"); this service only reads them from the
 share as mounted on the master (``share_dir``). Following polls the file, because the
 share may be a network file system where inotify sees no remote writes.
+
+Tasks write to the share too, so every open goes through :mod:`scheduler.services.sharefs`:
+nothing beneath the share is followed out of the job's directory (a symbolic link, a hard
+link, ``..``, a FIFO are refused with :class:`LogRefusedError`, 403).
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from scheduler.services.errors import NotFoundError
+from scheduler.services import sharefs
+from scheduler.services.errors import ForbiddenError, NotFoundError
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CHUNK = 64 * 1024
@@ -24,6 +29,11 @@ def _safe(kind: str, value: str) -> str:
     if not _SAFE.match(value) or ".." in value:
         raise NotFoundError(f"{kind} {value!r} not found")
     return value
+
+
+class LogRefusedError(ForbiddenError):
+    """A log path beneath the share is a link, hard-linked, or not a regular file: a task
+    planted it, and it is not read (403)."""
 
 
 class LogService:
@@ -43,13 +53,41 @@ class LogService:
 
     def files(self, job: str) -> list[dict[str, Any]]:
         """``[{"role", "index", "size" (bytes)}]`` of the job's existing log files."""
-        d = self.log_dir(job)
         out = []
-        for p in sorted(d.glob("*.log")) if d.is_dir() else []:
-            role, _, index = p.stem.rpartition("-")
-            if role and index.isdigit():
-                out.append({"role": role, "index": int(index), "size": p.stat().st_size})
+        for name, size in self._list(self.log_dir(job)):
+            role, _, index = name.removesuffix(".log").rpartition("-")
+            if name.endswith(".log") and role and index.isdigit():
+                out.append({"role": role, "index": int(index), "size": size})
         return sorted(out, key=lambda f: (f["role"], f["index"]))
+
+    def _list(self, directory: Path) -> list[tuple[str, int]]:
+        """``[(name, bytes)]`` of the regular files in ``directory`` (sharefs.list_files)."""
+        try:
+            return sharefs.list_files(self.share_dir, sharefs.relative(self.share_dir, directory))
+        except sharefs.UnsafePathError as exc:
+            raise LogRefusedError(f"the job's log directory is refused: {exc.strerror}") from None
+
+    def open(self, path: Path) -> BinaryIO:
+        """``path`` (beneath the share) open for reading, through sharefs: never a link,
+        a hard-linked file or anything outside the share. The caller closes it.
+
+        Raises:
+            NotFoundError: no such file. LogRefusedError: a link, hard link or not a
+                regular file.
+        """
+        try:
+            fd = sharefs.open_beneath(self.share_dir, sharefs.relative(self.share_dir, path))
+        except sharefs.UnsafePathError as exc:
+            raise LogRefusedError(f"log {path.name!r} is refused: {exc.strerror}") from None
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFoundError(f"no log {path.name!r} yet") from None
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+    def size(self, path: Path) -> int:
+        """The log's size in bytes now (read through :meth:`open`)."""
+        with self.open(path) as f:
+            return os.fstat(f.fileno()).st_size
 
     def path(self, job: str, role: str | None, index: int | None) -> Path:
         """The log file of one task; with no role, the first file (by role, index).
@@ -65,8 +103,12 @@ class LogService:
                 raise NotFoundError(f"job {job!r} has no task logs yet")
             role, index = files[0]["role"], files[0]["index"]
         p = self.log_dir(job) / f"{_safe('role', role)}-{int(index or 0)}.log"
-        if not p.is_file():
-            raise NotFoundError(f"no log for task {role}-{int(index or 0)} of job {job!r} yet")
+        try:
+            self.open(p).close()
+        except NotFoundError:
+            raise NotFoundError(
+                f"no log for task {role}-{int(index or 0)} of job {job!r} yet"
+            ) from None
         return p
 
     def read(
@@ -79,32 +121,29 @@ class LogService:
         """
         return b"".join(self.stream(self.path(job, role, index), offset, limit))
 
-    @staticmethod
-    def stream(path: Path, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
+    def stream(self, path: Path, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
         """Yield the file's bytes from ``offset`` in chunks of at most ``CHUNK`` bytes,
         ``limit`` bytes in all (None: to the end as it is when the read starts), so that
-        memory stays bounded whatever the file's size."""
-        with path.open("rb") as f:
+        memory stays bounded whatever the file's size. The file is opened now (errors
+        raise here, before a response starts), read as the iterator is consumed."""
+        f = self.open(path)
+        try:
             end = os.fstat(f.fileno()).st_size
-            start = min(max(offset, 0), end)
-            left = end - start if limit is None else min(max(limit, 0), end - start)
-            f.seek(start)
-            while left > 0:
-                chunk = f.read(min(CHUNK, left))
-                if not chunk:
-                    return
-                left -= len(chunk)
-                yield chunk
+        except BaseException:
+            f.close()
+            raise
+        start = min(max(offset, 0), end)
+        left = end - start if limit is None else min(max(limit, 0), end - start)
+        return _chunks(f, start, left)
 
-    @staticmethod
-    def tail_offset(path: Path, lines: int) -> int:
+    def tail_offset(self, path: Path, lines: int) -> int:
         """The byte offset where the last ``lines`` lines of the file start.
 
         Reads backwards from the end in ``CHUNK``-byte blocks and keeps only a count of
         the newlines seen, so memory is bounded by one block whatever the file's size or
         the lines' length. A final line without a newline counts as a line.
         """
-        with path.open("rb") as f:
+        with self.open(path) as f:
             pos = end = os.fstat(f.fileno()).st_size
             if lines <= 0 or end == 0:
                 return end
@@ -142,8 +181,8 @@ class LogService:
         """
         path = self.path(job, role, index)
         left = float("inf") if limit is None else max(limit, 0)
-        with path.open("rb") as f:
-            f.seek(min(max(offset, 0), path.stat().st_size))
+        with self.open(path) as f:
+            f.seek(min(max(offset, 0), os.fstat(f.fileno()).st_size))
             done = False
             while left > 0:
                 chunk = await asyncio.to_thread(f.read, int(min(CHUNK, left)))
@@ -156,3 +195,15 @@ class LogService:
                 done = await asyncio.to_thread(finished)  # then read to the end once more
                 if not done:
                     await asyncio.sleep(self.poll_s)
+
+
+def _chunks(f: BinaryIO, start: int, left: int) -> Iterator[bytes]:
+    """``left`` bytes of ``f`` from ``start`` in chunks of at most ``CHUNK``; closes ``f``."""
+    with f:
+        f.seek(start)
+        while left > 0:
+            chunk = f.read(min(CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk

@@ -227,7 +227,7 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
         "binds": binds,
         "grows": grows,
         "preemptions": [
-            {"job": p.job, "reason": f"preempted for {p.for_job}: {p.reason}"}
+            {"job": p.job, "reason": p.reason}  # worded by the core for the victim's VC
             for p in decision.preemptions
         ],
         "pending": pending,

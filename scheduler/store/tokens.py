@@ -234,6 +234,17 @@ class TokenStore:
         info = self._info(raw)
         return None if info.expired(self._clock()) else info
 
+    def expired_at(self, token: str) -> float | None:
+        """When ``token`` expired (epoch seconds), or None when it is unknown, revoked or
+        still valid: lets a login say "expired on <date>" rather than "unknown"."""
+        if not token or len(token) > 256:
+            return None
+        raw = self._r.hgetall(self._token_key(hash_token(token)))
+        if not raw:
+            return None
+        info = self._info(raw)
+        return info.expires if info.expired(self._clock()) else None
+
     def get(self, name: str, *, include_expired: bool = False) -> TokenInfo | None:
         """Info of the token called ``name``; None when there is none (or it expired,
         unless ``include_expired``)."""

@@ -3,6 +3,7 @@
 limit) and PyTorch outputs recorded on GPU machines (tests/fixtures/diagnosis/SOURCES.md).
 The container OOM kill and the agent round trip are in tests/scheduler/agent/."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -264,3 +265,21 @@ def test_retry_on_acts_on_the_class():
     assert both.retryable(42, "exit_code") and not both.retryable(1, "exit_code")
     # without retry_on, the class does not matter (exit-code rules as before)
     assert RetrySpec(max_attempts=2).retryable(1, "cuda_oom")
+
+
+def test_read_tail_reads_no_link_or_fifo_a_task_planted(tmp_path):
+    logs = tmp_path / "share" / "jobs" / "j" / "logs"
+    logs.mkdir(parents=True)
+    secret = tmp_path / "agent.password"
+    secret.write_text("CUDA out of memory SECRET\n")
+    (logs / "w-0.log").write_text("plain\n")
+    assert read_tail(logs / "w-0.log") == "plain\n"
+    os.symlink(secret, logs / "w-1.log")
+    os.link(secret, logs / "w-2.log")
+    os.mkfifo(logs / "w-3.log")  # would block an agent that opened it for reading
+    for i in (1, 2, 3):
+        assert read_tail(logs / f"w-{i}.log") == ""
+    os.symlink(tmp_path, tmp_path / "share" / "jobs" / "k")  # a linked job directory
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "w-0.log").write_text("other\n")
+    assert read_tail(tmp_path / "share" / "jobs" / "k" / "logs" / "w-0.log") == ""

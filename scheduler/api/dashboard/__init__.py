@@ -3,6 +3,8 @@
 - ``pages.py``    routes: login, overview, usage chart data, nodes, jobs, one job (+ log
   tail), VCs
 - ``actions.py``  the state-changing forms (stop, resubmit, cordon / drain), confirmed
+- ``submit.py``   the submit form: a pasted spec, its dry run, then the submit
+- ``joblogs.py``  every task log of a job on one page, search and download
 - ``sessions.py`` server-side sessions in Redis and CSRF tokens
 - ``views.py``    what the pages show, computed from the services' answers parsed with
   the API's response models (``JobOut``, ``TaskOut``, ``NodeOut``); the pages read
@@ -11,7 +13,11 @@
   uPlot (``static/README.md``)
 """
 
-from scheduler.api.dashboard import actions  # noqa: F401 - registers the form routes
+from scheduler.api.dashboard import (  # noqa: F401 - each registers its routes
+    actions,
+    joblogs,
+    submit,
+)
 from scheduler.api.dashboard.pages import router
 
 __all__ = ["router"]

@@ -25,7 +25,7 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from scheduler.api.auth import client_address, refuse_if_blocked
+from scheduler.api.auth import failed, refuse_if_blocked
 from scheduler.api.dashboard import views
 from scheduler.api.dashboard.sessions import (
     COOKIE,
@@ -44,7 +44,7 @@ from scheduler.api.schemas import (
     TaskOut,
     VcOut,
 )
-from scheduler.services.errors import NotFoundError, ServiceError
+from scheduler.services.errors import ForbiddenError, NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
 from scheduler.services.usage import UsageService
 
@@ -57,6 +57,7 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["duration"] = views.duration
 templates.env.filters["cpu"] = views.cpu
 templates.env.filters["memory"] = views.memory
+templates.env.filters["limit"] = views.limit_text
 templates.env.globals["consequences"] = views.CONSEQUENCES
 
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
@@ -143,17 +144,25 @@ def login(
     if not csrf_ok(request.cookies.get(LOGIN_COOKIE), csrf_token):
         return error(request, None, 403, "The login form's CSRF token is missing or wrong.")
     try:
-        refuse_if_blocked(request)
+        refuse_if_blocked(request, token)
     except HTTPException as exc:
         resp = error(request, None, exc.status_code, str(exc.detail))
         resp.headers.update(exc.headers or {})
         return resp
     s = sessions(request).login(token)
     if s is None:
-        request.app.state.auth_limiter.failed(client_address(request))
+        failed(request, token)
         fresh = secrets.token_urlsafe(24)
+        expired = sessions(request).expired_at(token)
         resp = render(
-            request, "login.html", None, 401, next=safe_next(next), csrf_login=fresh, failed=True
+            request,
+            "login.html",
+            None,
+            401,
+            next=safe_next(next),
+            csrf_login=fresh,
+            failed=True,
+            expired=views.clock(expired) if expired is not None else "",
         )
         set_cookie(resp, LOGIN_COOKIE, fresh, 600)
         return resp
@@ -338,7 +347,7 @@ def job_page(name: str, request: Request) -> Response:
     roles = job.spec.get("roles") or {}
     try:
         files = state.logs.files(name)
-    except NotFoundError:
+    except (NotFoundError, ForbiddenError):  # a log directory a task replaced by a link
         files = []
     return render(
         request,
@@ -377,10 +386,10 @@ def job_log(
         return JSONResponse({"detail": exc.message}, status_code=404)
     try:
         path = state.logs.path(name, role, index)
-        size = path.stat().st_size
+        size = state.logs.size(path)
         start = max(0, size - LOG_TAIL_BYTES) if offset < 0 else min(offset, size)
         data = state.logs.read(name, role, index, start, LOG_TAIL_BYTES)
-    except (NotFoundError, FileNotFoundError):
+    except (NotFoundError, ForbiddenError, FileNotFoundError):
         start, data = 0, b""
     return JSONResponse(
         {

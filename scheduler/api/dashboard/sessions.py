@@ -87,6 +87,11 @@ class SessionStore:
         pipe.execute()
         return Session(sid, info, csrf)
 
+    def expired_at(self, token: str) -> float | None:
+        """When ``token`` expired (epoch seconds); None when it is unknown, revoked or
+        valid (the login page says "expired on <date>" instead of "unknown")."""
+        return self.tokens.expired_at(token.strip())
+
     def get(self, sid: str | None) -> Session | None:
         """The session of cookie value ``sid``; None when unknown, expired, or its token was
         revoked or re-issued since login. Refreshes the TTL."""

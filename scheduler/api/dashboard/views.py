@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from scheduler.services.records import spec_gpus
-from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES
-from scheduler.units import format_bytes, format_duration, format_millicores
+from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobState
+from scheduler.units import format_bytes, format_duration, format_millicores, format_resources
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
@@ -40,6 +40,7 @@ REASON_WORDS: dict[str, str] = {
 # job states: their one definition (scheduler.states)
 TERMINAL = TERMINAL_JOB_STATES
 WAITING = WAITING_JOB_STATES
+UNSUCCESSFUL = frozenset({JobState.FAILED, JobState.STOPPED})  # their reason says why
 # What each action that asks first does, in the words of its confirmation (dialog and page).
 # The dialog and the confirmation page put them after "Stop job J?" / "Drain node N?".
 CONSEQUENCES = {
@@ -93,6 +94,20 @@ def pending_words(job: JobOut) -> str:
     return f"{words}: {reason.message}" if reason.message else words
 
 
+def limit_text(limit: Any) -> str:
+    """A VC's ``max`` (``{cpu_m, memory, gpu}``, a model or a dict; a zero or missing part
+    means no cap on it) -> only the capped parts ('4 gpu'), or 'no cap'."""
+    if limit is not None and not isinstance(limit, dict):
+        limit = limit.model_dump()
+    parts = {k: (limit or {}).get(k) or None for k in ("cpu_m", "memory", "gpu")}
+    return format_resources(parts["cpu_m"], parts["memory"], parts["gpu"]) or "no cap"
+
+
+def failure_words(job: JobOut) -> str:
+    """Why a job ended without success (its ``reason``; ``""`` for any other job)."""
+    return job.reason if job.state in UNSUCCESSFUL else ""
+
+
 def task_diagnosis(task: TaskOut) -> dict[str, Any] | None:
     """The failure class of a task record for the job page's task table:
     ``{"kind", "summary", "retry" (bool), "hint", "retry_text"}``, None for a task that did
@@ -111,7 +126,8 @@ def task_diagnosis(task: TaskOut) -> dict[str, Any] | None:
 
 def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict[str, Any]:
     """One line of the jobs table: name, vc, user, state, age, queueing delay (from
-    creation to placement, or until now while waiting), placement (nodes), reason, gpus
+    creation to placement, or until now while waiting), placement (nodes), reason (why it
+    waits, or why it failed or was stopped; ``failed`` says which), gpus
     (asked for), duration (run time so far), ended (UTC end time of a finished job)."""
     created = float(job.created or now)
     if job.scheduled_time is not None:
@@ -129,7 +145,8 @@ def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict[str, Any]
         "age": duration(now - created),
         "delay": duration(delay),
         "placement": ", ".join(nodes) if nodes else "-",
-        "reason": pending_words(job),
+        "reason": pending_words(job) or failure_words(job),
+        "failed": job.state in UNSUCCESSFUL,
         "gpus": spec_gpus(job.spec),
         "duration": duration(run_time(job, now)),
         "ended": clock(job.end_time) if job.state in TERMINAL else "-",

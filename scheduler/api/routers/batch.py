@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, Depends, Request
 
-from scheduler.api.auth import principal
+from scheduler.api.auth import submitter
 from scheduler.api.responses import BAD_BODY, FORBIDDEN, INVALID, TOO_LARGE, errors
 from scheduler.api.routers.jobs import _spec_limiter, on_spec_body
 from scheduler.api.schemas import BatchOut
@@ -97,7 +97,7 @@ def _submit_batch(jobs: JobService, who: TokenInfo, document: dict[str, Any]) ->
     response_model=BatchOut,
     responses=errors(BAD_BODY, FORBIDDEN, TOO_LARGE, INVALID),
 )
-async def submit_batch(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+async def submit_batch(request: Request, who: TokenInfo = Depends(submitter)) -> dict[str, Any]:
     """Submit up to 500 jobs at once: 200 with one result per document (``items``:
     201 stored, or 403 / 409 / 422 with ``detail``); 400 malformed YAML/JSON; 422 not
     ``{"jobs": [...]}`` or too many documents; 413 body over ``api.max_body_bytes``."""

@@ -9,7 +9,7 @@ import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from scheduler.api.auth import principal
+from scheduler.api.auth import principal, submitter
 from scheduler.api.bounds import check_document
 from scheduler.api.responses import (
     BAD_BODY,
@@ -23,6 +23,7 @@ from scheduler.api.responses import (
 from scheduler.api.schemas import (
     VC_NAME,
     DryRunOut,
+    ExecAccessOut,
     JobDeleteOut,
     JobEventsOut,
     JobOut,
@@ -107,7 +108,7 @@ def _spec_limiter(request: Request) -> anyio.CapacityLimiter:
     response_model=JobSubmitOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
-async def submit_job(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+async def submit_job(request: Request, who: TokenInfo = Depends(submitter)) -> dict[str, Any]:
     """Submit a job. 201 with the stored job; 400 malformed YAML/JSON; 422 invalid spec
     (``detail`` lists each problem with its field path in ``loc``); 403 VC not allowed;
     409 a job of that name exists; 413 body over ``api.max_body_bytes`` (refused by the
@@ -140,7 +141,7 @@ def parse_and_dry_run(
     response_model=DryRunOut,
     responses=errors(BAD_BODY, FORBIDDEN, CONFLICT, TOO_LARGE, INVALID),
 )
-async def dry_run_job(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+async def dry_run_job(request: Request, who: TokenInfo = Depends(submitter)) -> dict[str, Any]:
     """Check a job spec exactly as a submit would and say where the scheduler would place
     it now (task -> node) or why it would wait; nothing is stored, no event is written.
     200 with ``{format, warnings, jobs: [{name, vc, placed, placements, pending_reason,
@@ -162,13 +163,16 @@ def list_jobs(
     request: Request,
     vc: str | None = Query(None, description="only jobs of this VC", pattern=VC_NAME),
     state: JobStateName | None = Query(None, description="only jobs in this state"),
+    user: str | None = Query(
+        None, description="only jobs submitted by this token name", min_length=1, max_length=128
+    ),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=1_000_000),
     who: TokenInfo = Depends(principal),
 ) -> dict[str, Any]:
     """Jobs the caller may see, newest first: ``{items, total, limit, offset}``."""
     jobs: JobService = request.app.state.jobs
-    return jobs.list(who, vc=vc, state=state, limit=limit, offset=offset)
+    return jobs.list(who, vc=vc, state=state, user=user, limit=limit, offset=offset)
 
 
 @router.get("/{name}", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
@@ -206,6 +210,23 @@ def delete_job(
     once it has stopped). 404 when unknown or not visible."""
     jobs: JobService = request.app.state.jobs
     return jobs.delete(who, name, force=force)
+
+
+@router.post(
+    "/{name}/tasks/{role}/{index}/exec",
+    response_model=ExecAccessOut,
+    responses=errors(FORBIDDEN, NOT_FOUND, CONFLICT),
+)
+def exec_access(
+    name: str, role: str, index: int, request: Request, who: TokenInfo = Depends(principal)
+) -> dict[str, Any]:
+    """The address, sshd port and key of a running task of a job with ``ssh: true``, for
+    ``pasture job exec`` (scheduler/services/jobexec.py). 403 unless the caller submitted
+    the job or is an admin; 409 when the job has no ssh or the task is not running."""
+    from scheduler.services.jobexec import exec_access as access
+
+    logs: LogService = request.app.state.logs
+    return access(request.app.state.jobs, who, logs.share_dir, name, role, index)
 
 
 @router.get(
@@ -261,8 +282,8 @@ def job_logs(
     jobs: JobService = request.app.state.jobs
     logs: LogService = request.app.state.logs
     jobs.get(who, name)
-    path = logs.path(name, role, index)  # 404 before the stream starts
-    size = path.stat().st_size
+    path = logs.path(name, role, index)  # 404 (403 for a planted link) before the stream starts
+    size = logs.size(path)
     start = min(offset, size)
     if tail is not None:
         start = max(start, logs.tail_offset(path, tail))

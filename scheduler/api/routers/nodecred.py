@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.api.auth import client_address, refuse_if_blocked
+from scheduler.api.auth import failed, refuse_if_blocked
 from scheduler.api.responses import BAD_JSON, INVALID, TOO_LARGE, TOO_MANY, UNAVAILABLE, _r
 from scheduler.nodecred import CredentialRefused, KubeReviewer, NodeCredential, exchange
 
@@ -81,10 +81,10 @@ def node_credentials(body: CredentialIn, request: Request) -> dict[str, Any]:
     run: Issuer | None = getattr(request.app.state, "node_credentials", None)
     if run is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "node credentials are not enabled")
-    refuse_if_blocked(request)
+    refuse_if_blocked(request, body.token)
     try:
         cred = run(body.token)
     except CredentialRefused as exc:
-        request.app.state.auth_limiter.failed(client_address(request))
+        failed(request, body.token)
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"token refused: {exc}") from None
     return {"node": cred.node, "username": cred.username, "password": cred.password}

@@ -23,6 +23,7 @@ ENDPOINTS = [
     ("POST", "/api/v1/jobs/hello/stop"),
     ("GET", "/api/v1/jobs/hello/logs"),
     ("GET", "/api/v1/jobs/hello/logs/files"),
+    ("POST", "/api/v1/jobs/hello/tasks/ps/0/exec"),
     ("GET", "/api/v1/nodes"),
     ("GET", "/api/v1/nodes/node-1"),
     ("POST", "/api/v1/nodes/node-1/cordon"),
@@ -42,7 +43,10 @@ ENDPOINTS = [
 def test_endpoint_list_covers_the_openapi_document(api, http):
     _, env = api
     paths = http(env.alice).get("/openapi.json").json()["paths"]
-    templated = {p.replace("{name}", "x").replace("{action}", "cordon") for p in paths}
+    templated = {
+        p.replace("{name}", "x").replace("{action}", "cordon").replace("{role}/{index}", "ps/0")
+        for p in paths
+    }
     listed = {
         p.replace("hello", "x").replace("node-1", "x").replace("alice", "x") for _, p in ENDPOINTS
     }

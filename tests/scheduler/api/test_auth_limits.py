@@ -1,6 +1,8 @@
 """Authentication under attack, against the real API (uvicorn + redis-server): wrong
-tokens answer 401 (never 500), too many of them from one address answer 429 with
-Retry-After, tokens expire, and admins list, revoke and rotate them."""
+tokens answer 401 (never 500), the same wrong token too often from one address answers 429
+with Retry-After while every other token from that address still works, a token over its
+request or submit limit answers 429, tokens expire, and admins list, revoke and rotate
+them."""
 
 from __future__ import annotations
 
@@ -41,19 +43,15 @@ def test_500_wrong_tokens_answer_401_or_429_never_500(api):
     url, _ = api
 
     def attempt(i: int) -> int:
-        with client(url, f"wrong-{i}-" + "x" * (i % 300)) as c:
+        with client(url, f"wrong-{i % 50}-" + "x" * (i % 300)) as c:
             return c.get("/api/v1/jobs").status_code
 
-    start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         codes = Counter(pool.map(attempt, range(500)))
-    elapsed = time.monotonic() - start
     assert set(codes) <= {401, 429}, codes
-    # the default limit is 20 failures per moving 60 s window; requests already past the
-    # check when the 20th failure lands still get their 401 (at most one per request in
-    # flight); a loaded machine may take longer than one window for the 500 requests
-    windows = 1 + int(elapsed // 60)
-    assert 20 <= codes[401] <= windows * (20 + 16), (codes, elapsed)
+    # 50 distinct wrong tokens, each sent 10 times: under the default 20 failures per
+    # token and address, none of them is blocked yet
+    assert codes[401] == 500, codes
 
 
 @pytest.mark.parametrize(
@@ -74,7 +72,7 @@ def test_odd_authorization_headers_answer_401(api, header):
     assert r.status_code == 401, r.text
 
 
-def test_429_with_retry_after_then_a_right_token_works_elsewhere_and_later(strict):
+def test_429_with_retry_after_for_the_wrong_token_only_then_it_may_try_again(strict):
     url, env = strict
     with client(url, "guess") as bad:
         codes = [bad.get("/api/v1/whoami").status_code for _ in range(FAILURES + 3)]
@@ -83,21 +81,61 @@ def test_429_with_retry_after_then_a_right_token_works_elsewhere_and_later(stric
         assert r.status_code == 429
         assert 1 <= int(r.headers["retry-after"]) <= WINDOW_S
         assert "too many failed authentications" in r.json()["detail"]
-    # the blocked address is refused even with a right token (a guesser learns nothing)...
-    with client(url, env.alice) as same:
-        assert same.get("/api/v1/whoami").status_code == 429
-    # ...another address is not affected...
-    with client(url, env.alice, address="127.0.0.2") as other:
-        assert other.get("/api/v1/whoami").json()["name"] == "alice"
-    # ...and after the window the right token works from the first address again
-    time.sleep(WINDOW_S + 0.2)
+    # the same address with a right token is served: one client's wrong token locks
+    # nobody else out (the admin included)...
     with client(url, env.alice) as same:
         assert same.get("/api/v1/whoami").json()["name"] == "alice"
+    with client(url, env.admin) as same:
+        assert same.get("/api/v1/whoami").json()["role"] == "admin"
+    # ...another wrong token from that address has its own count...
+    with client(url, "other-guess") as other:
+        assert other.get("/api/v1/whoami").status_code == 401
+    # ...and after the window the blocked token is looked up again
+    time.sleep(WINDOW_S + 0.2)
+    with client(url, "guess") as bad:
+        assert bad.get("/api/v1/whoami").status_code == 401
     # a request without any token is 401 and does not count
     with client(url, None) as anon:
         assert [anon.get("/api/v1/whoami").status_code for _ in range(10)] == [401] * 10
     with client(url, env.alice) as same:
         assert same.get("/api/v1/whoami").status_code == 200
+
+
+@pytest.fixture()
+def limited(env):
+    """``(base_url, env)`` of an API that allows 30 requests and 4 submits per 2 s per token."""
+    api = env.settings.api.model_copy(
+        update={"request_limit": "30 per 2 seconds", "submit_limit": "4 per 2 seconds"}
+    )
+    env = dataclasses.replace(env, settings=env.settings.model_copy(update={"api": api}))
+    with serve(env) as url:
+        yield url, env
+
+
+def test_per_token_request_and_submit_limits(limited):
+    url, env = limited
+    with client(url, env.alice) as alice:
+        codes = Counter(alice.get("/api/v1/whoami").status_code for _ in range(60))
+        assert codes == {200: 30, 429: 30}, codes
+        r = alice.get("/api/v1/whoami")
+        assert r.status_code == 429
+        assert 1 <= int(r.headers["retry-after"]) <= 2
+        assert "request limit" in r.json()["detail"]
+        # another token behind the same address is not affected
+        with client(url, env.bob) as bob:
+            assert bob.get("/api/v1/whoami").status_code == 200
+        time.sleep(2.2)
+        assert alice.get("/api/v1/whoami").status_code == 200
+    # submits have their own, lower limit (dry-runs count as submits)
+    time.sleep(2.2)
+    with client(url, env.bob) as bob:
+        doc = {"name": "x", "vc": "research", "roles": {"w": {"command": "true"}}}
+        codes = [bob.post("/api/v1/jobs:dry-run", json=doc).status_code for _ in range(6)]
+        assert codes[:4] != [429] * 4 and 429 not in codes[:4], codes
+        assert codes[4:] == [429, 429], codes
+        r = bob.post("/api/v1/jobs:dry-run", json=doc)
+        assert "submit limit" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
+        assert bob.get("/api/v1/whoami").status_code == 200  # other requests still served
 
 
 def test_dashboard_login_failures_are_rate_limited_too(strict):
@@ -115,12 +153,14 @@ def test_dashboard_login_failures_are_rate_limited_too(strict):
             )
 
         assert [login("nope").status_code for _ in range(FAILURES)] == [401] * FAILURES
-        r = login(env.alice)
+        r = login("nope")
         assert r.status_code == 429
         assert int(r.headers["retry-after"]) >= 1
+        # a right token from the same address logs in, and the API serves it
+        assert login(env.alice).status_code == 303
         assert (
             c.get("/api/v1/whoami", headers={"Authorization": f"Bearer {env.alice}"}).status_code
-            == 429
+            == 200
         )
 
 

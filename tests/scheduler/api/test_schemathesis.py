@@ -33,7 +33,9 @@ def st_env(redis_server, tmp_path_factory):
 
     redis.Redis.from_url(redis_server).flushdb()
     env = make_env(redis_server, tmp_path_factory.mktemp("st"))
-    api = env.settings.api.model_copy(update={"auth_failures_per_window": 1_000_000})
+    api = env.settings.api.model_copy(
+        update={"auth_failures_per_window": 1_000_000, "request_limit": "", "submit_limit": ""}
+    )
     env = dataclasses.replace(env, settings=env.settings.model_copy(update={"api": api}))
     env.tokens = TokenStore(env.store.r)  # the app's token store, as create_app builds it
     return env

@@ -24,6 +24,8 @@ def test_cli_bench_prints_figures_as_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout)
     assert figures["jobs"] == 3 and figures["repeat"] == 2
+    assert figures["pythondontwritebytecode"] == 1
+    assert 0 <= figures["bytecode_compiled_share"] <= 1
     for command in ("python_startup", "import_cli", "help", "version", "job_list", "node_list"):
         median, worst = figures[f"{command}_wall_median_s"], figures[f"{command}_wall_max_s"]
         assert 0 < median <= worst

@@ -28,7 +28,9 @@ def test_login_writes_0600_config_and_later_commands_use_it(api, cli, isolated_c
     assert "role user" in r.output
     path = isolated_config / "pasture-config" / "config.yaml"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert yaml.safe_load(path.read_text()) == {
+    saved = yaml.safe_load(path.read_text())
+    assert isinstance(saved.pop("current_since"), float)  # when it was chosen
+    assert saved == {
         "current": "default",
         "contexts": {"default": {"endpoint": url, "token": env.alice}},
     }

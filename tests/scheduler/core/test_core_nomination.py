@@ -81,7 +81,7 @@ def test_a_releasing_job_is_not_chosen_again_and_its_capacity_goes_to_one_waiter
     d = schedule(snapshot([node("a"), node("b")], pending, held), PRIO, 100.0)
     # urgent waits for the releasing job instead of preempting it (or anyone) again ...
     assert d.pending["urgent"].kind is ReasonKind.PREEMPTING
-    assert "waiting for going to release" in d.pending["urgent"].message
+    assert "waiting for job going to release" in d.pending["urgent"].message
     assert [p.node for p in d.nominations["urgent"]] == ["a"]
     # ... and urgent2 cannot count on the same releasing capacity: it preempts low.
     assert [(p.job, p.for_job) for p in d.preemptions] == [("low", "urgent2")]

@@ -127,16 +127,46 @@ def test_restore_refuses_a_file_that_is_not_a_backup(redis_url, tmp_path):
 def test_force_replaces_the_store_and_drops_keys_not_in_the_backup(redis_url, tmp_path):
     client = redis.Redis.from_url(redis_url)
     client.set("pasture:a", "1")
-    client.hset("pasture:h", mapping={"x": "1"})
+    client.hset("pasture:job:h", mapping={"state": "succeeded", "created": "1"})
     client.set("other:key", "kept")  # not pasture's: neither backed up nor touched
     info = backup(client, tmp_path / "b")
     assert info.keys == 2
     client.set("pasture:a", "changed")
     client.set("pasture:new", "1")
-    with pytest.raises(BackupError, match="already holds 3"):
+    with pytest.raises(BackupError, match="holds 1 job"):
         restore(client, Path(tmp_path / "b"))
     restore(client, tmp_path / "b", force=True)
     assert client.get("pasture:a") == b"1"
-    assert client.hgetall("pasture:h") == {b"x": b"1"}
+    assert client.hgetall("pasture:job:h") == {b"state": b"succeeded", b"created": b"1"}
     assert client.exists("pasture:new") == 0
     assert client.get("other:key") == b"kept"
+
+
+def test_force_keeps_what_happened_after_the_backup_and_lists_what_is_lost(redis_url, tmp_path):
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
+    for name in ("asked", "ended", "gone"):
+        store.create_job(_job(name))
+    tokens = TokenStore(store.r)
+    old = tokens.create("old", "user", ["default"])
+    file = tmp_path / "b"
+    backup(redis.Redis.from_url(redis_url), file)
+
+    store.request_stop("asked", "stopped by user")  # still to be stopped by the loop
+    store.transition("ended", "stopped", "stopped by user")
+    store.transition("gone", "stopped", "stopped by user")
+    store.delete_job("gone")
+    store.create_job(_job("late"))  # submitted after the backup
+    tokens.revoke("old")
+    new = tokens.create("new", "user", ["default"])
+
+    info = restore(redis.Redis.from_url(redis_url), file, force=True)
+    assert "job ended: stopped after the backup; kept stopped" in info.kept
+    assert any(k.startswith("job asked: stop requested again") for k in info.kept)
+    assert "job gone: deleted after the backup; deleted again" in info.kept
+    assert info.lost == ("job late: submitted after the backup; submit it again",)
+    assert store.get_job("asked").stop_requested.startswith("stopped by user")
+    assert store.get_job("ended").state == "stopped"
+    assert "ended" not in store.r.smembers("pasture:jobs:active")
+    assert store.get_job("gone") is None and store.get_job("late") is None
+    assert tokens.verify(old) is None  # revoked after the backup: stays revoked
+    assert tokens.verify(new).name == "new"

@@ -1,0 +1,159 @@
+"""Every task log of a job on one page, with search and download.
+
+``GET /dashboard/jobs/{name}/logs`` shows the end of each task's log (role-index order),
+at most :data:`PER_TASK_BYTES` per task and :data:`PAGE_BYTES` in all, so a page costs
+bounded memory and time whatever the logs' sizes; ``q`` keeps only the lines holding that
+text (case-insensitive; matches highlighted) within what is shown. ``GET
+/dashboard/jobs/{name}/logs/download`` streams one task's whole log (``role``, ``index``)
+or, without them, every task's log one after the other with each line prefixed
+``role-index | `` (as ``pasture job logs`` prints them), as a text attachment. Both need a
+session and the job's visibility (another VC's job is "not found").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from scheduler.api.dashboard.pages import error, render, router, session, to_login
+from scheduler.api.schemas import JobOut
+from scheduler.services.errors import NotFoundError
+
+PER_TASK_BYTES = 128 * 1024  # the most of one task's log a page shows (its end)
+PAGE_BYTES = 2 * 1024 * 1024  # the most of all tasks' logs one page shows
+MAX_LINE_BYTES = 1 << 20  # a download cuts a line without a newline at 1 MiB
+
+
+def highlight(line: str, q: str) -> list[tuple[str, bool]]:
+    """``line`` cut into ``(text, is_match)`` pieces around each case-insensitive
+    occurrence of ``q`` (``[(line, False)]`` when ``q`` is empty)."""
+    if not q:
+        return [(line, False)]
+    low, ql = line.lower(), q.lower()
+    out: list[tuple[str, bool]] = []
+    at = 0
+    while (hit := low.find(ql, at)) >= 0:
+        if hit > at:
+            out.append((line[at:hit], False))
+        out.append((line[hit : hit + len(q)], True))
+        at = hit + len(q)
+    if at < len(line):
+        out.append((line[at:], False))
+    return out
+
+
+def task_view(text: str, q: str, cut: bool) -> dict[str, Any]:
+    """One task's shown lines: ``{lines: [[(text, is_match)...]...], matches, cut}``;
+    with ``q`` only the lines holding it. ``cut``: the log starts before what is shown
+    (its first, partial line is dropped)."""
+    lines = text.splitlines()
+    if cut and lines:
+        lines = lines[1:]
+    if q:
+        lines = [line for line in lines if q.lower() in line.lower()]
+    return {
+        "lines": [highlight(line, q) for line in lines],
+        "matches": len(lines) if q else None,
+        "cut": cut,
+    }
+
+
+@router.get("/jobs/{name}/logs")
+def all_logs(
+    name: str,
+    request: Request,
+    q: str = Query("", max_length=200, description="only lines holding this text"),
+) -> Response:
+    """The all-logs page (see the module docstring)."""
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    services = request.app.state
+    try:
+        job = JobOut.model_validate(services.jobs.get(s.who, name))
+        files = services.logs.files(name)
+    except NotFoundError as exc:
+        return error(request, s, 404, exc.message)
+    q = q.strip()
+    per_task = min(PER_TASK_BYTES, PAGE_BYTES // max(len(files), 1))
+    tasks = []
+    for f in files:
+        size = int(f["size"])
+        start = max(0, size - per_task)
+        try:
+            data = services.logs.read(name, f["role"], f["index"], start, per_task)
+        except (NotFoundError, FileNotFoundError):
+            data = b""
+        view = task_view(data.decode("utf-8", errors="replace"), q, cut=start > 0)
+        tasks.append({"role": f["role"], "index": f["index"], "size": size, **view})
+    return render(
+        request,
+        "logs.html",
+        s,
+        job=job,
+        tasks=tasks,
+        q=q,
+        per_task=per_task,
+        matches=sum(t["matches"] or 0 for t in tasks),
+    )
+
+
+def _prefixed(services: Any, name: str, files: list[dict[str, Any]]) -> Iterator[bytes]:
+    """Every file's lines prefixed ``role-index | `` (bounded memory: one chunk and one
+    line of at most :data:`MAX_LINE_BYTES` at a time)."""
+    for f in files:
+        prefix = f"{f['role']}-{f['index']} | ".encode()
+        try:
+            path = services.logs.path(name, f["role"], f["index"])
+        except NotFoundError:
+            continue
+        partial = b""
+        for chunk in services.logs.stream(path):
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            if lines:
+                yield b"".join(prefix + line + b"\n" for line in lines)
+            if len(partial) > MAX_LINE_BYTES:
+                yield prefix + partial + b"\n"
+                partial = b""
+        if partial:
+            yield prefix + partial + b"\n"
+
+
+@router.get("/jobs/{name}/logs/download")
+def download_logs(
+    name: str,
+    request: Request,
+    role: str | None = Query(None, max_length=64),
+    index: int | None = Query(None, ge=0),
+) -> Response:
+    """One task's whole log (``role`` and ``index``), or every task's log prefixed, as a
+    ``text/plain`` attachment named ``<job>[-<role>-<index>].log``."""
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    services = request.app.state
+    try:
+        services.jobs.get(s.who, name)
+        if role is not None and index is not None:
+            path = services.logs.path(name, role, index)
+            body: Iterator[bytes] = services.logs.stream(path)
+            filename = f"{name}-{role}-{index}.log"
+        elif role is None and index is None:
+            body = _prefixed(services, name, services.logs.files(name))
+            filename = f"{name}.log"
+        else:
+            return error(request, s, 400, "role and index: give both (one task) or neither")
+    except NotFoundError as exc:
+        return error(request, s, 404, exc.message)
+    return StreamingResponse(
+        body,
+        media_type="text/plain; charset=utf-8",
+        headers={
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "Cache-Control": "no-store",
+        },
+    )

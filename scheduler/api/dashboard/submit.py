@@ -1,0 +1,80 @@
+"""The dashboard's submit form: paste (or load) a job spec, see the dry run's answer, then
+submit it. ``GET /dashboard/submit`` shows the form; ``POST /dashboard/submit`` with
+``action=check`` answers the dry run (where the scheduler would place it now, or why it
+would wait; nothing stored) and, when the spec is valid, a Submit button carrying the
+same text; ``action=submit`` submits it and redirects to the new job's page. Both need
+the session's CSRF token (:func:`scheduler.api.dashboard.actions.acting_session`); the
+spec goes through the API's own path (:func:`scheduler.api.routers.jobs.on_spec_body`:
+size and depth bounds, YAML or JSON, the same errors), so the form can do nothing the
+REST API would refuse. A spec over ``api.max_body_bytes`` is refused unread."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Form, Request
+from fastapi.responses import RedirectResponse, Response
+
+from scheduler.api.dashboard.actions import acting_session
+from scheduler.api.dashboard.pages import render, router, session, to_login
+from scheduler.api.routers.jobs import on_spec_body
+from scheduler.api.schemas import DryRunOut
+from scheduler.services.backend import job_template
+from scheduler.services.errors import InvalidSpecError, ServiceError
+
+MAX_SPEC_CHARS = 1 << 20  # the form's textarea: at most 1 MiB of text
+
+
+def _form(request: Request, s: Any, spec: str, status_code: int = 200, **ctx: Any) -> Response:
+    return render(request, "submit.html", s, status_code=status_code, spec=spec, **ctx)
+
+
+def _problems(exc: ServiceError) -> list[str]:
+    """An error's field problems as 'field: message' lines (an invalid spec's ``errors``)."""
+    errors = getattr(exc, "errors", None) or []
+    out = []
+    for e in errors if isinstance(exc, InvalidSpecError) else []:
+        loc = ".".join(str(p) for p in e.get("loc", [])) or "(document)"
+        out.append(f"{loc}: {e.get('msg', '')}")
+    return out
+
+
+@router.get("/submit")
+def submit_page(request: Request) -> Response:
+    """The empty form, prefilled with the commented example spec (``pasture template job``)."""
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    return _form(request, s, job_template())
+
+
+@router.post("/submit")
+def submit_form(
+    request: Request,
+    csrf_token: str = Form(""),
+    spec: str = Form("", max_length=MAX_SPEC_CHARS),
+    action: str = Form("check"),
+) -> Response:
+    """``action=check``: the dry run's answer under the form (422 with each problem for an
+    invalid spec); ``action=submit``: submit and redirect to the job (the same errors)."""
+    s = acting_session(request, csrf_token)
+    if isinstance(s, Response):
+        return s
+    if action not in ("check", "submit"):
+        return _form(
+            request, s, spec, 400, error=f"action: expected check or submit, got {action!r}"
+        )
+    body = spec.encode()
+    services = request.app.state
+    try:
+        if action == "check":
+            dry = DryRunOut.model_validate(
+                on_spec_body(body, "application/yaml", lambda d: services.dry_run.dry_run(s.who, d))
+            )
+            return _form(request, s, spec, dry=dry)
+        job = on_spec_body(body, "application/yaml", lambda d: services.jobs.submit(s.who, d))
+    except ServiceError as exc:
+        return _form(request, s, spec, exc.status, error=exc.message, problems=_problems(exc))
+    names = job.get("jobs") or [job["name"]]
+    return RedirectResponse(f"/dashboard/jobs/{quote(names[0])}", status_code=303)

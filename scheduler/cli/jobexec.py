@@ -1,0 +1,91 @@
+"""``pasture job exec JOB TASK -- CMD...``: run a command in a running task, as
+``kubectl exec`` does, through the task's own sshd.
+
+The API hands the job's submitter (or an admin) the task's address, its sshd port and the
+job attempt's key (``POST /api/v1/jobs/JOB/tasks/ROLE/INDEX/exec``,
+:mod:`scheduler.services.jobexec`); the command then runs over SSH (paramiko) with that
+key, accepting only that key as the host key. Only jobs with ``ssh: true`` (or ``mpi``)
+have an sshd in their tasks. The command lands where the task's sshd runs: inside the
+task's container (container and Kubernetes executors), or on the node in the task's cgroup
+(process executor), so stop and fencing end it with the task. No stdin and no terminal are
+forwarded; stdout and stderr stream back as they come, and the exit code is the command's.
+"""
+
+from __future__ import annotations
+
+import getpass
+import io
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+import typer
+
+from scheduler.cli.output import UNAVAILABLE, err_console
+
+if TYPE_CHECKING:
+    from scheduler.api.schemas import ExecAccessOut
+
+CONNECT_TIMEOUT_S = 15.0
+
+
+def parse_task(task: str) -> tuple[str, int]:
+    """``'worker-1'`` -> ``('worker', 1)`` (the ``role-index`` of ``pasture job logs``).
+
+    Raises:
+        typer.BadParameter: no ``-INDEX`` at the end.
+    """
+    role, _, index = task.rpartition("-")
+    if not role or not index.isdigit():
+        raise typer.BadParameter(f"TASK: expected ROLE-INDEX such as worker-0, got {task!r}")
+    return role, int(index)
+
+
+def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> int:
+    """Run ``command`` in the task behind ``access``; its exit code (255 when the
+    connection failed, after a message on stderr)."""
+    import paramiko
+
+    key = paramiko.ECDSAKey.from_private_key(io.StringIO(access.key))
+    client = paramiko.SSHClient()
+    host = access.address if access.port == 22 else f"[{access.address}]:{access.port}"
+    client.get_host_keys().add(host, key.get_name(), key)  # the job's key, nothing else
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            access.address,
+            port=access.port,
+            username=login or getpass.getuser(),
+            pkey=key,
+            timeout=CONNECT_TIMEOUT_S,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+        transport = client.get_transport()
+        if transport is None:
+            raise paramiko.SSHException("the connection closed right after login")
+        channel = transport.open_session()
+        channel.exec_command(shlex.join(command))
+        channel.shutdown_write()
+        out, err = sys.stdout.buffer, sys.stderr.buffer
+        while True:
+            if channel.recv_ready():
+                out.write(channel.recv(65536))
+                out.flush()
+            if channel.recv_stderr_ready():
+                err.write(channel.recv_stderr(65536))
+                err.flush()
+            if channel.exit_status_ready() and not (
+                channel.recv_ready() or channel.recv_stderr_ready()
+            ):
+                break
+            channel.status_event.wait(0.05)
+        return channel.recv_exit_status()
+    except (paramiko.SSHException, OSError) as exc:
+        err_console.print(
+            f"[red]error:[/red] cannot reach task {access.role}-{access.index} of job"
+            f" {access.job} at {access.address}:{access.port}: {exc}"
+        )
+        return UNAVAILABLE
+    finally:
+        client.close()

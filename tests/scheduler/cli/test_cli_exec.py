@@ -1,0 +1,140 @@
+"""``pasture job exec JOB TASK -- CMD`` against a real process-mode cluster
+(``scheduler.dev``: redis-server, API, loop, one agent as local processes; the task's own
+OpenSSH sshd): the command runs in the task's place, its output and exit code come back,
+and only the job's submitter (or an admin) of a job with ssh gets in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from scheduler import dev
+from scheduler.store.tokens import TokenStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SSH_JOB = """\
+name: {name}
+ssh: {ssh}
+roles:
+  main:
+    replicas: 1
+    resources: {{cpu: 100m, memory: 64Mi}}
+    command: echo started > "$PASTURE_JOB_DIR/marker-$PASTURE_TASK_INDEX"; sleep 120
+"""
+
+
+def _api(c, token: str, method: str, path: str, **kw):
+    return httpx.request(
+        method,
+        f"{c.endpoint}/api/v1{path}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        **kw,
+    )
+
+
+def _running(c, token: str, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = _api(c, token, "GET", f"/jobs/{name}").json()
+        tasks = job.get("tasks") or []
+        if job["state"] == "running" and tasks and tasks[0]["state"] == "running":
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"job {name} is {job['state']}")
+
+
+def _pasture(c, token: str, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PASTURE_ENDPOINT": c.endpoint,
+        "PASTURE_TOKEN": token,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if shutil.which("redis-server") is None or not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip("needs redis-server and openssh-server (sshd)")
+    directory = tmp_path_factory.mktemp("dev")
+    c = dev.up(nodes=1, cpu_per_node=2, memory_per_node="2Gi", directory=directory)
+    try:
+        yield c
+    finally:
+        dev.down(directory)
+
+
+def test_exec_runs_in_the_task_and_returns_its_exit_code(cluster):
+    c = cluster
+    tokens = TokenStore(c.store().r)
+    alice = tokens.create("alice", "user", ["default"])
+    carol = tokens.create("carol", "user", ["default"])  # same VC, not the submitter
+    for name, ssh in (("with-ssh", "true"), ("no-ssh", "false")):
+        r = _api(c, alice, "POST", "/jobs", content=SSH_JOB.format(name=name, ssh=ssh))
+        assert r.status_code == 201, r.text
+    _running(c, alice, "with-ssh")
+    _running(c, alice, "no-ssh")
+
+    deadline = time.monotonic() + 60
+    while True:  # the task's sshd starts with it: wait until it listens
+        r = _pasture(c, alice, "job", "exec", "with-ssh", "main-0", "--", "true")
+        if r.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.returncode == 0, r.stderr
+    # the command runs where the task runs: it reads the file the task wrote; its
+    # stdout, stderr and exit code come back apart
+    marker = f"{c.share_dir}/jobs/with-ssh/marker-0"
+    r = _pasture(
+        c, alice, "job", "exec", "with-ssh", "main-0", "--",
+        "sh", "-c", f"cat {marker}; echo err >&2; exit 3",
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    assert r.stdout.strip() == "started" and r.stderr.strip() == "err"
+    # arguments arrive as given, not re-split by a shell
+    r = _pasture(c, alice, "job", "exec", "with-ssh", "main-0", "--", "echo", "a  b", "$HOME")
+    assert r.returncode == 0 and r.stdout == "a  b $HOME\n", r.stderr
+    # an admin may; a user of the same VC who did not submit it may not; another VC's
+    # user does not see the job; a job without ssh has no door
+    assert _pasture(c, c.token, "job", "exec", "with-ssh", "main-0", "--", "true").returncode == 0
+    r = _pasture(c, carol, "job", "exec", "with-ssh", "main-0", "--", "true")
+    assert r.returncode == 4 and "only its submitter or an admin" in r.stderr
+    r = _pasture(c, alice, "job", "exec", "no-ssh", "main-0", "--", "true")
+    assert r.returncode == 6 and "ssh: true" in r.stderr
+    r = _pasture(c, alice, "job", "exec", "with-ssh", "main-7", "--", "true")
+    assert r.returncode == 5
+    r = _pasture(c, alice, "job", "exec", "with-ssh", "main", "--", "true")
+    assert r.returncode == 2 and "ROLE-INDEX" in r.stderr
+    # the key is handed out in a POST answer only to those allowed
+    assert _api(c, carol, "POST", "/jobs/with-ssh/tasks/main/0/exec").status_code == 403
+    ok = _api(c, alice, "POST", "/jobs/with-ssh/tasks/main/0/exec").json()
+    assert ok["key"].startswith("-----BEGIN") and ok["port"] > 0
+    # the job's tasks can write its directory: a link planted at the key's path (as a
+    # task would plant it) hands the caller nothing else
+    key_path = f"{c.share_dir}/jobs/with-ssh/.ssh/attempt-1.key"
+    secret = f"{c.share_dir}/../not-alice.txt"
+    with open(secret, "w") as f:
+        f.write("bob's secret")
+    os.replace(key_path, key_path + ".real")
+    os.symlink(secret, key_path)
+    r = _api(c, alice, "POST", "/jobs/with-ssh/tasks/main/0/exec")
+    assert r.status_code == 403 and "secret" not in r.text, r.text
+    os.unlink(key_path)
+    os.replace(key_path + ".real", key_path)
+    for name in ("with-ssh", "no-ssh"):
+        _api(c, alice, "POST", f"/jobs/{name}/stop")
