@@ -1,7 +1,6 @@
 """Process mode (MARO's process mode): a whole cluster as local processes.
 
-``up(nodes=2, gpus_per_node=0)`` starts, each as its own process (own session, logs in
-``<base>/logs/``)::
+``up(nodes=2)`` starts, each as its own process (own session, logs in ``<base>/logs/``)::
 
     redis-server (from PATH, port free at start, data in <base>/redis; a password for
                   the default user in <base>/redis.password and one ACL user per node,
@@ -15,8 +14,15 @@
 creates an admin token, and writes the state file ``<state dir>/state.json`` (endpoint,
 token, pids, paths) that ``down()`` and the CLI read. The state dir is ``PASTURE_DEV_DIR``
 or ``~/.local/state/pasture/dev``; the cluster's data lives in a temp dir removed by
-``down()``. Fake GPUs (``gpus_per_node``) are only numbers for the scheduler;
-CUDA_VISIBLE_DEVICES is still set for the tasks.
+``down()``.
+
+GPUs: by default the first node (``dev-node-0``) detects this host's GPUs by NVML, as an
+agent on a real node does (count, model, per-GPU metrics and health), and the other nodes
+announce none, so that each GPU is scheduled once. ``gpus_per_node=N`` pins every node to N
+GPUs instead (0: none even on a GPU host); on a host without NVIDIA driver those are fake
+GPUs (model ``dev-fake``), only numbers for the scheduler, with CUDA_VISIBLE_DEVICES still
+set for the tasks. ``nvml_recording`` makes the first node replay recorded NVML answers
+(tests/fixtures/nvml/) instead of asking the driver: its GPUs are the recording's.
 
 All nodes share this machine's CPUs and memory; each node announces what ``cpu_per_node``
 / ``memory_per_node`` say (default: the whole machine), so the dev cluster overcommits.
@@ -74,7 +80,7 @@ class DevCluster:
         scheduler_config: scheduler.yaml path. agent_configs: one agent.yaml per node.
         _procs: started processes by name (redis, api, loop, agent-0...); private so that
             printing the public fields as JSON works; ``pids`` shows them.
-        nodes: node names.
+        nodes: node names. gpus: GPUs each node announces (devices; detected or pinned).
     """
 
     endpoint: str
@@ -86,6 +92,7 @@ class DevCluster:
     agent_configs: list[str]
     nodes: list[str]
     redis_password_file: str = ""
+    gpus: list[int] = field(default_factory=list)
     _procs: dict[str, Proc] = field(default_factory=dict)
     _state_dir: str = ""
 
@@ -185,9 +192,29 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
         return None
 
 
+def host_gpus(nvml_recording: Path | None = None) -> tuple[int, str | None]:
+    """(count, model of GPU 0) of this host by NVML, or of an NVML recording replayed;
+    (0, None) without an NVIDIA driver."""
+    from scheduler.agent.resources import detect_gpus, gpus_of
+
+    if nvml_recording is not None:
+        from scheduler.agent.gpu_health import RecordedBackend
+
+        return gpus_of(RecordedBackend(nvml_recording))
+    return detect_gpus()
+
+
+def node_gpus(nodes: int, gpus_per_node: int | None, detected: int) -> list[int]:
+    """GPUs each of ``nodes`` nodes announces: ``gpus_per_node`` each when pinned, else
+    the ``detected`` ones on the first node and none on the others."""
+    if gpus_per_node is not None:
+        return [gpus_per_node] * nodes
+    return [detected] + [0] * (nodes - 1)
+
+
 def up(
     nodes: int = 2,
-    gpus_per_node: int = 0,
+    gpus_per_node: int | None = None,
     *,
     cpu_per_node: str | int | None = None,
     memory_per_node: str | int | None = None,
@@ -199,11 +226,16 @@ def up(
     virtual_clusters: list[dict[str, Any]] | None = None,
     directory: Path | None = None,
     timeout_s: float = 30.0,
+    nvml_recording: Path | None = None,
 ) -> DevCluster:
     """Start a dev cluster (see the module docstring) and return it.
 
     Args:
-        nodes: number of agents (>= 1). gpus_per_node: fake GPUs each node announces.
+        nodes: number of agents (>= 1).
+        gpus_per_node: GPUs each node announces (>= 0); None (default): the first node
+            detects this host's GPUs by NVML, the others announce none.
+        nvml_recording: the first node replays these NVML answers (a JSON recording,
+            tests/fixtures/nvml/README.md) instead of asking the driver.
         cpu_per_node / memory_per_node: node capacity in spec notation (default: detected).
         api: start the API (False for backend-only tests).
         heartbeat_*, loop_interval_s, stop_grace_s: seconds.
@@ -216,6 +248,10 @@ def up(
     """
     if nodes < 1:
         raise DevError(f"nodes must be at least 1, got {nodes}")
+    if gpus_per_node is not None and gpus_per_node < 0:
+        raise DevError(f"gpus_per_node must be at least 0 (or None: detect), got {gpus_per_node}")
+    if nvml_recording is not None:  # the agents run in the cluster's own directory
+        nvml_recording = Path(nvml_recording).resolve()
     directory = directory or state_dir()
     old = read_state(directory)
     if old and any(Proc(**p).alive() for p in old.get("_procs", {}).values()):
@@ -257,6 +293,7 @@ def up(
             virtual_clusters,
             timeout_s,
             directory,
+            nvml_recording,
         )
     except BaseException:
         _stop_all(cluster)
@@ -269,7 +306,7 @@ def _up(
     cluster: DevCluster,
     redis_exe: str,
     nodes: int,
-    gpus: int,
+    gpus_per_node: int | None,
     cpu: Any,
     memory: Any,
     api: bool,
@@ -280,6 +317,7 @@ def _up(
     vcs: list[dict[str, Any]] | None,
     timeout: float,
     directory: Path,
+    nvml_recording: Path | None,
 ) -> None:
     import redis
 
@@ -288,6 +326,8 @@ def _up(
     base = Path(cluster.base_dir)
     port = free_port()
     names = [f"dev-node-{i}" for i in range(nodes)]
+    detected, _ = host_gpus(nvml_recording)
+    cluster.gpus = node_gpus(nodes, gpus_per_node, detected)
     # Redis with a password and one ACL user per node, as the redis role sets it up; the
     # secrets live only in 0600 files of this cluster's directory, never on a command line
     password, agent_secret = secrets.token_hex(24), secrets.token_hex(24)
@@ -342,7 +382,7 @@ def _up(
                 "guarantee": {
                     "cpu": f"{nodes * (_cpu(cpu) or (psutil.cpu_count() or 1) * 1000)}m",
                     "memory": nodes * (_mem(memory) or psutil.virtual_memory().total),
-                    "gpu": nodes * gpus,
+                    "gpu": sum(cluster.gpus),
                 },
             }
         ],
@@ -396,12 +436,15 @@ def _up(
             "resources": {
                 "cpu": cpu,
                 "memory": memory,
-                "gpu": gpus,
-                "gpu_model": "dev-fake" if gpus else None,
+                # None: the agent detects its GPUs (NVML or the recording), as on a real node
+                "gpu": None if gpus_per_node is None and i == 0 else cluster.gpus[i],
+                "gpu_model": "dev-fake" if cluster.gpus[i] and not detected else None,
             },
             "labels": {"dev": "true"},
             "stop_grace_s": grace,
         }
+        if nvml_recording is not None and i == 0:
+            agent["nvml_recording"] = str(nvml_recording)
         path = base / f"agent-{i}.yaml"
         path.write_text(yaml.safe_dump(agent))
         cluster.agent_configs.append(str(path))

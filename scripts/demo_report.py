@@ -18,43 +18,55 @@ import json
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scheduler.cli.client import ApiClient
+from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
+from scheduler.states import TERMINAL_JOB_STATES
 
-TERMINAL = {"succeeded", "failed", "stopped"}
+if TYPE_CHECKING:
+    from scheduler.api.schemas import EventOut, JobOut
+
+
 ACCURACY_RE = re.compile(r"^test accuracy: (\d+\.\d+)\s*$", re.M)
 
 
-def first_time(events: list[dict[str, Any]], state: str) -> float | None:
+def first_time(events: list[EventOut], state: str) -> float | None:
     """Time (s since the epoch) of the first event entering ``state``, or None."""
-    times = [e["time"] for e in events if e.get("state") == state and e.get("time") is not None]
+    times = [e.time for e in events if e.state == state]
     return min(times) if times else None
 
 
-def summarise(job: dict[str, Any], events: list[dict[str, Any]], ps_log: str) -> dict[str, Any]:
-    """The report as a dict (times in seconds, accuracy a fraction or None)."""
-    created = job.get("created") or first_time(events, "submitted")
-    placed = first_time(events, "scheduled") or job.get("scheduled_time")
-    started = first_time(events, "running") or job.get("start_time")
-    ended = job.get("end_time")
+def summarise(job: JobOut, events: list[EventOut], ps_log: str) -> dict[str, Any]:
+    """The report as a dict (times in seconds, accuracy a fraction or None).
+
+    Args:
+        job: the job as ``GET /api/v1/jobs/{name}`` answers it (the client's typed
+            :class:`scheduler.api.schemas.JobOut`, with its tasks).
+        events: its state changes (``GET .../events``), oldest first.
+        ps_log: the log of the task that prints ``test accuracy: 0.9xx`` (ps-0).
+    """
+    created = job.created or first_time(events, "submitted")
+    placed = first_time(events, "scheduled") or job.scheduled_time
+    started = first_time(events, "running") or job.start_time
+    ended = job.end_time
+    tasks = job.tasks or []
     found = ACCURACY_RE.findall(ps_log)
     return {
-        "name": job.get("name"),
-        "state": job.get("state"),
-        "reason": job.get("reason", ""),
-        "attempt": job.get("attempt"),
+        "name": job.name,
+        "state": str(job.state),
+        "reason": job.reason,
+        "attempt": job.attempt,
         "tasks": [
             {
-                "task": f"{t['role']}-{t['index']}",
-                "node": t.get("node"),
-                "state": t.get("state"),
-                "exit_code": t.get("exit_code"),
+                "task": f"{t.role}-{t.index}",
+                "node": t.node,
+                "state": str(t.state),
+                "exit_code": t.exit_code,
             }
-            for t in job.get("tasks", [])
+            for t in tasks
         ],
-        "nodes": sorted({t.get("node") for t in job.get("tasks", []) if t.get("node")}),
+        "nodes": sorted({t.node for t in tasks if t.node}),
         "test_accuracy": float(found[-1]) if found else None,
         "queueing_delay_s": round(placed - created, 2) if placed and created else None,
         "run_time_s": round(ended - started, 2) if ended and started else None,
@@ -63,8 +75,8 @@ def summarise(job: dict[str, Any], events: list[dict[str, Any]], ps_log: str) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Entry point; returns the exit code (0 succeeded with the accuracy, 1 otherwise)."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("job")
     p.add_argument("--min-accuracy", type=float, default=0.9)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -76,21 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     client = ApiClient(load())
-
-    def fetch() -> dict[str, Any]:
-        # the client returns a typed JobOut; the report reads it as JSON (None fields left out)
-        return client.job(args.job).model_dump(mode="json", exclude_none=True)
-
-    job = fetch()
+    job = client.job(args.job)
     deadline = time.monotonic() + args.wait
-    while job.get("state") not in TERMINAL and time.monotonic() < deadline:
+    while job.state not in TERMINAL_JOB_STATES and time.monotonic() < deadline:
         time.sleep(1.0)
-        job = fetch()
-    events = [e.model_dump(mode="json") for e in client.events(args.job).events]
-    ps_role = next(iter(job.get("spec", {}).get("roles", {"ps": None})))
+        job = client.job(args.job)
+    events = client.events(args.job).events
+    roles = job.spec.get("roles") or {"ps": None}
+    ps_role = str(next(iter(roles)))
     try:
         ps_log = client.log_bytes(args.job, ps_role, 0).decode("utf-8", "replace")
-    except Exception as exc:  # noqa: BLE001 - a missing log is reported, not fatal
+    except ApiError as exc:  # a missing log is reported, not fatal
         ps_log = ""
         print(f"no log of {ps_role}-0: {exc}", file=sys.stderr)
     report = summarise(job, events, ps_log)

@@ -224,7 +224,7 @@ class Agent:
         """Register (or re-register) this node with detected / configured capacity; renews
         the lease."""
         sent = time.monotonic()
-        cap = detect_capacity(self.s.resources)
+        cap = detect_capacity(self.s.resources, self.gpu_health.backend)
         rec = NodeRecord(
             name=self.node,
             address=self.s.address,

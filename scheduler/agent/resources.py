@@ -54,10 +54,30 @@ def detect_gpus() -> tuple[int, str | None]:
         nv.nvmlShutdown()
 
 
-def detect_capacity(overrides: Any = None) -> Capacity:
+def gpus_of(backend: Any) -> tuple[int, str | None]:
+    """(count, model of GPU 0) as an NVML backend answers them (an
+    :class:`scheduler.agent.gpu_health.NvmlBackend`: the real one or a recording, e.g. the
+    agent setting ``nvml_recording``); the model is None when GPU 0 does not answer."""
+    from scheduler.agent.gpu_health import NvmlCallError
+
+    count = backend.device_count()
+    model = None
+    if count:
+        with contextlib.suppress(NvmlCallError):
+            model = backend.call("nvmlDeviceGetName", 0) or None
+    return count, model
+
+
+def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
     """Capacity from psutil / NVML, or in a Kubernetes pod (``PASTURE_K8S_NODE_NAME`` set)
     from the node object (:mod:`scheduler.agent.k8s_capacity`); fields of ``overrides``
     (settings ``resources``) that are not None win.
+
+    Args:
+        overrides: settings ``resources`` (``cpu``, ``memory``, ``gpu``, ``gpu_model``).
+        nvml: the agent's NVML backend (its GPU health monitor's: the driver, or a recording
+            replayed); the GPUs are counted through it, so that the node announces the GPUs
+            it reports metrics for. None: NVML asked directly (:func:`detect_gpus`).
 
     Raises:
         NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
@@ -68,7 +88,7 @@ def detect_capacity(overrides: Any = None) -> Capacity:
     if node is not None:
         cap = asdict(node)
     else:
-        gpu, model = detect_gpus()
+        gpu, model = gpus_of(nvml) if nvml is not None else detect_gpus()
         cap = {
             "cpu_m": (psutil.cpu_count() or 1) * 1000,
             "memory": psutil.virtual_memory().total,
@@ -93,13 +113,49 @@ def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
+# nvml.h ``nvmlMemory_v2`` (NVML_STRUCT_VERSION(Memory, 2) = sizeof(nvmlMemory_v2_t) | 2 << 24):
+# the version argument that makes nvidia-ml-py call ``nvmlDeviceGetMemoryInfo_v2``
+NVML_MEMORY_V2 = 0x02000028
+
+
+def gpu_memory(backend: Any, index: int) -> dict[str, Any]:
+    """GPU ``index``'s memory as nvidia-smi shows it: ``{memory_used, memory_total,
+    memory_reserved (bytes; None when unknown), memory_api ("v2" | "v1")}``.
+
+    ``nvmlDeviceGetMemoryInfo_v2`` first: its ``used`` is what nvidia-smi prints as used
+    (the driver's own reservation is apart, in ``reserved``; on an idle H200 with driver 580
+    that is 615 MiB, ../shared/gpu/). Drivers older than R510 and nvidia-ml-py builds without
+    the versioned call answer NOT_SUPPORTED / FUNCTION_NOT_FOUND (or reject the argument):
+    then ``nvmlDeviceGetMemoryInfo`` (v1), whose ``used`` also counts that reservation, so
+    it reads higher than nvidia-smi by the reserved amount, and ``memory_api`` says "v1".
+
+    Raises:
+        NvmlCallError: neither call answers (a lost GPU...).
+    """
+    from scheduler.agent.gpu_health import NvmlCallError
+
+    try:
+        mem, api = backend.call("nvmlDeviceGetMemoryInfo", index, NVML_MEMORY_V2), "v2"
+    except (NvmlCallError, TypeError):
+        mem, api = backend.call("nvmlDeviceGetMemoryInfo", index), "v1"
+    used, total = _field(mem, "used"), _field(mem, "total")
+    reserved = _field(mem, "reserved") if api == "v2" else None
+    return {
+        "memory_used": None if used is None else int(used),
+        "memory_total": None if total is None else int(total),
+        "memory_reserved": None if reserved is None else int(reserved),
+        "memory_api": api,
+    }
+
+
 def gpu_samples(backend: Any) -> list[dict[str, Any]]:
     """One sample per GPU the NVML backend lists (an
     :class:`scheduler.agent.gpu_health.NvmlBackend`: the real ``PynvmlBackend`` or a
     recording): ``[{index, util_percent (0-100, the share of the last sample period a kernel
-    ran), memory_used, memory_total (bytes)}]`` from ``nvmlDeviceGetUtilizationRates`` and
-    ``nvmlDeviceGetMemoryInfo``. A call NVML refuses for one GPU (``NOT_SUPPORTED``, a lost
-    GPU...) leaves that GPU's fields None: nothing is guessed, the other GPUs keep theirs."""
+    ran), memory_used, memory_total, memory_reserved (bytes), memory_api}]`` from
+    ``nvmlDeviceGetUtilizationRates`` and :func:`gpu_memory` (memory used as nvidia-smi
+    shows it). A call NVML refuses for one GPU (``NOT_SUPPORTED``, a lost GPU...) leaves
+    that GPU's fields None: nothing is guessed, the other GPUs keep theirs."""
     from scheduler.agent.gpu_health import NvmlCallError
 
     out = []
@@ -109,22 +165,22 @@ def gpu_samples(backend: Any) -> list[dict[str, Any]]:
             "util_percent": None,
             "memory_used": None,
             "memory_total": None,
+            "memory_reserved": None,
+            "memory_api": None,
         }
         with contextlib.suppress(NvmlCallError):
             util = _field(backend.call("nvmlDeviceGetUtilizationRates", i), "gpu")
             sample["util_percent"] = None if util is None else int(util)
         with contextlib.suppress(NvmlCallError):
-            mem = backend.call("nvmlDeviceGetMemoryInfo", i)
-            used, total = _field(mem, "used"), _field(mem, "total")
-            sample["memory_used"] = None if used is None else int(used)
-            sample["memory_total"] = None if total is None else int(total)
+            sample.update(gpu_memory(backend, i))
         out.append(sample)
     return out
 
 
 def usage(gpus: Any = None) -> dict[str, Any]:
     """Current usage: ``{cpu_percent, memory_used, memory_total, load1, gpus: [{index,
-    util_percent, memory_used, memory_total}]}`` (bytes, percent).
+    util_percent, memory_used, memory_total, memory_reserved, memory_api}]}`` (bytes,
+    percent; see :func:`gpu_samples`).
 
     Args:
         gpus: the agent's NVML backend (its GPU health monitor's); None (no NVIDIA driver)

@@ -26,21 +26,36 @@ def _dev() -> ModuleType:
 @dev_app.command("up")
 def up(
     nodes: int = typer.Option(2, min=1, help="number of agents (nodes)"),
-    gpus_per_node: int = typer.Option(0, min=0, help="fake GPUs per node"),
+    gpus: int | None = typer.Option(
+        None,
+        "--gpus",
+        "--gpus-per-node",
+        min=0,
+        help="pin every node to N GPUs (fake ones on a host without NVIDIA driver); "
+        "default: the first node detects this host's GPUs by NVML, the others have none",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print endpoint and token as JSON"),
 ) -> None:
     """Start redis-server, the API, the loop and N agents as local processes."""
     dev = _dev()
     try:
         with console.status(f"starting a dev cluster with {nodes} node(s)"):
-            cluster = dev.up(nodes=nodes, gpus_per_node=gpus_per_node)
+            cluster = dev.up(nodes=nodes, gpus_per_node=gpus)
     except dev.DevError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
     state = cluster.to_dict()
     info = {
         k: state[k]
-        for k in ("endpoint", "token", "redis_url", "redis_password_file", "share_dir", "nodes")
+        for k in (
+            "endpoint",
+            "token",
+            "redis_url",
+            "redis_password_file",
+            "share_dir",
+            "nodes",
+            "gpus",
+        )
     }
     if as_json:
         typer.echo(json.dumps(info))
@@ -48,6 +63,9 @@ def up(
     console.print(f"endpoint: {info['endpoint']}")
     console.print(f"token:    {info['token']}")
     console.print(f"nodes:    {', '.join(info['nodes'])}")
+    how = "pinned by --gpus" if gpus is not None else "detected by NVML"
+    per_node = ", ".join(f"{n}: {g}" for n, g in zip(info["nodes"], info["gpus"], strict=True))
+    console.print(f"gpus:     {per_node} ({how})")
     console.print(f"share:    {info['share_dir']}")
     console.print(f"redis:    {info['redis_url']} (password in {info['redis_password_file']})")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")

@@ -5,9 +5,12 @@ Every task of the job is one DDP rank; it joins the process group with PyTorch's
 rendezvous from the variables pasture's discovery environment sets exactly as ``torchrun``
 would: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (rank 0's
 address and first port). The backend is NCCL when the task sees a CUDA device and gloo on
-CPU. Each rank trains on its own shard (``DistributedSampler``); DDP all-reduces gradients
-(Li et al., "PyTorch Distributed", VLDB 2020). Rank 0 prints ``test accuracy: 0.9xx`` and
-writes ``$PASTURE_JOB_DIR/result.json``.
+CPU. The device is one of those the task sees (:func:`cuda_device_index`): pasture gives
+each task only its own GPUs (CUDA_VISIBLE_DEVICES), so a task is never sent to
+``cuda:{LOCAL_RANK}`` beyond them. Each rank trains on its own shard
+(``DistributedSampler``); DDP all-reduces gradients (Li et al., "PyTorch Distributed",
+VLDB 2020). Rank 0 prints ``test accuracy: 0.9xx`` and writes
+``$PASTURE_JOB_DIR/result.json``.
 
 Run as a task: ``python3 -m scheduler.examples.torch_ddp``, or under torchrun with one
 process per task (see examples/jobs/README.md).
@@ -62,6 +65,25 @@ def _rendezvous_env() -> tuple[int, int, int]:
     )
 
 
+def cuda_device_index(local_rank: int, visible: int) -> int:
+    """The CUDA ordinal (0 .. visible-1) a rank uses, of the ``visible`` devices it sees
+    (``torch.cuda.device_count()``, i.e. within CUDA_VISIBLE_DEVICES).
+
+    Under torchrun with one process per GPU of a task, LOCAL_RANK is below ``visible`` and
+    picks that GPU. A pasture task without torchrun is one process: its LOCAL_RANK counts the
+    job's tasks on the node, while it sees only its own GPUs, so it wraps into them
+    (``local_rank % visible``: cuda:0 with one GPU).
+
+    Raises:
+        ValueError: ``visible`` < 1 or ``local_rank`` < 0.
+    """
+    if visible < 1:
+        raise ValueError(f"visible must be at least 1 CUDA device, got {visible}")
+    if local_rank < 0:
+        raise ValueError(f"LOCAL_RANK must be at least 0, got {local_rank}")
+    return local_rank % visible
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train, evaluate on rank 0; returns the exit code."""
     args = parse_args(argv)
@@ -83,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
 
     use_cuda = torch.cuda.is_available()
     backend = "nccl" if use_cuda else "gloo"
-    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    gpu = cuda_device_index(local_rank, torch.cuda.device_count()) if use_cuda else 0
+    device = torch.device(f"cuda:{gpu}" if use_cuda else "cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     print(
         f"rank {rank}/{world_size}: joining {os.environ['MASTER_ADDR']}:"
-        f"{os.environ['MASTER_PORT']} with {backend}",
+        f"{os.environ['MASTER_PORT']} with {backend} on {device}",
         flush=True,
     )
     dist.init_process_group(
@@ -109,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         model = torch.nn.Sequential(
             torch.nn.Linear(64, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10)
         ).to(device)
-        ddp = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+        ddp = DistributedDataParallel(model, device_ids=[gpu] if use_cuda else None)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         started = time.monotonic()

@@ -1,6 +1,9 @@
 """A fresh local podman cluster ("e2e": network pasture-e2e, 10.77.2.0/24, 1 master + 2
 nodes) created by playbooks/local-cluster.yml and converged by site.yml, exactly as
 `make demo` does with the "local" cluster, and removed at the end even when a test fails.
+PASTURE_E2E_CLUSTER / PASTURE_E2E_SUBNET (a DNS label, a /24 in 10.77.0.0/16) give the
+cluster another name and subnet, so that two checkouts on one machine do not remove each
+other's cluster.
 
 The CLI runs as a user would, with its own login file (PASTURE_CONFIG_HOME in a temp dir,
 so that a developer's own login is untouched).
@@ -23,8 +26,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
-CLUSTER = "e2e"
-CLUSTER_VARS = {"local_cluster_name": CLUSTER, "local_cluster_subnet": "10.77.2.0/24"}
+CLUSTER = os.environ.get("PASTURE_E2E_CLUSTER", "e2e")
+SUBNET = os.environ.get("PASTURE_E2E_SUBNET", "10.77.2.0/24")
+CLUSTER_VARS = {"local_cluster_name": CLUSTER, "local_cluster_subnet": SUBNET}
 INVENTORY_DIR = REPO / "inventories" / CLUSTER
 
 
@@ -107,6 +111,8 @@ class Cluster:
     endpoint: str
     cli: Cli
     tmp: Path
+    name: str = CLUSTER  # local_cluster_name: inventories/<name>/, containers pasture-<name>-*
+    subnet: str = SUBNET
 
     def converge(self) -> ansible_runner.Runner:
         """Run site.yml against the cluster once more."""
@@ -114,7 +120,7 @@ class Cluster:
 
     def container(self, host: str) -> str:
         """Podman container name of an inventory host (``master``, ``node-1``, ...)."""
-        return f"pasture-{CLUSTER}-{host}"
+        return f"pasture-{self.name}-{host}"
 
 
 def _teardown(tmp: Path) -> None:

@@ -1,6 +1,8 @@
 """End to end on a local podman cluster: site.yml converges idempotently, a ps/worker
 training job on the digits data set runs across two nodes through the container executor
-and the API over TLS, and losing a node mid-job gets the job retried on what remains.
+and the API over TLS, submitted and judged by `make demo`'s own job script
+(scripts/demo-job.sh with scripts/demo_report.py), and losing a node mid-job gets the job
+retried on what remains.
 
 Needs root podman (make deps) and about 6-10 minutes on 2 cores; see docs/demo.md.
 """
@@ -86,20 +88,37 @@ def test_second_site_run_changes_nothing(cluster):
     assert set(runner.stats["ok"]) >= {"master", "node-1", "node-2"}
 
 
-def test_digits_job_trains_across_two_nodes(cluster):
-    spec = write_spec(cluster.tmp, "digits-e2e")
+def test_demo_job_script_trains_across_two_nodes(cluster):
+    """`make demo`'s own job steps (scripts/demo-job.sh: login, submit, follow, and the
+    verdict of scripts/demo_report.py) on this cluster: red whenever the demo's report is."""
+    name = "digits-e2e"
+    env = {
+        **cluster.cli.env,
+        "PASTURE_DEMO_CLUSTER": cluster.name,
+        "PASTURE_DEMO_JOB_NAME": name,
+        "PASTURE_DEMO_WAIT": "420",
+    }
     try:
-        submitted = cluster.cli.run(
-            "job", "submit", str(spec), "--wait", "--timeout", "420", check=False, timeout=480
+        demo = subprocess.run(
+            ["bash", "scripts/demo-job.sh"],
+            cwd=REPO,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=600,
         )
-        job = cluster.cli.json("job", "show", "digits-e2e")["job"]
-        assert job["state"] == "succeeded", diagnosis(cluster, "digits-e2e")
+        job = cluster.cli.json("job", "show", name)["job"]
     finally:
-        stop_unless_finished(cluster, "digits-e2e")
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        stop_unless_finished(cluster, name)
+    assert demo.returncode == 0, (
+        f"scripts/demo-job.sh exited {demo.returncode}:\n{demo.stdout[-4000:]}\n"
+        f"{demo.stderr[-3000:]}\n{diagnosis(cluster, name)}"
+    )
+    assert re.search(r"^  test accuracy: +0\.9\d\d$", demo.stdout, re.M), demo.stdout[-3000:]
+    assert job["state"] == "succeeded", diagnosis(cluster, name)
     nodes = {t["node"] for t in job["tasks"]}
     assert nodes == {"node-1", "node-2"}, f"tasks were placed on {nodes}"
-    assert ps_accuracy(cluster, "digits-e2e") >= 0.9
+    assert ps_accuracy(cluster, name) >= 0.9
     # The ps wrote its result into the job's directory on the cluster share (on the master).
     settings = subprocess.run(
         ["podman", "exec", cluster.container("master"), "cat", "/etc/pasture/scheduler.yaml"],
@@ -114,7 +133,7 @@ def test_digits_job_trains_across_two_nodes(cluster):
             "exec",
             cluster.container("master"),
             "cat",
-            f"{share}/jobs/digits-e2e/result.json",
+            f"{share}/jobs/{name}/result.json",
         ],
         capture_output=True,
         text=True,

@@ -93,7 +93,13 @@ spec:
 
 def test_volcano_mpi_job_runs_mpiexec_across_two_node_containers_over_the_jobs_ssh(cluster):
     spec = cluster.tmp / "mpi-e2e.yaml"
-    spec.write_text(VOLCANO_MPI_JOB)
+    # the cluster's own subnet (PASTURE_E2E_SUBNET) for Open MPI's interface selection
+    prefix = cluster.subnet.split("/")[0].rsplit(".", 1)[0]
+    spec.write_text(
+        VOLCANO_MPI_JOB.replace("10.77.2.0/24", cluster.subnet).replace(
+            "10\\.77\\.2\\.", prefix.replace(".", "\\.") + "\\."
+        )
+    )
     try:
         cluster.cli.run(
             "job", "submit", str(spec), "--wait", "--timeout", "420", check=False, timeout=480

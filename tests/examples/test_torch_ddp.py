@@ -76,3 +76,19 @@ def test_two_gloo_ranks_train_to_90_percent(tmp_path, free_port):
     acc = float(re.search(r"^test accuracy: (\d\.\d+)$", outs[0], re.M).group(1))
     assert acc >= 0.9
     assert (tmp_path / "result.json").exists()
+
+
+def test_each_rank_uses_a_device_it_sees_never_local_rank_beyond_them():
+    """H200 run (../shared/gpu/): the second GPU task of a job on a node has LOCAL_RANK 1
+    but sees one GPU (its own); cuda:1 does not exist for it."""
+    from scheduler.examples.torch_ddp import cuda_device_index
+
+    assert cuda_device_index(local_rank=1, visible=1) == 0
+    assert cuda_device_index(local_rank=0, visible=1) == 0
+    # torchrun, one process per GPU of a 4-GPU task: LOCAL_RANK picks its GPU
+    assert [cuda_device_index(r, 4) for r in range(4)] == [0, 1, 2, 3]
+    # a 2-GPU task that is the third of its job on the node stays within its own two
+    assert cuda_device_index(local_rank=2, visible=2) == 0
+    assert all(0 <= cuda_device_index(r, v) < v for r in range(16) for v in range(1, 9))
+    with pytest.raises(ValueError, match="visible must be at least 1"):
+        cuda_device_index(0, 0)

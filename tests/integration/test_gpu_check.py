@@ -1,0 +1,190 @@
+"""scripts/gpu-check.sh (scheduler/gpu_check.py) without a GPU: its comparison logic on the
+figures the H200 run measured (../shared/gpu/), its hard step limits, and the script itself
+on a real process-mode cluster replaying the H200's recorded NVML answers: cluster start,
+NVML detection, the queueing check on the replayed GPU, the JSON summary, and every check
+that needs a device skipped with its reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler import gpu_check
+from scheduler.gpu_check import (
+    Skip,
+    Summary,
+    compare_gpu_metrics,
+    parse_nvidia_smi,
+    pasture_gpu_figures,
+    run_step,
+)
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+H200 = REPO / "tests" / "fixtures" / "nvml" / "h200_recorded.json"
+MIB = 1 << 20
+GPU_CHECKS = ("one_gpu_job", "metrics", "nccl_world1", "nccl_world2", "torch_ddp")
+
+# /metrics of the H200 run while job A ran (pasture at 641b20a: NVML v1 memory)
+METRICS_V1 = f"""\
+# HELP pasture_gpu_utilisation_ratio GPU utilisation.
+# TYPE pasture_gpu_utilisation_ratio gauge
+pasture_gpu_utilisation_ratio{{gpu="0",node="dev-node-0"}} 0.99
+# HELP pasture_gpu_memory_used_bytes GPU memory in use (NVML), bytes.
+# TYPE pasture_gpu_memory_used_bytes gauge
+pasture_gpu_memory_used_bytes{{gpu="0",node="dev-node-0"}} {1935540224.0}
+pasture_gpu_memory_used_bytes{{gpu="0",node="other"}} 0.0
+"""
+
+
+def test_h200_memory_figures_v1_differ_from_nvidia_smi_v2_match():
+    smi = parse_nvidia_smi("0, 99, 1231\n")
+    assert smi == {0: {"util_percent": 99.0, "memory_used_mib": 1231.0}}
+    ours = pasture_gpu_figures(METRICS_V1, "dev-node-0")
+    assert ours == {0: {"util_percent": 99.0, "memory_used_mib": 1935540224 / MIB}}  # 1845.9
+    problems = compare_gpu_metrics(ours, smi)
+    assert problems == [
+        "GPU 0 memory_used_mib: pasture 1846 MiB, nvidia-smi 1231 MiB (tolerance 64 MiB)"
+    ]
+    # the v2 figure (what the agent reports now) matches; utilisation moves a little
+    v2 = {0: {"util_percent": 100.0, "memory_used_mib": 1231.0}}
+    assert compare_gpu_metrics(v2, smi) == []
+    assert compare_gpu_metrics({}, smi) == ["GPUs differ: pasture [], nvidia-smi [0]"]
+    with pytest.raises(ValueError, match="expected 'index, util %, MiB'"):
+        parse_nvidia_smi("0, 99")
+
+
+def test_each_step_has_a_hard_limit_and_skips_and_failures_say_why():
+    summary = Summary("none", "2026-11-26T00:00:00Z")
+    t0 = time.monotonic()
+    hung = run_step(summary, "hung", lambda: time.sleep(30) or {}, timeout_s=0.5)
+    assert time.monotonic() - t0 < 5
+    assert (hung.status, hung.reason) == ("fail", "step ran past its limit of 0.5 s")
+
+    def skipped() -> dict[str, object]:
+        raise Skip("no GPU")
+
+    def broken() -> dict[str, object]:
+        raise AssertionError("CUDA_VISIBLE_DEVICES='0'")
+
+    run_step(summary, "skipped", skipped, 5)
+    run_step(summary, "broken", broken, 5)
+    run_step(summary, "fine", lambda: {"x": 1}, 5)
+    out = summary.to_dict()
+    assert out["passed"] is False
+    assert out["failed_checks"] == ["hung", "broken"]
+    assert out["skipped_checks"] == ["skipped"]
+    assert out["checks"]["skipped"]["reason"] == "no GPU"
+    assert out["checks"]["fine"] == {
+        "status": "pass",
+        "seconds": 0.0,
+        "reason": "",
+        "details": {"x": 1},
+    }
+
+
+def _run_script(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "summary.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PASTURE_")}
+    proc = subprocess.run(
+        ["bash", "scripts/gpu-check.sh", "--out", str(out), "--step-timeout", "90", *args],
+        cwd=REPO,
+        env={**env, "PASTURE_GPU_CHECK_LIMIT": "400"},
+        capture_output=True,
+        text=True,
+        timeout=450,
+    )
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+def test_script_on_a_replayed_h200(tmp_path):
+    proc, summary = _run_script(tmp_path, "--nvml-recording", str(H200))
+    checks = summary["checks"]
+    assert summary["mode"] == "replay" and summary["gpus"]["model"] == "NVIDIA H200"
+    assert checks["nvml"]["status"] == "pass"
+    assert checks["cluster"]["status"] == "pass", checks["cluster"]
+    assert checks["cluster"]["details"]["gpu"] == 1
+    assert checks["queueing"]["status"] == "pass", checks["queueing"]
+    assert "needs 1 GPU" in checks["queueing"]["details"]["pending_reason"]
+    assert checks["queueing"]["details"]["started_after_release_s"] >= 0
+    for name in GPU_CHECKS:
+        assert checks[name] == {
+            "status": "skip",
+            "seconds": 0.0,
+            "reason": "replayed NVML answers: no device to run on",
+            "details": {},
+        }, name
+    # the process executor isolates a 0-GPU task (issue 24)
+    zero = checks["zero_gpu_job"]
+    assert zero["status"] == "pass", zero
+    assert zero["details"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert zero["details"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert summary["passed"] and summary["failed_checks"] == [], summary["failed_checks"]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_script_without_a_gpu_skips_the_gpu_checks_naming_why(tmp_path):
+    if gpu_check.detect(None)[0] != "none":
+        pytest.skip("this host has a GPU")
+    proc, summary = _run_script(tmp_path)
+    checks = summary["checks"]
+    assert summary["mode"] == "none" and summary["gpus"] == {"count": 0, "model": None}
+    assert checks["cluster"]["status"] == "pass" and checks["cluster"]["details"]["gpu"] == 0
+    assert checks["zero_gpu_job"]["status"] == "pass", checks["zero_gpu_job"]
+    assert summary["passed"] and proc.returncode == 0, proc.stdout[-3000:]
+    why = "no NVIDIA GPU on this host (NVML found none)"
+    assert checks["nvml"]["reason"] == why
+    assert checks["queueing"]["reason"].startswith(why)
+    for name in ("nvml", "queueing", *GPU_CHECKS):
+        assert checks[name]["status"] == "skip", name
+    require = subprocess.run(
+        ["bash", "scripts/gpu-check.sh", "--require-gpu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert require.returncode == 2 and "no GPU here" in require.stderr
+
+
+def test_metrics_of_a_replayed_h200_match_what_nvidia_smi_showed(tmp_path):
+    """The whole path of the metrics check: the agent reads NVML (the H200's recording with
+    the utilisation and both memory answers of the run's job A added), its heartbeat, the
+    API's /metrics, and the comparison with nvidia-smi's line of that moment."""
+    from scheduler.agent.resources import NVML_MEMORY_V2
+
+    recording = json.loads(H200.read_text())
+    total = 143771 * MIB
+    recording["devices"][0].update(
+        {
+            "nvmlDeviceGetUtilizationRates": {"gpu": 99, "memory": 35},
+            "nvmlDeviceGetMemoryInfo": {"total": total, "free": 0, "used": 1935540224},
+            f"nvmlDeviceGetMemoryInfo/{NVML_MEMORY_V2}": {
+                "version": NVML_MEMORY_V2,
+                "total": total,
+                "reserved": 615 * MIB,
+                "free": total - 1846 * MIB,
+                "used": 1231 * MIB,
+            },
+        }
+    )
+    path = tmp_path / "h200-busy.json"
+    path.write_text(json.dumps(recording))
+    h = gpu_check.Harness(tmp_path, path)
+    try:
+        h.up(timeout_s=60)
+        deadline = time.monotonic() + 30
+        while not (ours := pasture_gpu_figures(h.client.request("GET", "/metrics"), h.node)):
+            assert time.monotonic() < deadline, "no per-GPU metrics after 30 s"
+            time.sleep(0.5)
+    finally:
+        h.down()
+    assert ours == {0: {"util_percent": 99.0, "memory_used_mib": 1231.0}}
+    assert compare_gpu_metrics(ours, parse_nvidia_smi("0, 99, 1231")) == []
