@@ -429,6 +429,8 @@ def _up(
             "secrets_key_file": str(key_file),
             "executor": "process",
             "heartbeat_interval_s": hb_interval,
+            # short on purpose (fast local runs): production agents default to 180 s
+            "lease_s": 3 * hb_interval,
             "work_dir": str(base / "agents" / name),
             "port_range": [first + 200 * i, first + 200 * i + 199],
             "resources": {

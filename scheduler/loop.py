@@ -141,6 +141,9 @@ class Loop:
         self._node_states: dict[str, str] = {}
         self._draining: list[str] = []
         self._beats_read = 0.0  # silence clock of the last heartbeat read
+        # jobs whose task failure waits for the verdict on a peer's silent node
+        # (lifecycle.PeerWatch): looked at every cycle until decided
+        self._held: set[str] = set()
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict[str, Any] = {}
         self._health = NodeHealth(
@@ -219,11 +222,13 @@ class Loop:
         self._node_states = node_states
         self._draining = [n for n, st in node_states.items() if st == "draining"]
         active, dirty = self.jobs.read(self.store, full)
+        for name, why in list(self.jobs.invalid.items()):
+            result.transitions += self._fail_invalid(self.jobs.records[name], why, now)
         placed = [
             j
             for j in active
             if j.state not in (JobState.SUBMITTED, JobState.QUEUED)
-            and (full or j.name in dirty or j.ending or j.stop_requested)
+            and (full or j.name in dirty or j.ending or j.stop_requested or j.name in self._held)
         ]
         tasks = self.store.tasks_of([j.name for j in placed])
         todo = [j for j in active if j.state in (JobState.SUBMITTED, JobState.QUEUED)] + placed
@@ -338,7 +343,16 @@ class Loop:
             changed = True
         ending = lifecycle.Ending.from_dict(job.ending) if job.ending else None
         if ending is None:
-            step = self._outcome(job, spec, tasks, nodes)
+            step = self._outcome(job, spec, tasks, nodes, now)
+            if step.held and job.name not in self._held:
+                log.info("job %s held: %s", job.name, step.held)
+                self._batch.add_event(
+                    job.name, step.held, now=now, state=job.state, attempt=job.attempt
+                )
+            if step.held:
+                self._held.add(job.name)
+            else:
+                self._held.discard(job.name)
             if step.ending is None:
                 return self._apply_step(job, tasks, step, now) or changed
             ending = step.ending
@@ -354,6 +368,26 @@ class Loop:
         if not all(t.done for t in tasks):
             return changed
         return self._finish(job, spec, tasks, ending, now)
+
+    def _fail_invalid(self, job: JobRecord, why: str, now: float) -> bool:
+        """Fail a job whose stored spec no longer validates (``JobsView.invalid``): at once
+        when nothing is placed; else stop its tasks first, then release its allocation
+        and fail it. True when it changed state."""
+        reason = f"its stored spec is no longer valid ({why}); failed"
+        tasks = self.store.tasks(job.name)
+        running = [t for t in tasks if not t.done]
+        if running:
+            stop = [t for t in running if t.desired != "stop"]
+            for t in stop:
+                t.desired = "stop"
+            if stop:
+                self._batch.update_tasks(job.name, stop)
+            return False
+        if tasks:
+            self._batch.release(job.name)
+        log.warning("job %s: %s", job.name, reason)
+        self._transition(job, JobState.FAILED, reason, now=now, attempt=job.attempt, end_time=now)
+        return True
 
     def _mark_lost(
         self, job: JobRecord, tasks: list[TaskRecord], nodes: dict[str, NodeRecord], now: float
@@ -380,15 +414,23 @@ class Loop:
             )
 
     def _outcome(
-        self, job: JobRecord, spec: JobSpec, tasks: list[TaskRecord], nodes: dict[str, NodeRecord]
+        self,
+        job: JobRecord,
+        spec: JobSpec,
+        tasks: list[TaskRecord],
+        nodes: dict[str, NodeRecord],
+        now: float,
     ) -> lifecycle.Step:
-        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`)."""
+        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`), with
+        the heartbeats of its nodes for the peer-loss rule (store clock)."""
+        beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
+            peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
         )
 
     def _apply_step(
@@ -434,6 +476,7 @@ class Loop:
         """Release the ledger, then requeue or finish (release first: a crash in between
         leaves an ending job without allocation, which the next cycle completes)."""
         self._batch.release(job.name)  # this cycle's snapshot (taken next) sees the room
+        self._held.discard(job.name)
         started = job.start_time or job.scheduled_time or now
         weight = sum(t.gpu for t in tasks) or sum(t.cpu_m for t in tasks) / 1000
         attained = job.attained_service + max(0.0, now - started) * weight
@@ -527,7 +570,9 @@ class Loop:
 def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None) -> None:
     """Entry point of ``pasture serve loop``: apply the VCs of ``settings`` and loop until
     SIGTERM / SIGINT (or ``stop``)."""
-    store = Store.from_settings(settings.redis)
+    # bounded calls: after a failover a connection to a primary whose host vanished must
+    # not hang the loop for the kernel's TCP timeouts (minutes)
+    store = Store.from_settings(settings.redis, socket_timeout=30.0, socket_connect_timeout=5.0)
     store.apply_vcs(settings.virtual_clusters)
     loop = Loop(store, settings)
     stop = stop or threading.Event()

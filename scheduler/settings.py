@@ -36,12 +36,40 @@ class _Model(BaseModel):
 
 
 class RedisSettings(_Model):
-    """How to reach Redis. ``password_file`` wins over ``password`` when both are set."""
+    """How to reach Redis. ``password_file`` wins over ``password`` when both are set.
+
+    With ``sentinels`` set, the client asks those Redis Sentinels for the current primary
+    of ``sentinel_master`` (the url then gives only the database number and TLS scheme)
+    and asks again whenever a connection fails or the server it reached is no longer the
+    primary, so agents, loop and API follow a failover by themselves (redis-py
+    ``redis.sentinel.Sentinel``; docs/faults.md "Bounds").
+    """
 
     url: str = "redis://127.0.0.1:6379/0"
     username: str | None = None
     password: str | None = None
     password_file: Path | None = None
+    # ["host:port", ...] of Redis Sentinels; empty: connect to url directly
+    sentinels: list[str] = Field(default_factory=list)
+    # the master name the sentinels monitor (roles/redis redis_sentinel_master_name)
+    sentinel_master: str = Field("pasture", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    # password of the sentinels themselves (requirepass of sentinel.conf); None: none
+    sentinel_password_file: Path | None = None
+
+    @field_validator("sentinels")
+    @classmethod
+    def _sentinels(cls, v: list[str]) -> list[str]:
+        for addr in v:
+            host, _, port = addr.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(f"expected host:port with a port in 1-65535, got {addr!r}")
+        return v
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``sentinels`` as (host, port) pairs."""
+        return [
+            (a.rpartition(":")[0].strip("[]"), int(a.rpartition(":")[2])) for a in self.sentinels
+        ]
 
     def resolved_password(self) -> str | None:
         """The password: PASTURE_REDIS_PASSWORD, else password_file's content, else password.
@@ -60,15 +88,50 @@ class RedisSettings(_Model):
                 ) from exc
         return self.password
 
-    def client(self, **kwargs: Any) -> redis.Redis:
-        """A redis-py client for these settings (``decode_responses=True``)."""
+    def client(self, *, decode_responses: bool = True, **kwargs: Any) -> redis.Redis:
+        """A redis-py client for these settings: on ``url``, or on the primary the
+        ``sentinels`` name (``Sentinel.master_for``: rediscovered after a failover).
+        ``kwargs`` go to the connection (socket timeouts, ...).
+
+        Raises SettingsError when a password file is unreadable."""
         import redis
 
-        return redis.Redis.from_url(
-            self.url,
+        if not self.sentinels:
+            return redis.Redis.from_url(
+                self.url,
+                username=self.username,
+                password=self.resolved_password(),
+                decode_responses=decode_responses,
+                **kwargs,
+            )
+        from urllib.parse import urlparse
+
+        from redis.sentinel import Sentinel
+
+        parsed = urlparse(self.url)
+        db = int(parsed.path.strip("/") or 0) if parsed.path.strip("/").isdigit() else 0
+        sentinel_kwargs: dict[str, Any] = {
+            k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")
+        }
+        if self.sentinel_password_file is not None:
+            try:
+                sentinel_kwargs["password"] = self.sentinel_password_file.read_text().strip()
+            except OSError as exc:
+                raise SettingsError(
+                    f"redis.sentinel_password_file: cannot read {self.sentinel_password_file}: "
+                    f"{exc.strerror}"
+                ) from exc
+        sentinel = Sentinel(
+            self.sentinel_addresses(),
+            sentinel_kwargs=sentinel_kwargs,
+            ssl=parsed.scheme == "rediss",
+        )
+        return sentinel.master_for(
+            self.sentinel_master,
+            db=db,
             username=self.username,
             password=self.resolved_password(),
-            decode_responses=True,
+            decode_responses=decode_responses,
             **kwargs,
         )
 
@@ -159,7 +222,13 @@ class ApiSettings(_Model):
 
 class LoopSettings(_Model):
     interval_s: float = Field(1.0, gt=0)
-    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    # observed silence (s) after which a node is lost (docs/faults.md "Bounds"); the loop
+    # never declares it before the node's own fence, whatever this says
+    heartbeat_timeout_s: float = Field(300.0, gt=0)
+    # seconds after a peer's node went silent within which a task's own failure is charged
+    # to nobody (its gang lost a member: NCCL/Gloo ranks exit when a peer vanishes;
+    # scheduler/lifecycle.py); PyTorch's default collective timeout is 600 s
+    peer_loss_grace_s: float = Field(600.0, ge=0)
     policy: str = "pasture"
     finished_job_ttl_s: float | None = Field(
         None,
@@ -222,7 +291,8 @@ class AgentSettings(_Model):
     # seconds between SIGTERM and SIGKILL when a task is stopped or preempted
     stop_grace_s: float = Field(10.0, ge=0)
     # seconds (agent clock) the agent may go without a renewing heartbeat before it kills
-    # its own tasks (fencing, docs/faults.md); default 3 x heartbeat_interval_s
+    # its own tasks (fencing, docs/faults.md); default 180 s (store outages up to 2 min
+    # restart nothing), at least 3 x heartbeat_interval_s
     lease_s: float | None = Field(None, gt=0)
 
     # the cluster's secrets key (the same file as the master's): opens a job's sealed
@@ -245,7 +315,8 @@ class AgentSettings(_Model):
 
     @property
     def lease(self) -> float:
-        """The lease in seconds: ``lease_s``, else 3 heartbeat intervals."""
+        """The lease in seconds: ``lease_s``, else
+        :data:`~scheduler.store.lease.DEFAULT_LEASE_S` (at least 3 heartbeat intervals)."""
         from scheduler.store.lease import default_lease_s
 
         return (

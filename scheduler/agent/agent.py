@@ -33,8 +33,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import redis
 
 from scheduler.agent import startup
 from scheduler.agent.executor import (
@@ -70,6 +73,13 @@ LOCAL_POLL_S = 0.5
 BINDINGS_REFRESH_S = 5.0
 """Seconds between two reads of the node's bindings when no wake-up came (a safety net:
 the commit and the loop's task updates wake the agent through ``node:<node>:wake``)."""
+AUTH_REFUSALS_BEFORE_EXIT = 3
+"""Refusals of this node's credentials in a row after which the agent exits (status 3)
+for its supervisor to restart it with fresh ones (:meth:`Agent._refused`)."""
+STORE_CALL_TIMEOUT_S = 10.0
+"""Seconds one store call may take at most (capped by the lease): several heartbeats fit
+in a lease, so a store that hangs, or a primary whose host vanished after a failover (no
+RST), costs a few retries, not the lease (docs/faults.md "Bounds")."""
 
 
 @dataclass
@@ -111,12 +121,15 @@ class Agent:
         self.s = settings
         self.node = settings.node_name
         self.lease_s = settings.lease
-        # bounded calls: a partition must not hang the heartbeat thread forever
+        # bounded calls: a partition must not hang the heartbeat thread forever, and a
+        # call to a primary that vanished (a host lost, not a process: no RST) gives up in
+        # time for the next heartbeats to ask the sentinels for the new one
+        timeout = min(self.lease_s, STORE_CALL_TIMEOUT_S)
         self.store = store or NodeStore.from_settings(
             settings.redis,
             settings.node_name,
-            socket_timeout=self.lease_s,
-            socket_connect_timeout=self.lease_s,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
         )
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
@@ -124,6 +137,8 @@ class Agent:
         self.fence_s = fence_s(self.lease_s, self.executor.kill_bound_s + FENCE_POLL_S)
         self.lease_file = Path(settings.work_dir) / "lease"
         self._deadline = 0.0  # CLOCK_MONOTONIC end of the lease; 0: none held
+        self._auth_failures = 0  # credentials refused in a row (_refused)
+        self.exit_code = 0  # non-zero: run_forever ends the process with it
         self.state_file = Path(settings.work_dir) / "agent-state.json"
         self.local: dict[str, LocalTask] = {}
         self._lock = threading.Lock()
@@ -164,20 +179,33 @@ class Agent:
         deadline = sent + self.lease_s
         if deadline <= self._deadline:
             return
+        if self._deadline and time.monotonic() >= self._deadline:
+            # the lease ran out (a frozen node thawing, a hung agent): every task started
+            # under it dies before the new deadline reaches the watchdogs, so a renewal
+            # never revives a task whose node the loop may have given up on
+            self._fence_now()
         self._deadline = deadline
         self.lease_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.lease_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"deadline": deadline, "node": self.node}))
         os.replace(tmp, self.lease_file)
 
+    def _fence_now(self) -> None:
+        """Fence every local task and wait for the kills (at most the executor's kill
+        bound each)."""
+        self.fence(expired=True)
+        for th in list(self._stoppers.values()):
+            if th.name.startswith("fence-"):
+                th.join(self.executor.kill_bound_s)
+
     def lease_held(self) -> bool:
         """Whether the lease is still running (tasks may start)."""
         return time.monotonic() < self._deadline
 
-    def fence(self) -> int:
-        """Kill every local task not fenced yet (no grace), when the lease ran out.
-        Returns how many were fenced."""
-        if self.lease_held():
+    def fence(self, expired: bool = False) -> int:
+        """Kill every local task not fenced yet (no grace), when the lease ran out
+        (``expired``: the caller knows it did). Returns how many were fenced."""
+        if not expired and self.lease_held():
             return 0
         with self._lock:
             todo = [t for t in self.local.values() if not t.fenced]
@@ -259,56 +287,35 @@ class Agent:
                 self._stop(t, "no longer bound to this node")
             elif rec.desired == "stop" or rec.done:
                 self._stop(t, "stop requested" if rec.desired == "stop" else f"task {rec.state}")
-        # report what finished
+        # report what finished (one task's error never blocks the others: _isolated)
         for t in list(self.local.values()):
             if t.lid in self._stoppers and self._stoppers[t.lid].is_alive():
                 continue
-            code = self.executor.poll(t.handle)
-            if code is None:
-                continue
-            cause = ""
-            fenced = t.fenced or self.executor.fenced(t.handle)
-            if fenced and code != 0:
-                state, msg, cause = (
-                    TaskState.LOST,
-                    "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
-                    Cause.FENCED,
-                )
-            elif fenced and code == 0:  # it exited by itself before the fence reached it
-                state, msg = TaskState.SUCCEEDED, "exited with code 0"
-            elif t.stopping:
-                state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
-            elif code == 0:
-                state, msg = TaskState.SUCCEEDED, "exited with code 0"
-            else:
-                state, msg = TaskState.FAILED, f"exited with code {code}"
-            diag = None
-            if state == TaskState.FAILED:  # classify the failure (rules are data)
-                role, _, index = t.key.rpartition("-")
-                diag = diagnose_report(
-                    task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),
-                    code,
-                    msg,
-                    self.executor.evidence(t.handle),
-                    self.s.diagnosis_rules,
-                )
-            self.store.report_task(
-                t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause, diagnosis=diag
-            )
-            log.info("task %s %s (exit %s)", t.lid, state, code)
-            self.executor.cleanup(t.handle)
-            with self._lock:
-                self.local.pop(t.lid, None)
-            self._save_state()
+            self._isolated(f"task {t.lid}", self._report_if_ended, t)
         if not read:
             return
         # start what is bound here and not running yet
         running = {(t.job, t.key, t.attempt) for t in self.local.values()}
         for (job, key), rec in records.items():
-            if (job, key, rec.attempt) in running or rec.desired != "run":
+            if (job, key, rec.attempt) in running:
+                continue
+            if rec.desired == "stop" and rec.state == TaskState.SCHEDULED:
+                # stopped before this agent started it (a stop, a failed start): say so,
+                # or the job's stop would wait for it forever
+                self.store.report_task(
+                    job,
+                    key,
+                    rec.attempt,
+                    self.node,
+                    TaskState.STOPPED,
+                    None,
+                    "stopped before it started",
+                )
+                continue
+            if rec.desired != "run":
                 continue
             if rec.state == TaskState.SCHEDULED and self.lease_held():
-                self._start(job, rec)
+                self._start_isolated(job, rec)
             elif rec.state == TaskState.RUNNING:
                 # running by the store's account but unknown here: lost with our state file
                 self.store.report_task(
@@ -321,6 +328,73 @@ class Agent:
                     "agent restarted without a record of this task",
                     cause=Cause.AGENT_RESTART,
                 )
+
+    def _report_if_ended(self, t: LocalTask) -> None:
+        """Report ``t`` when its executor says it ended (state, exit code, diagnosis, or
+        ``lost``/``fenced`` when the lease killed it), then forget it."""
+        code = self.executor.poll(t.handle)
+        if code is None:
+            return
+        cause = ""
+        fenced = t.fenced or self.executor.fenced(t.handle)
+        if fenced and code != 0:
+            state, msg, cause = (
+                TaskState.LOST,
+                "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
+                Cause.FENCED,
+            )
+        elif fenced and code == 0:  # it exited by itself before the fence reached it
+            state, msg = TaskState.SUCCEEDED, "exited with code 0"
+        elif t.stopping:
+            state, msg = TaskState.STOPPED, f"stopped ({t.stop_reason})"
+        elif code == 0:
+            state, msg = TaskState.SUCCEEDED, "exited with code 0"
+        else:
+            state, msg = TaskState.FAILED, f"exited with code {code}"
+        diag = None
+        if state == TaskState.FAILED:  # classify the failure (rules are data)
+            role, _, index = t.key.rpartition("-")
+            diag = diagnose_report(
+                task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),
+                code,
+                msg,
+                self.executor.evidence(t.handle),
+                self.s.diagnosis_rules,
+            )
+        self.store.report_task(
+            t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause, diagnosis=diag
+        )
+        log.info("task %s %s (exit %s)", t.lid, state, code)
+        self.executor.cleanup(t.handle)
+        with self._lock:
+            self.local.pop(t.lid, None)
+        self._save_state()
+
+    def _isolated(self, what: str, action: Callable[..., None], *args: object) -> None:
+        """Run one task's part of a pass; an error of the store (Redis) ends the pass (it
+        is the node's, retried on the next one), any other error is logged and the pass
+        goes on with the other tasks."""
+        try:
+            action(*args)
+        except redis.RedisError:
+            raise
+        except Exception:  # noqa: BLE001 - one task's bug must not block the node
+            log.exception("%s: agent pass step failed; going on with the other tasks", what)
+
+    def _start_isolated(self, job: str, rec: TaskRecord) -> None:
+        """:meth:`_start`, and when it raises anything but a store error (a value the
+        executor refuses, a bug), report the task failed (``could not start
+        (launch_error)``, classified ``start_failed``) instead of failing every pass of
+        this node: the job's retry policy acts, ``job stop`` ends it, the node's other
+        tasks start."""
+        try:
+            self._start(job, rec)
+        except redis.RedisError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolated to this task, reported
+            log.exception("task %s/%s: launch failed", job, rec.key)
+            detail = f"{type(exc).__name__}: {exc}".replace("\0", "\\0")[:500]
+            self._report_failed(job, rec, f"could not start (launch_error): {detail}")
 
     def _start(self, job: str, rec: TaskRecord) -> None:
         job_rec = self.store.launch(self.node, job)  # its launch record: spec, user, secrets
@@ -351,6 +425,8 @@ class Agent:
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
             env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
+            if self.executor.kind == "process":  # the task may check its own fence
+                env["PASTURE_LEASE_FILE"] = str(self.lease_file)
         except OSError as exc:
             # A broken share mount must fail this task (so the job's retry policy acts),
             # not crash every agent pass while the task stays `scheduled` forever.
@@ -462,9 +538,30 @@ class Agent:
         while not stop.is_set():
             try:
                 self.heartbeat()
+                self._auth_failures = 0
+            except redis.AuthenticationError as exc:
+                self._refused(exc, stop)
             except Exception as exc:  # noqa: BLE001 - unreachable store: the lease runs out
                 log.warning("heartbeat failed: %s", exc)
             stop.wait(self.s.heartbeat_interval_s)
+
+    def _refused(self, exc: Exception, stop: threading.Event) -> None:
+        """The store refused this node's credentials (``WRONGPASS``: e.g. a promoted
+        replica or a restarted Redis without the node's user created at run time). After
+        :data:`AUTH_REFUSALS_BEFORE_EXIT` in a row, stop with exit status 3, so that the
+        supervisor restarts the agent: on AKS its start exchanges the pod's token again,
+        which re-creates the user (docs/faults.md "Bounds"). Tasks keep running; the
+        restarted agent adopts them within its lease."""
+        self._auth_failures += 1
+        log.warning("the store refused this node's credentials: %s", exc)
+        if self._auth_failures >= AUTH_REFUSALS_BEFORE_EXIT:
+            log.error(
+                "credentials refused %d times in a row: exiting (status 3) for a restart "
+                "that fetches them again",
+                self._auth_failures,
+            )
+            self.exit_code = 3
+            stop.set()
 
     def _fences(self, stop: threading.Event) -> None:
         """Fence the local tasks whenever the lease has run out, until ``stop``; no I/O
@@ -485,6 +582,9 @@ class Agent:
             try:
                 self.register()
                 break
+            except redis.AuthenticationError as exc:
+                self._refused(exc, stop)
+                stop.wait(1.0)
             except Exception as exc:  # noqa: BLE001 - the store may not be up yet
                 log.warning("cannot register node %s yet: %s", self.node, exc)
                 stop.wait(1.0)
@@ -516,6 +616,8 @@ class Agent:
         finally:
             for th in threads:
                 th.join(self.lease_s)
+        if self.exit_code:
+            raise SystemExit(self.exit_code)
 
     def _wait_woken(self, stop: threading.Event) -> bool:
         """Wait up to LOCAL_POLL_S for a wake-up of this node (its bindings changed: the

@@ -70,12 +70,8 @@ class BackupInfo:
 def raw_client(redis_settings: Any) -> redis.Redis:
     """A client without response decoding (DUMP payloads are binary) for a
     :class:`scheduler.settings.RedisSettings`."""
-    return redis.Redis.from_url(
-        redis_settings.url,
-        username=redis_settings.username,
-        password=redis_settings.resolved_password(),
-        decode_responses=False,
-    )
+    client: redis.Redis = redis_settings.client(decode_responses=False)  # sentinels too
+    return client
 
 
 def _snapshot(client: redis.Redis, pattern: bytes) -> list[tuple[bytes, int, bytes]]:

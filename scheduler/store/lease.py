@@ -37,10 +37,26 @@ ComputeZoneState), so one or two failed machines in a small cluster are still ha
 lost nodes."""
 
 
+DEFAULT_LEASE_S = 180.0
+"""An agent's lease when its settings give none (s, agent clock). Long enough that a store
+outage of 2 minutes (a Redis restart, a Sentinel failover) fences nothing: the last
+renewal was sent at most one heartbeat interval (5 s) before the outage began and the
+first one after it answers within another interval, so outages up to ``lease - 2 x
+heartbeat interval`` (170 s with the defaults) restart no task. Kubernetes keeps a silent
+node's pods running 40 s + 5 min (node-monitor grace period + default eviction
+toleration), Slurm a silent slurmd's jobs 300 s (``SlurmdTimeout``)."""
+
+DEFAULT_LOST_AFTER_S = 300.0
+"""``loop.heartbeat_timeout_s`` by default (s): observed silence after which the loop
+declares a node lost (Slurm's ``SlurmdTimeout`` default; Kubernetes evicts after 340 s).
+Always above the default lease's fence (180 s + kill bound), see :func:`lost_after_s`."""
+
+
 def default_lease_s(heartbeat_interval_s: float) -> float:
-    """An agent's lease when its settings give none: three heartbeat intervals (two
-    heartbeats may be lost, or slow, without the agent fencing itself)."""
-    return 3.0 * heartbeat_interval_s
+    """An agent's lease when its settings give none: :data:`DEFAULT_LEASE_S`, and at least
+    three heartbeat intervals (two heartbeats may be lost, or slow, without the agent
+    fencing itself)."""
+    return max(DEFAULT_LEASE_S, 3.0 * heartbeat_interval_s)
 
 
 def fence_s(lease_s: float, kill_bound_s: float) -> float:
@@ -110,6 +126,8 @@ class HeartbeatWatch:
 
 __all__ = [
     "CLOCK_RATE_BOUND",
+    "DEFAULT_LEASE_S",
+    "DEFAULT_LOST_AFTER_S",
     "UNHEALTHY_FRACTION",
     "UNHEALTHY_MIN_NODES",
     "HeartbeatWatch",

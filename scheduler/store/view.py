@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from scheduler.core.model import Node, NodeState, TaskPlacement
 from scheduler.core.resources import Resources
 from scheduler.spec.model import JobSpec
@@ -182,12 +184,15 @@ class JobsView:
     preemptions) and of ``stale`` ones (set by the loop: jobs its commit preempted); on a
     full pass every record. The loop applies its own transitions and binds to
     ``records`` as it writes them. Specs are read and validated once per (name,
-    created)."""
+    created); a stored spec that no longer validates (a record from before a rule was
+    added, a restored backup) goes to ``invalid`` (``{name: why}``) instead, for the loop
+    to fail that job: one bad record never fails a whole cycle."""
 
     def __init__(self) -> None:
         self.records: dict[str, JobRecord] = {}
         self.specs: dict[tuple[str, float], JobSpec] = {}
         self.stale: set[str] = set()
+        self.invalid: dict[str, str] = {}
 
     def forget(self) -> None:
         """Drop the records: the next :meth:`read` reads every one."""
@@ -221,9 +226,16 @@ class JobsView:
         for key in [k for k in self.specs if k not in live]:
             del self.specs[key]
         missing = [j.name for j in self.records.values() if (j.name, j.created) not in self.specs]
+        for name in [n for n in self.invalid if n not in self.records]:
+            del self.invalid[name]
         for name, raw in store.job_specs(missing).items():
             if name in self.records:
-                self.specs[(name, self.records[name].created)] = JobSpec.model_validate(raw)
+                try:
+                    self.specs[(name, self.records[name].created)] = JobSpec.model_validate(raw)
+                except ValidationError as exc:
+                    err = exc.errors()[0]
+                    where = ".".join(str(x) for x in err["loc"])
+                    self.invalid[name] = f"{where}: {err['msg']}".replace("\0", "\\0")[:300]
         active = [
             self.records[n]
             for n in sorted(self.records)

@@ -212,12 +212,34 @@ def test_azure_files_share_is_the_cluster_share(aks):
 
 def test_redis_statefulset_keeps_its_data_and_requires_the_password(aks):
     sts = k8s_resource(aks, "aks-dev-redis")["spec"]
-    assert sts["replicas"] == 1
+    assert sts["replicas"] == 3  # a primary, two replicas (issue 25: failover)
     (claim,) = sts["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
     (redis,) = sts["template"]["spec"]["containers"]
     assert redis["args"][:2] == ["--requirepass", "$(REDIS_PASSWORD)"]
     assert redis["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "pasture-redis"
+
+
+def test_redis_has_a_sentinel_per_pod_and_clients_follow_them(aks, tmp_path):
+    """Issue 25: each Redis pod runs a sentinel (native sidecar, quorum 2 of 3); a pod
+    starts as the replica of the primary the sentinels name; clients get the sentinels."""
+    sts = k8s_resource(aks, "aks-dev-redis")["spec"]
+    (sentinel,) = sts["template"]["spec"]["initContainers"]
+    assert sentinel["restartPolicy"] == "Always"
+    script = sentinel["command"][2]
+    assert "sentinel monitor pasture pasture-redis-0.pasture-redis." in script
+    assert " 6379 2" in script and "--sentinel" in script
+    assert "user default on nopass -@all" in script  # clients: read-only commands
+    (redis,) = sts["template"]["spec"]["containers"]
+    assert "--replicaof" in redis["command"][2]
+    assert "get-master-addr-by-name" in redis["command"][2]
+    svc = k8s_resource(aks, "aks-dev-redis-svc")["spec"]
+    assert svc["clusterIP"] == "None"
+    assert {p["port"] for p in svc["ports"]} == {6379, 26379}
+    from stacks.aks.redis import agent_redis_settings, redis_settings
+
+    for settings in (redis_settings("pasture"), agent_redis_settings("pasture", "n")):
+        assert len(settings.sentinels) == 3 and settings.sentinel_master == "pasture"
 
 
 def test_scheduler_runs_api_and_loop_with_contract_settings(aks, tmp_path):
