@@ -57,6 +57,14 @@ def format_millicores(millicores: float, exact: bool = False) -> str:
     return f"{m / 1000:g}"
 
 
+def format_gpu_hours(hours: float) -> str:
+    """GPU-hours for a report: two decimals (``12.35``), and two significant digits below
+    0.01 (``0.0056``: a few GPU-seconds are not shown as nothing); ``0.00`` for zero."""
+    if 0 < abs(hours) < 0.01:
+        return f"{hours:.2g}"
+    return f"{hours:.2f}"
+
+
 def format_duration(seconds: float) -> str:
     """Seconds -> '45s', '3m20s', '2h5m', '2d7h' (the two largest units)."""
     s = max(int(seconds), 0)

@@ -29,6 +29,7 @@ from scheduler.cli.output import (
     output_format,
     styled,
 )
+from scheduler.units import format_gpu_hours
 
 if TYPE_CHECKING:
     from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
@@ -171,11 +172,13 @@ def usage(
     wide = fmt is OutputFormat.wide
     table = Table(report.by, "GPU-hours", "jobs", *(["job", "GPUs", "run time"] if wide else []))
     for r in report.rows:
-        table.add_row(r.key, f"{r.gpu_hours:.2f}", str(len(r.jobs)), *([""] * 3 if wide else []))
+        extra = [""] * 3 if wide else []
+        table.add_row(r.key, format_gpu_hours(r.gpu_hours), str(len(r.jobs)), *extra)
         if wide:
             for j in r.jobs:
                 table.add_row(
-                    "", f"{j.gpu_hours:.2f}", "", j.name, str(j.gpus), f"{j.seconds:.0f}s"
+                    "", format_gpu_hours(j.gpu_hours), "", j.name, str(j.gpus), f"{j.seconds:.0f}s"
                 )
-    table.add_row("total", f"{report.total:.2f}", str(sum(len(r.jobs) for r in report.rows)))
+    jobs = str(sum(len(r.jobs) for r in report.rows))
+    table.add_row("total", format_gpu_hours(report.total), jobs)
     console.print(table)

@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.spec.quantity import parse_memory
-from scheduler.units import format_bytes, format_duration, format_millicores, format_resources
+from scheduler.units import (
+    format_bytes,
+    format_duration,
+    format_gpu_hours,
+    format_millicores,
+    format_resources,
+)
 
 
 @pytest.mark.parametrize(
@@ -52,3 +58,11 @@ def test_format_resources():
     assert format_resources(2000, 24684084 * 1024, 1) == "2 cpu, 23.5Gi, 1 gpu"
     assert format_resources(500, 2**30, 0) == "500m cpu, 1Gi"
     assert format_resources(None, None, None) == ""
+
+
+@pytest.mark.parametrize(
+    "hours, text",
+    [(0.0, "0.00"), (0.0056, "0.0056"), (0.011, "0.01"), (12.345, "12.35"), (1500.0, "1500.00")],
+)
+def test_format_gpu_hours_shows_a_few_gpu_seconds(hours, text):
+    assert format_gpu_hours(hours) == text

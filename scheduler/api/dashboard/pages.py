@@ -50,6 +50,7 @@ from scheduler.services.jobs import JOB_STATES
 from scheduler.services.records import as_dict
 from scheduler.services.usage import UsageService
 from scheduler.timespec import parse_when
+from scheduler.units import format_gpu_hours
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
@@ -58,6 +59,7 @@ PAGE_SIZE = 50
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["duration"] = views.duration
+templates.env.filters["hours"] = format_gpu_hours
 templates.env.filters["cpu"] = views.cpu
 templates.env.filters["memory"] = views.memory
 templates.env.filters["clock"] = views.clock
