@@ -57,10 +57,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.states import TERMINAL_JOB_STATES
+
 PROBE_RE = re.compile(r"^GPUCHECK (\{.*\})\s*$", re.M)
 ACCURACY_RE = re.compile(r"^test accuracy: (\d+\.\d+)\s*$", re.M)
 MIB = 1 << 20
-TERMINAL = {"succeeded", "failed", "stopped"}
+TERMINAL: set[str] = {str(s) for s in TERMINAL_JOB_STATES}
 
 
 class StepTimeout(Exception):
