@@ -353,20 +353,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 # ---- cross-tenant reads (issue 25 item 1) -----------------------------------------------
 ATTACK = r"""set -u
-L="$PASTURE_JOB_DIR/logs"; S="$PASTURE_SHARE_DIR"
+# the task's own log directory: <job dir>/logs/<uid>/ (scheduler/logpaths.py)
+L=$(ls -d "$PASTURE_JOB_DIR"/logs/*/ | head -1); L=${{L%/}}; S="$PASTURE_SHARE_DIR"
 i=0
-for f in "$S"/jobs/*/logs/*.log; do
-  case "$f" in "$L"/*) continue;; esac
+for f in "$S"/jobs/*/logs/*/*.log; do
+  case "$f" in "$PASTURE_JOB_DIR"/*) continue;; esac
   ln -s "$f" "$L/v$i-0.log"; ln "$f" "$L/hv$i-0.log" 2>/dev/null; i=$((i+1))
 done
 ln -s {pw} "$L/pw-0.log"; ln -s {key} "$L/key-0.log"; ln {key} "$L/hkey-0.log"
-ln -s ../../../{key_rel} "$L/rel-0.log"
+ln -s ../../../../{key_rel} "$L/rel-0.log"
 mkfifo "$L/fifo-0.log"
 touch "$PASTURE_JOB_DIR/planted"; sleep 120
 """
 SWAP_DIR = r"""set -u
-sleep 1; V=$(ls -d "$PASTURE_SHARE_DIR"/jobs/*/logs | grep -v "^$PASTURE_JOB_DIR/" | head -1)
-mv "$PASTURE_JOB_DIR/logs" "$PASTURE_JOB_DIR/logs.real" && ln -s "$V" "$PASTURE_JOB_DIR/logs"
+sleep 1; V=$(ls -d "$PASTURE_SHARE_DIR"/jobs/*/logs/*/ | grep -v "^$PASTURE_JOB_DIR/" | head -1)
+O=$(ls -d "$PASTURE_JOB_DIR"/logs/*/ | head -1); O=${O%/}
+mv "$O" "$O.real" && ln -s "${V%/}" "$O"
 touch "$PASTURE_JOB_DIR/planted"; sleep 120
 """
 
@@ -377,7 +379,8 @@ def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, An
     process) for every planted name, through ``..`` paths and a log directory replaced by
     a link. Returns ``{"cross_tenant_reads": responses that carried another tenant's log
     or a key, "cross_tenant_attempts": requests made, "cross_tenant_5xx": server errors, hung or
-    broken answers}``.
+    broken answers, "cross_tenant_planted": links, hard links and FIFOs the tasks planted
+    where the API reads}``.
 
     A one-node dev cluster of its own in ``directory`` (two VCs: ``default`` for the
     attacker, ``research`` for the victim), stopped on return.
@@ -422,11 +425,17 @@ def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, An
 
         submit("bob", "victim", "research", f"echo {secrets_seen['victim']}; sleep 120")
         _until(lambda: secrets_seen["victim"] in _all_logs(share), timeout_s, "victim's log")
-        key_rel = key.relative_to(base)  # the share is base/share: ../../../ reaches base
+        key_rel = key.relative_to(base)  # from jobs/<job>/logs/<uid>/, ../../../../ is the share
         attack = ATTACK.format(pw=cluster.redis_password_file, key=key, key_rel=key_rel)
         submit("alice", "attack-files", "default", attack)
         submit("alice", "attack-dir", "default", SWAP_DIR)
         _until(lambda: len(list(share.glob("jobs/*/planted"))) >= 2, timeout_s, "links planted")
+        # what the attack really planted where the API reads (so 0 reads means refused)
+        planted = [
+            p
+            for p in share.glob("jobs/attack-files/logs/*/*-0.log")
+            if p.is_symlink() or not p.is_file() or p.stat().st_nlink > 1
+        ] + [p for p in share.glob("jobs/attack-dir/logs/*") if p.is_symlink()]
 
         asks: list[tuple[str, dict[str, Any]]] = []
         roles = ["w", "pw", "key", "hkey", "rel", "fifo"] + [
@@ -461,6 +470,7 @@ def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, An
             "cross_tenant_reads": reads,
             "cross_tenant_attempts": len(asks),
             "cross_tenant_5xx": errors,
+            "cross_tenant_planted": len(planted),
         }
     finally:
         with contextlib.suppress(KeyError):
@@ -474,7 +484,7 @@ def _bearer(token: str) -> dict[str, str]:
 
 def _all_logs(share: Path) -> str:
     out = []
-    for p in share.glob("jobs/*/logs/*.log"):
+    for p in [*share.glob("jobs/*/logs/*.log"), *share.glob("jobs/*/logs/*/*.log")]:
         with contextlib.suppress(OSError):
             out.append(p.read_text(errors="replace"))
     return "\n".join(out)

@@ -35,6 +35,9 @@ def _redis():
 def test_planted_links_serve_nothing_outside_the_job(tmp_path):
     out = cross_tenant_reads(tmp_path / "dev")
     assert out["cross_tenant_attempts"] >= 30, out
+    # the attack reached the API's read paths: links to the victim's log (symbolic and
+    # hard), the Redis password and key, a '..' link, a FIFO, and a linked log directory
+    assert out["cross_tenant_planted"] >= 8, out
     assert out["cross_tenant_reads"] == 0, out
     assert out["cross_tenant_5xx"] == 0, out
 
