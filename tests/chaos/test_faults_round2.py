@@ -5,7 +5,7 @@ Real redis-server (and redis-server --sentinel), loop, agents and task processes
 invariants come from the marks the tasks write (scheduler/bench/chaos_task.py) and the
 store. The first three share one cluster (3 nodes x 2 CPUs, 0.5 s heartbeats, 1.5 s lease,
 a node lost after about 7 s); the outage and the failover each get a cluster whose timings
-are the production defaults scaled by 1/15 (lease 12 s, lost after 20 s, heartbeat 1/3 s),
+are the production defaults scaled by 1/8 (lease 22.5 s, lost after 37.5 s, heartbeat 0.625 s),
 so a 8 s outage here is the 2-minute outage of the default claim (same outage / lease
 ratio, docs/faults.md "Bounds").
 """
