@@ -6,7 +6,7 @@ invariants come from the marks the tasks write (scheduler/bench/chaos_task.py) a
 store. The first three share one cluster (3 nodes x 2 CPUs, 0.5 s heartbeats, 1.5 s lease,
 a node lost after about 7 s); the outage and the failover each get a cluster whose timings
 are the production defaults scaled by 1/8 (lease 22.5 s, lost after 37.5 s, heartbeat 0.625 s),
-so a 8 s outage here is the 2-minute outage of the default claim (same outage / lease
+so a 15 s outage here is the 2-minute outage of the default claim (same outage / lease
 ratio, docs/faults.md "Bounds").
 """
 
