@@ -46,7 +46,13 @@ from stacks.aks.common import (
     pasture_volumes,
     pool_affinity,
 )
-from stacks.aks.nodecred import FETCH_CREDENTIAL, URL_ENV, agent_mounts, agent_volumes
+from stacks.aks.nodecred import (
+    FETCH_CREDENTIAL,
+    URL_ENV,
+    agent_mounts,
+    agent_volumes,
+    node_reader,
+)
 from stacks.aks.redis import SECRETS_DIR
 from stacks.aks.scheduler import AGENT_CONFIG
 from stacks.aks.sealkey import key_mount, key_volume
@@ -110,24 +116,7 @@ def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
         subjects=subjects,
         opts=w.opts,
     )
-    nodes_role = f"{w.namespace}-agent-nodes"  # cluster-wide: named after the namespace
-    k8s.rbac.v1.ClusterRole(
-        f"{w.prefix}-agent-nodes",
-        metadata={"name": nodes_role},
-        rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get"]}],
-        opts=w.opts,
-    )
-    k8s.rbac.v1.ClusterRoleBinding(
-        f"{w.prefix}-agent-nodes-binding",
-        metadata={"name": nodes_role},
-        role_ref={
-            "api_group": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": nodes_role,
-        },
-        subjects=subjects,
-        opts=w.opts,
-    )
+    node_reader(w, "agent", subjects)
     return sa
 
 

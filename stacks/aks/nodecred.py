@@ -100,16 +100,31 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         ],
         opts=w.opts,
     )
-    nodes_role = f"{w.namespace}-scheduler-nodes"  # cluster-wide: named after the namespace
+    # is a silent node's Node object gone? (scheduler/health.py, node_gone)
+    node_reader(w, "scheduler", subjects)
+    k8s.rbac.v1.RoleBinding(
+        f"{w.prefix}-scheduler-binding",
+        metadata=w.meta(SCHEDULER_SA),
+        role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": SCHEDULER_SA},
+        subjects=subjects,
+        opts=w.opts,
+    )
+    return sa
+
+
+def node_reader(w: Workloads, who: str, subjects: list[dict[str, Any]]) -> None:
+    """A ClusterRole ``<namespace>-<who>-nodes`` that may ``get`` Node objects, bound to
+    ``subjects``: Nodes are cluster-scoped, so a namespaced Role cannot grant it (the loop
+    asks whether a silent node's Node is gone; the agent reads its node's allocatable)."""
+    nodes_role = f"{w.namespace}-{who}-nodes"  # cluster-wide: named after the namespace
     k8s.rbac.v1.ClusterRole(
-        f"{w.prefix}-scheduler-nodes",
+        f"{w.prefix}-{who}-nodes",
         metadata={"name": nodes_role},
-        # is a silent node's Node object gone? (scheduler/health.py, node_gone)
         rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get"]}],
         opts=w.opts,
     )
     k8s.rbac.v1.ClusterRoleBinding(
-        f"{w.prefix}-scheduler-nodes-binding",
+        f"{w.prefix}-{who}-nodes-binding",
         metadata={"name": nodes_role},
         role_ref={
             "api_group": "rbac.authorization.k8s.io",
@@ -119,11 +134,3 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         subjects=subjects,
         opts=w.opts,
     )
-    k8s.rbac.v1.RoleBinding(
-        f"{w.prefix}-scheduler-binding",
-        metadata=w.meta(SCHEDULER_SA),
-        role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": SCHEDULER_SA},
-        subjects=subjects,
-        opts=w.opts,
-    )
-    return sa
