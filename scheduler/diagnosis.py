@@ -190,13 +190,13 @@ def read_tail(path: str | Path | None, limit: int = TAIL_BYTES) -> str:
     """The last ``limit`` bytes of a file as text ('' when missing); never reads more.
 
     The file is a task's log on the share, which the task could have replaced: it is
-    opened through :mod:`scheduler.services.sharefs` beneath the share (the directory
+    opened through :mod:`scheduler.sharefs` beneath the share (the directory
     above the path's last ``jobs`` component), so a symbolic or hard link, a FIFO or a
     linked directory gives '' instead of another file's bytes or a blocked agent.
     """
     if path is None:
         return ""
-    from scheduler.services import sharefs
+    from scheduler import sharefs
 
     p = Path(path)
     parts = p.parts
