@@ -227,7 +227,7 @@ class LoopSettings(_Model):
     heartbeat_timeout_s: float = Field(300.0, gt=0)
     # seconds after a peer's node went silent within which a task's own failure is charged
     # to nobody (its gang lost a member: NCCL/Gloo ranks exit when a peer vanishes;
-    # scheduler/lifecycle.py); PyTorch's default collective timeout is 600 s
+    # scheduler/rules/lifecycle.py); PyTorch's default collective timeout is 600 s
     peer_loss_grace_s: float = Field(600.0, ge=0)
     policy: str = "pasture"
     finished_job_ttl_s: float | None = Field(

@@ -52,8 +52,8 @@ from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
 from scheduler.agent.k8s_capacity import capacity_watch_from_env
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.agent.taskusage import TaskUsageSampler
-from scheduler.diagnosis import diagnose_report
 from scheduler.logpaths import task_log_path
+from scheduler.rules.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec

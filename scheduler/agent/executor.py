@@ -173,7 +173,7 @@ class Executor(abc.ABC):
 
     def evidence(self, handle: str) -> dict[str, Any]:
         """What the runtime saw of a finished task, for the failure diagnosis
-        (:mod:`scheduler.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
+        (:mod:`scheduler.rules.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
         before :meth:`cleanup`. Default: nothing."""
         return {}
 

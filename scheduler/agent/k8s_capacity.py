@@ -176,7 +176,7 @@ def nodes_gone(
 ) -> set[str]:
     """The names among ``names`` whose Kubernetes Node object no longer exists (the API
     answers 404): the cloud removed the machine (a Spot eviction with policy Delete, an
-    autoscaler scale-down). The loop's :class:`scheduler.health.NodeHealth` asks this about
+    autoscaler scale-down). The loop's :class:`scheduler.rules.health.NodeHealth` asks this about
     silent nodes only. Arguments as :func:`fetch_node`.
 
     Raises:

@@ -41,7 +41,7 @@ Pods that never start: a task container (or its fence sidecar) waiting with a re
 ...) for ``PASTURE_K8S_START_TIMEOUT_S`` seconds (default :data:`START_TIMEOUT_S`; at once
 for the permanent ``InvalidImageName`` and ``ErrImageNeverPull``) ends the task with exit
 code :data:`START_FAILED_EXIT` and the reason as evidence, so the failure diagnosis
-(``scheduler/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
+(``scheduler/rules/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
 ``container_config``) says why; the pod is deleted by the agent's cleanup. What the
 kubelet saw of a finished pod reaches the classifier too (:func:`pod_evidence`):
 ``OOMKilled`` (``oom_killed``), ``Evicted``, ``UnexpectedAdmissionError``.

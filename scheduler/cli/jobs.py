@@ -385,7 +385,7 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
         console.print(f"reason: [red]{job.reason}[/red]")
     tasks = job.tasks or []
     if tasks:
-        from scheduler.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
+        from scheduler.rules.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
 
         table = Table(
             "role",

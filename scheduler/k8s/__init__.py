@@ -1,1 +1,4 @@
-"""Kubernetes views shared by the loop, the agent and stacks/: Node objects and their capacity, the autoscaler placeholders, the pool taints."""
+"""Kubernetes views used by the loop, the agent and stacks/ alike.
+
+Node objects and their capacity, the autoscaler's placeholders, the pool taints.
+"""

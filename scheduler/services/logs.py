@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from scheduler.logpaths import job_log_dir
 from scheduler import sharefs
+from scheduler.logpaths import job_log_dir
 from scheduler.services.errors import ForbiddenError, NotFoundError
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -100,7 +100,7 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         ],
         opts=w.opts,
     )
-    # is a silent node's Node object gone? (scheduler/health.py, node_gone)
+    # is a silent node's Node object gone? (scheduler/rules/health.py, node_gone)
     node_reader(w, "scheduler", subjects)
     k8s.rbac.v1.RoleBinding(
         f"{w.prefix}-scheduler-binding",

@@ -1,4 +1,4 @@
-from scheduler.discovery import (
+from scheduler.rules.discovery import (
     env_name,
     local_volcano_paths,
     main_port,

@@ -1,4 +1,4 @@
-"""scheduler.lifecycle.decide: task-state combinations -> the job's next step."""
+"""scheduler.rules.lifecycle.decide: task-state combinations -> the job's next step."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.lifecycle import WAIT, Ending, decide, expired, initial_desired
+from scheduler.rules.lifecycle import WAIT, Ending, decide, expired, initial_desired
 from scheduler.spec import parse_job_spec
 from scheduler.store.records import JobState, TaskRecord
 

@@ -210,7 +210,7 @@ def test_agent_in_a_pod_registers_the_node_object_not_its_container(
 
 
 def test_nodes_gone_are_the_ones_the_api_server_no_longer_knows(api_server, token_file):
-    """The loop's probe (scheduler/health.py): a 404 is a node the cloud removed; any
+    """The loop's probe (scheduler/rules/health.py): a 404 is a node the cloud removed; any
     other refusal is an error, so that the loop assumes nothing is gone."""
     url, seen = api_server
     names = ["aks-a100-38541297-vmss000000", "aks-gone-1"]

@@ -1,6 +1,6 @@
 """Failure diagnosis: why a task failed, and whether a retry can help.
 
-Rules are data (``scheduler/diagnosis_rules.yaml``, plus an operator's file named by the
+Rules are data (``scheduler/rules/diagnosis_rules.yaml``, plus an operator's file named by the
 agent setting ``diagnosis_rules``), modelled on OpenPAI's job exit spec (microsoft/pai,
 ``src/k8s-job-exit-spec/config/k8s-job-exit-spec.yaml``: ordered exit-code / log-regex
 patterns; any pattern of a rule may match, all fields of a pattern must hold; the first

@@ -37,7 +37,7 @@ import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from scheduler import lifecycle
+from scheduler.rules import lifecycle
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
@@ -130,7 +130,7 @@ def _by_role(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, list[TaskR
 
 def _completion_counts(spec: JobSpec, role: str) -> tuple[int, int]:
     """(min failed, min succeeded) task counts of ``role`` in OpenPAI's terms (-1: not a
-    rule), as :mod:`scheduler.lifecycle` applies them."""
+    rule), as :mod:`scheduler.rules.lifecycle` applies them."""
     return lifecycle.min_failed(spec, role), lifecycle.min_succeeded(spec, role) or -1
 
 

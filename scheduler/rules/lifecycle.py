@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scheduler.core.model import TaskPlacement
-from scheduler.diagnosis import Diagnosis, diagnose_task
+from scheduler.rules.diagnosis import Diagnosis, diagnose_task
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
 from scheduler.states import JobState, TaskState
@@ -314,7 +314,7 @@ def min_failed(spec: JobSpec, role: str) -> int:
 
 
 def _diagnosis(t: TaskRecord) -> Diagnosis | None:
-    """The failure class of ``t`` (issue 19, scheduler/diagnosis.py): the agent's, or
+    """The failure class of ``t`` (issue 19, scheduler/rules/diagnosis.py): the agent's, or
     ``node_lost`` for a lost task; None otherwise."""
     return diagnose_task(t) if t.diagnosis or t.state == TaskState.LOST else None
 
