@@ -41,11 +41,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
+from scheduler.k8s.capacity import gone_probe
 from scheduler.rules import lifecycle
 from scheduler.rules.discovery import ordered_tasks
 from scheduler.rules.health import NodeHealth
@@ -65,7 +65,7 @@ from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
 
 if TYPE_CHECKING:
-    from scheduler.agent.k8s_autoscale import Autoscaler
+    from scheduler.k8s.autoscale import Autoscaler
 
 log = logging.getLogger("pasture.loop")
 
@@ -152,7 +152,7 @@ class Loop:
         # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
         self.autoscale: Autoscaler | None = None
         if os.environ.get("PASTURE_K8S_POOLS"):  # set by the aks stack only
-            from scheduler.agent.k8s_autoscale import Autoscaler
+            from scheduler.k8s.autoscale import Autoscaler
 
             self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the

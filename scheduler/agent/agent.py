@@ -49,9 +49,9 @@ from scheduler.agent.executor import (
     task_id,
 )
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
-from scheduler.agent.k8s_capacity import capacity_watch_from_env
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.agent.taskusage import TaskUsageSampler
+from scheduler.k8s.capacity import capacity_watch_from_env
 from scheduler.logpaths import task_log_path
 from scheduler.rules.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal

@@ -16,8 +16,8 @@ Settings come from the agent's environment, set by the aks stack's DaemonSet:
 (PVC of the share), ``PASTURE_K8S_IMAGE`` (image of tasks that name none),
 ``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate: the
 pool's taints, plus ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` on a Spot
-pool; parsed by :mod:`scheduler.agent.taints`). The node's capacity comes from its node
-object (:mod:`scheduler.agent.k8s_capacity`), not from NVML in the agent's container.
+pool; parsed by :mod:`scheduler.k8s.taints`). The node's capacity comes from its node
+object (:mod:`scheduler.k8s.capacity`), not from NVML in the agent's container.
 
 Fencing without the agent (docs/faults.md): kubelet, not the agent, owns a task pod, so a
 dead agent's pods would run on. When ``PASTURE_K8S_AGENT_DIR`` names the agent's work dir
@@ -69,9 +69,10 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
-from scheduler.agent import k8s_secrets, taints
+from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
+from scheduler.k8s import taints
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What this node has and uses: psutil for CPU and memory, nvidia-ml-py for GPUs (in a
-Kubernetes pod: the node object, see :mod:`scheduler.agent.k8s_capacity`).
+Kubernetes pod: the node object, see :mod:`scheduler.k8s.capacity`).
 
 GPU detection is guarded: without the NVIDIA driver (``libnvidia-ml.so`` missing, as on
 this build machine) or without the ``pynvml`` module, the node has 0 GPUs and usage reports
@@ -70,7 +70,7 @@ def gpus_of(backend: Any) -> tuple[int, str | None]:
 
 def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
     """Capacity from psutil / NVML, or in a Kubernetes pod (``PASTURE_K8S_NODE_NAME`` set)
-    from the node object (:mod:`scheduler.agent.k8s_capacity`); fields of ``overrides``
+    from the node object (:mod:`scheduler.k8s.capacity`); fields of ``overrides``
     (settings ``resources``) that are not None win.
 
     Args:
@@ -82,7 +82,7 @@ def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
     Raises:
         NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
     """
-    from scheduler.agent.k8s_capacity import capacity_from_env  # imports this module
+    from scheduler.k8s.capacity import capacity_from_env  # imports this module
 
     node = capacity_from_env()
     if node is not None:

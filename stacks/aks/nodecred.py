@@ -90,7 +90,7 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         f"{w.prefix}-scheduler-role",
         metadata=w.meta(SCHEDULER_SA),
         # get: agents' pods (token review); create/list/delete: the autoscaler's
-        # placeholder pods (scheduler/agent/k8s_autoscale.py)
+        # placeholder pods (scheduler/k8s/autoscale.py)
         rules=[
             {
                 "api_groups": [""],

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent import k8s_capacity
-from scheduler.agent.k8s_capacity import (
+from scheduler.agent.resources import Capacity, detect_capacity
+from scheduler.k8s.capacity import (
     NodeCapacityError,
     expects_gpus,
     fetch_node,
     node_capacity,
     read_capacity,
 )
-from scheduler.agent.resources import Capacity, detect_capacity
 from scheduler.settings import NodeResourceOverrides
 
 NODES = Path(__file__).parent / "data" / "aks-nodes"

@@ -44,9 +44,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from scheduler.agent import taints
 from scheduler.agent.kubernetes import SAFE_TO_EVICT
 from scheduler.core.model import Decision, Job, PendingReason, ReasonKind, Snapshot
+from scheduler.k8s import taints
 
 log = logging.getLogger("pasture.autoscale")
 
