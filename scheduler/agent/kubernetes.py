@@ -73,6 +73,7 @@ from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
 from scheduler.k8s import taints
+from scheduler.k8s.autoscale import SAFE_TO_EVICT
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,6 @@ AGENT_VOLUME = "pasture-agent"
 FENCE_CONTAINER = "fence"
 FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
 """Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
-SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 START_TIMEOUT_S = 300.0

@@ -9,20 +9,12 @@ an empty GPU list.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import psutil
 
-
-@dataclass(frozen=True)
-class Capacity:
-    """Node capacity: cpu_m millicores, memory bytes, gpu devices, gpu_model name."""
-
-    cpu_m: int
-    memory: int
-    gpu: int
-    gpu_model: str | None
+from scheduler.k8s.capacity import Capacity, capacity_from_env
 
 
 def _nvml() -> Any | None:
@@ -82,8 +74,6 @@ def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
     Raises:
         NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
     """
-    from scheduler.k8s.capacity import capacity_from_env  # imports this module
-
     node = capacity_from_env()
     if node is not None:
         cap = asdict(node)

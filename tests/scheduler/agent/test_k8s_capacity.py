@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.agent import k8s_capacity
-from scheduler.agent.resources import Capacity, detect_capacity
+from scheduler.agent.resources import detect_capacity
+from scheduler.k8s import capacity as k8s_capacity
 from scheduler.k8s.capacity import (
+    Capacity,
     NodeCapacityError,
     expects_gpus,
     fetch_node,
