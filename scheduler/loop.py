@@ -50,6 +50,7 @@ from scheduler.rules import lifecycle
 from scheduler.rules.discovery import ordered_tasks
 from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
+from scheduler.spec.facts import WAIT
 from scheduler.spec.model import JobSpec
 from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
@@ -361,7 +362,7 @@ class Loop:
             log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
-            if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
+            if t.desired == WAIT:  # never started: nothing for an agent to stop
                 t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
         self._batch.update_tasks(job.name, stop)

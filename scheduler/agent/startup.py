@@ -40,8 +40,8 @@ from scheduler.rules.discovery import (
     mpi_hostfile,
     task_env,
     volcano_host_files,
-    wants_ssh,
 )
+from scheduler.spec.facts import wants_ssh
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
