@@ -37,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -265,8 +265,6 @@ class Loop:
             self.view.committed(ctx.version, int(detail), payload)
             self.jobs.committed(payload, self.store.committed_at or now)
             self._nominations = dict(decision.nominations)
-            if decision.shrinks:
-                self._apply_shrinks(decision, ctx.jobs, now)
             result.bound = len(payload["binds"])
             result.preempted = len(payload["preemptions"])
             if payload["binds"] or payload["preemptions"] or payload["grows"]:
@@ -279,26 +277,6 @@ class Loop:
             log.info("commit refused: %s", detail)
             self.forget()
         return result
-
-    def _apply_shrinks(self, decision: Decision, jobs: Mapping[str, JobRecord], now: float) -> None:
-        """Elastic resizes (:func:`scheduler.rules.lifecycle.shrink_keys`): take the shrunk
-        replicas' tasks away (their agents stop them), with an event on the job. Not a
-        preemption: the job keeps its attempt and nothing is charged."""
-        for sh in decision.shrinks:
-            job = jobs.get(sh.job)
-            if job is None:
-                continue
-            keys = lifecycle.shrink_keys(sh.placements)
-            if self.store.remove_tasks(sh.job, job.attempt, keys):
-                self.view.invalidate()  # a version bump the view does not follow
-                self._batch.add_event(
-                    sh.job,
-                    lifecycle.shrink_reason(keys, sh.for_job),
-                    now=now,
-                    state=job.state,
-                    attempt=job.attempt,
-                )
-        self._flush()
 
     # ---- lifecycle ------------------------------------------------------------------
     def _advance(

@@ -32,7 +32,7 @@ Pure: no I/O, no clock; deterministic (ties broken by job name).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -41,7 +41,15 @@ from scheduler.core.grow import missing_replicas
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Bind, Job, RunningJob, Shrink, TaskPlacement
 from scheduler.core.queue import attained_service
+from scheduler.core.reasons import shrunk_reason
 from scheduler.core.resources import Triple
+
+
+def shrink_keys(placements: Iterable[TaskPlacement]) -> tuple[str, ...]:
+    """Task keys (``<role>-<index>``) of a :class:`scheduler.core.model.Shrink`'s
+    placements, highest index first (the order they are stopped in)."""
+    ps = sorted(placements, key=lambda p: (p.role, -p.index))
+    return tuple(f"{p.role}-{p.index}" for p in ps)
 
 
 def is_elastic(job: Job) -> bool:
@@ -178,11 +186,13 @@ class ElasticStage:
 
     def _commit(self, job: Job, taken: list[tuple[_Shrinkable, TaskPlacement]]) -> list[Shrink]:
         per_job: dict[str, list[TaskPlacement]] = {}
+        vc_of: dict[str, str] = {}
         for s, p in taken:
             per_job.setdefault(s.rj.name, []).append(p)
+            vc_of[s.rj.name] = s.rj.job.vc
             s.taken.append(p)
         out = [
-            Shrink(name, tuple(ps), job.name, f"resized to start job {job.name}")
+            Shrink(name, tuple(ps), job.name, shrunk_reason(shrink_keys(ps), vc_of[name], job))
             for name, ps in sorted(per_job.items())
         ]
         self.shrinks.extend(out)

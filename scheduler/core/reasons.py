@@ -102,3 +102,14 @@ def preempted_reason(victim_vc: str, for_job: Job, mode: PreemptionMode) -> str:
     return f"preempted for {job_ref(for_job.name, for_job.vc, victim_vc)}: " + preemption_phrase(
         mode, for_job
     )
+
+
+def shrunk_reason(keys: Sequence[str], shrunk_vc: str, for_job: Job) -> str:
+    """The event of an elastic resize on the shrunk job (of VC ``shrunk_vc``): which of its
+    replicas (task keys ``<role>-<index>``) stopped and for whom, the latter named as
+    :func:`job_ref` names it for that VC (never another tenant's job name)."""
+    return (
+        f"resized: replica(s) {', '.join(keys)} stopped to start "
+        f"{job_ref(for_job.name, for_job.vc, shrunk_vc)} "
+        "(elastic; not a preemption, nothing charged)"
+    )

@@ -484,10 +484,11 @@ class _Cycle:
         self.epoch += 1
         self.ledger.charge(job.vc, req, job)
         self.nominations[job.name] = gp.placements(job, self.index.names)
-        names = ", ".join(f"{s.job} (-{len(s.placements)})" for s in shrinks)
+        vc_of = {rj.name: rj.job.vc for rj in self.snapshot.running}
+        names = jobs_ref([(s.job, vc_of.get(s.job)) for s in shrinks], job.vc)
         self.reasons[job.name] = reason(
             ReasonKind.RESIZING,
-            f"shrinking elastic jobs {names}; binds once their replicas stop",
+            f"shrinking elastic {names}; binds once their replicas stop",
             resized=[s.job for s in shrinks],
         )
         return True

@@ -78,7 +78,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from scheduler.core.model import TaskPlacement
 from scheduler.rules.diagnosis import Diagnosis, diagnose_task
 from scheduler.spec.facts import (
     WAIT,
@@ -242,22 +241,6 @@ class PeerWatch:
                     f"{p.key}), silent since before it ended"
                 )
         return hold or None
-
-
-# -- elastic resize (issue 29) ------------------------------------------------------------
-def shrink_keys(placements: Iterable[TaskPlacement]) -> tuple[str, ...]:
-    """Task keys (``<role>-<index>``) of a :class:`scheduler.core.model.Shrink`'s
-    placements, highest index first (the order they are stopped in)."""
-    ps = sorted(placements, key=lambda p: (p.role, -p.index))
-    return tuple(f"{p.role}-{p.index}" for p in ps)
-
-
-def shrink_reason(keys: Sequence[str], for_job: str) -> str:
-    """The job event of a resize: which replicas stopped and for whom."""
-    return (
-        f"resized: replica(s) {', '.join(keys)} stopped to start job {for_job} "
-        "(elastic; not a preemption, nothing charged)"
-    )
 
 
 def task_event(task: TaskRecord) -> Event | None:

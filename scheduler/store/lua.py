@@ -23,10 +23,12 @@ local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
 # ARGV: prefix, expected version, payload JSON
 #   payload = {binds: [{job, attempt, nodes, tasks: [{key, node, alloc, task}]}],
 #              grows: [same shape: tasks added to a scheduled/running job],
+#              shrinks: [{job, attempt, keys: [task key], reason}] (elastic resizes),
 #              preemptions: [{job, reason}], pending: {job: reason_json}}
 # Returns {1, version, commit time} or {0, error}. All-or-nothing: any failed check aborts
 # before a write. Every node given a task (or a task to stop) gets a ``bindings``
-# notification. Preempted jobs go to jobs:dirty and jobs:changed (the loop re-reads them).
+# notification, and so does every node a shrunk task leaves. Preempted jobs go to
+# jobs:dirty and jobs:changed (the loop re-reads them).
 COMMIT = (
     EVENT
     + _NOW
@@ -84,6 +86,35 @@ for _, b in ipairs(d.grows or {}) do
   end
 end
 local notify = {}
+-- shrinks (elastic resizes, issue 29): replicas of a running job taken away, in this same
+-- commit as the placements they make room for. Their ledger entries, node bindings,
+-- allocation and task records go (their agents stop them: "no longer bound to this node")
+-- and their replicas count as missing again. A shrink of a job on another attempt (its
+-- allocation already released) changes nothing.
+local shrunk = 0
+for _, s in ipairs(d.shrinks or {}) do
+  local jk = p .. 'job:' .. s.job
+  if tonumber(redis.call('HGET', jk, 'attempt')) == tonumber(s.attempt) then
+    local removed = 0
+    for _, key in ipairs(s.keys) do
+      local lk = s.job .. '/' .. key
+      local raw = redis.call('HGET', p .. 'ledger', lk)
+      if raw then
+        local node = cjson.decode(raw).node
+        redis.call('SREM', p .. 'node:' .. node .. ':tasks', lk)
+        redis.call('SREM', jk .. ':alloc', lk)
+        redis.call('HDEL', p .. 'ledger', lk)
+        redis.call('HDEL', jk .. ':tasks', key)
+        notify[node] = true
+        removed = removed + 1
+      end
+    end
+    if removed > 0 then
+      event(jk, now, redis.call('HGET', jk, 'state'), s.attempt, s.reason)
+      shrunk = shrunk + removed
+    end
+  end
+end
 -- ledger entry, node binding, job allocation and task record of each task of a bind/grow,
 -- and the job's launch record on each node it reaches (node:<n>:launch:<job>: what that
 -- node's agent needs to start it, readable by that node alone; RELEASE deletes it)
@@ -148,7 +179,7 @@ for job, reason in pairs(d.pending) do
   end
 end
 local newv = version
-if #d.binds > 0 or #grows > 0 then
+if #d.binds > 0 or #grows > 0 or shrunk > 0 then
   newv = redis.call('INCR', p .. 'version')
   redis.call('HINCRBY', p .. 'stats', 'placements', #d.binds)
 end

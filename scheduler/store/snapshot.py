@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from scheduler.core.elastic import shrink_keys
 from scheduler.core.model import (
     Decision,
     Job,
@@ -157,7 +158,9 @@ class PortsExhaustedError(RuntimeError):
 def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
     """The commit script's payload for ``decision``: binds (and grows: tasks added to
     running jobs placed at min_available) with ledger entries and task records (ports and
-    GPU indices chosen), preemptions and pending reasons.
+    GPU indices chosen), shrinks (replicas of running elastic jobs taken away: task keys of
+    the job's attempt, and the event worded for its VC), preemptions and pending reasons.
+    The one commit script applies all of them or none (:data:`scheduler.store.lua.COMMIT`).
 
     Binds whose ports cannot be assigned are left out (the job stays queued with a reason
     in ``payload['pending']``).
@@ -222,9 +225,20 @@ def commit_payload(decision: Decision, ctx: SnapshotContext) -> dict[str, Any]:
         (binds if kind == "bind" else grows).append(
             {"job": bind.job, "attempt": job.attempt, "tasks": tasks, "nodes": ", ".join(nodes)}
         )
+    shrinks = [
+        {
+            "job": sh.job,
+            "attempt": job.attempt,
+            "keys": list(shrink_keys(sh.placements)),
+            "reason": sh.reason,
+        }  # worded by the core for the shrunk job's VC
+        for sh in decision.shrinks
+        if (job := ctx.jobs.get(sh.job)) is not None
+    ]
     return {
         "binds": binds,
         "grows": grows,
+        "shrinks": shrinks,
         "preemptions": [
             {"job": p.job, "reason": p.reason}  # worded by the core for the victim's VC
             for p in decision.preemptions

@@ -185,36 +185,6 @@ class TasksMixin(StoreBase):
         written: int = self.r.transaction(tx, ledger, value_from_callable=True)
         return written
 
-    def remove_tasks(self, job: str, attempt: int, keys: Iterable[str]) -> int:
-        """Take tasks of a running job away (an elastic resize, issue 29): their ledger
-        entries, node bindings and records go, so their agents stop them ("no longer bound
-        to this node") and their replicas count as missing again (a later grow places them
-        anew under the same key). Nothing happens when the job is on another attempt.
-        Bumps the version when anything changed. Returns the tasks removed."""
-        lks = [f"{job}/{k}" for k in keys]
-        if not lks:
-            return 0
-        ledger, jk = self.k("ledger"), self.k("job", job)
-
-        def tx(pipe: redis.client.Pipeline) -> int:
-            if str(pipe.hget(jk, "attempt") or "") != str(attempt):
-                return 0
-            raws = pipe.hmget(ledger, lks)
-            found = [(lk, json.loads(raw)) for lk, raw in zip(lks, raws, strict=True) if raw]
-            if not found:
-                return 0
-            pipe.multi()
-            for lk, a in found:
-                pipe.srem(self.k("node", a["node"], "tasks"), lk)
-                pipe.srem(jk + ":alloc", lk)
-                pipe.hdel(ledger, lk)
-                pipe.hdel(jk + ":tasks", lk.split("/", 1)[1])
-            pipe.incr(self.k("version"))
-            return len(found)
-
-        removed: int = self.r.transaction(tx, ledger, jk, value_from_callable=True)
-        return removed
-
     def commit(self, version: int, payload: dict[str, Any]) -> tuple[bool, str]:
         """Run the commit script (see :mod:`scheduler.store.commit` for the payload).
 

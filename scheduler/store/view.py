@@ -83,8 +83,8 @@ class LedgerView:
 
     def committed(self, before: int, after: int, payload: dict[str, Any]) -> None:
         """The loop's commit of ``payload`` at version ``before`` answered ``after``."""
-        if self.version != before or after not in (before, before + 1):
-            self.invalidate()
+        if self.version != before or after not in (before, before + 1) or payload.get("shrinks"):
+            self.invalidate()  # a shrink removes what the script finds: read it again
             return
         for b in [*payload["binds"], *payload["grows"]]:
             for t in b["tasks"]:

@@ -101,3 +101,23 @@ def test_spec_replicas_range_is_an_elastic_role_in_the_core():
     for bad, word in (({"min": 4, "max": 3}, "1 <= min <= max"), ({"min": 1}, "{min: M")):
         with pytest.raises(ValidationError, match=word):
             JobSpec.model_validate({"name": "e", "roles": {"w": {"replicas": bad, "command": "x"}}})
+
+
+def test_a_resize_across_vcs_names_neither_tenants_job_to_the_other():
+    """The shrunk job's event and the waiting job's RESIZING reason are read by different
+    tenants: each names the other's job as "a job of VC ..." (as preemption reasons do)."""
+    e = elastic("secret-elastic", 1, 4, vc="a")
+    rj = on(e, {0: "n0", 1: "n0", 2: "n0", 3: "n0"})
+    p = job("hidden-waiter", gpu=2, submit=10.0, vc="b")
+    s = snapshot([node("n0", gpu=4)], pending=[p], running=[rj])
+    d = schedule(s, ELASTIC, 20.0)
+    (sh,) = d.shrinks
+    assert "hidden-waiter" not in sh.reason and "a job of VC b" in sh.reason
+    assert sh.reason.startswith("resized: replica(s) worker-3, worker-2 stopped to start ")
+    message = d.pending["hidden-waiter"].message
+    assert "secret-elastic" not in message and "a job of VC a" in message
+    own = schedule(
+        snapshot([node("n0", gpu=4)], pending=[replace(p, vc="a")], running=[rj]), ELASTIC, 20.0
+    )
+    assert "job hidden-waiter" in own.shrinks[0].reason  # same VC: named
+    assert "job secret-elastic" in own.pending["hidden-waiter"].message
