@@ -49,6 +49,7 @@ from scheduler.k8s.capacity import gone_probe
 from scheduler.rules import lifecycle
 from scheduler.rules.discovery import ordered_tasks
 from scheduler.rules.health import NodeHealth
+from scheduler.rules.peerloss import PeerWatch
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.facts import WAIT
 from scheduler.spec.model import JobSpec
@@ -143,7 +144,7 @@ class Loop:
         self._draining: list[str] = []
         self._beats_read = 0.0  # silence clock of the last heartbeat read
         # jobs whose task failure waits for the verdict on a peer's silent node
-        # (lifecycle.PeerWatch): looked at every cycle until decided
+        # (peerloss.PeerWatch): looked at every cycle until decided
         self._held: set[str] = set()
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict[str, Any] = {}
@@ -409,7 +410,7 @@ class Loop:
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
-            peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
+            peers=PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
         )
 
     def _apply_step(

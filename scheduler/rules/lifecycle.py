@@ -28,10 +28,10 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   JobRequeue; docs/faults.md). Only an explicit ``on_events`` rule for ``unknown`` other
   than a restart overrides that.
 - A task's own failure within a grace period after a peer's node went silent is charged
-  to nobody either (:class:`PeerWatch`): the ranks of a gang (NCCL, Gloo, MPI) exit
-  non-zero when a peer vanishes, before the loop can declare the peer's node lost. Such a
-  failure is held (no decision) while a peer's node on another machine has not
-  heartbeated since the task ended; once that node is lost (or the peer fenced) the job
+  to nobody either (:class:`scheduler.rules.peerloss.PeerWatch`): the ranks of a gang
+  (NCCL, Gloo, MPI) exit non-zero when a peer vanishes, before the loop can declare the
+  peer's node lost. Such a failure is held (no decision) while a peer's node on another
+  machine has not heartbeated since the task ended; once that node is lost (or the peer fenced) the job
   is requeued free; once it heartbeats again, the failure is the task's own.
 - The job succeeds as soon as ``completion.min_succeeded`` tasks of some role succeeded
   (legacy ``policies.completion {role, when: any|all}`` means 1 | all replicas of that
@@ -74,11 +74,12 @@ succeeded) (Volcano ``dependsOn``: a task starts after the tasks it depends on r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scheduler.rules.diagnosis import Diagnosis, diagnose_task
+from scheduler.rules.peerloss import PeerLost, PeerWatch
 from scheduler.spec.facts import (
     WAIT,
     min_failed,
@@ -181,66 +182,6 @@ class Step:
     free: tuple[str, ...] = ()
     held: str = ""
     """Non-empty: a task's failure waits for the verdict on a silent peer's node (why)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PeerWatch:
-    """What the loop knows about the nodes of a job's tasks, for the peer-loss rule.
-
-    A task's own failure (exit non-zero, evicted) is charged to nobody when a peer task
-    of the same attempt, on another node, was disrupted (its node lost, or it was fenced
-    or unknown to a restarted agent) and the task ended at most ``grace_s`` after that
-    peer's node last heartbeated (the ranks of a gang exit when a peer vanishes: NCCL,
-    Gloo and MPI abort the collective). While such a peer still counts as running but its
-    node has not heartbeated since the task ended, the failure is held: the loop decides
-    nothing until the node heartbeats (the failure is then the task's own) or is declared
-    lost (then the job is requeued, not charged), or ``grace_s`` passed since the task
-    ended (then it is the task's own).
-
-    Attributes:
-        heartbeats: ``{node: last heartbeat time}`` (s, store clock), the nodes of the
-            job's tasks; a node missing here counts as never heard from.
-        now: the store's time (s).
-        grace_s: the grace period (s, ``loop.peer_loss_grace_s``).
-    """
-
-    heartbeats: Mapping[str, float]
-    now: float
-    grace_s: float
-
-    def verdict(self, t: TaskRecord, tasks: Sequence[TaskRecord]) -> Ending | str | None:
-        """For the own failure of ``t``: an infrastructure :class:`Ending` (a peer's node
-        was lost), a hold reason (str: wait for a silent peer's node), or None (charge
-        it as usual)."""
-        if t.disrupted or t.finished is None:
-            return None
-        hold = ""
-        for p in tasks:
-            if p is t or p.node == t.node:
-                continue
-            beat = self.heartbeats.get(p.node, 0.0)
-            if p.disrupted:
-                # a lost node's record keeps its last heartbeat; a fenced peer's node may
-                # be back, then its report time bounds when it was fenced
-                since = beat if p.state == TaskState.LOST else min(beat, p.finished or beat)
-                if t.finished - since <= self.grace_s and (
-                    p.state != TaskState.LOST or t.finished >= beat
-                ):
-                    cause = p.cause or Cause.NODE_LOST.value
-                    return Ending(
-                        JobState.QUEUED,
-                        f"{_failure_why(t)} {max(0.0, t.finished - since):.0f} s after its "
-                        f"peer {p.key}'s node {p.node} went silent ({cause}); requeued, not "
-                        "charged to the retry budget",
-                        infrastructure=True,
-                        cause=cause,
-                    )
-            elif not p.done and beat < t.finished and self.now - t.finished <= self.grace_s:
-                hold = hold or (
-                    f"task {t.key} ended; waiting for the verdict on node {p.node} (task "
-                    f"{p.key}), silent since before it ended"
-                )
-        return hold or None
 
 
 def task_event(task: TaskRecord) -> Event | None:
@@ -443,8 +384,17 @@ def decide(
             continue
         if peers is not None and event != "unknown":
             verdict = peers.verdict(t, tasks)
-            if isinstance(verdict, Ending):
-                return Step(ending=verdict)
+            if isinstance(verdict, PeerLost):
+                return Step(
+                    ending=Ending(
+                        JobState.QUEUED,
+                        f"{_failure_why(t)} {verdict.after_s:.0f} s after its peer "
+                        f"{verdict.peer}'s node {verdict.node} went silent ({verdict.cause}); "
+                        "requeued, not charged to the retry budget",
+                        infrastructure=True,
+                        cause=verdict.cause,
+                    )
+                )
             if verdict:
                 return Step(missing=missing, held=verdict)
         if (
