@@ -31,8 +31,9 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   to nobody either (:class:`scheduler.rules.peerloss.PeerWatch`): the ranks of a gang
   (NCCL, Gloo, MPI) exit non-zero when a peer vanishes, before the loop can declare the
   peer's node lost. Such a failure is held (no decision) while a peer's node on another
-  machine has not heartbeated since the task ended; once that node is lost (or the peer fenced) the job
-  is requeued free; once it heartbeats again, the failure is the task's own.
+  machine has not heartbeated since the task ended; once that node is lost (or the peer
+  fenced) the job is requeued free; once it heartbeats again, the failure is the task's
+  own.
 - The job succeeds as soon as ``completion.min_succeeded`` tasks of some role succeeded
   (legacy ``policies.completion {role, when: any|all}`` means 1 | all replicas of that
   role), or job ``min_succeeded`` tasks of any roles (Volcano ``minSuccess``); its
