@@ -17,15 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
+from scheduler.api.collectors import HealthCollector, SchedulerCollector
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.dashboard.sessions import SessionStore
 from scheduler.api.limits import BodySizeLimit
-from scheduler.api.metrics import (
-    HealthCollector,
-    Metrics,
-    MetricsMiddleware,
-    SchedulerCollector,
-)
+from scheduler.api.metrics import Metrics, MetricsMiddleware
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, usage
@@ -167,7 +163,7 @@ def create_app(
     )
     def metrics(who: TokenInfo = Depends(principal)) -> Response:
         """Prometheus metrics (text exposition format); any valid token. Series labelled
-        with a job name it may not see come without the job (scheduler/api/metrics.py)."""
+        with a job name it may not see come without the job (scheduler/api/visibility.py)."""
         data = generate_latest(app.state.metrics.visible_to(who))
         return Response(data, media_type=CONTENT_TYPE_LATEST)
 

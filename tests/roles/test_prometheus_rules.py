@@ -83,7 +83,8 @@ def test_every_alert_has_a_unit_test_and_a_doc():
 def test_rules_use_only_metrics_the_api_exports(redis_url, tmp_path):
     """Scrape the API's collectors over a real store (a node with GPU health, a waiting
     job) and check that every pasture_* series in the rules is exported."""
-    from scheduler.api.metrics import HealthCollector, Metrics, SchedulerCollector
+    from scheduler.api.collectors import HealthCollector, SchedulerCollector
+    from scheduler.api.metrics import Metrics
     from scheduler.spec import parse_job_spec
     from scheduler.store import Store
     from scheduler.store.records import NodeRecord

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client import CollectorRegistry, generate_latest
 
-from scheduler.api.metrics import HealthCollector
+from scheduler.api.collectors import HealthCollector
 from scheduler.dev import free_port
 from scheduler.spec import parse_job_spec
 from scheduler.store import Store

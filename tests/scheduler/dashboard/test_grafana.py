@@ -75,7 +75,8 @@ def alert_queries() -> list[str]:
 @pytest.fixture()
 def exported(redis_url, tmp_path) -> set[str]:
     """Sample names the API's registry (app.py's collectors) emits over a real store."""
-    from scheduler.api.metrics import HealthCollector, Metrics, SchedulerCollector
+    from scheduler.api.collectors import HealthCollector, SchedulerCollector
+    from scheduler.api.metrics import Metrics
     from scheduler.services.status import StatusService
     from scheduler.settings import SchedulerSettings
     from scheduler.spec import parse_job_spec
