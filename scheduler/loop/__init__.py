@@ -569,7 +569,3 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run_forever(load_scheduler_settings(args.config))
-
-
-if __name__ == "__main__":
-    main()
