@@ -1,7 +1,7 @@
 """The job lifecycle in one place: from a job's spec and its tasks' states, what happens next.
 
 Pure: no Redis, no clock (``now`` is an argument). The loop reads the store, calls
-:func:`decide`, and applies the returned :class:`Step` (scheduler/loop.py ``_advance``).
+:func:`decide`, and applies the returned :class:`Step` (scheduler/loop/apply.py ``_advance``).
 
 ::
 
