@@ -300,3 +300,39 @@ def test_a_task_the_executor_refuses_fails_with_the_reason_in_task_and_log(
         "=== attempt 1 on n1 ===",
         "pasture: could not start the task: podman run failed: image not known",
     ]
+
+
+def test_a_force_deleted_nodes_agent_renews_nothing_and_its_task_is_fenced(
+    store, tmp_path, redis_url
+):
+    """Issue 32 item 7: ``node delete --force`` on a node whose agent still runs revokes
+    its lease: the agent keeps heartbeating, is answered ``revoked``, renews nothing, and
+    its real task dies by its lease before the loop may requeue it (``fence_until``)."""
+    import psutil
+
+    from scheduler.services.nodes import NodeService
+    from scheduler.services.principal import Principal
+    from scheduler.store.tokens import TokenRole
+
+    agent = make_agent(store, tmp_path, redis_url, heartbeat_interval_s=0.2, lease_s=1.0)
+    agent.register()
+    assert store.get_node("n1").heartbeat_interval_s == 0.2
+    place(store, "j", "sleep 60")
+    agent.reconcile()
+    pid = json.loads(store.task("j", "w-0").handle)["pid"]
+    agent.heartbeat()
+    NodeService(store).delete(Principal(name="root", role=TokenRole.ADMIN), "n1", force=True)
+    node = store.get_node("n1")
+    assert node.revoked and node.state == "cordoned"
+
+    def gone() -> bool:
+        agent.heartbeat()  # the agent runs on and keeps asking
+        agent.reconcile()
+        return not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+    until(gone, timeout=5.0, step=0.2)
+    assert store.now() <= node.fence_until  # dead before the loop may start a retry
+    assert not agent.lease_held()
+    until(lambda: agent.reconcile() or store.task("j", "w-0").done)
+    t = store.task("j", "w-0")
+    assert t.state == "lost" and t.cause == "fenced", t
