@@ -193,6 +193,10 @@ class ApiSettings(_Model):
     # that token (only) answers 429 from that address.
     auth_failures_per_window: int = Field(20, gt=0)
     auth_failure_window_s: int = Field(60, gt=0)
+    # Failed authentications (any tokens, unknown dashboard sessions) allowed per client
+    # address and window: beyond it, tokens from that address that this process has not
+    # verified recently answer 429 without a lookup (a spray of distinct wrong tokens).
+    auth_failures_per_address: int = Field(200, gt=0)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).

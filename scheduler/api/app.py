@@ -116,6 +116,7 @@ def create_app(
     app.state.auth_limiter = AuthFailureLimiter(
         int(getattr(api_settings, "auth_failures_per_window", None) or 20),
         int(getattr(api_settings, "auth_failure_window_s", None) or 60),
+        per_address=int(getattr(api_settings, "auth_failures_per_address", None) or 200),
     )
     app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
     app.state.metrics = Metrics(status_service.status)

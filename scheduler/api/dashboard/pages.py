@@ -14,6 +14,7 @@ tasks and nodes are parsed with the API's response models before a view sees the
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from pathlib import Path
@@ -25,7 +26,13 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from scheduler.api.auth import failed, refuse_if_blocked
+from scheduler.api.auth import (
+    client_address,
+    failed,
+    limit_request,
+    refuse_if_address_blocked,
+    refuse_if_blocked,
+)
 from scheduler.api.dashboard import views
 from scheduler.api.dashboard.sessions import (
     COOKIE,
@@ -75,8 +82,38 @@ def sessions(request: Request) -> SessionStore:
     return kept
 
 
+KNOWN_SESSIONS = 4096
+"""Session cookies this process saw valid, kept (as digests) so that an address over its
+failure limit does not lock out its users who are logged in."""
+
+
 def session(request: Request) -> Session | None:
-    return sessions(request).get(request.cookies.get(COOKIE))
+    """The request's dashboard session (None: none or unknown), counted like an API
+    request: against the token's ``api.request_limit``, and an unknown session cookie as a
+    failed authentication of the client's address (issue 32 item 5).
+
+    Raises:
+        HTTPException 429: the session's token is over its request limit, or the address
+            over its failure limit (for a cookie not seen valid before).
+    """
+    sid = request.cookies.get(COOKIE)
+    if not sid:
+        return None
+    state = request.app.state
+    known: dict[str, None] = state.__dict__.setdefault("dashboard_known_sessions", {})
+    digest = hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
+    if digest not in known:
+        refuse_if_address_blocked(request)
+    s = sessions(request).get(sid)
+    if s is None:
+        known.pop(digest, None)
+        state.auth_limiter.failed_address(client_address(request))
+        return None
+    known[digest] = None
+    while len(known) > KNOWN_SESSIONS:
+        known.pop(next(iter(known)))
+    limit_request(request, s.who)
+    return s
 
 
 def to_login(request: Request) -> RedirectResponse:
@@ -151,6 +188,7 @@ def login(
         return error(request, None, 403, "The login form's CSRF token is missing or wrong.")
     try:
         refuse_if_blocked(request, token)
+        refuse_if_address_blocked(request)
     except HTTPException as exc:
         resp = error(request, None, exc.status_code, str(exc.detail))
         resp.headers.update(exc.headers or {})
