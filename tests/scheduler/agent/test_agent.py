@@ -336,3 +336,37 @@ def test_a_force_deleted_nodes_agent_renews_nothing_and_its_task_is_fenced(
     until(lambda: agent.reconcile() or store.task("j", "w-0").done)
     t = store.task("j", "w-0")
     assert t.state == "lost" and t.cause == "fenced", t
+
+
+def test_a_missing_working_dir_is_diagnosed_as_such(store, tmp_path, redis_url):
+    """Issue 32 item 7: a role whose working_dir does not exist failed with exit 126 and
+    was diagnosed ``not_executable``; a real task of the process executor now says so."""
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    missing = tmp_path / "no" / "such" / "dir"
+    store.create_job(
+        parse_job_spec(
+            {
+                "name": "wd",
+                "roles": {
+                    "w": {
+                        "command": "echo never",
+                        "working_dir": str(missing),
+                        "resources": {"cpu": 1},
+                    }
+                },
+            }
+        )
+    )
+    store.transition("wd", "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    job = next(j for j in snap.pending if j.name == "wd")
+    bind = Bind("wd", (TaskPlacement("w", 0, "n1", job.roles[0].resources),))
+    ok, why = store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))
+    assert ok, why
+    agent.reconcile()
+    until(lambda: agent.reconcile() or store.task("wd", "w-0").done)
+    t = store.task("wd", "w-0")
+    assert t.state == "failed" and t.exit_code == 126, t
+    assert t.diagnosis["kind"] == "working_dir_missing", t.diagnosis
+    assert str(missing) in t.diagnosis["summary"]
