@@ -197,6 +197,9 @@ class ApiSettings(_Model):
     # address and window: beyond it, tokens from that address that this process has not
     # verified recently answer 429 without a lookup (a spray of distinct wrong tokens).
     auth_failures_per_address: int = Field(200, gt=0)
+    # Dashboard requests of one token handled at once by an API process; the others wait
+    # their turn (scheduler/api/fairness.py): one tenant's page flood takes that share.
+    token_concurrency: int = Field(1, ge=1, le=64)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).

@@ -19,6 +19,7 @@ from starlette.routing import Match
 from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.dashboard.sessions import SessionStore
+from scheduler.api.fairness import DEFAULT_PER_TOKEN, TokenGate
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import (
     HealthCollector,
@@ -119,6 +120,10 @@ def create_app(
         per_address=int(getattr(api_settings, "auth_failures_per_address", None) or 200),
     )
     app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
+    # one token's dashboard requests handled at a time (scheduler/api/fairness.py)
+    app.state.token_gate = TokenGate(
+        int(getattr(api_settings, "token_concurrency", None) or DEFAULT_PER_TOKEN)
+    )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
     app.state.metrics.registry.register(  # issue 19: what the alerting rules need

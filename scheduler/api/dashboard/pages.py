@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import yaml
-from fastapi import APIRouter, Form, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -41,6 +42,7 @@ from scheduler.api.dashboard.sessions import (
     SessionStore,
     csrf_ok,
 )
+from scheduler.api.fairness import TokenGate
 from scheduler.api.schemas import (
     VC_NAME,
     JobEventsOut,
@@ -73,8 +75,6 @@ templates.env.filters["clock"] = views.clock
 templates.env.filters["limit"] = views.limit_text
 templates.env.globals["consequences"] = views.CONSEQUENCES
 
-router = APIRouter(prefix="/dashboard", include_in_schema=False)
-
 
 def sessions(request: Request) -> SessionStore:
     """The app's session store (``app.state.dashboard_sessions``, made by ``create_app``)."""
@@ -85,6 +85,39 @@ def sessions(request: Request) -> SessionStore:
 KNOWN_SESSIONS = 4096
 """Session cookies this process saw valid, kept (as digests) so that an address over its
 failure limit does not lock out its users who are logged in."""
+
+
+def _digest(sid: str) -> str:
+    return hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def known_sessions(request: Request) -> dict[str, str]:
+    """``{digest of a session cookie: its token's name}`` of the sessions this process
+    saw valid (at most :data:`KNOWN_SESSIONS`, oldest dropped first)."""
+    known: dict[str, str] = request.app.state.__dict__.setdefault("dashboard_known_sessions", {})
+    return known
+
+
+async def fair_share(request: Request) -> AsyncIterator[None]:
+    """Router dependency of every dashboard route: a known session's request waits for
+    its token's slot of the process (:class:`scheduler.api.fairness.TokenGate`), so one
+    tenant's page flood takes at most that share; unknown cookies are not gated (they
+    are refused or redirected cheaply, and limited per address)."""
+    sid = request.cookies.get(COOKIE)
+    token = known_sessions(request).get(_digest(sid)) if sid and len(sid) <= 100 else None
+    if token is None:
+        yield
+        return
+    gate: TokenGate = request.app.state.token_gate
+    async with gate.hold(token):
+        yield
+
+
+router = APIRouter(
+    prefix="/dashboard",
+    include_in_schema=False,
+    dependencies=[Depends(fair_share, scope="function")],  # gate given back before bodies
+)
 
 
 def session(request: Request) -> Session | None:
@@ -100,8 +133,8 @@ def session(request: Request) -> Session | None:
     if not sid:
         return None
     state = request.app.state
-    known: dict[str, None] = state.__dict__.setdefault("dashboard_known_sessions", {})
-    digest = hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
+    known = known_sessions(request)
+    digest = _digest(sid)
     if digest not in known:
         refuse_if_address_blocked(request)
     s = sessions(request).get(sid)
@@ -109,7 +142,7 @@ def session(request: Request) -> Session | None:
         known.pop(digest, None)
         state.auth_limiter.failed_address(client_address(request))
         return None
-    known[digest] = None
+    known[digest] = s.who.name
     while len(known) > KNOWN_SESSIONS:
         known.pop(next(iter(known)))
     limit_request(request, s.who)
