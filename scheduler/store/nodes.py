@@ -287,7 +287,7 @@ class NodesMixin(StoreBase):
         """Delete node ``name`` for an operator (``pasture node delete``): it is ``lost``
         now with ``reason`` and a node event (the loop requeues its tasks without charge),
         and the loop removes its record at its next heartbeat check
-        (:class:`scheduler.health.NodeHealth`). An agent that heartbeats again makes it a
+        (:class:`scheduler.rules.health.NodeHealth`). An agent that heartbeats again makes it a
         ready node again. The caller checks that the node is silent (fenced). ``event``:
         fields added to the node event (the operator's ``action``, ``by``, ``jobs``:
         :meth:`add_node_event`).
@@ -296,7 +296,7 @@ class NodesMixin(StoreBase):
         tasks): its lease is *revoked* instead: the node is ``cordoned`` now, its agent's
         heartbeats are answered ``revoked`` and renew nothing (lua.HEARTBEAT), so its tasks
         are fenced by their own lease; the loop declares it lost (and requeues its tasks)
-        once the store clock passes ``fence_until`` (:class:`scheduler.health.NodeHealth`).
+        once the store clock passes ``fence_until`` (:class:`scheduler.rules.health.NodeHealth`).
 
         Raises:
             NodeNotFoundError: no such node.
