@@ -295,7 +295,8 @@ def test_a_spray_of_distinct_wrong_tokens_is_limited_per_address(env):
     ``auth_failures_per_address`` they answer 429 unread, while a token this process
     verified recently still works from that address and other addresses are untouched."""
     api = env.settings.api.model_copy(
-        update={"auth_failures_per_address": 30, "auth_failure_window_s": 5}
+        # a token in use stays verified for token_cache_s (long here: a loaded machine)
+        update={"auth_failures_per_address": 30, "auth_failure_window_s": 5, "token_cache_s": 60}
     )
     env = dataclasses.replace(env, settings=env.settings.model_copy(update={"api": api}))
     with serve(env) as url:
