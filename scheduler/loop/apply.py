@@ -189,15 +189,22 @@ class StepApplier:
         now: float,
     ) -> lifecycle.Step:
         """What happens next to this attempt (:func:`scheduler.rules.lifecycle.decide`), with
-        the heartbeats of its nodes for the peer-loss rule (store clock)."""
+        the heartbeats and heartbeat gaps of its nodes for the peer-loss rule (store
+        clock)."""
         beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
+        gaps = {
+            t.node: (nodes[t.node].gap_from, nodes[t.node].gap_to)
+            for t in tasks
+            if t.node in nodes and nodes[t.node].gap_to > 0
+        }
+        grace = self.settings.loop.peer_loss_grace_s
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
-            peers=PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
+            peers=PeerWatch(beats, now, grace, gaps),
         )
 
     def _apply_step(

@@ -389,9 +389,8 @@ def decide(
                 return Step(
                     ending=Ending(
                         JobState.QUEUED,
-                        f"{_failure_why(t)} {verdict.after_s:.0f} s after its peer "
-                        f"{verdict.peer}'s node {verdict.node} went silent ({verdict.cause}); "
-                        "requeued, not charged to the retry budget",
+                        f"{_failure_why(t)} {verdict.because}; requeued, not charged to the "
+                        "retry budget",
                         infrastructure=True,
                         cause=verdict.cause,
                     )

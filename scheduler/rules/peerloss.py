@@ -10,26 +10,35 @@ arguments.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.states import TaskState
 from scheduler.store.records import Cause, TaskRecord
 
+NODE_SILENT = "node_silent"
+"""The cause of an attempt ended by a task's failure during a peer node's heartbeat gap
+(:class:`PeerWatch`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PeerLost:
-    """A task's failure that followed the loss of a peer's node: requeue, do not charge.
+    """A task's failure that followed the loss (or a long silence) of a peer's node: the
+    job is requeued, not charged.
 
     Attributes:
-        peer: the disrupted peer task's key; node: its node.
-        cause: what disrupted it (a ``records.Cause`` value: node_lost, fenced, ...).
-        after_s: seconds between the peer's node going silent and the task's end (>= 0).
+        cause: what ended the attempt (a ``records.Cause`` value: node_lost, fenced, ...;
+            or :data:`NODE_SILENT`).
+        because: how, after the failure's own words (``"12 s after its peer w-1's node n2
+            went silent (node_lost)"``).
     """
 
-    peer: str
-    node: str
     cause: str
-    after_s: float
+    because: str
+
+
+def _within(t: float, gap: tuple[float, float]) -> bool:
+    """Whether time ``t`` lies in the heartbeat gap ``(gap_from, gap_to)`` (s)."""
+    return gap[0] <= t <= gap[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +53,24 @@ class PeerWatch:
     node has not heartbeated since the task ended, the failure is held: the loop decides
     nothing until the node heartbeats (the failure is then the task's own) or is declared
     lost (then the job is requeued, not charged), or ``grace_s`` passed since the task
-    ended (then it is the task's own).
+    ended (then it is the task's own). A node that heartbeats again after a gap of more
+    than two heartbeat intervals (``gaps``) during which the task ended frees the failure
+    too (issue 32 item 6): a peer stalled (frozen, partitioned) for less than the lost-node
+    timeout still broke the collective, whether or not its node is later lost.
 
     Attributes:
         heartbeats: ``{node: last heartbeat time}`` (s, store clock), the nodes of the
             job's tasks; a node missing here counts as never heard from.
         now: the store's time (s).
         grace_s: the grace period (s, ``loop.peer_loss_grace_s``).
+        gaps: ``{node: (gap_from, gap_to)}`` (s, store clock): the node's last heartbeat
+            gap longer than two heartbeat intervals (``NodeRecord.gap_from/gap_to``).
     """
 
     heartbeats: Mapping[str, float]
     now: float
     grace_s: float
+    gaps: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def verdict(self, t: TaskRecord, tasks: Sequence[TaskRecord]) -> PeerLost | str | None:
         """For the own failure of ``t``: :class:`PeerLost` (a peer's node was lost: the
@@ -76,7 +91,18 @@ class PeerWatch:
                     p.state != TaskState.LOST or t.finished >= beat
                 ):
                     cause = p.cause or Cause.NODE_LOST.value
-                    return PeerLost(p.key, p.node, cause, max(0.0, t.finished - since))
+                    return PeerLost(
+                        cause,
+                        f"{max(0.0, t.finished - since):.0f} s after its peer {p.key}'s node "
+                        f"{p.node} went silent ({cause})",
+                    )
+            elif p.node in self.gaps and _within(t.finished, self.gaps[p.node]):
+                gap_from, gap_to = self.gaps[p.node]
+                return PeerLost(
+                    NODE_SILENT,
+                    f"while its peer {p.key}'s node {p.node} was silent "
+                    f"({gap_to - gap_from:.0f} s without a heartbeat)",
+                )
             elif not p.done and beat < t.finished and self.now - t.finished <= self.grace_s:
                 hold = hold or (
                     f"task {t.key} ended; waiting for the verdict on node {p.node} (task "

@@ -185,6 +185,11 @@ class NodeRecord:
             renew the lease by a heartbeat within that time. fence_s: seconds (agent clock)
             from a heartbeat's send until its tasks are surely dead when no renewal
             follows (lease + the executor's kill bound). 0 for agents without a lease.
+        heartbeat_interval_s: the agent's heartbeat interval (s; 0: unknown, taken as 5).
+        gap_from, gap_to: the last heartbeat gap longer than two intervals (s, Redis clock:
+            the heartbeat before it and the one that ended it; 0 when none).
+        revoked: an operator force-deleted the node while it heartbeated; its lease is
+            revoked and the loop declares it lost at ``fence_until`` (s, Redis clock).
     """
 
     name: str
@@ -207,6 +212,11 @@ class NodeRecord:
     # an operator deleted it (``pasture node delete``): lost now, its record removed by the
     # loop once its tasks were requeued (scheduler/rules/health.py)
     deleted: bool = False
+    heartbeat_interval_s: float = 0.0
+    gap_from: float = 0.0
+    gap_to: float = 0.0
+    revoked: bool = False
+    fence_until: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
