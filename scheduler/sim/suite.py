@@ -14,6 +14,7 @@ Cases (each at every load; the cluster is sized so that the window load is the t
     syn-big-gangs  synthetic: 64 GPUs (8 x 8); 15% of jobs are gangs of 50-90% of the
                    cluster (32, 40, 48 or 56 GPUs: whole nodes), the rest 1-4 GPUs.
     syn-16gpu      synthetic: a 16-GPU cluster (2 x 8), jobs of 1-16 GPUs.
+    syn-1gpu-flood synthetic: 64 GPUs (8 x 8); 95% of jobs take 1 GPU, 5% a whole node.
 
 Synthetic jobs arrive as a Poisson process whose rate gives the target load on the fixed
 cluster (rate = load x GPUs / E[GPUs x run time]); the table reports the window load
@@ -120,12 +121,18 @@ def _small(rng: random.Random) -> tuple[int, float]:
     return rng.choices((1, 2, 4, 8, 16), (50, 20, 15, 10, 5))[0], _lognormal(rng)
 
 
+def _flood(rng: random.Random) -> tuple[int, float]:
+    # a flood of 1-GPU jobs with a few whole-node ones among them (rule fixed before any run)
+    return (1 if rng.random() < 0.95 else 8), _lognormal(rng)
+
+
 def cases() -> list[Case]:
     """All suite cases, real traces first (see the module docstring)."""
     itp = "itp/cluster{}.csv"
     heavy_g = (1 * 60 + 2 * 15 + 4 * 12 + 8 * 9 + 16 * 4) / 100
     gang_g = 0.15 * (32 + 40 + 48 + 56) / 4 + 0.85 * (1 + 1 + 2 + 4) / 4
     small_g = (1 * 50 + 2 * 20 + 4 * 15 + 8 * 10 + 16 * 5) / 100
+    flood_g = 0.95 * 1 + 0.05 * 8
     return [
         Case("philly-A", _real("philly", 10_000)),
         Case("philly-B", _real("philly", 40_000)),
@@ -136,6 +143,7 @@ def cases() -> list[Case]:
         Case("syn-heavy-tail", _synthetic("syn-heavy-tail", 8, _heavy, heavy_g * _pareto_mean())),
         Case("syn-big-gangs", _synthetic("syn-big-gangs", 8, _big_gangs, gang_g * _LOGN_MEAN)),
         Case("syn-16gpu", _synthetic("syn-16gpu", 2, _small, small_g * _LOGN_MEAN)),
+        Case("syn-1gpu-flood", _synthetic("syn-1gpu-flood", 8, _flood, flood_g * _LOGN_MEAN)),
     ]
 
 
