@@ -14,6 +14,11 @@ A role is elastic when ``TaskRole.elastic`` is set: ``replicas`` is its maximum 
 * **Grow** (after the pending jobs and the ``min_available`` growth of other jobs): idle
   capacity goes one replica at a time to the elastic job whose next replica gains the
   most, until nothing more fits or no job gains.
+* **Rebalance** (after grow, issue 36): while the job whose next replica gains most gains
+  more than the running job whose last spare replica loses least loses, that replica is
+  shrunk for it (:meth:`ElasticStage.rebalance`). AFS reallocates every GPU at each event;
+  growing into idle room only, the stage kept a long job's replicas while a new short one
+  ran at its minimum.
 
 Sizing policy, after AFS (Hwang et al., "Elastic Resource Sharing for Distributed Deep
 Learning", NSDI 2021): give the next GPU to the job with the highest marginal throughput
