@@ -328,14 +328,14 @@ class RoleSpec(_Model):
                 raise ValueError(
                     f"throughput: expected the rate at 1 replica among the keys, got {sorted(tp)}"
                 )
-            for n, x in tp.items():
-                if not 1 <= n <= self.replicas:
+            for k, x in tp.items():
+                if not 1 <= k <= self.replicas:
                     raise ValueError(
-                        f"throughput: expected replica counts 1..{self.replicas} as keys, got {n}"
+                        f"throughput: expected replica counts 1..{self.replicas} as keys, got {k}"
                     )
                 if not (x > 0 and math.isfinite(x)):
                     raise ValueError(
-                        f"throughput: expected a finite rate > 0 at {n} replicas, got {x!r}"
+                        f"throughput: expected a finite rate > 0 at {k} replicas, got {x!r}"
                     )
         c = self.completion
         for what, n in (
