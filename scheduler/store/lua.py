@@ -110,6 +110,8 @@ for _, s in ipairs(d.shrinks or {}) do
       end
     end
     if removed > 0 then
+      -- the core's regrow cool-down (Policy.regrow_cooldown_s) counts from here
+      redis.call('HSET', jk, 'resized_at', tostring(now))
       event(jk, now, redis.call('HGET', jk, 'state'), s.attempt, s.reason)
       shrunk = shrunk + removed
     end

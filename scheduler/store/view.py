@@ -202,8 +202,8 @@ class JobsView:
 
     def committed(self, payload: dict[str, Any], at: float) -> None:
         """Apply what the commit script wrote for ``payload``'s binds (state scheduled at
-        ``at``, the commit's Redis time) without reading it; its preempted jobs are read
-        next time."""
+        ``at``, the commit's Redis time) without reading it; its preempted and shrunk jobs
+        are read next time."""
         for b in payload["binds"]:
             job = self.records.get(b["job"])
             if job is not None:
@@ -211,6 +211,7 @@ class JobsView:
                 job.scheduled_time = job.updated = at
                 job.pending_reason = None
         self.stale = {p["job"] for p in payload["preemptions"]}
+        self.stale |= {s["job"] for s in payload.get("shrinks", ())}  # their resized_at
 
     def read(self, store: Store, full: bool) -> tuple[list[JobRecord], set[str]]:
         """``(active jobs with a spec, by name; jobs:dirty)`` (see the class docstring)."""
