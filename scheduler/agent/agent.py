@@ -337,7 +337,13 @@ class Agent:
             return
         cause = ""
         fenced = t.fenced or self.executor.fenced(t.handle)
-        if fenced and code != 0:
+        platform = None
+        if not t.stopping and code != 0:
+            platform = self.executor.infrastructure_ending(t.handle)
+        if platform is not None and not fenced:  # evicted, node shutdown, admission refused
+            cause, why = platform
+            state, msg = TaskState.LOST, f"ended by the platform ({why}), exit code {code}"
+        elif fenced and code != 0:
             state, msg, cause = (
                 TaskState.LOST,
                 "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
@@ -352,7 +358,7 @@ class Agent:
         else:
             state, msg = TaskState.FAILED, f"exited with code {code}"
         diag = None
-        if state == TaskState.FAILED:  # classify the failure (rules are data)
+        if state == TaskState.FAILED or platform:  # classify the failure (rules are data)
             role, _, index = t.key.rpartition("-")
             diag = diagnose_report(
                 task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),

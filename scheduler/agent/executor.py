@@ -171,6 +171,14 @@ class Executor(abc.ABC):
     def cleanup(self, handle: str) -> None:  # noqa: B027 - optional hook
         """Remove what the task left on the node (default: nothing)."""
 
+    def infrastructure_ending(self, handle: str) -> tuple[str, str] | None:
+        """``(cause, reason)`` when the platform, not the task, ended the task of ``handle``
+        (a :class:`scheduler.store.records.Cause` value and the platform's own reason),
+        so that the agent reports it ``lost`` and the job is requeued without charge.
+        Call after :meth:`poll` returned an exit code, before :meth:`cleanup`. Default:
+        never (the container and process executors' tasks end by themselves)."""
+        return None
+
     def evidence(self, handle: str) -> dict[str, Any]:
         """What the runtime saw of a finished task, for the failure diagnosis
         (:mod:`scheduler.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call

@@ -250,6 +250,8 @@ def test_every_shipped_rule_is_reachable():
                 "CreateContainerConfigError",
                 "Evicted",
                 "UnexpectedAdmissionError",
+                "TerminationByKubelet",
+                "OutOfcpu",
             )
         ),
     }
