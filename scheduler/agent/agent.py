@@ -229,7 +229,8 @@ class Agent:
         """Register (or re-register) this node with detected / configured capacity; renews
         the lease."""
         sent = time.monotonic()
-        cap = detect_capacity(self.s.resources, self.gpu_health.backend)
+        node = self.executor.node_capacity(self.node)
+        cap = detect_capacity(self.s.resources, self.gpu_health.backend, node=node)
         rec = NodeRecord(
             name=self.node,
             address=self.s.address,
@@ -249,6 +250,7 @@ class Agent:
             fence_s=self.fence_s,
         )
         self._last_heartbeat = time.monotonic()
+        self.executor.before_register(self.node)
         out = self.store.register_node(rec)
         self._renew(sent)
         return out

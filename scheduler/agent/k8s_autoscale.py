@@ -45,8 +45,9 @@ from typing import Any
 from kubernetes import client as k8s
 
 from scheduler.agent import taints
-from scheduler.agent.kubernetes import SAFE_TO_EVICT
-from scheduler.core.model import Decision, Job, PendingReason, ReasonKind, Snapshot
+from scheduler.agent.k8s_nodes import REGISTERED_LABEL, KubeNodes, NodeFacts
+from scheduler.agent.k8s_pod import SAFE_TO_EVICT
+from scheduler.core.model import Decision, Job, NodeState, PendingReason, ReasonKind, Snapshot
 
 log = logging.getLogger("pasture.autoscale")
 
@@ -59,7 +60,7 @@ PRIORITY_CLASS = "pasture-placeholder"
 Never, created by the aks stack): any real pod may preempt them, they preempt nothing."""
 PLACEHOLDER_PRIORITY = -10
 POOL_LABEL = "pasture/pool"
-PLACEHOLDER_LABEL = "pasture/placeholder"
+PLACEHOLDER_LABEL = "pasture/placeholder"  # = k8s_nodes.PLACEHOLDER_LABEL
 JOB_ANNOTATION = "pasture/job"
 WAITING = (ReasonKind.NO_FIT_EVER, ReasonKind.INSUFFICIENT_RESOURCES, ReasonKind.GANG_INCOMPLETE)
 """Pending kinds a new node can cure (not quota, queue order or reservations)."""
@@ -183,8 +184,11 @@ def placeholder_pods(
         job: the pending job (core model): each role's replicas and per-task resources.
         pool: the pool that can fit it.
         namespace: namespace of the pods.
-        registered: names of nodes already registered with pasture (kept off by a node
-            anti-affinity, so that a placeholder only ever asks for a new node).
+        registered: names of nodes already registered with pasture. A placeholder only
+            ever asks for a new node: node affinity requires the absence of
+            :data:`~scheduler.agent.k8s_nodes.REGISTERED_LABEL` (set by each agent before
+            it registers its node, so it holds for nodes that register later) and, in
+            case an agent could not set it, ``NotIn`` these names.
         image: the pause image.
 
     Returns:
@@ -195,19 +199,25 @@ def placeholder_pods(
     Raises:
         ValueError: a malformed taint in ``pool.taints``.
     """
+    # kept off every node pasture schedules, by a label its agent sets before it registers
+    # the node (live: a node that registers after this pod was made is avoided too)
+    terms = [
+        k8s.V1NodeSelectorRequirement(key=REGISTERED_LABEL, operator="DoesNotExist"),
+    ]
     avoid = sorted(set(registered))
-    affinity = None
-    if avoid:  # an empty NotIn list is refused by the API server
-        term = k8s.V1NodeSelectorRequirement(
-            key="kubernetes.io/hostname", operator="NotIn", values=avoid
-        )
-        affinity = k8s.V1Affinity(
-            node_affinity=k8s.V1NodeAffinity(
-                required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
-                    node_selector_terms=[k8s.V1NodeSelectorTerm(match_expressions=[term])]
-                )
+    if avoid:  # and the nodes registered now, should an agent lack the right to label
+        terms.append(
+            k8s.V1NodeSelectorRequirement(
+                key="kubernetes.io/hostname", operator="NotIn", values=avoid
             )
         )
+    affinity = k8s.V1Affinity(
+        node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
+                node_selector_terms=[k8s.V1NodeSelectorTerm(match_expressions=terms)]
+            )
+        )
+    )
     tolerations = [
         k8s.V1Toleration(
             key=t.get("key"), operator=t.get("operator"), value=t.get("value"), effect=t["effect"]
@@ -282,6 +292,9 @@ class Autoscaler:
         namespace: namespace of the placeholders.
         image: the pause image.
         clock: monotonic clock (s).
+        nodes: the pod and node informers (:class:`~scheduler.agent.k8s_nodes.KubeNodes`);
+            None: placeholders are listed every :data:`RECONCILE_EVERY_S` and no node
+            facts are given to the core.
     """
 
     def __init__(
@@ -291,15 +304,18 @@ class Autoscaler:
         namespace: str,
         image: str = PAUSE_IMAGE,
         clock: Callable[[], float] = time.monotonic,
+        nodes: KubeNodes | None = None,
     ) -> None:
         self.pools = pools
         self.api = api
         self.namespace = namespace
         self.image = image
         self.clock = clock
+        self.nodes = nodes
         self._listed_at: float | None = None
         self._pods: dict[str, dict[str, str]] = {}  # job -> {pod name: node name or ""}
         self._registered: set[str] = set()
+        self._made: dict[tuple[str, str], float] = {}  # (job, pod) -> when this loop made it
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Autoscaler | None:
@@ -312,32 +328,44 @@ class Autoscaler:
         from kubernetes import config as k8s_config
 
         k8s_config.load_incluster_config()
+        api = k8s.CoreV1Api()
         return cls(
             pools,
-            k8s.CoreV1Api(),
+            api,
             env.get(NAMESPACE_ENV, "pasture"),
             env.get(PAUSE_IMAGE_ENV) or PAUSE_IMAGE,
+            nodes=KubeNodes(api),
         )
 
     # ---- the loop's two calls --------------------------------------------------------
-    def before_core(self, registered: Iterable[str]) -> None:
-        """Delete the placeholders sitting on nodes registered with pasture (their node
-        has come: the core may now place the job there), before the core runs. A newly
-        registered node makes the placeholders be listed again at once. Errors of the API
-        server are logged (the loop goes on)."""
+    def before_core(self, registered: Iterable[str]) -> dict[str, NodeFacts]:
+        """Before the core runs: delete the placeholders of every job whose placeholders
+        all sit on nodes registered with pasture (the whole gang's nodes have come: the
+        core may now place the job there; a job whose other nodes are still coming keeps
+        them, so that nothing else takes its nodes and no node is asked for twice), and
+        return the node facts (:class:`~scheduler.agent.k8s_nodes.NodeFacts`: what other
+        pods hold, placeholders still in place included; cordons) for the core. A newly
+        registered node makes the placeholders be listed again at once (without
+        informers). Errors of the API server are logged (the loop goes on, with the
+        facts it has)."""
         known = set(registered)
         try:
-            self._list(force=bool(known - self._registered))
+            self._refresh(force=bool(known - self._registered))
             self._registered = known
             self._free(known)
         except Exception as exc:  # the API server is one more thing that can be down
             log.warning("placeholders not reconciled: %s", exc)
+        return self.nodes.facts() if self.nodes is not None else {}
 
     def _free(self, known: set[str]) -> None:
         for job, pods in list(self._pods.items()):
-            for name, node in list(pods.items()):
-                if node and node in known:
-                    log.info("node %s registered: placeholder %s of %s deleted", node, name, job)
+            if pods and all(node and node in known for node in pods.values()):
+                log.info(
+                    "every node of job %s registered (%s): its placeholders deleted",
+                    job,
+                    ", ".join(sorted(set(pods.values()))),
+                )
+                for name in list(pods):
                     self._delete(job, name)
 
     def after_core(self, snapshot: Snapshot, decision: Decision) -> Decision:
@@ -359,9 +387,12 @@ class Autoscaler:
         registered: dict[str, list[str]] = {}
         for node in snapshot.nodes:
             label = node.labels.get(POOL_LABEL)
-            if label:
+            if label and node.state != NodeState.LOST:  # a lost node counts toward nothing
                 in_pool[label] = in_pool.get(label, 0) + 1
                 registered.setdefault(label, []).append(node.name)
+        if self.nodes is not None and self.nodes.synced:
+            # the Node objects the pool has now (ready or cordoned): what maxCount bounds
+            in_pool = self.nodes.pool_sizes(POOL_LABEL)
         jobs = {j.name: j for j in snapshot.pending}
         reasons = dict(decision.pending)
         waiting: dict[str, Pool] = {}
@@ -383,18 +414,43 @@ class Autoscaler:
         return replace(decision, pending=reasons)
 
     # ---- Kubernetes ------------------------------------------------------------------
-    def _list(self, force: bool = False) -> None:
+    def _refresh(self, force: bool = False) -> None:
+        """The placeholders as they are now: from the pod informer (every cycle), else a
+        LIST at most every :data:`RECONCILE_EVERY_S` (``force``: now)."""
+        if self.nodes is not None:
+            if self.nodes.synced:
+                pods = [
+                    p
+                    for p in self.nodes.pods.objects()
+                    if p.metadata is not None
+                    and p.metadata.namespace == self.namespace
+                    and PLACEHOLDER_LABEL in (p.metadata.labels or {})
+                ]
+                self._index(pods, keep_unseen=True)
+            return
         now = self.clock()
         if not force and self._listed_at is not None and now - self._listed_at < RECONCILE_EVERY_S:
             return
         self._listed_at = now
         found = self.api.list_namespaced_pod(self.namespace, label_selector=PLACEHOLDER_LABEL)
+        self._index(found.items, keep_unseen=False)
+
+    def _index(self, found: Iterable[k8s.V1Pod], *, keep_unseen: bool) -> None:
+        """``self._pods`` from the placeholder pods ``found``; ``keep_unseen``: keep those
+        this loop created that the informer has not shown yet."""
         pods: dict[str, dict[str, str]] = {}
-        for pod in found.items:
+        for pod in found:
             meta = pod.metadata
             job = str(((meta.annotations if meta else None) or {}).get(JOB_ANNOTATION, ""))
             node = str((pod.spec.node_name if pod.spec else None) or "")
             pods.setdefault(job, {})[placeholder_name_of(pod)] = node
+        if keep_unseen:
+            now = self.clock()
+            for (job, name), made in list(self._made.items()):
+                if now - made > RECONCILE_EVERY_S:
+                    del self._made[(job, name)]
+                elif name not in pods.get(job, {}):
+                    pods.setdefault(job, {})[name] = ""
         self._pods = pods
 
     def _ensure(self, job: Job, pool: Pool, registered: list[str]) -> None:
@@ -413,6 +469,7 @@ class Autoscaler:
                     log.warning("cannot create placeholder %s: %s", name, exc.reason)
                     continue
             have[name] = ""
+            self._made[(job.name, name)] = self.clock()
             log.info("placeholder %s asks pool %s for a node (job %s)", name, pool.name, job.name)
 
     def _delete(self, job: str, name: str) -> None:
@@ -422,6 +479,9 @@ class Autoscaler:
             if exc.status != 404:
                 log.warning("cannot delete placeholder %s: %s", name, exc.reason)
                 return
+        self._made.pop((job, name), None)
+        if self.nodes is not None:  # gone now for this loop, before its DELETED event
+            self.nodes.pods.forget(self.namespace, name)
         pods = self._pods.get(job, {})
         pods.pop(name, None)
         if not pods:

@@ -61,11 +61,14 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s
 
 from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+from scheduler.agent.k8s_capacity import NodeCapacityError, read_capacity
+from scheduler.agent.k8s_nodes import REGISTERED_LABEL
 from scheduler.agent.k8s_pod import (
     AGENT_VOLUME,
     DEFAULT_TOLERATIONS,
@@ -90,6 +93,7 @@ from scheduler.agent.k8s_pod import (
     pod_of,
     start_failure,
 )
+from scheduler.agent.resources import Capacity
 
 __all__ = [
     "AGENT_VOLUME",
@@ -132,6 +136,8 @@ class KubernetesExecutor(Executor):
             reported as running (:data:`DISRUPTION_HOLD_S`, see :func:`disruption`);
             then its exit code (-1 when gone) is reported.
         clock: monotonic clock in seconds.
+        capacity_wait_s: seconds :meth:`node_capacity` waits for a GPU node's device
+            plugin to advertise its GPUs.
     """
 
     kind = "kubernetes"
@@ -143,8 +149,10 @@ class KubernetesExecutor(Executor):
         api: k8s.CoreV1Api | None = None,
         disruption_hold_s: float = DISRUPTION_HOLD_S,
         clock: Callable[[], float] = time.monotonic,
+        capacity_wait_s: float = 300.0,
         **_ignored: object,
     ) -> None:
+        self.capacity_wait_s = capacity_wait_s
         self.settings = settings or PodSettings.from_env(network=network)
         self.disruption_hold_s = disruption_hold_s
         self._clock = clock
@@ -275,6 +283,41 @@ class KubernetesExecutor(Executor):
         log.warning("task pod %s never started: %s: %s", handle, reason, message)
         self._evidence[handle] = {"k8s_reason": reason, "k8s_message": message}
         return START_FAILED_EXIT
+
+    def node_capacity(self, node: str) -> Capacity | None:
+        """The allocatable of this agent's Node object (:func:`read_capacity`: waiting for
+        a GPU node's device plugin to advertise its GPUs). Raises NodeCapacityError."""
+
+        def fetch(name: str) -> dict[str, Any]:
+            try:
+                raw = self.api.read_node(name)
+            except k8s.ApiException as exc:
+                raise NodeCapacityError(
+                    f"node {name}: cannot read its Node object: {exc.status} {exc.reason}"
+                ) from None
+            out: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(raw)
+            return out
+
+        return read_capacity(node, fetch=fetch, wait_s=self.capacity_wait_s)
+
+    def before_register(self, node: str) -> None:
+        """Label this node's Node object :data:`REGISTERED_LABEL` (``"true"``) before the
+        agent registers it: placeholder pods require its absence, so that kube-scheduler
+        puts none where pasture binds tasks. A refusal (the agent's ClusterRole lacks
+        ``patch`` on nodes) is logged; the loop still counts placeholders against the
+        node's capacity (:mod:`.k8s_nodes`)."""
+        body = {"metadata": {"labels": {REGISTERED_LABEL: "true"}}}
+        try:
+            self.api.patch_node(node, body)
+        except k8s.ApiException as exc:
+            log.error(
+                "cannot label node %s %s=true (%s %s): placeholder pods may land on it; "
+                "the agent's ClusterRole needs 'patch' on 'nodes'",
+                node,
+                REGISTERED_LABEL,
+                exc.status,
+                exc.reason,
+            )
 
     def infrastructure_ending(self, handle: str) -> tuple[str, str] | None:
         """``(cause, reason)`` of a task pod that Kubernetes ended (an eviction, a node
