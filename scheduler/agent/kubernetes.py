@@ -58,6 +58,7 @@ tested as the client's models; the executor wraps ``CoreV1Api`` (no cluster here
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -67,7 +68,7 @@ from kubernetes import client as k8s
 
 from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
-from scheduler.agent.k8s_capacity import NodeCapacityError, read_capacity
+from scheduler.agent.k8s_capacity import NODE_ENV, NodeCapacityError, read_capacity
 from scheduler.agent.k8s_nodes import REGISTERED_LABEL
 from scheduler.agent.k8s_pod import (
     AGENT_VOLUME,
@@ -138,6 +139,9 @@ class KubernetesExecutor(Executor):
         clock: monotonic clock in seconds.
         capacity_wait_s: seconds :meth:`node_capacity` waits for a GPU node's device
             plugin to advertise its GPUs.
+        node_objects: read and label this agent's Node object (:meth:`node_capacity`,
+            :meth:`before_register`); default: when ``PASTURE_K8S_NODE_NAME`` is set (the
+            agent DaemonSet of the aks stack).
     """
 
     kind = "kubernetes"
@@ -150,9 +154,11 @@ class KubernetesExecutor(Executor):
         disruption_hold_s: float = DISRUPTION_HOLD_S,
         clock: Callable[[], float] = time.monotonic,
         capacity_wait_s: float = 300.0,
+        node_objects: bool | None = None,
         **_ignored: object,
     ) -> None:
         self.capacity_wait_s = capacity_wait_s
+        self.node_objects = bool(os.environ.get(NODE_ENV)) if node_objects is None else node_objects
         self.settings = settings or PodSettings.from_env(network=network)
         self.disruption_hold_s = disruption_hold_s
         self._clock = clock
@@ -286,7 +292,10 @@ class KubernetesExecutor(Executor):
 
     def node_capacity(self, node: str) -> Capacity | None:
         """The allocatable of this agent's Node object (:func:`read_capacity`: waiting for
-        a GPU node's device plugin to advertise its GPUs). Raises NodeCapacityError."""
+        a GPU node's device plugin to advertise its GPUs); None without ``node_objects``.
+        Raises NodeCapacityError."""
+        if not self.node_objects:
+            return None
 
         def fetch(name: str) -> dict[str, Any]:
             try:
@@ -305,7 +314,9 @@ class KubernetesExecutor(Executor):
         agent registers it: placeholder pods require its absence, so that kube-scheduler
         puts none where pasture binds tasks. A refusal (the agent's ClusterRole lacks
         ``patch`` on nodes) is logged; the loop still counts placeholders against the
-        node's capacity (:mod:`.k8s_nodes`)."""
+        node's capacity (:mod:`.k8s_nodes`). Nothing without ``node_objects``."""
+        if not self.node_objects:
+            return
         body = {"metadata": {"labels": {REGISTERED_LABEL: "true"}}}
         try:
             self.api.patch_node(node, body)
