@@ -288,6 +288,8 @@ class KubernetesExecutor(Executor):
                 return None
         log.warning("task pod %s never started: %s: %s", handle, reason, message)
         self._evidence[handle] = {"k8s_reason": reason, "k8s_message": message}
+        if failure is None:  # no start failure of its own: it never ran, whatever why
+            self._evidence[handle]["k8s_not_running"] = True
         return START_FAILED_EXIT
 
     def node_capacity(self, node: str) -> Capacity | None:

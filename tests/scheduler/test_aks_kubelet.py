@@ -1,0 +1,421 @@
+"""pasture sees each AKS node as the kubelet sees it (issue 35): the real loop (with its
+autoscaler and informers), real agents with the real kubernetes executor, over a real
+redis-server, against :class:`tests.k8s_standin.KubeStandIn` (kube-scheduler binding,
+kubelet admission, cluster autoscaler, drains and Spot evictions)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from scheduler.agent.agent import Agent
+from scheduler.agent.k8s_autoscale import Autoscaler, Pool
+from scheduler.agent.k8s_nodes import REGISTERED_LABEL, KubeNodes
+from scheduler.agent.kubernetes import KubernetesExecutor, PodSettings
+from scheduler.loop import Loop
+from scheduler.settings import AgentSettings, SchedulerSettings
+from scheduler.spec import parse_job_spec
+from scheduler.store import Store
+from tests.k8s_standin import KubeStandIn
+
+GI = 2**30
+MI = 2**20
+# pasture's DaemonSets on a GPU node (agent, device plugin...: 160m / 576Mi per the issue)
+# and kube-system's (kube-proxy, azure CNI, CSI drivers)
+DAEMONSETS = (("pasture-agent", 160, 576 * MI), ("kube-proxy", 100, 128 * MI))
+NODE = {"cpu_m": 23_660, "memory": 200 * GI, "gpu": 1}  # NC24ads_A100_v4, real allocatable
+TAINTS = ("nvidia.com/gpu=present:NoSchedule",)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Aks:
+    """One AKS cluster with a GPU pool ``a100`` (0..max_count nodes) and pasture on it."""
+
+    def __init__(self, redis_url: str, tmp_path, max_count: int = 4, hold_s: float = 120.0):
+        self.tmp = tmp_path
+        self.redis_url = redis_url
+        self.hold_s = hold_s
+        self.kube = KubeStandIn()
+        self.kube.add_pool(
+            "a100", max_count=max_count, **NODE, taints=TAINTS, daemonsets=DAEMONSETS
+        )
+        settings = SchedulerSettings.model_validate(
+            {
+                "redis": {"url": redis_url},
+                "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 30},
+                "virtual_clusters": [
+                    {"name": "default", "guarantee": {"cpu": 512, "memory": "4Ti", "gpu": 32}}
+                ],
+            }
+        )
+        self.store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
+        self.store.apply_vcs(settings.virtual_clusters)
+        self.clock = Clock()
+        self.loop = Loop(self.store, settings, clock=self.clock)
+        self.loop._health.node_gone = self.kube.nodes_gone
+        pool = Pool(
+            name="a100",
+            cpu_m=NODE["cpu_m"] - sum(c for _, c, _ in DAEMONSETS),
+            memory=NODE["memory"] - sum(m for _, _, m in DAEMONSETS),
+            gpu=1,
+            max_count=max_count,
+            taints=TAINTS,
+        )
+        self.informers = KubeNodes(self.kube)
+        self.loop.autoscale = Autoscaler(
+            (pool,), self.kube, "pasture", clock=self.clock, nodes=self.informers
+        )
+        self.agents: dict[str, Agent] = {}
+        self.exec_clock = Clock()
+
+    def close(self) -> None:
+        self.informers.stop()
+
+    def sync(self) -> None:
+        """Wait until the loop's informers have seen every change of the API."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with self.kube.cond:
+                last = {
+                    k: max((e[0] for e in self.kube.events if e[1] == k), default=0)
+                    for k in ("pod", "node")
+                }
+            seen = {
+                "pod": int(self.informers.pods.resource_version or 0),
+                "node": int(self.informers.nodes.resource_version or 0),
+            }
+            if self.informers.synced and all(seen[k] >= last[k] for k in last):
+                return
+            time.sleep(0.01)
+        raise AssertionError("informers did not catch up")
+
+    def agent(self, node: str) -> Agent:
+        """The agent of ``node`` (the DaemonSet's pod), registering it on first call."""
+        if node not in self.agents:
+            work = self.tmp / f"work-{node}"
+            settings = AgentSettings.model_validate(
+                {
+                    "node_name": node,
+                    "address": "10.224.0.1",
+                    "redis": {"url": self.redis_url},
+                    "share_dir": str(self.tmp / "share"),
+                    "executor": "process",
+                    "work_dir": str(work),
+                    "port_range": [32000, 32099],
+                    "stop_grace_s": 0,
+                }
+            )
+            executor = KubernetesExecutor(
+                settings=PodSettings(share_claim=None, agent_dir=str(work), pending_timeout_s=600),
+                api=self.kube,
+                node_objects=True,
+                capacity_wait_s=0,
+                disruption_hold_s=self.hold_s,
+                clock=self.exec_clock,
+            )
+            agent = Agent(settings, store=self.store, executor=executor)
+            agent.register()
+            self.agents[node] = agent
+        return self.agents[node]
+
+    def step(self, n: int = 1) -> None:
+        """Agents of the pool's nodes come up and reconcile; the loop cycles."""
+        for _ in range(n):
+            for node in self.kube.pool_nodes("a100"):
+                self.agent(node)
+            self.sync()
+            self.loop.cycle()
+            for node, agent in list(self.agents.items()):
+                if node in self.kube.nodes:
+                    agent.heartbeat()
+                    agent.reconcile()
+
+    def submit(self, name: str, *, cpu: float = 8, gpu: int = 1, replicas: int = 1, **extra):
+        spec = {
+            "name": name,
+            "roles": {
+                "trainer": {
+                    "replicas": replicas,
+                    "command": "python train.py",
+                    "resources": {"cpu": cpu, "memory": "64Gi", "gpu": gpu},
+                }
+            },
+            **extra,
+        }
+        self.store.create_job(parse_job_spec(spec), user="ann")
+
+    def task_pods(self) -> list[str]:
+        return [n for n in self.kube.running() if n.startswith("task-")]
+
+
+@pytest.fixture()
+def aks(redis_url, tmp_path):
+    cluster = Aks(redis_url, tmp_path)
+    yield cluster
+    cluster.close()
+
+
+def test_a_waiting_jobs_placeholder_never_takes_the_gpu_a_task_was_bound_to(aks):
+    """The issue's sequence: j1 and j2 wait with placeholders; the autoscaler adds one node;
+    ph-j1 lands; the agent registers; the loop frees the node and binds j1 there; kube-
+    scheduler retries ph-j2 at once on the delete. ph-j2 must not land on the node pasture
+    now schedules, so the kubelet admits j1's pod (on main it answered
+    UnexpectedAdmissionError and j1 failed)."""
+    aks.submit("j1")
+    aks.submit("j2")
+    aks.step(2)
+    assert sorted(n for (_, n) in aks.kube.pods if n.startswith("ph-")) == [
+        "ph-j1-trainer-0",
+        "ph-j2-trainer-0",
+    ]
+    aks.kube.pools["a100"]["max_count"] = 1  # one node comes first
+    (node,) = aks.kube.autoscale()
+    assert aks.kube.pods[("pasture", "ph-j1-trainer-0")]["spec"]["nodeName"] == node
+    aks.step(3)
+    assert aks.kube.nodes[node]["metadata"]["labels"][REGISTERED_LABEL] == "true"
+    assert aks.kube.rejections == []
+    assert aks.store.get_job("j1").state == "running"
+    (task,) = aks.store.tasks("j1")
+    assert task.node == node and len(aks.task_pods()) == 1
+    ph2 = aks.kube.pods[("pasture", "ph-j2-trainer-0")]
+    assert not ph2["spec"].get("nodeName")  # still asking for a node of its own
+    assert aks.store.get_job("j2").state == "queued"
+
+
+def test_no_task_is_bound_where_another_pod_holds_the_gpu(aks):
+    """A pod pasture does not own (a user's pod in another namespace, bound by
+    kube-scheduler) holds the node's only GPU: the core must not bind a task there."""
+    aks.kube.add_node(
+        "aks-a100-vmss-x",
+        **NODE,
+        taints=TAINTS,
+        daemonsets=DAEMONSETS,
+        labels={"pasture/pool": "a100"},
+    )
+    aks.step()
+    aks.kube.create_namespaced_pod(
+        "team-b",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "notebook"},
+            "spec": {
+                "nodeName": "aks-a100-vmss-x",
+                "containers": [
+                    {
+                        "name": "nb",
+                        "image": "jupyter",
+                        "resources": {
+                            "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                            "limits": {"nvidia.com/gpu": "1"},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    aks.submit("train")
+    aks.step(3)
+    assert aks.kube.rejections == []
+    assert aks.store.get_job("train").state == "queued"
+    assert aks.store.tasks("train") == []
+
+
+def test_capacity_is_allocatable_less_daemonsets_and_the_fence_sidecar(aks):
+    """23,660m allocatable, 260m of DaemonSets: a 23.6-CPU job can never be admitted there
+    (on main it was bound, answered OutOfcpu and failed); a 23.39-CPU job with its 10m
+    fence sidecar fits and runs."""
+    aks.kube.add_node(
+        "aks-a100-vmss-x",
+        **NODE,
+        taints=TAINTS,
+        daemonsets=DAEMONSETS,
+        labels={"pasture/pool": "a100"},
+    )
+    aks.submit("big", cpu=23.6)
+    aks.step(3)
+    assert aks.kube.rejections == []
+    assert aks.store.get_job("big").state == "queued"
+    aks.store.request_stop("big")
+    aks.step(2)
+    aks.submit("fits", cpu=23.39)
+    aks.step(3)
+    assert aks.kube.rejections == []
+    assert aks.store.get_job("fits").state == "running"
+
+
+def test_a_two_node_gang_asks_for_two_nodes_only(aks):
+    """Item 4: a 2-node, 1-GPU-per-node gang: its placeholders stay until both nodes
+    registered, so the autoscaler adds exactly two nodes and the gang runs on them."""
+    aks.submit("gang", replicas=2)
+    aks.step(2)
+    aks.kube.pools["a100"]["max_count"] = 1
+    (first,) = aks.kube.autoscale()  # one node comes before the other
+    aks.step(3)
+    assert aks.store.get_job("gang").state == "queued"
+    assert aks.kube.pods[("pasture", "ph-gang-trainer-0")]["spec"]["nodeName"] == first
+    aks.kube.pools["a100"]["max_count"] = 4
+    for _ in range(3):
+        aks.kube.autoscale()
+        aks.step(2)
+    assert aks.kube.added == [first, aks.kube.added[1]] and len(aks.kube.added) == 2
+    assert aks.store.get_job("gang").state == "running"
+    assert sorted(t.node for t in aks.store.tasks("gang")) == sorted(aks.kube.added)
+    assert aks.kube.rejections == []
+
+
+@pytest.mark.parametrize(
+    ("how", "cause", "kind"),
+    [
+        ("drain", "evicted", "evicted"),
+        ("shutdown", "node_shutdown", "node_shutdown"),
+        ("admission", "admission_rejected", "out_of_resources"),
+    ],
+)
+def test_platform_endings_requeue_free_with_a_named_cause(redis_url, tmp_path, how, cause, kind):
+    """Item 5: a drain's DisruptionTarget, a graceful node shutdown (143) and a kubelet
+    admission rejection (OutOfcpu) requeue the job without charging its one attempt (on
+    main: failed)."""
+    aks = Aks(redis_url, tmp_path, hold_s=0)
+    try:
+        aks.kube.add_node(
+            "aks-a100-vmss-x",
+            **NODE,
+            taints=TAINTS,
+            daemonsets=DAEMONSETS,
+            labels={"pasture/pool": "a100"},
+        )
+        aks.step()
+        aks.submit("train")
+        if how == "admission":
+            aks.sync()
+            aks.loop.cycle()  # bound; before its agent makes the pod, a foreign pod lands
+            aks.kube.create_namespaced_pod(
+                "team-b",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "hog"},
+                    "spec": {
+                        "nodeName": "aks-a100-vmss-x",
+                        "containers": [
+                            {"name": "c", "image": "x", "resources": {"requests": {"cpu": "20"}}}
+                        ],
+                    },
+                },
+            )
+            aks.step(3)
+        else:
+            aks.step(2)
+            assert aks.store.get_job("train").state == "running"
+            if how == "drain":
+                aks.kube.end_pods("aks-a100-vmss-x", "EvictionByEvictionAPI", reason=None)
+            else:
+                aks.kube.shutdown_node("aks-a100-vmss-x")
+            aks.step(2)
+        job = aks.store.get_job("train")
+        (ended,) = job.attempts
+        assert ended["charged"] is False, ended
+        assert job.state in ("queued", "scheduled", "running"), job.reason
+        events = " ".join(e["reason"] for e in aks.store.events("train"))
+        assert cause in events and "not charged" in events, events
+        assert kind in events, events
+    finally:
+        aks.close()
+
+
+def test_a_pod_never_admitted_fails_its_task_after_the_pending_timeout(aks):
+    """Item 6: a task pod bound to a node whose kubelet never admits it (NotReady) is not
+    running for longer than the limit: its task fails, whatever the reason (on main it
+    'ran' and held its GPU for good)."""
+    aks.kube.add_node(
+        "aks-a100-vmss-x",
+        **NODE,
+        taints=TAINTS,
+        daemonsets=DAEMONSETS,
+        labels={"pasture/pool": "a100"},
+    )
+    aks.step()
+    aks.submit("train")
+    aks.sync()
+    aks.loop.cycle()
+    with aks.kube.cond:  # the kubelet stops answering: the Node goes NotReady
+        (c,) = aks.kube.nodes["aks-a100-vmss-x"]["status"]["conditions"]
+        c.update(status="Unknown", reason="NodeStatusUnknown")
+    aks.agents["aks-a100-vmss-x"].reconcile()  # creates the pod
+    aks.agents["aks-a100-vmss-x"].reconcile()  # first sees it not running
+    (pod,) = [n for (_, n) in aks.kube.pods if n.startswith("task-")]
+    assert aks.kube.pods[("pasture", pod)]["status"]["phase"] == "Pending"
+    aks.exec_clock.t += 599
+    aks.agents["aks-a100-vmss-x"].reconcile()
+    assert aks.store.tasks("train")[0].state in ("scheduled", "running")
+    aks.exec_clock.t += 2
+    aks.agents["aks-a100-vmss-x"].reconcile()
+    (task,) = aks.store.tasks("train")
+    assert task.state == "failed" and task.exit_code == 125, task
+    assert task.diagnosis["kind"] == "not_running", task.diagnosis
+
+
+def test_cordons_noexecute_and_notready_on_the_node_object_are_honoured(aks):
+    """Item 2 (11): an AKS upgrade cordons the Node (spec.unschedulable); the core binds
+    nothing there until it is uncordoned; likewise a NoExecute taint and NotReady."""
+    aks.kube.add_node(
+        "aks-a100-vmss-x",
+        **NODE,
+        taints=TAINTS,
+        daemonsets=DAEMONSETS,
+        labels={"pasture/pool": "a100"},
+    )
+    aks.step()
+    aks.kube.cordon("aks-a100-vmss-x")
+    aks.submit("train")
+    aks.step(3)
+    assert aks.store.get_job("train").state == "queued"
+    aks.kube.cordon("aks-a100-vmss-x", on=False)
+    aks.kube.taint("aks-a100-vmss-x", "node.kubernetes.io/unreachable", "NoExecute")
+    aks.step(2)
+    assert aks.store.get_job("train").state == "queued"
+    with aks.kube.cond:
+        aks.kube.nodes["aks-a100-vmss-x"]["spec"]["taints"] = [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+        ]
+        aks.kube._node_changed("aks-a100-vmss-x")
+    aks.step(2)
+    assert aks.store.get_job("train").state == "running"
+
+
+def test_nodes_gone_for_good_are_forgotten_and_the_pool_grows_again(redis_url, tmp_path):
+    """Item 2: a pool of max 1; its node is Spot-evicted (drained, then deleted). The task
+    is requeued free, the node's record forgotten with an event, and the pool grows again
+    for the requeued job (on main the lost record counted toward maxCount for good)."""
+    aks = Aks(redis_url, tmp_path, max_count=1)
+    try:
+        aks.submit("train")
+        aks.step(2)
+        (first,) = aks.kube.autoscale()
+        aks.step(3)
+        assert aks.store.get_job("train").state == "running"
+        aks.kube.evict_node(first)
+        for _ in range(30):  # silence is observed in steps under half the timeout
+            aks.clock.t += 10
+            aks.step()
+        assert aks.store.get_node(first) is None
+        assert [e["node"] for e in aks.store.forgotten_nodes()] == [first]
+        job = aks.store.get_job("train")
+        assert [a["charged"] for a in job.attempts] == [False]
+        assert "autoscaler" in (job.pending_reason or {}).get("message", ""), job
+        (second,) = aks.kube.autoscale()
+        aks.step(3)
+        assert second != first
+        assert aks.store.get_job("train").state == "running"
+    finally:
+        aks.close()
