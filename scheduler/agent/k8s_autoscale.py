@@ -46,8 +46,9 @@ from kubernetes import client as k8s
 
 from scheduler.agent import taints
 from scheduler.agent.k8s_nodes import REGISTERED_LABEL, KubeNodes, NodeFacts
-from scheduler.agent.k8s_pod import SAFE_TO_EVICT
+from scheduler.agent.k8s_pod import FENCE_RESOURCES, SAFE_TO_EVICT
 from scheduler.core.model import Decision, Job, NodeState, PendingReason, ReasonKind, Snapshot
+from scheduler.spec.quantity import parse_cpu, parse_memory
 
 log = logging.getLogger("pasture.autoscale")
 
@@ -69,6 +70,55 @@ RECONCILE_EVERY_S = 5.0
 placeholders are not delayed)."""
 
 
+AKS_CPU_RESERVED_M = ((1, 60), (2, 100), (4, 140), (8, 180), (16, 260), (32, 420), (64, 740))
+"""AKS kube-reserved CPU (millicores) by the VM's cores (Microsoft, "Node resource
+reservations in AKS", https://learn.microsoft.com/azure/aks/node-resource-reservations);
+between two rows linear, above 64 cores 10 m per core more (the slope of the last rows)."""
+AKS_EVICTION_MI = 100
+"""The kubelet's ``memory.available<100Mi`` hard eviction threshold on AKS >= 1.29."""
+AKS_MAX_PODS = 250
+"""Pods per node of AKS' default network (Azure CNI Overlay); the memory reservation
+grows with it."""
+DAEMONSET_CPU_M = 160
+DAEMONSET_MEMORY = 576 * 2**20
+"""Requests of pasture's own DaemonSets on a GPU node (agent, NVIDIA device plugin, log
+shipper): what a pool's node offers to tasks is its allocatable less these."""
+
+
+def aks_allocatable(vm_cpu: int, vm_memory: int, max_pods: int = AKS_MAX_PODS) -> tuple[int, int]:
+    """What a node of an AKS (>= 1.29) Linux pool offers to pods (its ``allocatable``).
+
+    Args:
+        vm_cpu: the VM size's cores. vm_memory: its memory in bytes.
+        max_pods: the pool's maximum pods per node.
+
+    Returns:
+        ``(cpu_m millicores, memory bytes)``: the VM less kube-reserved CPU
+        (:data:`AKS_CPU_RESERVED_M`), less kube-reserved memory ``min(20 MiB * max_pods +
+        50 MiB, 25 % of the VM's memory)`` and the 100 MiB eviction threshold (same source).
+        E.g. 24 cores -> 23,660 m.
+
+    Raises:
+        ValueError: a size that is not positive.
+    """
+    if vm_cpu < 1 or vm_memory <= 0 or max_pods < 1:
+        raise ValueError(
+            f"expected a VM of >= 1 core, > 0 bytes and >= 1 pod per node, "
+            f"got {vm_cpu} cores, {vm_memory} bytes, {max_pods} pods"
+        )
+    table = AKS_CPU_RESERVED_M
+    if vm_cpu >= table[-1][0]:
+        reserved = table[-1][1] + 10 * (vm_cpu - table[-1][0])
+    else:
+        (c0, r0), (c1, r1) = next(
+            (a, b) for a, b in zip(table, table[1:], strict=False) if b[0] > vm_cpu
+        )
+        reserved = r0 + (r1 - r0) * (vm_cpu - c0) // (c1 - c0)
+    mi = 2**20
+    kube_memory = min(20 * mi * max_pods + 50 * mi, vm_memory // 4)
+    return vm_cpu * 1000 - reserved, vm_memory - kube_memory - AKS_EVICTION_MI * mi
+
+
 @dataclass(frozen=True)
 class Pool:
     """One autoscaled GPU pool: what one node offers and how many nodes it may have.
@@ -80,6 +130,8 @@ class Pool:
         max_count: the autoscaler's upper bound of nodes.
         taints: ``key[=value]:Effect`` taints of the pool's nodes (Spot included).
         labels: the pool's node labels.
+        daemonset_cpu_m / daemonset_memory: what the DaemonSets take on each node
+            (default pasture's own: :data:`DAEMONSET_CPU_M`, :data:`DAEMONSET_MEMORY`).
     """
 
     name: str
@@ -90,21 +142,36 @@ class Pool:
     max_count: int = 0
     taints: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    daemonset_cpu_m: int = DAEMONSET_CPU_M
+    daemonset_memory: int = DAEMONSET_MEMORY
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Pool:
-        """A pool from its ``PASTURE_K8S_POOLS`` entry. Raises ValueError naming the
-        missing or mistyped field."""
+        """A pool from its ``PASTURE_K8S_POOLS`` entry: what one node offers to pods as
+        ``cpu_m`` and ``memory`` (its allocatable), or as the VM size ``vm_cpu`` (cores)
+        and ``vm_memory`` (bytes) with optional ``max_pods``, turned into allocatable by
+        :func:`aks_allocatable`; optional ``daemonset_cpu_m`` / ``daemonset_memory``.
+        Raises ValueError naming the missing or mistyped field."""
         try:
+            if "vm_cpu" in raw:
+                cpu_m, memory = aks_allocatable(
+                    int(raw["vm_cpu"]),
+                    int(raw["vm_memory"]),
+                    int(raw.get("max_pods") or AKS_MAX_PODS),
+                )
+            else:
+                cpu_m, memory = int(raw["cpu_m"]), int(raw["memory"])
             return cls(
                 name=str(raw["name"]),
-                cpu_m=int(raw["cpu_m"]),
-                memory=int(raw["memory"]),
+                cpu_m=cpu_m,
+                memory=memory,
                 gpu=int(raw["gpu"]),
                 gpu_model=raw.get("gpu_model") or None,
                 max_count=int(raw["max_count"]),
                 taints=tuple(str(t) for t in raw.get("taints") or ()),
                 labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
+                daemonset_cpu_m=int(raw.get("daemonset_cpu_m", DAEMONSET_CPU_M)),
+                daemonset_memory=int(raw.get("daemonset_memory", DAEMONSET_MEMORY)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(
@@ -114,9 +181,13 @@ class Pool:
 
     def fits(self, role_resources: Any, gpu_model: str | None, selector: Mapping[str, str]) -> bool:
         """Whether one task (core ``Resources``, GPU model, node selector) fits one empty
-        node of this pool."""
+        node of this pool: its requests plus its pod's fence sidecar
+        (:data:`~scheduler.agent.k8s_pod.FENCE_RESOURCES`) within the node's allocatable
+        less the DaemonSets'."""
         r = role_resources
-        if r.cpu_m > self.cpu_m or r.memory > self.memory or r.gpu > self.gpu:
+        cpu_m = self.cpu_m - self.daemonset_cpu_m - parse_cpu(FENCE_RESOURCES["cpu"])
+        memory = self.memory - self.daemonset_memory - parse_memory(FENCE_RESOURCES["memory"])
+        if r.cpu_m > cpu_m or r.memory > memory or r.gpu > self.gpu:
             return False
         if gpu_model is not None and gpu_model != self.gpu_model:
             return False

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from scheduler.agent.agent import Agent
-from scheduler.agent.k8s_autoscale import Autoscaler, Pool
+from scheduler.agent.k8s_autoscale import Autoscaler, Pool, aks_allocatable, pools_from_env
 from scheduler.agent.k8s_nodes import REGISTERED_LABEL, KubeNodes
 from scheduler.agent.kubernetes import KubernetesExecutor, PodSettings
 from scheduler.loop import Loop
@@ -64,9 +64,11 @@ class Aks:
         self.loop._health.node_gone = self.kube.nodes_gone
         pool = Pool(
             name="a100",
-            cpu_m=NODE["cpu_m"] - sum(c for _, c, _ in DAEMONSETS),
-            memory=NODE["memory"] - sum(m for _, _, m in DAEMONSETS),
+            cpu_m=NODE["cpu_m"],
+            memory=NODE["memory"],
             gpu=1,
+            daemonset_cpu_m=sum(c for _, c, _ in DAEMONSETS),
+            daemonset_memory=sum(m for _, _, m in DAEMONSETS),
             max_count=max_count,
             taints=TAINTS,
         )
@@ -419,3 +421,31 @@ def test_nodes_gone_for_good_are_forgotten_and_the_pool_grows_again(redis_url, t
         assert aks.store.get_job("train").state == "running"
     finally:
         aks.close()
+
+
+def test_pool_sizes_are_aks_allocatable_less_daemonsets_and_the_sidecar():
+    """Item 3: a pool given by its VM size offers what AKS leaves after its reservations
+    (Microsoft's formula: kube-reserved CPU by cores, min(20 MiB * max pods + 50 MiB, 25 %)
+    of memory, 100 MiB eviction threshold), and a task fits a new node only with the
+    DaemonSets' and its fence sidecar's share taken off."""
+    assert aks_allocatable(24, 220 * GI)[0] == 23_660  # the issue's NC24ads_A100_v4
+    assert aks_allocatable(8, 8 * GI, max_pods=30) == (7_820, 8 * GI - 650 * MI - 100 * MI)
+    assert aks_allocatable(4, 4 * GI, max_pods=70)[1] == 4 * GI - GI - 100 * MI  # 25 % cap
+    assert aks_allocatable(96, 880 * GI)[0] == 96_000 - 1_060
+    with pytest.raises(ValueError, match="1 core"):
+        aks_allocatable(0, GI)
+    env = {
+        "PASTURE_K8S_POOLS": '[{"name": "a100", "vm_cpu": 24, "vm_memory": 236223201280,'
+        ' "gpu": 1, "max_count": 4}]'
+    }
+    (pool,) = pools_from_env(env)
+    assert pool.cpu_m == 23_660
+
+    class R:
+        def __init__(self, cpu_m):
+            self.cpu_m, self.memory, self.gpu = cpu_m, 64 * GI, 1
+
+    # between real allocatable and the VM size: no node of the pool can ever hold it
+    assert not pool.fits(R(23_800), None, {})
+    # 23,660 - 160 (pasture's DaemonSets) - 10 (fence sidecar) = 23,490
+    assert pool.fits(R(23_490), None, {}) and not pool.fits(R(23_491), None, {})
