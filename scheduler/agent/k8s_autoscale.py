@@ -45,7 +45,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from scheduler.agent import taints
-from scheduler.agent.k8s_nodes import REGISTERED_LABEL, KubeNodes, NodeFacts
+from scheduler.agent.k8s_nodes import REGISTERED_LABEL, Held, KubeNodes, NodeFacts
 from scheduler.agent.k8s_pod import FENCE_RESOURCES, SAFE_TO_EVICT
 from scheduler.core.model import Decision, Job, NodeState, PendingReason, ReasonKind, Snapshot
 from scheduler.spec.quantity import parse_cpu, parse_memory
@@ -426,7 +426,12 @@ class Autoscaler:
             self._free(known)
         except Exception as exc:  # the API server is one more thing that can be down
             log.warning("placeholders not reconciled: %s", exc)
-        return self.nodes.facts() if self.nodes is not None else {}
+        if self.nodes is None or not self.nodes.synced:
+            return {}
+        facts = self.nodes.facts()
+        for name in known - set(facts):  # registered, but the cloud removed the machine
+            facts[name] = NodeFacts(Held(), False, "its Kubernetes Node object is gone")
+        return facts
 
     def _free(self, known: set[str]) -> None:
         for job, pods in list(self._pods.items()):
