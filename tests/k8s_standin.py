@@ -121,6 +121,8 @@ class KubeStandIn:
         self.added: list[str] = []  # nodes the autoscaler added, in order
         self.removed: list[str] = []
         self._seq = itertools.count()
+        self._idle: dict[str, int] = {}  # node -> autoscaler passes it had no pod but DaemonSets'
+        self.unneeded_passes = 3
 
     # ---- bookkeeping -----------------------------------------------------------------
     def _emit(self, kind: str, typ: str, wire: dict[str, Any]) -> None:
@@ -470,8 +472,9 @@ class KubeStandIn:
 
     def autoscale(self) -> list[str]:
         """One cluster-autoscaler pass: scale up for unschedulable pods (packing them onto
-        the planned nodes), then scale down pool nodes with only DaemonSet pods. Returns
-        the nodes added."""
+        the planned nodes), then scale down pool nodes that had only DaemonSet pods for
+        :attr:`unneeded_passes` passes in a row (the autoscaler's
+        ``scale-down-unneeded-time``). Returns the nodes added."""
         added = []
         with self.cond:
             planned: dict[str, list[tuple[int, int, int]]] = {}  # pool -> free of planned nodes
@@ -515,7 +518,9 @@ class KubeStandIn:
                             for o in p["metadata"].get("ownerReferences") or []
                         )
                     ]
-                    if not others:
+                    idle = self._idle.get(node, 0) + 1 if not others else 0
+                    self._idle[node] = idle
+                    if idle >= self.unneeded_passes:  # scale-down-unneeded-time passed
                         self.delete_node(node)
         return added
 

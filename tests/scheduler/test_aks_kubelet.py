@@ -449,3 +449,60 @@ def test_pool_sizes_are_aks_allocatable_less_daemonsets_and_the_sidecar():
     assert not pool.fits(R(23_800), None, {})
     # 23,660 - 160 (pasture's DaemonSets) - 10 (fence sidecar) = 23,490
     assert pool.fits(R(23_490), None, {}) and not pool.fits(R(23_491), None, {})
+
+
+def test_twenty_gpu_jobs_through_two_scale_cycles_and_two_spot_evictions(redis_url, tmp_path):
+    """The issue's scenario: 20 one-GPU jobs on a pool of at most 4 nodes that scales
+    0 -> N -> 0 twice, with a Spot eviction in each round. Every job succeeds without a
+    charged attempt (infrastructure requeues allowed), the kubelet never refuses a pod
+    (no node over-provisioned), the pool never exceeds its maxCount, and it grows again
+    after the second scale-down."""
+    aks = Aks(redis_url, tmp_path, max_count=4)
+    names = [f"job{i:02d}" for i in range(20)]
+    try:
+        for rnd, batch in enumerate((names[:10], names[10:])):
+            for name in batch:
+                aks.submit(name)
+            evicted = False
+            for _ in range(200):
+                aks.kube.autoscale()
+                assert len(aks.kube.pool_nodes("a100")) <= 4
+                aks.clock.t += 5
+                aks.step()
+                running = aks.task_pods()
+                if not evicted and len(running) >= 2:  # a Spot eviction mid-round
+                    (victim,) = [
+                        p["spec"]["nodeName"]
+                        for (_, n), p in aks.kube.pods.items()
+                        if n == running[0]
+                    ]
+                    aks.kube.evict_node(victim)
+                    evicted = True
+                    continue
+                for pod in running[:2]:  # tasks end, two per step
+                    aks.kube.finish(pod, 0)
+                if all(aks.store.get_job(n).state == "succeeded" for n in batch):
+                    break
+            states = {n: aks.store.get_job(n).state for n in batch}
+            assert set(states.values()) == {"succeeded"}, (rnd, states)
+            for _ in range(10):  # everything ends: the pool goes back to 0
+                aks.kube.autoscale()
+                aks.clock.t += 5
+                aks.step()
+                if not aks.kube.pool_nodes("a100"):
+                    break
+            assert aks.kube.pool_nodes("a100") == [], rnd
+        assert aks.kube.rejections == []
+        for name in names:
+            job = aks.store.get_job(name)
+            assert all(not a["charged"] for a in job.attempts), (name, job.attempts)
+        evicted_jobs = [n for n in names if aks.store.get_job(n).attempts]
+        assert evicted_jobs, "the evictions requeued some job"
+        # the pool grows again: its lost and scaled-down nodes count toward nothing
+        aks.submit("after")
+        aks.step(2)
+        assert aks.kube.autoscale()
+        aks.step(3)
+        assert aks.store.get_job("after").state == "running"
+    finally:
+        aks.close()
