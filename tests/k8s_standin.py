@@ -114,6 +114,7 @@ class KubeStandIn:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], Any] = {}
+        self.k8s_events: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []
         self.rejections: list[tuple[str, str, str]] = []  # (pod, reason, message)
         self.bindings: list[tuple[str, str]] = []  # (pod, node) by kube-scheduler
@@ -491,7 +492,20 @@ class KubeStandIn:
                         free[i] = tuple(b - a for a, b in zip(need, f, strict=True))
                         break
                 else:
+                    if spec.get("backoff"):
+                        self.record_event(
+                            p,
+                            "NotTriggerScaleUp",
+                            "pod didn't trigger scale-up: 1 in backoff after failed "
+                            f"scale-up ({spec['backoff']})",
+                        )
+                        continue
                     if len(self.pool_nodes(pool)) + len(free) >= spec["max_count"]:
+                        self.record_event(
+                            p,
+                            "NotTriggerScaleUp",
+                            "pod didn't trigger scale-up: 1 max node group size reached",
+                        )
                         continue
                     ds = [(c, m) for _, c, m in t.get("daemonsets", ())]
                     cap = (
@@ -523,6 +537,29 @@ class KubeStandIn:
                     if idle >= self.unneeded_passes:  # scale-down-unneeded-time passed
                         self.delete_node(node)
         return added
+
+    def fail_scale_up(self, pool: str, why: str | None) -> None:
+        """Scale-ups of ``pool`` fail from now on with ``why`` (a quota, no Spot capacity),
+        and the autoscaler backs off; None: they work again."""
+        self.pools[pool]["backoff"] = why
+
+    def record_event(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        """An Event about ``pod`` (as the cluster autoscaler records one)."""
+        with self.cond:
+            ns = pod["metadata"]["namespace"]
+            name = f"{pod['metadata']['name']}.{next(self._seq)}"
+            wire = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {"kind": "Pod", "name": pod["metadata"]["name"], "namespace": ns},
+                "reason": reason,
+                "message": message,
+                "source": {"component": "cluster-autoscaler"},
+                "type": "Normal",
+            }
+            self.k8s_events[(ns, name)] = wire
+            self._emit("event", "ADDED", wire)
 
     # ---- CoreV1Api -------------------------------------------------------------------
     def create_namespaced_pod(self, namespace: str, body: Any, **kw: Any) -> Any:
@@ -574,6 +611,23 @@ class KubeStandIn:
         :rtype: V1NodeList
         """
         return self._list_or_watch("node", watch, kw)
+
+    def list_namespaced_event(self, namespace: str, watch: bool = False, **kw: Any) -> Any:
+        """List or watch the events of a namespace.
+
+        :rtype: CoreV1EventList
+        """
+        with self.cond:
+            if watch:
+                rv = int(kw.get("resource_version") or 0)
+                return _WatchResponse(self, "event", rv, kw.get("timeout_seconds") or 60)
+            items = [
+                _model(w, "CoreV1Event")
+                for (ns, _), w in self.k8s_events.items()
+                if ns == namespace
+            ]
+            meta = k8s.V1ListMeta(resource_version=str(self.rv))
+            return k8s.CoreV1EventList(items=items, metadata=meta)
 
     def _list_or_watch(self, kind: str, watch: bool, kw: dict[str, Any]) -> Any:
         with self.cond:

@@ -344,13 +344,40 @@ def placeholder_name_of(pod: k8s.V1Pod) -> str:
     return str(pod.metadata.name or "") if pod.metadata is not None else ""
 
 
-def waiting_reason(pool: Pool, reason: PendingReason) -> PendingReason:
-    """``reason`` rewritten to say the job waits for the autoscaler to grow ``pool``."""
-    return PendingReason(
-        reason.kind,
-        f"waiting for the autoscaler to add a node to pool {pool.name} ({reason.message})",
-        {**reason.details, "autoscaler_pool": pool.name},
-    )
+def waiting_reason(pool: Pool, reason: PendingReason, said: str = "") -> PendingReason:
+    """``reason`` rewritten to say the job waits for the autoscaler to grow ``pool``, and
+    what the autoscaler last ``said`` about the job's placeholders ('' for nothing: a
+    ``NotTriggerScaleUp`` event, e.g. "1 in backoff after failed scale-up" on a quota or
+    Spot-capacity error, "max node group size reached")."""
+    message = f"waiting for the autoscaler to add a node to pool {pool.name} ({reason.message})"
+    details = {**reason.details, "autoscaler_pool": pool.name}
+    if said:
+        message += f"; the cluster autoscaler says: {said}"
+        details["autoscaler_says"] = said
+    return PendingReason(reason.kind, message, details)
+
+
+AUTOSCALER_REASONS = ("NotTriggerScaleUp", "FailedScaleUp", "FailedToScaleUpGroup")
+"""Reasons of the Events the cluster autoscaler records on a pod it could not add a node
+for (cluster-autoscaler ``EventingScaleUpStatusProcessor``)."""
+
+
+def autoscaler_says(events: Iterable[Any], pods: Iterable[str]) -> str:
+    """The message of the newest autoscaler Event (:data:`AUTOSCALER_REASONS`) about one of
+    ``pods`` (names), '' when none. ``events`` are ``CoreV1Event`` objects; newest by
+    ``last_timestamp``, else ``event_time``, else resourceVersion."""
+    names = set(pods)
+    best: tuple[str, str] | None = None
+    for ev in events:
+        obj = ev.involved_object
+        if ev.reason not in AUTOSCALER_REASONS or obj is None or obj.name not in names:
+            continue
+        when = str(ev.last_timestamp or ev.event_time or "")
+        rv = str(ev.metadata.resource_version if ev.metadata else "").zfill(20)
+        key = f"{when}|{rv}"
+        if best is None or key > best[0]:
+            best = (key, str(ev.message or ev.reason)[:300])
+    return best[1] if best else ""
 
 
 class Autoscaler:
@@ -405,7 +432,7 @@ class Autoscaler:
             api,
             env.get(NAMESPACE_ENV, "pasture"),
             env.get(PAUSE_IMAGE_ENV) or PAUSE_IMAGE,
-            nodes=KubeNodes(api),
+            nodes=KubeNodes(api, events_namespace=env.get(NAMESPACE_ENV, "pasture")),
         )
 
     # ---- the loop's two calls --------------------------------------------------------
@@ -481,7 +508,12 @@ class Autoscaler:
             )
             if pool is not None and job is not None:
                 waiting[name] = pool
-                reasons[name] = waiting_reason(pool, reason)
+                said = ""
+                if self.nodes is not None and self.nodes.events is not None:
+                    said = autoscaler_says(
+                        self.nodes.events.objects(), self._pods.get(name, {}).keys()
+                    )
+                reasons[name] = waiting_reason(pool, reason, said)
         for job_name in [j for j in self._pods if j not in waiting]:
             for name in list(self._pods.get(job_name, {})):
                 self._delete(job_name, name)

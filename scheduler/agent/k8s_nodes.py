@@ -277,28 +277,48 @@ class Informer:
 
 
 class KubeNodes:
-    """The loop's view of the Kubernetes nodes: a pod informer and a node informer.
+    """The loop's view of the Kubernetes nodes: a pod informer and a node informer (and
+    optionally one of a namespace's Events).
 
     Args:
-        api: a ``CoreV1Api`` (list and watch pods in every namespace and nodes).
+        api: a ``CoreV1Api`` (list and watch pods in every namespace and nodes, and events
+            in ``events_namespace``).
         start: start the informers now (tests may pass False and call :meth:`start`).
+        events_namespace: also watch the Events of this namespace (what the cluster
+            autoscaler says about placeholder pods); None: not.
     """
 
-    def __init__(self, api: Any, *, start: bool = True) -> None:
+    def __init__(
+        self, api: Any, *, start: bool = True, events_namespace: str | None = None
+    ) -> None:
         self.pods = Informer(api.list_pod_for_all_namespaces, "pods")
         self.nodes = Informer(api.list_node, "nodes")
+        self.events: Informer | None = None
+        if events_namespace is not None:
+
+            def list_events(**kw: Any) -> Any:
+                """Events of the namespace (the cluster autoscaler's about placeholders).
+
+                :rtype: CoreV1EventList
+                """
+                return api.list_namespaced_event(events_namespace, **kw)
+
+            self.events = Informer(list_events, "events")
         if start:
             self.start()
 
+    def _all(self) -> list[Informer]:
+        return [self.pods, self.nodes] + ([self.events] if self.events is not None else [])
+
     def start(self) -> None:
-        """Start both informers."""
-        self.pods.start()
-        self.nodes.start()
+        """Start the informers."""
+        for informer in self._all():
+            informer.start()
 
     def stop(self) -> None:
-        """Stop both informers."""
-        self.pods.stop()
-        self.nodes.stop()
+        """Stop the informers."""
+        for informer in self._all():
+            informer.stop()
 
     @property
     def synced(self) -> bool:

@@ -72,7 +72,7 @@ class Aks:
             max_count=max_count,
             taints=TAINTS,
         )
-        self.informers = KubeNodes(self.kube)
+        self.informers = KubeNodes(self.kube, events_namespace="pasture")
         self.loop.autoscale = Autoscaler(
             (pool,), self.kube, "pasture", clock=self.clock, nodes=self.informers
         )
@@ -89,11 +89,12 @@ class Aks:
             with self.kube.cond:
                 last = {
                     k: max((e[0] for e in self.kube.events if e[1] == k), default=0)
-                    for k in ("pod", "node")
+                    for k in ("pod", "node", "event")
                 }
             seen = {
                 "pod": int(self.informers.pods.resource_version or 0),
                 "node": int(self.informers.nodes.resource_version or 0),
+                "event": int(self.informers.events.resource_version or 0),
             }
             if self.informers.synced and all(seen[k] >= last[k] for k in last):
                 return
@@ -506,3 +507,21 @@ def test_twenty_gpu_jobs_through_two_scale_cycles_and_two_spot_evictions(redis_u
         assert aks.store.get_job("after").state == "running"
     finally:
         aks.close()
+
+
+def test_the_autoscalers_failures_reach_the_jobs_reason(aks):
+    """Item 11: a scale-up that fails (a quota, no Spot capacity) leaves the cluster
+    autoscaler's NotTriggerScaleUp event on the placeholder; the job's pending reason says
+    it (on main it only said "waiting for the autoscaler")."""
+    aks.kube.fail_scale_up("a100", "QuotaExceeded: standardNCADSA100v4Family quota 0 of 24")
+    aks.submit("train")
+    aks.step(2)
+    assert aks.kube.autoscale() == []
+    aks.step(2)
+    reason = aks.store.get_job("train").pending_reason
+    assert "waiting for the autoscaler to add a node to pool a100" in reason["message"]
+    assert "in backoff after failed scale-up (QuotaExceeded" in reason["message"], reason
+    aks.kube.fail_scale_up("a100", None)
+    assert aks.kube.autoscale()
+    aks.step(3)
+    assert aks.store.get_job("train").state == "running"
