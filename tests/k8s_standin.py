@@ -672,6 +672,6 @@ class KubeStandIn:
                 raise _gone(f"secret {name}")
 
     def nodes_gone(self, names: Iterable[str]) -> set[str]:
-        """:func:`scheduler.agent.k8s_capacity.nodes_gone` over this API."""
+        """:func:`scheduler.k8s.capacity.nodes_gone` over this API."""
         with self.cond:
             return {n for n in names if n not in self.nodes}

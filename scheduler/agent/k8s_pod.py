@@ -26,17 +26,17 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
-from scheduler.agent import k8s_secrets, taints
+from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import TaskLaunch, log_redirect
 from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
+from scheduler.k8s import taints
+from scheduler.k8s.autoscale import SAFE_TO_EVICT
+from scheduler.k8s.nodes import FENCE_CONTAINER, FENCE_RESOURCES, GPU_RESOURCE
 
-GPU_RESOURCE = "nvidia.com/gpu"
+__all__ = ["FENCE_CONTAINER", "FENCE_RESOURCES", "GPU_RESOURCE", "SAFE_TO_EVICT"]  # re-exported
+
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
 AGENT_VOLUME = "pasture-agent"
-FENCE_CONTAINER = "fence"
-FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
-"""Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
-SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 GPU_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")

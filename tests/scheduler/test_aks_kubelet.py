@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from scheduler.agent.agent import Agent
-from scheduler.agent.k8s_autoscale import Autoscaler, Pool, aks_allocatable, pools_from_env
-from scheduler.agent.k8s_nodes import REGISTERED_LABEL, KubeNodes
 from scheduler.agent.kubernetes import KubernetesExecutor, PodSettings
+from scheduler.k8s.autoscale import Autoscaler, Pool, aks_allocatable, pools_from_env
+from scheduler.k8s.nodes import REGISTERED_LABEL, KubeNodes
 from scheduler.loop import Loop
 from scheduler.settings import AgentSettings, SchedulerSettings
 from scheduler.spec import parse_job_spec

@@ -44,14 +44,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from scheduler.agent import taints
-from scheduler.agent.k8s_nodes import REGISTERED_LABEL, Held, KubeNodes, NodeFacts
-from scheduler.agent.k8s_pod import FENCE_RESOURCES, SAFE_TO_EVICT
 from scheduler.core.model import Decision, Job, NodeState, PendingReason, ReasonKind, Snapshot
+from scheduler.k8s import taints
+from scheduler.k8s.nodes import FENCE_RESOURCES, REGISTERED_LABEL, Held, KubeNodes, NodeFacts
 from scheduler.spec.quantity import parse_cpu, parse_memory
 
 log = logging.getLogger("pasture.autoscale")
 
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+"""Pod annotation the cluster autoscaler reads: "false" on task pods, "true" on placeholders."""
 POOLS_ENV = "PASTURE_K8S_POOLS"
 NAMESPACE_ENV = "PASTURE_K8S_NAMESPACE"
 PAUSE_IMAGE_ENV = "PASTURE_K8S_PAUSE_IMAGE"
@@ -61,7 +62,7 @@ PRIORITY_CLASS = "pasture-placeholder"
 Never, created by the aks stack): any real pod may preempt them, they preempt nothing."""
 PLACEHOLDER_PRIORITY = -10
 POOL_LABEL = "pasture/pool"
-PLACEHOLDER_LABEL = "pasture/placeholder"  # = k8s_nodes.PLACEHOLDER_LABEL
+PLACEHOLDER_LABEL = "pasture/placeholder"  # = scheduler.k8s.nodes.PLACEHOLDER_LABEL
 JOB_ANNOTATION = "pasture/job"
 WAITING = (ReasonKind.NO_FIT_EVER, ReasonKind.INSUFFICIENT_RESOURCES, ReasonKind.GANG_INCOMPLETE)
 """Pending kinds a new node can cure (not quota, queue order or reservations)."""
@@ -182,7 +183,7 @@ class Pool:
     def fits(self, role_resources: Any, gpu_model: str | None, selector: Mapping[str, str]) -> bool:
         """Whether one task (core ``Resources``, GPU model, node selector) fits one empty
         node of this pool: its requests plus its pod's fence sidecar
-        (:data:`~scheduler.agent.k8s_pod.FENCE_RESOURCES`) within the node's allocatable
+        (:data:`~scheduler.k8s.nodes.FENCE_RESOURCES`) within the node's allocatable
         less the DaemonSets'."""
         r = role_resources
         cpu_m = self.cpu_m - self.daemonset_cpu_m - parse_cpu(FENCE_RESOURCES["cpu"])
@@ -257,7 +258,7 @@ def placeholder_pods(
         namespace: namespace of the pods.
         registered: names of nodes already registered with pasture. A placeholder only
             ever asks for a new node: node affinity requires the absence of
-            :data:`~scheduler.agent.k8s_nodes.REGISTERED_LABEL` (set by each agent before
+            :data:`~scheduler.k8s.nodes.REGISTERED_LABEL` (set by each agent before
             it registers its node, so it holds for nodes that register later) and, in
             case an agent could not set it, ``NotIn`` these names.
         image: the pause image.
@@ -390,7 +391,7 @@ class Autoscaler:
         namespace: namespace of the placeholders.
         image: the pause image.
         clock: monotonic clock (s).
-        nodes: the pod and node informers (:class:`~scheduler.agent.k8s_nodes.KubeNodes`);
+        nodes: the pod and node informers (:class:`~scheduler.k8s.nodes.KubeNodes`);
             None: placeholders are listed every :data:`RECONCILE_EVERY_S` and no node
             facts are given to the core.
     """
@@ -441,7 +442,7 @@ class Autoscaler:
         all sit on nodes registered with pasture (the whole gang's nodes have come: the
         core may now place the job there; a job whose other nodes are still coming keeps
         them, so that nothing else takes its nodes and no node is asked for twice), and
-        return the node facts (:class:`~scheduler.agent.k8s_nodes.NodeFacts`: what other
+        return the node facts (:class:`~scheduler.k8s.nodes.NodeFacts`: what other
         pods hold, placeholders still in place included; cordons) for the core. A newly
         registered node makes the placeholders be listed again at once (without
         informers). Errors of the API server are logged (the loop goes on, with the

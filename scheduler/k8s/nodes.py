@@ -33,12 +33,17 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
-from scheduler.agent.k8s_pod import FENCE_CONTAINER, GPU_RESOURCE
 from scheduler.core.model import Node, NodeState
 from scheduler.core.resources import Resources
 from scheduler.spec.quantity import parse_cpu, parse_memory
 
 log = logging.getLogger("pasture.k8s")
+
+GPU_RESOURCE = "nvidia.com/gpu"
+FENCE_CONTAINER = "fence"
+FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
+"""Requests = limits of the fence sidecar of every task pod (a sleeping Python process;
+:func:`scheduler.agent.k8s_pod.fence_sidecar`): what a task pod holds beyond its task."""
 
 REGISTERED_LABEL = "pasture.io/registered"
 """Node label the agent sets on its Node object before it registers the node with
