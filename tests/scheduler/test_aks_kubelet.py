@@ -459,18 +459,24 @@ def test_twenty_gpu_jobs_through_two_scale_cycles_and_two_spot_evictions(redis_u
     (no node over-provisioned), the pool never exceeds its maxCount, and it grows again
     after the second scale-down."""
     aks = Aks(redis_url, tmp_path, max_count=4)
+    aks.kube.unneeded_passes = 6  # an idle node goes after 30 s (6 steps of 5 s)
     names = [f"job{i:02d}" for i in range(20)]
+    seen: dict[str, int] = {}  # task pod -> step it was first seen running
+    step = 0
     try:
         for rnd, batch in enumerate((names[:10], names[10:])):
             for name in batch:
                 aks.submit(name)
             evicted = False
             for _ in range(200):
+                step += 1
                 aks.kube.autoscale()
                 assert len(aks.kube.pool_nodes("a100")) <= 4
                 aks.clock.t += 5
                 aks.step()
                 running = aks.task_pods()
+                for pod in running:
+                    seen.setdefault(pod, step)
                 if not evicted and len(running) >= 2:  # a Spot eviction mid-round
                     (victim,) = [
                         p["spec"]["nodeName"]
@@ -480,8 +486,9 @@ def test_twenty_gpu_jobs_through_two_scale_cycles_and_two_spot_evictions(redis_u
                     aks.kube.evict_node(victim)
                     evicted = True
                     continue
-                for pod in running[:2]:  # tasks end, two per step
-                    aks.kube.finish(pod, 0)
+                for pod in running:  # each task runs 3 steps (15 s)
+                    if step - seen[pod] >= 3:
+                        aks.kube.finish(pod, 0)
                 if all(aks.store.get_job(n).state == "succeeded" for n in batch):
                     break
             states = {n: aks.store.get_job(n).state for n in batch}
@@ -494,11 +501,22 @@ def test_twenty_gpu_jobs_through_two_scale_cycles_and_two_spot_evictions(redis_u
                     break
             assert aks.kube.pool_nodes("a100") == [], rnd
         assert aks.kube.rejections == []
+        requeued, used = {}, set()
         for name in names:
             job = aks.store.get_job(name)
-            assert all(not a["charged"] for a in job.attempts), (name, job.attempts)
-        evicted_jobs = [n for n in names if aks.store.get_job(n).attempts]
-        assert evicted_jobs, "the evictions requeued some job"
+            assert job.state == "succeeded" and all(not a["charged"] for a in job.attempts), (
+                name,
+                job.attempts,
+            )
+            requeued[name] = [a["cause"] for a in job.attempts if a["state"] == "queued"]
+            used |= {n for a in job.attempts for n in a["nodes"]}
+        # the two evicted tasks were requeued (node lost), every other job ran once
+        assert sorted(c for cs in requeued.values() for c in cs) == ["node_lost", "node_lost"]
+        # no node over-provisioned: every node the autoscaler added ran a task (4 per
+        # round, one replacing each evicted node, one for each requeued job once the
+        # pool had scaled down meanwhile)
+        assert set(aks.kube.added) <= used, sorted(set(aks.kube.added) - used)
+        assert len(aks.kube.added) <= 2 * (4 + 2), aks.kube.added
         # the pool grows again: its lost and scaled-down nodes count toward nothing
         aks.submit("after")
         aks.step(2)
