@@ -100,9 +100,10 @@ def code_dir_of(spec: JobSpec, share: Path) -> Path | None:
     if resolved != share.resolve() and share.resolve() not in resolved.parents:
         raise StartupError(f"code_dir {raw!r} is outside the cluster share {share}")
     if not resolved.is_dir():
+        base = PurePosixPath(raw).name or "code"
         raise StartupError(
-            f"code_dir {raw!r}: no such directory on the cluster share ({path}); copy the"
-            " code there first, e.g. `pasture data push ./code <dir>`"
+            f"code_dir {raw!r}: no such directory on the cluster share ({path}); push the"
+            f" code there first: `pasture data push {shlex.quote('./' + base)} {shlex.quote(raw)}`"
         )
     return path
 

@@ -114,7 +114,7 @@ def test_completion_counts_above_the_instances_mean_all_as_in_frameworkcontrolle
 
 
 def test_code_dir_how_to_uses_the_files_own_directory():
-    error = _error({**V1, "codeDir": "hdfs://10.0.0.1:9000/user/me/cifar10/"})
+    error = _error({**V1, "codeDir": "https://10.0.0.1:9000/user/me/cifar10/"})
     assert error["loc"] == "codeDir"
     assert "pasture data push ./cifar10 code/cifar10" in error["msg"]
     assert "codeDir to code/cifar10" in error["msg"]

@@ -76,12 +76,14 @@ def test_openpai_v1_fields_map_to_the_spec():
 @pytest.mark.parametrize(
     ("code_dir", "says"),
     [
-        ("hdfs://10.0.0.1:9000/folder/mnist", "pasture data push"),
-        ("$PAI_DEFAULT_FS_URI/path/code", "not HDFS"),
+        ("hdfs://10.0.0.1:9000", "pasture data push ./code code/mnist-024"),
+        ("$PAI_DEFAULT_FS_URI/$PAI_USER_NAME/code", "not HDFS"),
         ("https://example.com/code.tar", "URLs are not fetched"),
     ],
 )
 def test_openpai_v1_code_dir_outside_the_share_is_refused_by_name(code_dir, says):
+    """An HDFS codeDir with a path maps to the share (tests/compat/test_hdfs_code_dir.py);
+    one that names no directory, or holds another variable, cannot."""
     err = refused({**V1, "codeDir": code_dir})
     assert err["loc"] == "codeDir" and says in err["msg"]
     assert err["msg"].startswith("OpenPAI v1 field codeDir")
