@@ -125,26 +125,31 @@ def translate_list(
     items = doc["items"]
     if not items:
         raise TranslateError("items", f"{FORMAT} field items: expected at least one Job")
-    specs, warnings, origins = [], [], []
+    specs: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    origins: list[dict[str, str]] = []
+    classes = priority_classes(items, warnings)
     for i, item in enumerate(items):
         where = f"items[{i}]"
         if not isinstance(item, dict) or not is_volcano(item):
             kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+            if kind == "PriorityClass":
+                continue  # read by priority_classes; named by the Jobs that use it
             how = (
                 "a Queue's counterpart is a virtual cluster, which the cluster's admin "
-                "configures (docs/operations.md); remove the document"
+                "configures (docs/operations.md); jobs naming it in spec.queue run in the VC "
+                "of that name"
                 if kind == "Queue"
-                else "remove the document (only Volcano Jobs are submitted here)"
+                else "only Volcano Jobs (and the PriorityClasses they name) are read here"
             )
-            raise TranslateError(
-                f"{where}.kind",
-                f"{FORMAT} field {where}.kind (document {i + 1} of the file): {kind} is not a "
-                f"{API_VERSION} Job; {how}",
-                kind,
+            warnings.append(
+                f"{FORMAT} field {where}.kind (document {i + 1} of the file): {kind} is not "
+                f"created: {how}"
             )
+            continue
         ctx = Context(FORMAT)
         try:
-            spec = translate(item, ctx)
+            spec = translate(item, ctx, classes)
         except TranslateError as exc:
             loc = f"{where}.{exc.loc}" if exc.loc else where
             message = exc.message.replace(f"{FORMAT} field {exc.loc}", f"{FORMAT} field {loc}", 1)
@@ -154,14 +159,65 @@ def translate_list(
             w.replace(f"{FORMAT} field ", f"{FORMAT} field {where}.", 1) for w in ctx.warnings
         ]
         origins.append({k: f"{where}.{v}" for k, v in ctx.origins.items()})
+    if not specs:
+        kinds = [it.get("kind") if isinstance(it, dict) else type(it).__name__ for it in items]
+        raise TranslateError(
+            "items",
+            f"{FORMAT} field items: no {API_VERSION} Job among the file's documents "
+            f"(kinds {kinds}); a Queue's counterpart is a virtual cluster, which the cluster's "
+            "admin configures: submit a Job",
+            kinds,
+        )
     names = [s["name"] for s in specs]
     if len(set(names)) != len(names):
         raise TranslateError("items", f"{FORMAT} field items: two Jobs named alike: {names}", names)
     return specs, warnings, origins
 
 
-def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    """Volcano Job -> pasture spec dict. Raises TranslateError naming the Volcano field."""
+def priority_classes(items: list[Any], warnings: list[str]) -> dict[str, tuple[int, str]]:
+    """The ``scheduling.k8s.io`` PriorityClasses among a file's documents: ``{name:
+    (value, field path)}``; fields meaning nothing here are added to ``warnings``. Raises
+    TranslateError for one without a name or a whole ``value`` (Kubernetes requires
+    both), or with an unknown field."""
+    out: dict[str, tuple[int, str]] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("kind") != "PriorityClass":
+            continue
+        where = f"items[{i}]"
+        ctx = Context(FORMAT)
+        name = ctx.mapping(item.get("metadata"), f"{where}.metadata").get("name")
+        if not isinstance(name, str) or not name:
+            raise ctx.refuse(f"{where}.metadata.name", "expected the PriorityClass's name", name)
+        value = as_int(item.get("value"), ctx, f"{where}.value")
+        ctx.check_fields(
+            item,
+            where,
+            honoured={"apiVersion", "kind", "metadata", "value"},
+            ignored={
+                "description": "a note for people",
+                "globalDefault": "pasture's default priority is normal (50), whatever a class says",
+                "preemptionPolicy": "pasture has no per-class preemption policy: a job of "
+                "this priority may preempt jobs of a lower one (docs/jobs.md)",
+            },
+        )
+        out[name] = (value, f"{where}.value")
+        warnings += ctx.warnings
+    return out
+
+
+def class_priority(value: int) -> int:
+    """A Kubernetes PriorityClass value as a pasture priority (0..100, larger first): the
+    value itself within 0..100, else the nearest end (a negative value 0, opportunistic;
+    above 100, 100, critical). Kubernetes also runs larger values first."""
+    return max(0, min(100, value))
+
+
+def translate(
+    doc: dict[str, Any], ctx: Context, classes: dict[str, tuple[int, str]] | None = None
+) -> dict[str, Any]:
+    """Volcano Job -> pasture spec dict. ``classes``: the PriorityClasses defined beside
+    it in the same file (:func:`priority_classes`). Raises TranslateError naming the
+    Volcano field."""
     if doc.get("apiVersion") != API_VERSION:
         raise ctx.refuse(
             "apiVersion",
@@ -210,7 +266,7 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     if spec.get("queue"):
         out["vc"] = str(spec["queue"])
     if spec.get("priorityClassName"):
-        out["priority"] = _priority(spec["priorityClassName"], ctx)
+        out["priority"] = _priority(spec["priorityClassName"], ctx, classes or {})
     for key, src in (
         ("name", "metadata.name" if meta.get("name") is not None else "metadata.generateName"),
         ("vc", "spec.queue"),
@@ -264,13 +320,27 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return out
 
 
-def _priority(value: object, ctx: Context) -> str:
+def _priority(value: object, ctx: Context, classes: dict[str, tuple[int, str]]) -> str | int:
+    """``spec.priorityClassName``: a PriorityClass of the same file (its value, see
+    :func:`class_priority`), else a pasture class name. Raises TranslateError otherwise."""
+    if isinstance(value, str) and value in classes:
+        number, where = classes[value]
+        priority = class_priority(number)
+        if priority != number:
+            ctx.warn(
+                "spec.priorityClassName",
+                f"PriorityClass {value} has value {number} ({where}); pasture priorities are "
+                f"0..100, so the job's priority is {priority}",
+            )
+        return priority
     name = str(value).lower().removesuffix("-priority").removesuffix("priority").strip("-")
     if name in _PRIORITIES:
         return name
     raise ctx.refuse(
         "spec.priorityClassName",
-        f"pasture priority classes are {list(_PRIORITIES)} (a '-priority' suffix is allowed)",
+        f"pasture priority classes are {list(_PRIORITIES)} (a '-priority' suffix is allowed), "
+        "or give a PriorityClass of that name in the same file (its value, 0..100, is the "
+        "job's priority)",
         value,
     )
 
