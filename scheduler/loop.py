@@ -431,6 +431,7 @@ class Loop:
             stop_requested=job.stop_requested,
             draining=self._draining,
             peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
+            now=now,
         )
 
     def _apply_step(

@@ -190,6 +190,10 @@ ActionName = Literal[
 ]
 
 
+MAX_AFTER_S = 30 * 86400.0
+"""The longest ``EventRule.after_s`` (30 days, s)."""
+
+
 class EventRule(StrictModel):
     """``on_events`` entry: when ``event`` happens to a task (of ``role``, or of any role),
     do ``action`` (Volcano ``LifecyclePolicy``: event -> action).
@@ -201,11 +205,15 @@ class EventRule(StrictModel):
     ``max_task_retries``), restart_role (restart every task of that task's role in place,
     running ones included; one retry of ``retry`` like restart_job), fail_job (fail now, no
     retry), terminate_job (stop every task; the job ends stopped).
+    ``after_s``: the action happens once the event has lasted this long (seconds since the
+    task ended; for task_completed, since the role's last task ended), Volcano's policy
+    ``timeout``; the job is held meanwhile (an event says until when). None: at once.
     """
 
     event: EventName
     action: ActionName
     role: str | None = None
+    after_s: float | None = Field(default=None, gt=0, le=MAX_AFTER_S)
 
 
 class PoliciesSpec(StrictModel):

@@ -359,13 +359,14 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
         ctx.check_fields(
             p,
             ploc,
-            honoured={"event", "events", "action"},
+            honoured={"event", "events", "action", "timeout"},
             refused={
                 "exitCode": "exit-code policies are not supported; write event: PodFailed "
                 "(any non-zero exit) with the same action instead",
-                "timeout": "policy timeouts are not supported; drop timeout (the action then "
-                "happens at once)",
             },
+        )
+        after = (
+            None if p.get("timeout") is None else go_duration(p["timeout"], ctx, f"{ploc}.timeout")
         )
         raw = p.get("events")
         events = [raw] if isinstance(raw, str) else list(ctx.sequence(raw, f"{ploc}.events"))
@@ -408,12 +409,38 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
                     )
                 names = [_EVENTS[event]]
             for e in names:
-                rule = {"event": e, "action": _ACTIONS[action]}
+                rule: dict[str, Any] = {"event": e, "action": _ACTIONS[action]}
                 if role is not None:
                     rule["role"] = role
+                if after is not None:
+                    rule["after_s"] = after
                 if rule not in rules:
                     rules.append(rule)
     return rules
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration(value: object, ctx: Context, loc: str) -> float:
+    """A Kubernetes ``metav1.Duration`` (Go's ``time.ParseDuration``: ``10m``, ``1h30m``,
+    ``90s``, ``1.5h``) in seconds. Raises TranslateError for anything else, or a duration
+    that is not positive or above 30 days (pasture's ``after_s`` bound)."""
+    text = str(value).strip() if isinstance(value, str | int | float) else ""
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_S[m.group(2)]
+        pos = m.end()
+    if not text or pos != len(text):
+        raise ctx.refuse(
+            loc, f"expected a duration such as 10m, 90s or 1h30m, got {value!r}", value
+        )
+    if not 0 < total <= 30 * 86400:
+        raise ctx.refuse(loc, f"expected a duration above 0 and at most 720h, got {value!r}")
+    return total
 
 
 def _name(meta: dict[str, Any], ctx: Context) -> str:

@@ -175,7 +175,7 @@ spec:
           containers: [{name: c, image: busybox, command: [sh, -c, "true"]}]
 """
     (job,) = load_job(doc).specs
-    rule = {"event": "task_failed", "action": "restart_role", "role": "worker"}
+    rule = {"event": "task_failed", "action": "restart_role", "role": "worker", "after_s": None}
     assert [r.model_dump() for r in job.policies.on_events] == [rule]
     assert job.retry.max_attempts == 4  # Volcano's default maxRetry (3) + 1
 
