@@ -32,6 +32,7 @@ import shlex
 from typing import Any
 
 from scheduler.spec.formats.common import Context, TranslateError, as_int, job_name
+from scheduler.spec.model import env_name
 
 FORMAT = "Volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -462,26 +463,146 @@ def _name(meta: dict[str, Any], ctx: Context) -> str:
     return name
 
 
-_RAY = (
-    "the ray plugin replaces the head and worker containers' commands with `ray start` on "
-    "fixed ports (6379, 8265, 10001) and adds a Kubernetes Service, which pasture does not "
-    "do for you; drop the plugin and give the commands yourself with pasture's ports: head "
-    "ports [gcs, dashboard, client_server] and command [sh, -c, 'ray start --head --block "
-    "--dashboard-host=0.0.0.0 --port=$PASTURE_PORT_GCS --dashboard-port=$PASTURE_PORT_DASHBOARD "
-    "--ray-client-server-port=$PASTURE_PORT_CLIENT_SERVER'], worker command [sh, -c, "
-    "'ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS'] (docs/compat.md)"
-)
-"""Why ``plugins.ray`` is refused (volcano-sh/volcano pkg/controllers/job/plugins/
-distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
+def _pytorch(args: list[Any], loc: str, out: dict[str, Any], ctx: Context) -> None:
+    """Volcano's pytorch plugin (volcano-sh/volcano pkg/controllers/job/plugins/
+    distributed-framework/pytorch/pytorch.go): MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK are
+    always given; RANK 0 is the master's task and the workers follow, so the master and
+    worker roles go first. ``--wait-master-enabled`` (an init container in each worker pod
+    that waits for the master's port, docs/user-guide/how_to_use_pytorch_plugin.md): the
+    worker role ``depends_on`` the master role, so workers start once the master runs."""
+    roles = list(out["roles"])
+    flags = _flags(
+        args,
+        loc,
+        {
+            "master": "master",
+            "worker": "worker",
+            "port": "23456",
+            "wait-master-enabled": "false",
+            "wait-master-timeout": "300",
+            "wait-master-image": "busybox:1.36.1",
+        },
+        ctx,
+        booleans={"wait-master-enabled"},
+    )
+    for which in ("master", "worker"):
+        if flags[which] not in roles:
+            ctx.warn(loc, f"--{which}={flags[which]} names no task of this job")
+    first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
+    out["roles"] = {
+        **{r: out["roles"][r] for r in first},
+        **{r: v for r, v in out["roles"].items() if r not in first},
+    }
+    if any(str(a).lstrip("-").startswith("port") for a in args):
+        ctx.warn(
+            f"{loc} --port",
+            f"MASTER_PORT is the master task's own port here, not {flags['port']}",
+        )
+    wait = flags["wait-master-enabled"].lower()
+    if wait not in ("true", "false", "1", "0", "t", "f"):
+        raise ctx.refuse(loc, f"--wait-master-enabled expects true or false, got {wait!r}")
+    if wait in ("true", "1", "t"):
+        master, worker = flags["master"], flags["worker"]
+        if master in out["roles"] and worker in out["roles"]:
+            deps = out["roles"][worker].setdefault("depends_on", [])
+            if master not in deps:
+                deps.append(master)
+        ctx.warn(
+            f"{loc} --wait-master-enabled",
+            f"the {worker} tasks start once the {master} tasks run (depends_on), without an "
+            "init container: --wait-master-timeout and --wait-master-image have no effect "
+            "(a worker waits as long as the master is not running)",
+        )
+
+
+_RAY_PORTS = ("gcs", "dashboard", "client_server")
+"""The head role's ports for the ray plugin (ray.go's gcs, dashboard, client-server)."""
+
+
+def _ray(args: list[Any], loc: str, out: dict[str, Any], ctx: Context) -> None:
+    """Volcano's ray plugin (volcano-sh/volcano pkg/controllers/job/plugins/
+    distributed-framework/ray/ray.go; docs/user-guide/how_to_use_ray_plugin.md): the head
+    task's command becomes ``ray start --head --block`` on its GCS, dashboard and client
+    server ports, each worker's ``ray start --block --address=<head>:<GCS port>``. Here the
+    ports are the head task's own (``ports: [gcs, dashboard, client_server]``, the GCS port
+    first, so ``$PASTURE_ROLE_<HEAD>_HOSTS`` is the head's ``address:gcs-port``); the
+    workers depend on the head (started once it runs, as ``ray start`` needs it). The
+    plugin's Service is not made (tasks reach the head by that address). Raises
+    TranslateError for a --head task that is not in the job."""
+    roles = list(out["roles"])
+    flags = _flags(
+        args,
+        loc,
+        {
+            "head": "head",
+            "worker": "worker",
+            "headContainer": "head",
+            "workerContainer": "worker",
+            "port": "6379",
+            "dashboardPort": "8265",
+            "clientPort": "10001",
+        },
+        ctx,
+    )
+    head, worker = flags["head"], flags["worker"]
+    if head not in roles:
+        raise ctx.refuse(
+            loc,
+            f"--head={head} names no task of this job (tasks: {roles}); Volcano refuses to "
+            "create its pods: write --head=<the head task's name>",
+            head,
+        )
+    ports = {p: f"$PASTURE_PORT_{env_name(p)}" for p in _RAY_PORTS}
+    head_role = out["roles"][head]
+    head_role["ports"] = [
+        *_RAY_PORTS,
+        *(p for p in head_role.get("ports", []) if p not in _RAY_PORTS),
+    ]
+    head_role["command"] = (
+        f"ray start --head --block --dashboard-host=0.0.0.0 --port={ports['gcs']} "
+        f"--dashboard-port={ports['dashboard']} "
+        f"--ray-client-server-port={ports['client_server']}"
+    )
+    head_role.pop("entrypoint", None)
+    head_role.pop("args", None)
+    if worker in out["roles"]:
+        w = out["roles"][worker]
+        w["command"] = f"ray start --block --address=$PASTURE_ROLE_{env_name(head)}_HOSTS"
+        w.pop("entrypoint", None)
+        w.pop("args", None)
+        deps = w.setdefault("depends_on", [])
+        if head not in deps:
+            deps.append(head)
+    else:
+        ctx.warn(loc, f"--worker={worker} names no task of this job: only the head starts")
+    fixed = [a for a in ("port", "dashboardPort", "clientPort") if flags[a] != _RAY_DEFAULTS[a]]
+    ctx.warn(
+        loc,
+        "the head's ray ports are its own task ports here ($PASTURE_PORT_GCS, "
+        "$PASTURE_PORT_DASHBOARD, $PASTURE_PORT_CLIENT_SERVER), not "
+        f"{flags['port']}/{flags['dashboardPort']}/{flags['clientPort']}; workers reach it at "
+        f"$PASTURE_ROLE_{env_name(head)}_HOSTS; no Kubernetes Service is made"
+        + (f" (arguments {fixed} ignored)" if fixed else ""),
+    )
+
+
+_RAY_DEFAULTS = {"port": "6379", "dashboardPort": "8265", "clientPort": "10001"}
 
 
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)(?:=(.*))?$")
 
 
-def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> dict[str, str]:
+def _flags(
+    args: list[Any],
+    loc: str,
+    known: dict[str, str],
+    ctx: Context,
+    booleans: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, str]:
     """A plugin's arguments parsed as Go's ``flag`` package does (``--name=value``,
-    ``-name=value``, ``--name value``) into ``known`` (name -> default). Volcano logs and
-    ignores a flag it does not know; here that is refused, naming the plugin's flags."""
+    ``-name=value``, ``--name value``; a boolean flag of ``booleans`` alone is "true")
+    into ``known`` (name -> default). Volcano logs and ignores a flag it does not know;
+    here that is refused, naming the plugin's flags."""
     out = dict(known)
     items = [str(a) for a in args]
     i = 0
@@ -492,6 +613,8 @@ def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> di
                 loc, f"unknown argument {items[i]!r}; this plugin takes {sorted(known)}", items[i]
             )
         value = m.group(2)
+        if value is None and m.group(1) in booleans:
+            value = "true"
         if value is None:
             if i + 1 >= len(items):
                 raise ctx.refuse(loc, f"{items[i]} needs a value", items[i])
@@ -510,7 +633,7 @@ def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None
         if name not in known:
             raise ctx.refuse(
                 loc,
-                "only the env, svc, ssh, mpi and pytorch plugins are known here; drop it "
+                "only the env, svc, ssh, mpi, pytorch and ray plugins are known here; drop it "
                 "(and give what it would set in the tasks' env or commands)",
                 name,
             )
@@ -540,26 +663,9 @@ def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None
                     "the job's ssh configuration reaches it ($PASTURE_SSH_PORT names it)",
                 )
         elif name == "pytorch":
-            flags = _flags(
-                args, loc, {"master": "master", "worker": "worker", "port": "23456"}, ctx
-            )
-            for which in ("master", "worker"):
-                if flags[which] not in roles:
-                    ctx.warn(loc, f"--{which}={flags[which]} names no task of this job")
-            # Volcano's pytorch plugin: RANK 0 is the master's task, workers follow; here
-            # ranks follow the roles' order, so the master and worker tasks go first.
-            first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
-            out["roles"] = {
-                **{r: out["roles"][r] for r in first},
-                **{r: v for r, v in out["roles"].items() if r not in first},
-            }
-            if flags["port"] != "23456" or args:
-                ctx.warn(
-                    f"{loc} --port",
-                    f"MASTER_PORT is the master task's own port here, not {flags['port']}",
-                )
+            _pytorch(args, loc, out, ctx)
         elif name == "ray":
-            raise ctx.refuse(loc, _RAY, name)
+            _ray(args, loc, out, ctx)
         else:
             raise ctx.refuse(
                 loc,
