@@ -46,6 +46,7 @@ _CMD_PLUGIN = "com.microsoft.pai.runtimeplugin.cmd"
 _CALLBACK_EVENTS = ["taskStarts", "taskSucceeds"]
 _ROLE_ORIGINS = {
     "replicas": "instances",
+    "resources": "resourcePerInstance",
     "resources.cpu": "resourcePerInstance.cpu",
     "resources.memory": "resourcePerInstance.memoryMB",
     "resources.gpu": "resourcePerInstance.gpu",
