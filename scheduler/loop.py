@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -51,6 +52,7 @@ from scheduler.discovery import ordered_tasks
 from scheduler.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.model import JobSpec
+from scheduler.spec.policies import volume_dir
 from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
 from scheduler.store.records import (
@@ -538,11 +540,31 @@ class Loop:
         """Delete finished jobs whose ``ttl_after_finished`` (or the cluster's
         ``loop.finished_job_ttl_s``) has passed since they ended."""
         for name in self.store.expired_jobs(now):
+            job = self.store.get_job(name)
             try:
                 self.store.delete_job(name)
                 log.info("job %s deleted: finished longer ago than its ttl", name)
             except (JobActiveError, JobNotFoundError):
                 self.store.drop_expiry(name)
+                continue
+            if job is not None and job.spec.get("volumes"):
+                self._remove_volumes(name, job.spec["volumes"])
+
+    def _remove_volumes(self, job: str, volumes: list[dict[str, object]]) -> None:
+        """Remove the share directories of a deleted job's ``volumes`` not marked ``keep``
+        (``jobs/<job>/volumes/<name>`` under ``share_dir``; Volcano deletes a job's new
+        claims with it). A failure is logged: the job is gone either way."""
+        for v in volumes:
+            if v.get("keep") or not isinstance(v.get("name"), str):
+                continue
+            path = self.settings.share_dir / volume_dir(job, str(v["name"]))
+            try:
+                shutil.rmtree(path)
+                log.info("job %s: volume %s removed (%s)", job, v["name"], path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("job %s: volume %s not removed: %s", job, v["name"], exc)
 
     # ---- forever --------------------------------------------------------------------
     def run_forever(self, stop: threading.Event | None = None) -> None:

@@ -42,7 +42,8 @@ from scheduler.discovery import (
     volcano_host_files,
     wants_ssh,
 )
-from scheduler.spec.model import JobSpec
+from scheduler.spec.model import JobSpec, env_name
+from scheduler.spec.policies import volume_dir
 from scheduler.store.records import TaskRecord
 
 CONTAINER_SSH_DIR = "/run/pasture/ssh"
@@ -151,6 +152,14 @@ def prepare(
     if in_container:
         mounts.append((str(vdir), f"{VOLCANO_DIR}:ro"))
 
+    volumes: dict[str, str] = {}
+    for v in spec.volumes:  # fresh directories of the job (Volcano volumeClaim)
+        path = share / volume_dir(job, v.name)
+        path.mkdir(parents=True, exist_ok=True)
+        volumes[f"PASTURE_VOLUME_{env_name(v.name)}"] = str(path)
+        if executor_kind in ("container", "kubernetes"):
+            mounts.append((str(path), v.target))
+
     code = code_dir_of(spec, share)
     work = str(job_dir / "work" / f"{me.role}-{me.index}") if code else str(job_dir)
     env = task_env(
@@ -166,6 +175,7 @@ def prepare(
         container_name=f"task-{task_id}" if in_container else task_id,
         volcano_hosts_dir=VOLCANO_DIR if in_container else str(vdir),
     )
+    env.update(volumes)
     pasture = {k: v for k, v in env.items() if k.startswith("PASTURE_")}
     env = {**env, **spec.env, **spec.roles[me.role].env, **pasture}
 

@@ -252,6 +252,37 @@ class MountSpec(StrictModel):
         return v
 
 
+class VolumeSpec(StrictModel):
+    """A fresh directory of the job on the cluster share (Volcano ``volumeClaim``: a new
+    PersistentVolumeClaim per job): ``jobs/<job>/volumes/<name>`` (:func:`volume_dir`),
+    created empty when a task of the job first starts, mounted at ``target`` (container
+    executors) and named by ``PASTURE_VOLUME_<NAME>`` in every task's environment;
+    removed when the loop deletes the finished job (its ttl) unless ``keep``. ``size``
+    (bytes) is what the claim asked for: the share is one file system without per-directory
+    quotas, so it is recorded, not enforced. ``name``: [a-z0-9-], 1..63."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    target: str
+    size: int | None = Field(default=None, ge=0)
+    keep: bool = False
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"expected an absolute path, got {v!r}")
+        if ".." in v.split("/") or len(v) > MAX_PATH:
+            raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
+        _no_option_chars(v, "target")
+        return v
+
+
+def volume_dir(job: str, name: str) -> str:
+    """The share-relative directory of volume ``name`` of ``job`` (a job name and a
+    volume name are both [a-z0-9-], so the path holds nothing else)."""
+    return f"jobs/{job}/volumes/{name}"
+
+
 class MpiHostSpec(StrictModel):
     """Volcano's mpi plugin (volcano-sh/volcano pkg/controllers/job/plugins/
     distributed-framework/mpi/mpi.go, ``OnPodCreate``): every task of role ``master`` gets

@@ -33,6 +33,7 @@ from typing import Any
 
 from scheduler.spec.formats.common import Context, TranslateError, as_int, job_name
 from scheduler.spec.model import env_name
+from scheduler.spec.quantity import parse_memory
 
 FORMAT = "Volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -282,7 +283,11 @@ def translate(
     ):
         ctx.origin(key, src)
     rules = _policies(spec.get("policies"), "spec.policies", None, ctx)
-    mounts = _job_volumes(spec.get("volumes"), ctx)
+    volumes: list[dict[str, Any]] = []
+    mounts = _job_volumes(spec.get("volumes"), ctx, volumes)
+    if volumes:
+        out["volumes"] = volumes
+        ctx.origin("volumes", "spec.volumes")
     tasks = ctx.sequence(spec.get("tasks"), "spec.tasks")
     if not tasks:
         raise ctx.refuse("spec.tasks", "expected at least one task")
@@ -785,10 +790,51 @@ def _task(
     return name, role, rules, mounts
 
 
-def _job_volumes(value: object, ctx: Context) -> list[dict[str, str]]:
+def _new_claim(value: object, path: str, i: int, loc: str, ctx: Context) -> dict[str, Any]:
+    """``spec.volumes[i].volumeClaim`` (a PersistentVolumeClaimSpec Volcano creates for the
+    job, named ``<job>-volume-<random>``, deleted with it): a fresh share directory of the
+    job, pasture's ``volumes`` entry ``volume-<i>`` mounted at ``path``, sized as
+    ``resources.requests.storage`` asks (recorded: the share enforces no per-directory
+    quota, warned). ``accessModes`` and ``storageClassName`` warned. Raises TranslateError
+    for a claim that is not a mapping or a storage size that is not a quantity."""
+    claim = ctx.mapping(value, loc)
+    ctx.check_fields(
+        claim,
+        loc,
+        honoured={"resources"},
+        ignored={
+            "accessModes": "the share directory is read-write for every task of the job",
+            "storageClassName": "the directory is on the cluster share",
+            "volumeMode": "the directory is on the cluster share",
+        },
+    )
+    out: dict[str, Any] = {"name": f"volume-{i}", "target": path}
+    res = ctx.mapping(claim.get("resources"), f"{loc}.resources")
+    requests = ctx.mapping(res.get("requests"), f"{loc}.resources.requests")
+    storage = requests.get("storage")
+    if storage is not None:
+        try:
+            out["size"] = parse_memory(storage)
+        except ValueError as exc:
+            raise ctx.refuse(f"{loc}.resources.requests.storage", str(exc), storage) from None
+    size = f" of {storage}" if storage is not None else ""
+    ctx.warn(
+        loc,
+        f"a new claim{size} is a fresh directory of the job on the cluster share "
+        f"(jobs/<job>/volumes/volume-{i}, $PASTURE_VOLUME_VOLUME_{i}), mounted at {path} and "
+        "removed when the finished job is deleted by its ttl; the share has no "
+        "per-directory quota, so the size is not enforced",
+    )
+    return out
+
+
+def _job_volumes(
+    value: object, ctx: Context, volumes: list[dict[str, Any]]
+) -> list[dict[str, str]]:
     """``spec.volumes`` (Volcano VolumeSpec: ``mountPath`` + ``volumeClaimName`` of an
     existing PVC, or ``volumeClaim`` to create one) as share mounts: the claim is the share
-    directory of the same name (a warning says so), mounted at ``mountPath`` in every task."""
+    directory of the same name (a warning says so), mounted at ``mountPath`` in every task;
+    a new claim is appended to ``volumes`` (:func:`_new_claim`)."""
     out: list[dict[str, str]] = []
     for i, v in enumerate(ctx.sequence(value, "spec.volumes")):
         loc = f"spec.volumes[{i}]"
@@ -799,13 +845,13 @@ def _job_volumes(value: object, ctx: Context) -> list[dict[str, str]]:
             raise ctx.refuse(f"{loc}.mountPath", "expected an absolute path", path)
         claim = v.get("volumeClaimName")
         if not claim:
-            base = path.rstrip("/").rsplit("/", 1)[-1] or "data"
-            raise ctx.refuse(
+            volumes.append(_new_claim(v.get("volumeClaim"), path, i, f"{loc}.volumeClaim", ctx))
+            continue
+        if v.get("volumeClaim") is not None:
+            ctx.warn(
                 f"{loc}.volumeClaim",
-                "a new PersistentVolumeClaim is not created here: put the data in the cluster "
-                f"share (`pasture data push ./{base} {base}`) and write volumeClaimName: {base} "
-                "instead of volumeClaim (the share directory of that name is mounted)",
-                v.get("volumeClaim"),
+                f"beside volumeClaimName: the share directory {claim} is used as it is (Volcano "
+                "would create the claim only when none of that name exists)",
             )
         ctx.warn(
             f"{loc}.volumeClaimName",
