@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.spec.bounded import OPENPAI_JOBS
-from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano
+from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano, volcano_cronjob
 from scheduler.spec.formats.common import Context, TranslateError, source_loc
 
 __all__ = ["FORMATS", "TranslateError", "Translation", "detect", "source_loc", "translate"]
@@ -59,6 +59,10 @@ def detect(doc: dict[str, Any]) -> str:
     if "apiVersion" in doc or "kind" in doc:
         if volcano.is_volcano(doc):
             return "volcano"
+        if doc.get("kind") == "CronJob" and str(doc.get("apiVersion", "")).startswith(
+            "batch.volcano.sh/"
+        ):
+            _refuse_cronjob(doc)
         if volcano.is_list(doc):
             return "volcano-list"
         kind = doc.get("kind")
@@ -159,3 +163,28 @@ def _openpai_v2_list(items: list[Any]) -> Translation:
     if len(set(names)) != len(names):
         raise TranslateError("items", f"{fmt} field items: two jobs named alike: {names}", names)
     return Translation("openpai-v2", docs, warnings, doc_origins=origins)
+
+
+def _refuse_cronjob(doc: dict[str, Any]) -> None:
+    """A Volcano CronJob is translated and checked (:mod:`scheduler.spec.schedule`), then
+    refused naming ``kind``: this cluster does not run scheduled jobs yet. Raises
+    TranslateError (the CronJob's own refused field, or ``kind`` with the how-to)."""
+    from pydantic import ValidationError
+
+    try:
+        schedule, _ = volcano_cronjob.parse_volcano_cronjob(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        where = {"schedule": "spec.schedule", "name": "metadata.name"}.get(loc, loc)
+        raise TranslateError(
+            where, f"Volcano field {where}: {first['msg'].removeprefix('Value error, ')}"
+        ) from None
+    raise TranslateError(
+        "kind",
+        f"Volcano field kind: CronJob {schedule.name} ({schedule.schedule!r}, "
+        f"{schedule.concurrency_policy}) reads as a scheduled job, but this cluster does not "
+        "run scheduled jobs yet: submit its spec.jobTemplate.spec as a kind: Job (with "
+        "metadata.name) to run it once, on a timer of your own",
+        "CronJob",
+    )
