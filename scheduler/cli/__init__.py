@@ -34,6 +34,7 @@ from scheduler.cli import (
     server,
     tokens,
 )
+from scheduler.cli import schedules as schedules_cli
 from scheduler.cli import usage as usage_cli
 
 app = typer.Typer(
@@ -79,6 +80,7 @@ def _root(
 
 jobs.app.command("top")(usage_cli.top)
 app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
+app.add_typer(schedules_cli.app, name="schedule")
 app.command("usage")(usage_cli.usage)
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")

@@ -4,10 +4,10 @@ controller follows: pkg/controllers/cronjob). The spec, its translation from a V
 CronJob file (:mod:`scheduler.spec.formats.volcano_cronjob`), and the pure decision
 of what a schedule does at a given time.
 
-Pure: no Redis, no clock (``now`` is an argument). What is not here yet (issue 37): the
-store's schedule records, the loop acting on :func:`decide`, and the API, CLI and dashboard;
-until then a submit of a CronJob file is refused naming ``kind`` (``pasture job validate``
-reads it, so the file can be checked).
+Pure: no Redis, no clock (``now`` is an argument). The store keeps schedules
+(scheduler/store/schedules.py), the loop acts on :func:`decide` every few seconds
+(``Loop._run_schedules``), ``/api/v1/schedules`` and ``pasture schedule`` manage them; a
+job submit of a CronJob file is refused naming ``kind`` and pointing there.
 
 Decision (Kubernetes ``cronjob_controllerv2.go`` ``mostRecentScheduleTime``,
 ``syncCronJob``):

@@ -1,8 +1,8 @@
-"""Issue 37, eighth point (the part done): Volcano's CronJob example
-(volcano-sh/volcano example/cronjob/cronjob.yaml) read as a scheduled job, and the pure
-decision of what a schedule does at a time (Kubernetes CronJob semantics, which Volcano's
-controller follows). Submitting it is refused naming ``kind`` until the cluster runs
-schedules."""
+"""Issue 37, eighth point: Volcano's CronJob example (volcano-sh/volcano
+example/cronjob/cronjob.yaml) read as a scheduled job, and the pure decision of what a
+schedule does at a time (Kubernetes CronJob semantics, which Volcano's controller follows).
+A job submit of it is refused naming ``kind`` and pointing at ``pasture schedule submit``;
+tests/integration/test_schedule_process.py runs it on a process-mode cluster."""
 
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ def test_the_volcano_example_reads_as_a_schedule_of_its_job():
     assert any(w.startswith("Volcano field spec.jobTemplate.spec.") for w in warnings)
 
 
-def test_a_submit_is_refused_naming_kind_until_schedules_run():
+def test_a_job_submit_points_at_the_schedules():
     with pytest.raises(SpecError) as info:
         load_job(FILE.read_bytes())
     (error,) = info.value.errors
-    assert error["loc"] == "kind" and "does not run scheduled jobs yet" in error["msg"]
+    assert error["loc"] == "kind" and "`pasture schedule submit FILE`" in error["msg"]
     bad = FILE.read_text().replace('"*/5 * * * *"', '"every five minutes"')
     with pytest.raises(SpecError) as info:
         load_job(bad.encode())

@@ -167,7 +167,7 @@ def _openpai_v2_list(items: list[Any]) -> Translation:
 
 def _refuse_cronjob(doc: dict[str, Any]) -> None:
     """A Volcano CronJob is translated and checked (:mod:`scheduler.spec.schedule`), then
-    refused naming ``kind``: this cluster does not run scheduled jobs yet. Raises
+    refused naming ``kind``: a scheduled job goes to ``/api/v1/schedules``. Raises
     TranslateError (the CronJob's own refused field, or ``kind`` with the how-to)."""
     from pydantic import ValidationError
 
@@ -183,8 +183,7 @@ def _refuse_cronjob(doc: dict[str, Any]) -> None:
     raise TranslateError(
         "kind",
         f"Volcano field kind: CronJob {schedule.name} ({schedule.schedule!r}, "
-        f"{schedule.concurrency_policy}) reads as a scheduled job, but this cluster does not "
-        "run scheduled jobs yet: submit its spec.jobTemplate.spec as a kind: Job (with "
-        "metadata.name) to run it once, on a timer of your own",
+        f"{schedule.concurrency_policy}) is a scheduled job, not a job: submit it with "
+        "`pasture schedule submit FILE` (POST /api/v1/schedules)",
         "CronJob",
     )
