@@ -25,7 +25,8 @@ from scheduler.store.tokens import TokenInfo
 router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
 
 
-def _service(request: Request) -> ScheduleService:
+def schedule_service(request: Request) -> ScheduleService:
+    """The app's ScheduleService (made on first use, over the JobService)."""
     state = request.app.state
     if getattr(state, "schedules", None) is None:
         state.schedules = ScheduleService(state.jobs)
@@ -40,7 +41,7 @@ async def submit_schedule(request: Request, who: TokenInfo = Depends(submitter))
     """Submit a scheduled job (YAML or JSON): 201 with it (and ``warnings``); 422 invalid
     (``loc`` names the file's field); 403 VC not allowed; 409 a schedule of that name."""
     body = await request.body()
-    service = _service(request)
+    service = schedule_service(request)
     content_type = request.headers.get("content-type")
     return await anyio.to_thread.run_sync(
         lambda: on_spec_body(body, content_type, lambda d: service.submit(who, d), "schedule"),
@@ -51,7 +52,7 @@ async def submit_schedule(request: Request, who: TokenInfo = Depends(submitter))
 @router.get("", responses=errors(FORBIDDEN))
 def list_schedules(request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
     """The schedules of the caller's VCs."""
-    return _service(request).list(who)
+    return schedule_service(request).list(who)
 
 
 @router.get("/{name}", responses=errors(FORBIDDEN, NOT_FOUND))
@@ -59,7 +60,7 @@ def get_schedule(
     name: str, request: Request, who: TokenInfo = Depends(principal)
 ) -> dict[str, Any]:
     """One schedule, with its runs' job names."""
-    return _service(request).get(who, name)
+    return schedule_service(request).get(who, name)
 
 
 @router.post("/{name}/suspend", responses=errors(FORBIDDEN, NOT_FOUND))
@@ -67,7 +68,7 @@ def suspend_schedule(
     name: str, request: Request, who: TokenInfo = Depends(principal)
 ) -> dict[str, Any]:
     """No new runs until resumed."""
-    return _service(request).suspend(who, name, True)
+    return schedule_service(request).suspend(who, name, True)
 
 
 @router.post("/{name}/resume", responses=errors(FORBIDDEN, NOT_FOUND))
@@ -75,7 +76,7 @@ def resume_schedule(
     name: str, request: Request, who: TokenInfo = Depends(principal)
 ) -> dict[str, Any]:
     """Runs start again at the schedule's next time."""
-    return _service(request).suspend(who, name, False)
+    return schedule_service(request).suspend(who, name, False)
 
 
 @router.delete("/{name}", responses=errors(FORBIDDEN, NOT_FOUND))
@@ -83,4 +84,4 @@ def delete_schedule(
     name: str, request: Request, who: TokenInfo = Depends(principal)
 ) -> dict[str, Any]:
     """Delete a schedule; its runs stay jobs of their own."""
-    return _service(request).delete(who, name)
+    return schedule_service(request).delete(who, name)
