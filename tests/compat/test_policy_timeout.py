@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.lifecycle import decide
+from scheduler.rules.lifecycle import decide
 from scheduler.spec import SpecError, load_job
 from scheduler.states import JobState
 from scheduler.store.records import TaskRecord
