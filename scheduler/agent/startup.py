@@ -42,7 +42,8 @@ from scheduler.rules.discovery import (
     volcano_host_files,
 )
 from scheduler.spec.facts import wants_ssh
-from scheduler.spec.model import JobSpec
+from scheduler.spec.model import JobSpec, env_name
+from scheduler.spec.policies import volume_dir
 from scheduler.store.records import TaskRecord
 
 CONTAINER_SSH_DIR = "/run/pasture/ssh"
@@ -100,9 +101,10 @@ def code_dir_of(spec: JobSpec, share: Path) -> Path | None:
     if resolved != share.resolve() and share.resolve() not in resolved.parents:
         raise StartupError(f"code_dir {raw!r} is outside the cluster share {share}")
     if not resolved.is_dir():
+        base = PurePosixPath(raw).name or "code"
         raise StartupError(
-            f"code_dir {raw!r}: no such directory on the cluster share ({path}); copy the"
-            " code there first, e.g. `pasture data push ./code <dir>`"
+            f"code_dir {raw!r}: no such directory on the cluster share ({path}); push the"
+            f" code there first: `pasture data push {shlex.quote('./' + base)} {shlex.quote(raw)}`"
         )
     return path
 
@@ -150,6 +152,14 @@ def prepare(
     if in_container:
         mounts.append((str(vdir), f"{VOLCANO_DIR}:ro"))
 
+    volumes: dict[str, str] = {}
+    for v in spec.volumes:  # fresh directories of the job (Volcano volumeClaim)
+        path = share / volume_dir(job, v.name)
+        path.mkdir(parents=True, exist_ok=True)
+        volumes[f"PASTURE_VOLUME_{env_name(v.name)}"] = str(path)
+        if executor_kind in ("container", "kubernetes"):
+            mounts.append((str(path), v.target))
+
     code = code_dir_of(spec, share)
     work = str(job_dir / "work" / f"{me.role}-{me.index}") if code else str(job_dir)
     env = task_env(
@@ -165,6 +175,7 @@ def prepare(
         container_name=f"task-{task_id}" if in_container else task_id,
         volcano_hosts_dir=VOLCANO_DIR if in_container else str(vdir),
     )
+    env.update(volumes)
     pasture = {k: v for k, v in env.items() if k.startswith("PASTURE_")}
     env = {**env, **spec.env, **spec.roles[me.role].env, **pasture}
 

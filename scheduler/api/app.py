@@ -29,7 +29,7 @@ from scheduler.api.metrics import (
 )
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
-from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, usage
+from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, schedules, usage
 from scheduler.api.schemas import Health
 from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
@@ -141,6 +141,7 @@ def create_app(
     strict = [Depends(no_unknown_query)]
     app.include_router(jobs.router, dependencies=strict)
     app.include_router(batch.router, dependencies=strict)  # POST /api/v1/jobs:batch
+    app.include_router(schedules.router, dependencies=strict)  # scheduled jobs
     app.include_router(cluster.router, dependencies=strict)
     app.include_router(usage.router, dependencies=strict)
     app.include_router(admin.router, dependencies=strict)

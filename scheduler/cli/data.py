@@ -150,6 +150,26 @@ def _local_files(local: Path) -> list[tuple[Path, str]]:
     return [(p, p.relative_to(local).as_posix()) for p in sorted(local.rglob("*")) if p.is_file()]
 
 
+def share_destination(remote: str) -> str:
+    """The share path ``data push`` writes REMOTE to: REMOTE itself, or for an HDFS path
+    (``hdfs://nn:9000/a/code``, ``$PAI_DEFAULT_FS_URI/a/code``, as an OpenPAI v1
+    ``codeDir`` names it) the share directory a translated job reads it from
+    (``hdfs/a/code``, :func:`scheduler.spec.formats.common.hdfs_share_path`), printed.
+    Raises typer.BadParameter for an HDFS path that maps to no share directory."""
+    from scheduler.spec.formats.common import hdfs_share_path, is_hdfs
+
+    if not is_hdfs(remote):
+        return remote
+    mapped = hdfs_share_path(remote)
+    if mapped is None:
+        raise typer.BadParameter(
+            f"REMOTE: HDFS path {remote!r} maps to no share directory"
+            " (expected hdfs://<name node>/<path> or $PAI_DEFAULT_FS_URI/<path>)"
+        )
+    console.print(f"HDFS path {remote} is the share's {mapped}", markup=False, highlight=False)
+    return mapped
+
+
 @data_app.command()
 @handle_errors
 @ssh_errors
@@ -169,6 +189,7 @@ def push(
     the master."""
     from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
 
+    remote = share_destination(remote)
     dev = _dev_share(host)
     if dev is not None:
         dest_dir = Path(ssh.remote_path(str(dev), remote))
@@ -242,6 +263,7 @@ def pull(
     against a `pasture dev up` cluster, as `data push`)."""
     from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
 
+    remote = share_destination(remote)
     dev = _dev_share(host)
     if dev is not None:
         source = Path(ssh.remote_path(str(dev), remote))

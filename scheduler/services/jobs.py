@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -219,23 +220,21 @@ class JobService:
             self._vcs, self._vcs_read = self.store.vcs(), now
         return self._vcs
 
-    def _check_vc(self, vc: str) -> None:
+    def _check_vc(self, vc: str, parsed: ParsedJob | None = None, index: int = 0) -> None:
         """Refuse a VC the store does not know (skipped while no VC is configured yet).
-        Only a "known" answer comes from the cache; an unknown VC is confirmed fresh."""
+        Only a "known" answer comes from the cache; an unknown VC is confirmed fresh. The
+        refusal names the file's own field (``spec.queue``) for a translated ``parsed``."""
         known = self._known_vcs()
         if known and vc not in known:
             known = self._known_vcs(fresh=True)
         if known and vc not in known:
+            msg = f"no virtual cluster {vc!r}; known: {sorted(known)}"
+            loc = "vc"
+            if parsed is not None:
+                loc, msg = parsed.source_error(index, loc, msg)
             raise InvalidSpecError(
-                f"invalid job spec: vc: no virtual cluster {vc!r}; known: {sorted(known)}",
-                [
-                    {
-                        "loc": ["vc"],
-                        "msg": f"no virtual cluster {vc!r}; known: {sorted(known)}",
-                        "type": "unknown_vc",
-                        "input": vc,
-                    }
-                ],
+                f"invalid job spec: {loc}: {msg}",
+                [{"loc": loc.split("."), "msg": msg, "type": "unknown_vc", "input": vc}],
             )
 
     def admit(self, principal: Principal, document: dict[str, Any]) -> ParsedJob:
@@ -249,14 +248,17 @@ class JobService:
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         parsed = self.validate(document)
-        for spec in parsed.specs:
+        for index, spec in enumerate(parsed.specs):
             require_vc(principal, spec.vc)
-            self._check_vc(spec.vc)
+            self._check_vc(spec.vc, parsed, index)
             reason = self.fit_reason(spec)
             if reason is not None:
+                role = re.match(r"role (\S+?):", reason)
+                loc = f"roles.{role.group(1)}.resources" if role else "roles"
+                loc, msg = parsed.source_error(index, loc, f"can never be placed: {reason}")
                 raise InvalidSpecError(
                     f"job can never be placed: {reason}",
-                    [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
+                    [{"loc": loc.split("."), "msg": msg, "type": "no_fit"}],
                 )
         if len(parsed.specs) > 1:
             for spec in parsed.specs:
