@@ -39,7 +39,7 @@ from pathlib import Path
 
 import redis
 
-from scheduler.agent import startup
+from scheduler.agent import ssh, startup
 from scheduler.agent.executor import (
     Executor,
     ExecutorError,
@@ -366,9 +366,20 @@ class Agent:
         )
         log.info("task %s %s (exit %s)", t.lid, state, code)
         self.executor.cleanup(t.handle)
+        self._remove_keys(t.job, t.key, t.attempt)
         with self._lock:
             self.local.pop(t.lid, None)
         self._save_state()
+
+    def _remove_keys(self, job: str, key: str, attempt: int) -> None:
+        """Remove the ssh directory (the submission's key) of an attempt that ended or
+        never started (:func:`ssh.remove_task_files`); a failure is logged, not raised."""
+        role, _, index = key.rpartition("-")
+        tid = task_id(job, role, int(index), attempt)
+        try:
+            ssh.remove_task_files(Path(self.s.work_dir) / "tasks" / tid / "ssh")
+        except OSError as exc:
+            log.warning("task %s/%s#%s: cannot remove its ssh key: %s", job, key, attempt, exc)
 
     def _isolated(self, what: str, action: Callable[..., None], *args: object) -> None:
         """Run one task's part of a pass; an error of the store (Redis) ends the pass (it
@@ -420,6 +431,7 @@ class Agent:
                 task_dir=state_dir,
                 task_id=tid,
                 executor_kind=self.executor.kind,
+                ssh_key=job_rec.ssh_key,
             )
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
@@ -510,7 +522,9 @@ class Agent:
         return {env_name(n): values[n] for n in spec.secrets}
 
     def _report_failed(self, job: str, rec: TaskRecord, message: str) -> None:
-        """Report this attempt of ``rec`` failed before it ran (no exit code), with why."""
+        """Report this attempt of ``rec`` failed before it ran (no exit code), with why;
+        its ssh key, if written, is removed."""
+        self._remove_keys(job, rec.key, rec.attempt)
         diag = diagnose_report(None, None, message, None, self.s.diagnosis_rules)
         self.store.report_task(
             job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message, diagnosis=diag

@@ -8,8 +8,9 @@ job's command) and extra mounts. In order:
    (``hostfile-<attempt>``, when the job sets ``mpi``) and the Volcano host files
    (``volcano-<attempt>/<task>.host``; mounted read-only at ``/etc/volcano`` in
    containers, named by PASTURE_VOLCANO_HOSTS_DIR in both modes);
-2. ssh (jobs with ``ssh`` or ``mpi``; see :mod:`scheduler.agent.ssh`): the job key, the
-   task's ssh directory, the sshd lines of the script;
+2. ssh (jobs with ``ssh`` or ``mpi``; see :mod:`scheduler.agent.ssh`): the submission's
+   key (from the launch record, never the share) in the task's ssh directory, the sshd
+   lines of the script;
 3. code dir (job-level ``code_dir``: a directory of the share, relative to it or
    absolute inside it, e.g. one pushed with ``pasture data push``): the script copies its
    content to ``./code`` of a fresh per-task working directory
@@ -119,6 +120,8 @@ def prepare(
     task_dir: Path,
     task_id: str,
     executor_kind: str,
+    ssh_key: str = "",
+    owner: tuple[int, int] | None = None,
 ) -> Startup:
     """Prepare task ``me`` of ``job`` (see the module docstring).
 
@@ -128,6 +131,10 @@ def prepare(
         task_id: the task's id (container name ``task-<id>``).
         executor_kind: ``process``, ``container`` or ``kubernetes`` (the Volcano mount
             needs container; a kubernetes pod sees the ssh directory as a container does).
+        ssh_key: the submission's private key (PEM) from the node's launch record
+            (:mod:`scheduler.jobkey`); "" for a job without ssh.
+        owner: (uid, gid) of the task's user (:mod:`scheduler.agent.tenant`): owns the
+            task's ssh directory; None: the agent's user.
     Raises:
         OSError: the share or the node's work dir is not writable.
         StartupError: the job's own settings prevent the start (message says which).
@@ -181,9 +188,12 @@ def prepare(
                 " loop?); resubmit the job"
             )
         else:
-            key = ssh.ensure_job_key(job_dir, me.attempt)
+            try:
+                key = ssh.job_key(ssh_key)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
             seen = CONTAINER_SSH_DIR if own_fs else str(task_dir / "ssh")
-            ssh.write_task_files(task_dir / "ssh", job, spec, tasks, me, key, seen)
+            ssh.write_task_files(task_dir / "ssh", job, spec, tasks, me, key, seen, owner)
             if own_fs:  # kubernetes: a hostPath volume (agent/k8s_mounts.py)
                 mounts.append((str(task_dir / "ssh"), CONTAINER_SSH_DIR))
             env.update(ssh.ssh_env(spec, tasks, me, seen))

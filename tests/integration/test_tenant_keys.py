@@ -1,0 +1,149 @@
+"""Each submission's own ssh key, tried as a second tenant would (issue 32 item 2): a real
+process-mode dev cluster (redis-server, API, loop, agent as local processes) and the
+tasks' own OpenSSH sshd.
+
+alice keeps the key ``job exec`` gave her for ``train-1`` and deletes the job; bob (VC
+research) submits ``train-1``: the key that opened alice's task does not open bob's, no
+key lies on the share, and a task's key is gone from the node once its attempt ended.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from scheduler import dev
+from scheduler.store.tokens import TokenStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+JOB = """\
+name: train-1
+vc: {vc}
+ssh: true
+roles:
+  main:
+    replicas: 1
+    resources: {{cpu: 100m, memory: 64Mi}}
+    command: sleep 120
+"""
+
+VCS = [
+    {"name": "default", "guarantee": {"cpu": "1", "memory": "1Gi"}},
+    {"name": "research", "guarantee": {"cpu": "1", "memory": "1Gi"}},
+]
+
+
+def _api(c, token: str, method: str, path: str, **kw):
+    return httpx.request(
+        method,
+        f"{c.endpoint}/api/v1{path}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        **kw,
+    )
+
+
+def _access(c, token: str, name: str, timeout: float = 60) -> dict:
+    """The exec answer of ``name``'s task main-0 once it runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = _api(c, token, "POST", f"/jobs/{name}/tasks/main/0/exec")
+        if r.status_code == 200:
+            return r.json()
+        if time.monotonic() > deadline:
+            raise AssertionError(r.text)
+        time.sleep(0.3)
+
+
+def _ssh(access: dict, key: str, tmp: Path, user: str) -> subprocess.CompletedProcess:
+    """``ssh`` into the task that ``access`` names with private key ``key``."""
+    key_file = tmp / f"key-{time.monotonic_ns()}"
+    key_file.write_text(key)
+    key_file.chmod(0o600)
+    return subprocess.run(
+        [
+            "ssh", "-i", str(key_file), "-p", str(access["port"]),
+            "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "ConnectTimeout=5", "-l", user, access["address"], "echo in",
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _until_in(access: dict, key: str, tmp: Path, user: str) -> subprocess.CompletedProcess:
+    deadline = time.monotonic() + 30  # the task's sshd starts with it
+    while True:
+        r = _ssh(access, key, tmp, user)
+        if r.returncode == 0 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if shutil.which("redis-server") is None or not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip("needs redis-server and openssh-server (sshd)")
+    directory = tmp_path_factory.mktemp("dev")
+    c = dev.up(
+        nodes=1,
+        cpu_per_node=2,
+        memory_per_node="2Gi",
+        virtual_clusters=VCS,
+        directory=directory,
+    )
+    try:
+        yield c
+    finally:
+        dev.down(directory)
+
+
+def test_a_deleted_jobs_key_does_not_open_the_next_job_of_that_name(cluster, tmp_path):
+    c = cluster
+    tokens = TokenStore(c.store().r)
+    alice = tokens.create("alice", "user", ["default"])
+    bob = tokens.create("bob", "user", ["research"])
+    r = _api(c, alice, "POST", "/jobs", content=JOB.format(vc="default"))
+    assert r.status_code == 201, r.text
+    old = _access(c, alice, "train-1")
+    # the key opens alice's own task (so a refusal below is the key's, not the door's)
+    r = _until_in(old, old["key"], tmp_path, old.get("user") or "root")
+    assert r.returncode == 0 and r.stdout.strip() == "in", r.stderr
+    deadline = time.monotonic() + 30  # force: stop first, delete once it stopped
+    while not _api(c, alice, "DELETE", "/jobs/train-1?force=true").json().get("deleted"):
+        assert time.monotonic() < deadline, "train-1 was not deleted"
+        time.sleep(0.3)
+
+    r = _api(c, bob, "POST", "/jobs", content=JOB.format(vc="research"))
+    assert r.status_code == 201, r.text
+    new = _access(c, bob, "train-1")
+    assert new["key"] != old["key"]
+    user = new.get("user") or "root"
+    assert _until_in(new, new["key"], tmp_path, user).returncode == 0  # bob's own key opens
+    r = _ssh(new, old["key"], tmp_path, user)  # alice's kept key does not
+    assert r.returncode == 255 and "in" not in r.stdout.split(), (r.stdout, r.stderr)
+
+    # no private key lies anywhere on the share
+    share = Path(c.share_dir)
+    for path in share.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert b"PRIVATE KEY" not in path.read_bytes(), path
+    # the key is on the node only while the attempt runs
+    agent = yaml.safe_load(Path(c.agent_configs[0]).read_text())
+    tasks = Path(agent["work_dir"]) / "tasks"
+    held = [p for p in tasks.glob("*/ssh/id_job")]
+    assert len(held) == 1 and held[0].read_text() == new["key"]
+    assert (held[0].stat().st_mode & 0o777) == 0o600
+    assert _api(c, bob, "POST", "/jobs/train-1/stop").status_code == 200
+    deadline = time.monotonic() + 30
+    while list(tasks.glob("*/ssh")):
+        assert time.monotonic() < deadline, list(tasks.glob("*/ssh/*"))
+        time.sleep(0.3)
