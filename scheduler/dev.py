@@ -24,6 +24,11 @@ GPUs (model ``dev-fake``), only numbers for the scheduler, with CUDA_VISIBLE_DEV
 set for the tasks. ``nvml_recording`` makes the first node replay recorded NVML answers
 (tests/fixtures/nvml/) instead of asking the driver: its GPUs are the recording's.
 
+Tenants: run as root, ``up`` makes each VC's Unix user (:mod:`scheduler.tenants`) and
+the agents run every task as its VC's user, as the node role sets it up; run as another
+user it cannot, and every tenant's tasks run as that user (``task_users: agent``; ``pasture
+dev up`` says so).
+
 All nodes share this machine's CPUs and memory; each node announces what ``cpu_per_node``
 / ``memory_per_node`` say (default: the whole machine), so the dev cluster overcommits.
 """
@@ -44,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import yaml
 
+from scheduler import tenants
 from scheduler.devproc import (  # noqa: F401 - free_port and redis_server: public here too
     DevError,
     Proc,
@@ -81,6 +87,9 @@ class DevCluster:
         _procs: started processes by name (redis, api, loop, agent-0...); private so that
             printing the public fields as JSON works; ``pids`` shows them.
         nodes: node names. gpus: GPUs each node announces (devices; detected or pinned).
+        task_users: whose Unix identity tasks run as: ``vc`` (each VC's own user, made by
+            :func:`scheduler.tenants.ensure`; when ``up`` runs as root) or ``agent`` (this
+            user, for every tenant: ``up`` without root cannot make users).
     """
 
     endpoint: str
@@ -93,6 +102,7 @@ class DevCluster:
     nodes: list[str]
     redis_password_file: str = ""
     gpus: list[int] = field(default_factory=list)
+    task_users: str = "agent"
     _procs: dict[str, Proc] = field(default_factory=dict)
     _state_dir: str = ""
 
@@ -265,6 +275,8 @@ def up(
     base = Path(tempfile.mkdtemp(prefix="pasture-dev-"))
     share = base / "share"
     share.mkdir()
+    if tenants.can_switch():  # tenants' tasks reach the share and their task directories
+        os.chmod(base, 0o711)
     (base / "redis").mkdir()
     cluster = DevCluster(
         endpoint="",
@@ -388,6 +400,9 @@ def _up(
         ],
     }
     Path(cluster.scheduler_config).write_text(yaml.safe_dump(settings))
+    if tenants.can_switch():  # each VC's tasks as its own Unix user, as on real nodes
+        tenants.ensure([str(vc["name"]) for vc in settings["virtual_clusters"]])
+        cluster.task_users = "vc"
 
     if api:
         from scheduler.store.tokens import TokenStore
@@ -428,6 +443,7 @@ def _up(
             "share_dir": cluster.share_dir,
             "secrets_key_file": str(key_file),
             "executor": "process",
+            "task_users": cluster.task_users,
             "heartbeat_interval_s": hb_interval,
             # short on purpose (fast local runs): production agents default to 180 s
             "lease_s": 3 * hb_interval,

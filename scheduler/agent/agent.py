@@ -39,6 +39,7 @@ from pathlib import Path
 
 import redis
 
+from scheduler import tenants
 from scheduler.agent import ssh, startup
 from scheduler.agent.executor import (
     Executor,
@@ -134,6 +135,12 @@ class Agent:
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
         )
+        if settings.task_users == "vc" and not tenants.can_switch():
+            raise ExecutorError(
+                "task_users: vc runs each task as its VC's Unix user, which needs the agent"
+                " to run as root; run it as root, or set task_users: agent (every tenant's"
+                " tasks then run as the agent's user)"
+            )
         self.fence_s = fence_s(self.lease_s, self.executor.kill_bound_s + FENCE_POLL_S)
         self.lease_file = Path(settings.work_dir) / "lease"
         self._deadline = 0.0  # CLOCK_MONOTONIC end of the lease; 0: none held
@@ -412,6 +419,15 @@ class Agent:
         if job_rec is None:
             return
         spec = JobSpec.model_validate(job_rec.spec)
+        user = None
+        if self.s.task_users == "vc":  # the VC's own Unix identity (scheduler/tenants.py)
+            try:
+                user = tenants.resolve(spec.vc)
+            except tenants.TenantError as exc:
+                log.warning("task %s/%s cannot start: %s", job, rec.key, exc)
+                self._report_failed(job, rec, f"could not start: {exc}")
+                return
+        owner = (user.uid, user.gid) if user else None
         tasks = self.store.tasks(job)
         share = Path(self.s.share_dir)
         log_path = task_log_path(share, job, job_rec.uid, rec.role, rec.index)
@@ -432,10 +448,13 @@ class Agent:
                 task_id=tid,
                 executor_kind=self.executor.kind,
                 ssh_key=job_rec.ssh_key,
+                owner=owner,
             )
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
+                if owner is not None:  # a container task appends to it itself
+                    os.fchown(f.fileno(), *owner)
             env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
             if self.executor.kind == "process":  # the task may check its own fence
                 env["PASTURE_LEASE_FILE"] = str(self.lease_file)
@@ -472,6 +491,7 @@ class Agent:
             entrypoint=boot.entrypoint,
             args=boot.args,
             working_dir=boot.working_dir,
+            user=user,
         )
         try:
             handle = self.executor.start(launch)

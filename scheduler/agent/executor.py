@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL
+from scheduler.tenants import TenantUser
 
 
 def log_redirect(log_path: Path) -> str:
@@ -90,6 +91,8 @@ class TaskLaunch:
             image's ENTRYPOINT (process) raise ExecutorError.
         working_dir: the role's working directory (already a ``cd`` line of ``command``;
             the kubernetes executor sets it on the pod for entrypoint roles).
+        user: the Unix identity of the job's VC (:mod:`scheduler.tenants`) the task runs
+            as; None: the agent's own user (``task_users: agent``).
     """
 
     task_id: str
@@ -112,6 +115,7 @@ class TaskLaunch:
     entrypoint: bool = False
     args: list[str] | None = None
     working_dir: str | None = None
+    user: TenantUser | None = None
 
 
 RUNS_IMAGE_ENTRYPOINT = ("container", "kubernetes")

@@ -32,6 +32,12 @@ Limits and the kill unit, by what the OS offers (detected once per executor,
   controller, else the process group, the session, their descendants and every process
   whose environment holds the task's ``PASTURE_TASK_UID`` (:func:`watchdog.tree_pids`).
 
+A launch with a ``user`` (the job's VC's Unix identity, :mod:`scheduler.tenants`) runs
+the command as that user (:func:`as_user`): the watchdog and the shell around the
+command stay the agent's (root), so fencing, the cgroup and the exit file are out of the
+task's reach, and the task's files, ``/proc/<pid>/environ`` and signals are out of other
+tenants' reach.
+
 Never an address-space limit (RLIMIT_AS): CUDA and NCCL reserve far more virtual memory
 than they use (../shared/gpu/README.md).
 
@@ -65,6 +71,7 @@ import psutil
 
 from scheduler.agent import cgroup, watchdog
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, gpu_env
+from scheduler.tenants import TenantUser
 
 log = logging.getLogger("pasture.agent")
 
@@ -98,6 +105,17 @@ def base_env() -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env
+
+
+def as_user(user: TenantUser, command: str) -> str:
+    """The shell line that runs ``command`` (``/bin/sh -c``) as ``user``: util-linux
+    ``setpriv`` with the user's uid and gid, no supplementary groups and
+    ``no_new_privs`` (no setuid binary gives root back). The caller's shell stays root
+    (cgroup join, exit file), its child does not. ``command`` is quoted as data."""
+    return (
+        f"setpriv --reuid={int(user.uid)} --regid={int(user.gid)} --clear-groups"
+        f" --no-new-privs -- /bin/sh -c {shlex.quote(command)}"
+    )
 
 
 KILL_WAIT_S = 5.0
@@ -175,9 +193,12 @@ class ProcessExecutor(Executor):
             except cgroup.CgroupError as exc:
                 raise ExecutorError(str(exc)) from exc
         marker = f"{launch.task_id}.{secrets.token_hex(4)}"
+        run = f"(\n{launch.command}\n)"
+        if launch.user is not None:  # the tenant's identity; the cgroup joined as root first
+            run = as_user(launch.user, launch.command)
         script = (
             f"{cgroup.join_script(dirs)}\n"
-            f"(\n{launch.command}\n)\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
+            f"{run}\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
             f" && mv {shlex.quote(str(exit_file))}.tmp {shlex.quote(str(exit_file))}\n"
             "exit $rc\n"
         )
@@ -217,6 +238,8 @@ class ProcessExecutor(Executor):
         env.update(launch.env)
         env.update(gpu_env([str(g) for g in launch.gpus]))
         env[TASK_UID] = marker
+        if launch.user is not None:
+            env.update(HOME=launch.user.home, USER=launch.user.name, LOGNAME=launch.user.name)
         cwd = env.get("PASTURE_JOB_DIR") or str(launch.share_dir)
         try:
             Path(cwd).mkdir(parents=True, exist_ok=True)

@@ -86,6 +86,26 @@ def _atomic_write(path: Path, text: str, tag: str) -> None:
     os.replace(tmp, path)
 
 
+def own_job_dir(share: Path, job_dir: Path, task_dir: Path, owner: tuple[int, int]) -> None:
+    """Give the job's directory to the tenant whose task runs now (docs/runtime-env.md
+    "Tenants' Unix users"): ``<share>/jobs`` 0711 (no one lists the jobs), the job
+    directory and its ``output/`` owned by ``owner`` (uid, gid), the job directory 0750 (the
+    tenant's group may read, other tenants may not enter), and the task's node directory
+    chain traversable (0711) so the task reaches its own ssh directory and nothing else
+    there. Raises OSError when the share does not keep owners (then nothing separates
+    tenants on it: the task must not start)."""
+    jobs = job_dir.parent
+    if jobs.stat().st_uid == os.geteuid():
+        os.chmod(jobs, 0o711)
+    uid, gid = owner
+    for d in (job_dir, job_dir / "output"):
+        os.chown(d, uid, gid)
+    os.chmod(job_dir, 0o750)
+    task_dir.mkdir(parents=True, exist_ok=True)
+    for d in (task_dir.parent, task_dir):
+        os.chmod(d, 0o711)
+
+
 def code_dir_of(spec: JobSpec, share: Path) -> Path | None:
     """The job's ``code_dir`` as a path on the share (None when the job has none).
 
@@ -142,6 +162,8 @@ def prepare(
     job_dir = share / "jobs" / job
     (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     (job_dir / "output").mkdir(exist_ok=True)
+    if owner is not None:
+        own_job_dir(share, job_dir, task_dir, owner)
     in_container = executor_kind == "container"
     mounts: list[tuple[str, str]] = []
     lines: list[str] = []

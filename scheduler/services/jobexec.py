@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from scheduler import tenants
 from scheduler.services.errors import ConflictError, ForbiddenError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.states import JobState, TaskState
@@ -31,9 +32,11 @@ def exec_access(
     """The way into task ``role-index`` of job ``name``.
 
     Returns:
-        ``{"job", "role", "index", "attempt", "node", "address", "port", "key"}``: the
-        task's node address and sshd port, and the submission's private key (PEM), which
-        is also the only host key to accept.
+        ``{"job", "role", "index", "attempt", "node", "address", "port", "key", "user"}``:
+        the task's node address and sshd port, the submission's private key (PEM), which
+        is also the only host key to accept, and the Unix user of the job's VC
+        (:func:`scheduler.tenants.user_name`: whom the task runs as on nodes with
+        ``task_users: vc``).
     Raises:
         NotFoundError: unknown job or task (or one the caller may not see).
         ForbiddenError: the caller is neither the job's submitter nor an admin.
@@ -81,4 +84,5 @@ def exec_access(
         "address": task["address"],
         "port": int(port),
         "key": key,
+        "user": tenants.user_name(str(job.get("vc") or spec.get("vc") or "default")),
     }

@@ -1,10 +1,13 @@
-"""Each submission's own ssh key, tried as a second tenant would (issue 32 item 2): a real
-process-mode dev cluster (redis-server, API, loop, agent as local processes) and the
-tasks' own OpenSSH sshd.
+"""Tenants where their tasks run, tried as a second tenant would (issue 32 items 2 and 4):
+a real process-mode dev cluster (redis-server, API, loop, agent as local processes, run
+as root so each VC's tasks run as its own Unix user) and the tasks' own OpenSSH sshd.
 
-alice keeps the key ``job exec`` gave her for ``train-1`` and deletes the job; bob (VC
-research) submits ``train-1``: the key that opened alice's task does not open bob's, no
-key lies on the share, and a task's key is gone from the node once its attempt ended.
+- Keys: alice keeps the key ``job exec`` gave her for ``train-1`` and deletes the job; bob
+  (VC research) submits ``train-1``: the key that opened alice's task does not open bob's,
+  no key lies on the share, and a task's key is gone from the node once its attempt ended.
+- Unix identity: alice's task (VC default) runs as VC default's user and reads no byte of
+  bob's job directory, log, ssh key or environment (``/proc``), though it is told every
+  path.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from scheduler import dev
+from scheduler import dev, tenants
 from scheduler.store.tokens import TokenStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -147,3 +150,97 @@ def test_a_deleted_jobs_key_does_not_open_the_next_job_of_that_name(cluster, tmp
     while list(tasks.glob("*/ssh")):
         assert time.monotonic() < deadline, list(tasks.glob("*/ssh/*"))
         time.sleep(0.3)
+
+
+BOB = """\
+name: bob-job
+vc: research
+ssh: true
+env: {{BOB_MARK: {mark}}}
+roles:
+  main:
+    replicas: 1
+    resources: {{cpu: 100m, memory: 64Mi}}
+    command: echo {mark} > "$PASTURE_JOB_DIR/secret.txt"; echo {mark}; sleep 120
+"""
+
+# alice's task: every read of bob's that the test names, each line "<what> <bytes read>";
+# /proc: how many environments hold bob's mark, and (control) how many hold alice's own
+ALICE = """\
+name: alice-job
+env: {{ALICE_MARK: alice-{own}}}
+roles:
+  main:
+    replicas: 1
+    resources: {{cpu: 100m, memory: 64Mi}}
+    command: |
+      out="$PASTURE_JOB_DIR/attack"
+      echo "uid $(id -u) gid $(id -g)" > "$out"
+      for f in {paths}; do
+        echo "file $f $(cat "$f" 2>/dev/null | wc -c)" >> "$out"
+      done
+      echo "list $(ls "$PASTURE_SHARE_DIR/jobs" 2>/dev/null | wc -l)" >> "$out"
+      echo "tasks $(ls "$(dirname "$PASTURE_LEASE_FILE")/tasks" 2>/dev/null | wc -l)" >> "$out"
+      m={mark}
+      echo "proc-bob $(grep -ls "$m" /proc/[0-9]*/environ 2>/dev/null | wc -l)" >> "$out"
+      o={own}
+      echo "proc-own $(grep -ls "alice-$o" /proc/[0-9]*/environ 2>/dev/null | wc -l)" >> "$out"
+      echo done >> "$out"
+"""
+
+
+def _state(c, token: str, name: str, want: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = _api(c, token, "GET", f"/jobs/{name}").json()
+        if job["state"] == want:
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+
+
+def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
+    c = cluster
+    assert c.task_users == "vc"  # run as root: each VC's tasks as its own Unix user
+    tokens = TokenStore(c.store().r)
+    alice = tokens.create("alice2", "user", ["default"])
+    bob = tokens.create("bob2", "user", ["research"])
+    mark = "bobsecret7f3a"
+    r = _api(c, bob, "POST", "/jobs", content=BOB.format(mark=mark))
+    assert r.status_code == 201, r.text
+    job = _state(c, bob, "bob-job", "running")
+    share = Path(c.share_dir)
+    bob_dir = share / "jobs" / "bob-job"
+    deadline = time.monotonic() + 30
+    while not (bob_dir / "secret.txt").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    agent = yaml.safe_load(Path(c.agent_configs[0]).read_text())
+    keys = list((Path(agent["work_dir"]) / "tasks").glob("bob-job*/ssh/id_job"))
+    assert len(keys) == 1
+    log = share / "jobs" / "bob-job" / "logs" / job["uid"] / "main-0.log"
+    paths = [bob_dir / "secret.txt", log, keys[0], keys[0].parent / "sshd_config"]
+    for p in paths:  # each holds something: a zero below is a refusal, not an empty file
+        assert p.stat().st_size > 0, p
+    bob_user = tenants.planned("research")
+    assert (bob_dir.stat().st_uid, keys[0].stat().st_uid) == (bob_user.uid, bob_user.uid)
+
+    r = _api(
+        c, alice, "POST", "/jobs",
+        content=ALICE.format(mark=mark, own=mark[::-1], paths=" ".join(str(p) for p in paths)),
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    _state(c, alice, "alice-job", "succeeded")
+    lines = (share / "jobs" / "alice-job" / "attack").read_text().splitlines()
+    assert lines[-1] == "done", lines
+    got = dict(line.rsplit(" ", 1) for line in lines[1:-1])
+    me = tenants.planned("default")
+    assert lines[0] == f"uid {me.uid} gid {me.gid}"
+    assert got.pop("proc-own") != "0", got  # the /proc probe finds what it may read
+    assert got == {
+        **{f"file {p}": "0" for p in paths},
+        "list": "0",
+        "tasks": "0",
+        "proc-bob": "0",
+    }
+    _api(c, bob, "POST", "/jobs/bob-job/stop")

@@ -1,0 +1,40 @@
+"""Tenants' Unix identities (scheduler/tenants.py): the same name and uid on every node
+from the VC's name alone, valid user names for every VC name the spec accepts, and a VC
+list whose users collide is refused."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scheduler import tenants
+
+DEBIAN_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
+
+
+@pytest.mark.parametrize(
+    "vc", ["default", "research", "Team.A", "a" * 63, "x_y-z", "UPPER", "9lives", "a.b"]
+)
+def test_every_vc_name_gets_a_valid_user_name_and_a_uid_in_the_range(vc):
+    u = tenants.planned(vc)
+    assert DEBIAN_NAME.fullmatch(u.name) and len(u.name) <= 32, u.name
+    assert tenants.UID_BASE <= u.uid < tenants.UID_BASE + tenants.UID_SPAN
+    assert u == tenants.planned(vc)  # a pure function of the name: every node agrees
+
+
+def test_names_that_differ_only_in_case_or_dots_get_different_users():
+    names = {tenants.user_name(v) for v in ("team.a", "team_a", "Team_a", "TEAM.A")}
+    assert len(names) == 4
+    assert tenants.user_name("default") == "pasture-default"
+
+
+def test_a_list_whose_users_collide_is_refused_naming_both(monkeypatch):
+    monkeypatch.setattr(tenants, "uid_of", lambda vc: tenants.UID_BASE)
+    with pytest.raises(tenants.TenantError, match="'a' and 'b' map to the same Unix user"):
+        tenants.plan(["a", "b"])
+
+
+def test_a_missing_user_is_named_with_the_fix():
+    with pytest.raises(tenants.TenantError, match="no Unix user 'pasture-no-such-vc-q9'"):
+        tenants.resolve("no-such-vc-q9")
