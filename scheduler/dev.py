@@ -377,6 +377,16 @@ def _up(
     key_file = base / "secrets.key"  # seals job secrets; kept across ups, as the data is
     if not key_file.exists():
         _secret_file(key_file, generate_key().decode())
+    vc_list: list[dict[str, Any]] = vcs or [
+        {
+            "name": "default",
+            "guarantee": {
+                "cpu": f"{nodes * (_cpu(cpu) or (psutil.cpu_count() or 1) * 1000)}m",
+                "memory": nodes * (_mem(memory) or psutil.virtual_memory().total),
+                "gpu": sum(cluster.gpus),
+            },
+        }
+    ]
     settings = {
         "cluster_name": "dev",
         "redis": {"url": cluster.redis_url, "password_file": cluster.redis_password_file},
@@ -387,21 +397,11 @@ def _up(
             "interval_s": loop_interval,
             "heartbeat_timeout_s": hb_timeout,
         },
-        "virtual_clusters": vcs
-        or [
-            {
-                "name": "default",
-                "guarantee": {
-                    "cpu": f"{nodes * (_cpu(cpu) or (psutil.cpu_count() or 1) * 1000)}m",
-                    "memory": nodes * (_mem(memory) or psutil.virtual_memory().total),
-                    "gpu": sum(cluster.gpus),
-                },
-            }
-        ],
+        "virtual_clusters": vc_list,
     }
     Path(cluster.scheduler_config).write_text(yaml.safe_dump(settings))
     if tenants.can_switch():  # each VC's tasks as its own Unix user, as on real nodes
-        tenants.ensure([str(vc["name"]) for vc in settings["virtual_clusters"]])
+        tenants.ensure([str(vc["name"]) for vc in vc_list])
         cluster.task_users = "vc"
 
     if api:
