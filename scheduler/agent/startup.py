@@ -4,7 +4,10 @@
 :class:`Startup`: the complete environment, the script to run (start-up lines, then the
 job's command) and extra mounts. In order:
 
-1. the job directory on the share (``logs/``, ``output/``), the MPI hostfile
+1. the job directory on the share (``logs/``, ``output/``; owned by the VC's Unix user
+   when tasks run as it, :func:`own_job_dir`), what of the share a container sees (the job
+   directory, the code dir read-only, the VC's team directory when it exists: never the
+   share root; the job's ``mounts`` are added by the agent), the MPI hostfile
    (``hostfile-<attempt>``, when the job sets ``mpi``) and the Volcano host files
    (``volcano-<attempt>/<task>.host``; mounted read-only at ``/etc/volcano`` in
    containers, named by PASTURE_VOLCANO_HOSTS_DIR in both modes);
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from scheduler import logpaths
 from scheduler.agent import ssh
 from scheduler.discovery import (
     local_volcano_paths,
@@ -159,7 +163,7 @@ def prepare(
         OSError: the share or the node's work dir is not writable.
         StartupError: the job's own settings prevent the start (message says which).
     """
-    job_dir = share / "jobs" / job
+    job_dir = logpaths.job_dir(share, job)
     (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     (job_dir / "output").mkdir(exist_ok=True)
     if owner is not None:
@@ -180,6 +184,12 @@ def prepare(
         mounts.append((str(vdir), f"{VOLCANO_DIR}:ro"))
 
     code = code_dir_of(spec, share)
+    if in_container:  # what of the share it sees besides its job's directory (container.py)
+        if code:
+            mounts.append((str(code), f"{code}:ro"))
+        team = logpaths.team_dir(share, spec.vc)
+        if team.is_dir():
+            mounts.append((str(team), str(team)))
     work = str(job_dir / "work" / f"{me.role}-{me.index}") if code else str(job_dir)
     env = task_env(
         job,
