@@ -132,8 +132,14 @@ def ensure(vcs: Sequence[str]) -> list[TenantUser]:
     (:func:`plan`), a user exists with other numbers (:func:`resolve`), or
     ``groupadd``/``useradd`` fails (its message included).
     """
-    users = plan(vcs)
-    for u in users:
+    return [u for u, _ in ensure_report(vcs)]
+
+
+def ensure_report(vcs: Sequence[str]) -> list[tuple[TenantUser, bool]]:
+    """:func:`ensure`, with whether each user was created now (True) or found."""
+    out = []
+    for u in plan(vcs):
+        created = False
         try:
             grp.getgrnam(u.name)
         except KeyError:
@@ -141,6 +147,7 @@ def ensure(vcs: Sequence[str]) -> list[TenantUser]:
         try:
             pwd.getpwnam(u.name)
         except KeyError:
+            created = True
             HOME_BASE.mkdir(parents=True, exist_ok=True)
             _run(
                 [
@@ -149,7 +156,8 @@ def ensure(vcs: Sequence[str]) -> list[TenantUser]:
                 ]
             )  # fmt: skip
         resolve(u.vc)
-    return users
+        out.append((u, created))
+    return out
 
 
 def _run(argv: list[str]) -> None:
@@ -159,19 +167,23 @@ def _run(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scheduler.tenants ensure VC...`` (root: make the users) or ``plan
-    VC...`` (print ``name uid gid home`` lines). Exit 1 with the reason on stderr."""
+    """``python -m scheduler.tenants ensure VC...`` (root: make the users; prints
+    ``created|present name uid gid home`` lines) or ``plan VC...`` (``name uid gid home``
+    lines). Exit 1 with the reason on stderr."""
     ap = argparse.ArgumentParser(prog="python -m scheduler.tenants", description=__doc__)
     ap.add_argument("action", choices=["ensure", "plan"])
     ap.add_argument("vcs", nargs="+", metavar="VC")
     a = ap.parse_args(argv)
     try:
-        users = ensure(a.vcs) if a.action == "ensure" else plan(a.vcs)
+        if a.action == "ensure":
+            for u, created in ensure_report(a.vcs):
+                print("created" if created else "present", u.name, u.uid, u.gid, u.home)
+        else:
+            for u in plan(a.vcs):
+                print(u.name, u.uid, u.gid, u.home)
     except TenantError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    for u in users:
-        print(u.name, u.uid, u.gid, u.home)
     return 0
 
 
