@@ -107,14 +107,22 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def as_user(user: TenantUser, command: str) -> str:
-    """The shell line that runs ``command`` (``/bin/sh -c``) as ``user``: util-linux
-    ``setpriv`` with the user's uid and gid, no supplementary groups and
+COMMAND_VAR = "PASTURE_TASK_COMMAND_"
+"""Environment variable that carries a tenant task's command from the agent to the shell
+that runs it as the tenant (:func:`as_user`), unset before the command runs."""
+
+
+def as_user(user: TenantUser) -> str:
+    """The shell line that runs the task's command (in :data:`COMMAND_VAR`) as ``user``:
+    util-linux ``setpriv`` with the user's uid and gid, no supplementary groups and
     ``no_new_privs`` (no setuid binary gives root back). The caller's shell stays root
-    (cgroup join, exit file), its child does not. ``command`` is quoted as data."""
+    (cgroup join, exit file), its child does not. The command travels in the environment,
+    not in argv: ``/proc/<pid>/cmdline`` is readable by every user of the node, a
+    process' environment only by its own user (and root)."""
     return (
         f"setpriv --reuid={int(user.uid)} --regid={int(user.gid)} --clear-groups"
-        f" --no-new-privs -- /bin/sh -c {shlex.quote(command)}"
+        f" --no-new-privs -- /bin/sh -c"
+        f" 'c=${COMMAND_VAR}; unset {COMMAND_VAR}; eval \"$c\"'"
     )
 
 
@@ -195,7 +203,7 @@ class ProcessExecutor(Executor):
         marker = f"{launch.task_id}.{secrets.token_hex(4)}"
         run = f"(\n{launch.command}\n)"
         if launch.user is not None:  # the tenant's identity; the cgroup joined as root first
-            run = as_user(launch.user, launch.command)
+            run = as_user(launch.user)
         script = (
             f"{cgroup.join_script(dirs)}\n"
             f"{run}\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
@@ -240,6 +248,7 @@ class ProcessExecutor(Executor):
         env[TASK_UID] = marker
         if launch.user is not None:
             env.update(HOME=launch.user.home, USER=launch.user.name, LOGNAME=launch.user.name)
+            env[COMMAND_VAR] = launch.command
         cwd = env.get("PASTURE_JOB_DIR") or str(launch.share_dir)
         try:
             Path(cwd).mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@ as root so each VC's tasks run as its own Unix user) and the tasks' own OpenSSH 
   (VC research) submits ``train-1``: the key that opened alice's task does not open bob's,
   no key lies on the share, and a task's key is gone from the node once its attempt ended.
 - Unix identity: alice's task (VC default) runs as VC default's user and reads no byte of
-  bob's job directory, log, ssh key or environment (``/proc``), though it is told every
-  path.
+  bob's job directory, log, ssh key, environment or command line (``/proc``), though it
+  is told every path.
 """
 
 from __future__ import annotations
@@ -181,8 +181,10 @@ roles:
       done
       echo "list $(ls "$PASTURE_SHARE_DIR/jobs" 2>/dev/null | wc -l)" >> "$out"
       echo "tasks $(ls "$(dirname "$PASTURE_LEASE_FILE")/tasks" 2>/dev/null | wc -l)" >> "$out"
-      m={mark}
-      echo "proc-bob $(grep -ls "$m" /proc/[0-9]*/environ 2>/dev/null | wc -l)" >> "$out"
+      n="$PASTURE_JOB_DIR/needle"
+      echo {rev} | rev > "$n"  # bob's mark, in no command line or environment of alice's
+      echo "proc-bob $(grep -lsF -f "$n" /proc/[0-9]*/environ 2>/dev/null | wc -l)" >> "$out"
+      echo "cmdline-bob $(grep -lsF -f "$n" /proc/[0-9]*/cmdline 2>/dev/null | wc -l)" >> "$out"
       o={own}
       echo "proc-own $(grep -ls "alice-$o" /proc/[0-9]*/environ 2>/dev/null | wc -l)" >> "$out"
       echo done >> "$out"
@@ -227,7 +229,7 @@ def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
 
     r = _api(
         c, alice, "POST", "/jobs",
-        content=ALICE.format(mark=mark, own=mark[::-1], paths=" ".join(str(p) for p in paths)),
+        content=ALICE.format(rev=mark[::-1], own=mark[::-1], paths=" ".join(str(p) for p in paths)),
     )  # fmt: skip
     assert r.status_code == 201, r.text
     _state(c, alice, "alice-job", "succeeded")
@@ -242,5 +244,6 @@ def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
         "list": "0",
         "tasks": "0",
         "proc-bob": "0",
+        "cmdline-bob": "0",  # the command travels in the environment, not argv
     }
     _api(c, bob, "POST", "/jobs/bob-job/stop")
