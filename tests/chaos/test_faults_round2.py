@@ -16,11 +16,11 @@ import shutil
 
 import pytest
 
-from scheduler.bench.chaos import (
+from scheduler.bench.chaos import chaos_cluster
+from scheduler.bench.chaos_round2 import (
     SCALED_LEASE_S,
     SCALED_OUTAGE_S,
     broken_launch,
-    chaos_cluster,
     first_attempt_only,
     frozen_node,
     gang_node_loss,
