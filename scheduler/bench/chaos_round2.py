@@ -324,12 +324,16 @@ def gang_node_loss(chaos: Chaos, name: str = "gang", work_s: float = 14.0) -> di
     return {"job": name, "lost_node": lost}
 
 
-def frozen_node(chaos: Chaos, prefix: str = "frozen", work_s: float = 20.0) -> dict[str, Any]:
+def frozen_node(
+    chaos: Chaos, prefix: str = "frozen", work_s: float = 20.0, cooperate: bool = False
+) -> dict[str, Any]:
     """A one-task job's node frozen (SIGSTOP of agent, watchdog, task) until the task's
     successor ticks on another node, then thawed tasks first. Returns ``{job,
     late_writes}`` (ticks of the old run stamped after the successor's first, counted 2 s
-    after the thaw) once the job ended. Raises TimeoutError when no successor starts."""
-    (name,) = chaos.submit(1, work_s, cpu_m=2000, prefix=prefix)
+    after the thaw) once the job ended. ``cooperate``: the task checks its node's lease
+    before each write (default: it does not, as user code mostly does not). Raises
+    TimeoutError when no successor starts."""
+    (name,) = chaos.submit(1, work_s, cpu_m=2000, prefix=prefix, cooperate=cooperate)
     chaos.wait_running([name])
     run = chaos.running_runs([name])[0]
     procs = node_freeze(chaos, chaos.cluster.nodes.index(run["node"]))
