@@ -25,9 +25,10 @@ set for the tasks. ``nvml_recording`` makes the first node replay recorded NVML 
 (tests/fixtures/nvml/) instead of asking the driver: its GPUs are the recording's.
 
 Tenants: run as root, ``up`` makes each VC's Unix user (:mod:`scheduler.tenants`) and
-the agents run every task as its VC's user, as the node role sets it up; run as another
-user it cannot, and every tenant's tasks run as that user (``task_users: agent``; ``pasture
-dev up`` says so).
+the agents run every task as its VC's user, as the node role sets it up. Run as another
+user it cannot, nor when this interpreter is not executable by other users (a pyenv under
+``/root``: tasks run ``python3`` from the agent's directory); every tenant's tasks then run
+as this user (``task_users: agent``; ``pasture dev up`` says so and why).
 
 All nodes share this machine's CPUs and memory; each node announces what ``cpu_per_node``
 / ``memory_per_node`` say (default: the whole machine), so the dev cluster overcommits.
@@ -88,8 +89,8 @@ class DevCluster:
             printing the public fields as JSON works; ``pids`` shows them.
         nodes: node names. gpus: GPUs each node announces (devices; detected or pinned).
         task_users: whose Unix identity tasks run as: ``vc`` (each VC's own user, made by
-            :func:`scheduler.tenants.ensure`; when ``up`` runs as root) or ``agent`` (this
-            user, for every tenant: ``up`` without root cannot make users).
+            :func:`scheduler.tenants.ensure`) or ``agent`` (this user, for every tenant);
+            ``task_users_why`` says why ``agent`` was chosen.
     """
 
     endpoint: str
@@ -103,6 +104,7 @@ class DevCluster:
     redis_password_file: str = ""
     gpus: list[int] = field(default_factory=list)
     task_users: str = "agent"
+    task_users_why: str = ""
     _procs: dict[str, Proc] = field(default_factory=dict)
     _state_dir: str = ""
 
@@ -222,6 +224,30 @@ def node_gpus(nodes: int, gpus_per_node: int | None, detected: int) -> list[int]
     return [detected] + [0] * (nodes - 1)
 
 
+def tenant_mode(asked: str | None) -> tuple[str, str]:
+    """``(task_users, why)`` of a dev cluster: ``asked`` when given (``vc`` without root
+    raises DevError), else ``vc`` when this process is root and its interpreter is
+    executable by other users, else ``agent`` with the reason (for ``dev up`` to print).
+
+    Raises:
+        DevError: ``asked`` is neither vc, agent nor None, or vc without root.
+    """
+    if asked not in (None, "vc", "agent"):
+        raise DevError(f"task_users must be vc or agent, got {asked!r}")
+    if asked == "vc" and not tenants.can_switch():
+        raise DevError("task_users vc needs root: the agents start tasks as other users")
+    if asked is not None:
+        return asked, "" if asked == "vc" else "task_users agent was asked for"
+    if not tenants.can_switch():
+        return "agent", "not run as root, so no tenant users can be made"
+    if not tenants.reachable_by_others(sys.executable):
+        return "agent", (
+            f"this interpreter ({Path(sys.executable).resolve()}) is not executable by other"
+            " users, and tasks run it"
+        )
+    return "vc", ""
+
+
 def up(
     nodes: int = 2,
     gpus_per_node: int | None = None,
@@ -237,6 +263,7 @@ def up(
     directory: Path | None = None,
     timeout_s: float = 30.0,
     nvml_recording: Path | None = None,
+    task_users: str | None = None,
 ) -> DevCluster:
     """Start a dev cluster (see the module docstring) and return it.
 
@@ -252,6 +279,10 @@ def up(
         virtual_clusters: VC settings dicts (default: one ``default`` VC guaranteed the
             whole cluster).
         directory: state dir (default :func:`state_dir`).
+        task_users: ``vc`` (each VC's tasks as its own Unix user, made here; needs root),
+            ``agent`` (every task as this user), None: ``vc`` when run as root and this
+            interpreter is executable by other users (tasks run it), else ``agent``
+            (:func:`tenant_mode`).
     Raises:
         DevError: a cluster is already running there, redis-server is not on PATH, or a
             component did not come up (with its log tail). What started is stopped again.
@@ -262,6 +293,7 @@ def up(
         raise DevError(f"gpus_per_node must be at least 0 (or None: detect), got {gpus_per_node}")
     if nvml_recording is not None:  # the agents run in the cluster's own directory
         nvml_recording = Path(nvml_recording).resolve()
+    users, why = tenant_mode(task_users)
     directory = directory or state_dir()
     old = read_state(directory)
     if old and any(Proc(**p).alive() for p in old.get("_procs", {}).values()):
@@ -275,7 +307,7 @@ def up(
     base = Path(tempfile.mkdtemp(prefix="pasture-dev-"))
     share = base / "share"
     share.mkdir()
-    if tenants.can_switch():  # tenants' tasks reach the share and their task directories
+    if users == "vc":  # tenants' tasks reach the share and their task directories
         os.chmod(base, 0o711)
     (base / "redis").mkdir()
     cluster = DevCluster(
@@ -288,6 +320,8 @@ def up(
         agent_configs=[],
         nodes=[],
         _state_dir=str(directory),
+        task_users=users,
+        task_users_why=why,
     )
     try:
         _up(
@@ -400,9 +434,8 @@ def _up(
         "virtual_clusters": vc_list,
     }
     Path(cluster.scheduler_config).write_text(yaml.safe_dump(settings))
-    if tenants.can_switch():  # each VC's tasks as its own Unix user, as on real nodes
+    if cluster.task_users == "vc":  # each VC's tasks as its own Unix user, as on real nodes
         tenants.ensure([str(vc["name"]) for vc in vc_list])
-        cluster.task_users = "vc"
 
     if api:
         from scheduler.store.tokens import TokenStore

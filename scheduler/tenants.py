@@ -192,5 +192,19 @@ def can_switch() -> bool:
     return os.geteuid() == 0
 
 
+def reachable_by_others(path: str | os.PathLike[str]) -> bool:
+    """Whether a user with no special rights may execute ``path`` (after links): every
+    directory above it searchable by others (o+x) and the file itself o+rx. A dev
+    cluster's tasks run the agent's interpreter (``python3 -m scheduler.examples...``),
+    which an interpreter under ``/root`` (pyenv) is not."""
+    p = Path(path).resolve()
+    try:
+        if p.stat().st_mode & 0o005 != 0o005:
+            return False
+        return all(d.stat().st_mode & 0o001 for d in p.parents)
+    except OSError:
+        return False
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

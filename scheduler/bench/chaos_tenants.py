@@ -100,8 +100,16 @@ def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, An
         {"name": "default", "guarantee": {"cpu": 1, "memory": "1Gi"}},
         {"name": "research", "guarantee": {"cpu": 1, "memory": "1Gi"}},
     ]
+    from scheduler import tenants
+
     cluster = dev.up(
-        nodes=1, cpu_per_node=4, memory_per_node="4Gi", virtual_clusters=vcs, directory=directory
+        nodes=1,
+        cpu_per_node=4,
+        memory_per_node="4Gi",
+        virtual_clusters=vcs,
+        directory=directory,
+        # the round's tasks run only sh and ssh: tenant users wherever root can make them
+        task_users="vc" if tenants.can_switch() else None,
     )
     try:
         base, share = Path(cluster.base_dir), Path(cluster.share_dir)

@@ -56,6 +56,7 @@ def up(
             "nodes",
             "gpus",
             "task_users",
+            "task_users_why",
         )
     }
     if as_json:
@@ -72,8 +73,9 @@ def up(
         console.print("tenants:  each VC's tasks run as its own Unix user (pasture-<vc>)")
     else:
         console.print(
-            "tenants:  NOT separated: not run as root, so every VC's tasks run as your user"
-            " (docs/runtime-env.md, Tenants' Unix users)"
+            f"tenants:  NOT separated: {info['task_users_why']}; every VC's tasks run as"
+            " your user (docs/runtime-env.md, Tenants' Unix users)",
+            highlight=False,
         )
     console.print(f"redis:    {info['redis_url']} (password in {info['redis_password_file']})")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")

@@ -38,3 +38,25 @@ def test_a_list_whose_users_collide_is_refused_naming_both(monkeypatch):
 def test_a_missing_user_is_named_with_the_fix():
     with pytest.raises(tenants.TenantError, match="no Unix user 'pasture-no-such-vc-q9'"):
         tenants.resolve("no-such-vc-q9")
+
+
+def test_an_interpreter_other_users_cannot_reach_is_said_so(tmp_path):
+    """A dev cluster runs tenants' tasks as other users only when they can execute its
+    interpreter (a pyenv under /root cannot be)."""
+    import os
+    import tempfile
+
+    d = tempfile.mkdtemp(dir="/tmp")  # /tmp is o+x; mkdtemp makes 0700
+    exe = os.path.join(d, "python3")
+    with open(exe, "w") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(exe, 0o755)
+    try:
+        assert not tenants.reachable_by_others(exe)  # its directory is 0700
+        os.chmod(d, 0o755)
+        assert tenants.reachable_by_others(exe)
+        os.chmod(exe, 0o750)
+        assert not tenants.reachable_by_others(exe)
+    finally:
+        os.unlink(exe)
+        os.rmdir(d)
