@@ -135,6 +135,11 @@ class Agent:
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
         )
+        if settings.task_users == "vc" and self.executor.kind not in ("process", "container"):
+            raise ExecutorError(
+                f"task_users: vc is not supported by the {self.executor.kind} executor (its"
+                " pods run as their image's user); set task_users: agent"
+            )
         if settings.task_users == "vc" and not tenants.can_switch():
             raise ExecutorError(
                 "task_users: vc runs each task as its VC's Unix user, which needs the agent"

@@ -60,3 +60,21 @@ def test_an_interpreter_other_users_cannot_reach_is_said_so(tmp_path):
     finally:
         os.unlink(exe)
         os.rmdir(d)
+
+
+def test_an_agent_that_cannot_run_tasks_as_tenants_refuses_to_start(tmp_path):
+    """task_users: vc on an executor that cannot switch users is a settings error at
+    start, not tasks silently run as one identity."""
+    from scheduler.agent.agent import Agent
+    from scheduler.agent.executor import ExecutorError
+    from scheduler.agent.process import ProcessExecutor
+    from scheduler.settings import AgentSettings
+
+    class Pods(ProcessExecutor):
+        kind = "kubernetes"
+
+    settings = AgentSettings.model_validate(
+        {"node_name": "n1", "work_dir": str(tmp_path), "task_users": "vc"}
+    )
+    with pytest.raises(ExecutorError, match="task_users: vc is not supported by the kubernetes"):
+        Agent(settings, store=object(), executor=Pods(limits="none"))  # type: ignore[arg-type]
