@@ -497,6 +497,7 @@ class Agent:
             args=boot.args,
             working_dir=boot.working_dir,
             user=user,
+            visible=boot.visible + [str(share / m.source) for m in spec.mounts],
         )
         try:
             handle = self.executor.start(launch)

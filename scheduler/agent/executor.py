@@ -93,6 +93,9 @@ class TaskLaunch:
             the kubernetes executor sets it on the pod for entrypoint roles).
         user: the Unix identity of the job's VC (:mod:`scheduler.tenants`) the task runs
             as; None: the agent's own user (``task_users: agent``).
+        visible: the share paths a task run as ``user`` may see (job directory, code dir,
+            team directory, the job's mount sources); the process executor hides the rest
+            of the share from it ([]: the whole share mount, as before).
     """
 
     task_id: str
@@ -116,6 +119,7 @@ class TaskLaunch:
     args: list[str] | None = None
     working_dir: str | None = None
     user: TenantUser | None = None
+    visible: list[str] = field(default_factory=list)
 
 
 RUNS_IMAGE_ENTRYPOINT = ("container", "kubernetes")

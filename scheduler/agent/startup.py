@@ -73,6 +73,8 @@ class Startup:
             start-up lines; the executor ends the script with ``exec <entrypoint> <args>``).
         args: the role's ``args`` (replacing the image's CMD), None = the image's CMD.
         working_dir: the role's ``working_dir`` (also a ``cd`` line of ``command``).
+        visible: the share paths the task may see (its job directory, its code dir, its
+            VC's team directory when it exists); the agent adds the job's mounts.
     """
 
     env: dict[str, str]
@@ -82,6 +84,7 @@ class Startup:
     entrypoint: bool = False
     args: list[str] | None = None
     working_dir: str | None = None
+    visible: list[str] = field(default_factory=list)
 
 
 def _atomic_write(path: Path, text: str, tag: str) -> None:
@@ -184,10 +187,15 @@ def prepare(
         mounts.append((str(vdir), f"{VOLCANO_DIR}:ro"))
 
     code = code_dir_of(spec, share)
+    team = logpaths.team_dir(share, spec.vc)
+    visible = [
+        str(job_dir),
+        *([str(code)] if code else []),
+        *([str(team)] if team.is_dir() else []),
+    ]
     if in_container:  # what of the share it sees besides its job's directory (container.py)
         if code:
             mounts.append((str(code), f"{code}:ro"))
-        team = logpaths.team_dir(share, spec.vc)
         if team.is_dir():
             mounts.append((str(team), str(team)))
     work = str(job_dir / "work" / f"{me.role}-{me.index}") if code else str(job_dir)
@@ -261,4 +269,5 @@ def prepare(
         entrypoint=role.entrypoint,
         args=None if role.args is None else list(role.args),
         working_dir=role.working_dir,
+        visible=visible,
     )

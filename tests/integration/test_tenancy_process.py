@@ -182,7 +182,8 @@ roles:
       for f in {paths}; do
         echo "file $f $(cat "$f" 2>/dev/null | wc -c)" >> "$out"
       done
-      echo "list $(ls "$PASTURE_SHARE_DIR/jobs" 2>/dev/null | wc -l)" >> "$out"
+      echo "list $(ls -A "$PASTURE_SHARE_DIR/jobs" 2>/dev/null | paste -sd, -)" >> "$out"
+      echo "root $(ls -A "$PASTURE_SHARE_DIR" 2>/dev/null | paste -sd, -)" >> "$out"
       echo "tasks $(ls "$(dirname "$PASTURE_LEASE_FILE")/tasks" 2>/dev/null | wc -l)" >> "$out"
       n="$PASTURE_JOB_DIR/needle"
       echo {rev} | rev > "$n"  # bob's mark, in no command line or environment of alice's
@@ -224,7 +225,14 @@ def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
     keys = list((Path(agent["work_dir"]) / "tasks").glob("bob-job*/ssh/id_job"))
     assert len(keys) == 1
     log = share / "jobs" / "bob-job" / "logs" / job["uid"] / "main-0.log"
-    paths = [bob_dir / "secret.txt", log, keys[0], keys[0].parent / "sshd_config"]
+    (share / "root.txt").write_text("on the share root, readable by all users")
+    paths = [
+        bob_dir / "secret.txt",
+        log,
+        keys[0],
+        keys[0].parent / "sshd_config",
+        share / "root.txt",  # mode 0644: only the task's mount namespace hides it
+    ]
     for p in paths:  # each holds something: a zero below is a refusal, not an empty file
         assert p.stat().st_size > 0, p
     bob_user = tenants.planned("research")
@@ -244,7 +252,8 @@ def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
     assert got.pop("proc-own") != "0", got  # the /proc probe finds what it may read
     assert got == {
         **{f"file {p}": "0" for p in paths},
-        "list": "0",
+        "list": "alice-job",  # its own mount namespace: the share shows its job only
+        "root": "jobs",
         "tasks": "0",
         "proc-bob": "0",
         "cmdline-bob": "0",  # the command travels in the environment, not argv
