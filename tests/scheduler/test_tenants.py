@@ -78,3 +78,16 @@ def test_an_agent_that_cannot_run_tasks_as_tenants_refuses_to_start(tmp_path):
     )
     with pytest.raises(ExecutorError, match="task_users: vc is not supported by the kubernetes"):
         Agent(settings, store=object(), executor=Pods(limits="none"))  # type: ignore[arg-type]
+
+
+def test_the_private_share_keeps_only_the_outermost_visible_paths():
+    from scheduler.agent.executor import ExecutorError
+    from scheduler.agent.process import private_share
+
+    script = private_share("/mnt/s", ["/mnt/s/jobs/a", "/mnt/s/jobs/a/code", "/mnt/s/teams/x"])
+    assert script.count("mount --bind") == 2  # the code dir is inside the job dir
+    assert "mount -t tmpfs -o mode=0755 pasture-share /mnt/s" in script
+    assert "'/mnt/s/jobs/a; rm -rf /'" in private_share("/mnt/s", ["/mnt/s/jobs/a; rm -rf /"])
+    assert private_share("/mnt/s", ["/mnt/s/jobs/a", "/mnt/s"]) == ""  # a job mounting it all
+    with pytest.raises(ExecutorError, match="outside the share"):
+        private_share("/mnt/s", ["/mnt/sx/jobs/a"])
