@@ -87,7 +87,7 @@ def test_the_private_share_keeps_only_the_outermost_visible_paths():
     script = private_share("/mnt/s", ["/mnt/s/jobs/a", "/mnt/s/jobs/a/code", "/mnt/s/teams/x"])
     assert script.count("mount --bind") == 2  # the code dir is inside the job dir
     assert "mount -t tmpfs -o mode=0755 pasture-share /mnt/s" in script
-    assert "'/mnt/s/jobs/a; rm -rf /'" in private_share("/mnt/s", ["/mnt/s/jobs/a; rm -rf /"])
+    assert "'/mnt/s/jobs/a; rm -rf x'" in private_share("/mnt/s", ["/mnt/s/jobs/a; rm -rf x"])
     assert private_share("/mnt/s", ["/mnt/s/jobs/a", "/mnt/s"]) == ""  # a job mounting it all
     with pytest.raises(ExecutorError, match="outside the share"):
         private_share("/mnt/s", ["/mnt/sx/jobs/a"])
