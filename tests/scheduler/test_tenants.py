@@ -91,3 +91,19 @@ def test_the_private_share_keeps_only_the_outermost_visible_paths():
     assert private_share("/mnt/s", ["/mnt/s/jobs/a", "/mnt/s"]) == ""  # a job mounting it all
     with pytest.raises(ExecutorError, match="outside the share"):
         private_share("/mnt/s", ["/mnt/sx/jobs/a"])
+
+
+def test_dev_up_chooses_tenant_users_only_where_tasks_can_run_and_says_why_not(monkeypatch):
+    from scheduler import dev
+
+    monkeypatch.setattr(tenants, "can_switch", lambda: True)
+    monkeypatch.setattr(tenants, "reachable_by_others", lambda path: True)
+    assert dev.tenant_mode(None) == ("vc", "")
+    monkeypatch.setattr(tenants, "reachable_by_others", lambda path: False)
+    users, why = dev.tenant_mode(None)
+    assert users == "agent" and "not executable by other users" in why
+    assert dev.tenant_mode("vc") == ("vc", "")  # asked for: tasks that need no interpreter
+    monkeypatch.setattr(tenants, "can_switch", lambda: False)
+    assert dev.tenant_mode(None) == ("agent", "not run as root, so no tenant users can be made")
+    with pytest.raises(dev.DevError, match="task_users vc needs root"):
+        dev.tenant_mode("vc")
