@@ -19,7 +19,7 @@ job's command) and extra mounts. In order:
    content to ``./code`` of a fresh per-task working directory
    ``<job dir>/work/<role>-<index>`` (PAI_WORK_DIR) and runs the command there, so
    OpenPAI's ``python code/x.py`` commands find their files; PAI_CODE_DIR names the source;
-4. the environment: discovery (:func:`scheduler.discovery.task_env`), then the job's and
+4. the environment: discovery (:func:`scheduler.rules.discovery.task_env`), then the job's and
    the role's ``env`` (the user's values win over the OpenPAI / MARO / Volcano aliases),
    then the PASTURE_ variables again (they are the agent's contract) and ssh's.
 
@@ -40,13 +40,13 @@ from pathlib import Path, PurePosixPath
 
 from scheduler import logpaths
 from scheduler.agent import ssh
-from scheduler.discovery import (
+from scheduler.rules.discovery import (
     local_volcano_paths,
     mpi_hostfile,
     task_env,
     volcano_host_files,
-    wants_ssh,
 )
+from scheduler.spec.facts import wants_ssh
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
@@ -255,6 +255,10 @@ def prepare(
     role = spec.roles[me.role]
     if role.working_dir:
         d = shlex.quote(role.working_dir)
+        # a missing directory is said so (diagnosis working_dir_missing), in every shell
+        lines.append(
+            f'[ -d {d} ] || {{ echo "pasture: working_dir {d} does not exist" >&2; exit 126; }}'
+        )
         lines.append(f'cd {d} || {{ echo "pasture: cannot cd to {d}" >&2; exit 126; }}')
     command = role.command or ""
     if executor_kind == "process":  # no /etc/volcano on the node: read the job's copies

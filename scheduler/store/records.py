@@ -58,7 +58,7 @@ class TaskRecord:
         cause: '' when the task ended by itself (its exit code counts), else the
             infrastructure fault that ended it (:class:`Cause`).
         restarts: times this task was restarted in place within its attempt (role
-            ``max_task_retries``; :mod:`scheduler.lifecycle`).
+            ``max_task_retries``; :mod:`scheduler.rules.lifecycle`).
     """
 
     role: str
@@ -81,7 +81,7 @@ class TaskRecord:
     handle: str = ""
     cause: str = ""
     restarts: int = 0
-    # failure diagnosis {kind, summary, retry, hint} from scheduler.diagnosis (issue 19)
+    # failure diagnosis {kind, summary, retry, hint} from scheduler.rules.diagnosis (issue 19)
     diagnosis: dict[str, Any] | None = None
 
     @property
@@ -185,6 +185,11 @@ class NodeRecord:
             renew the lease by a heartbeat within that time. fence_s: seconds (agent clock)
             from a heartbeat's send until its tasks are surely dead when no renewal
             follows (lease + the executor's kill bound). 0 for agents without a lease.
+        heartbeat_interval_s: the agent's heartbeat interval (s; 0: unknown, taken as 5).
+        gap_from, gap_to: the last heartbeat gap longer than two intervals (s, Redis clock:
+            the heartbeat before it and the one that ended it; 0 when none).
+        revoked: an operator force-deleted the node while it heartbeated; its lease is
+            revoked and the loop declares it lost at ``fence_until`` (s, Redis clock).
     """
 
     name: str
@@ -205,8 +210,13 @@ class NodeRecord:
     # why the node is in its state (cordoned by whom / by the GPU health probe; issue 19)
     state_reason: str = ""
     # an operator deleted it (``pasture node delete``): lost now, its record removed by the
-    # loop once its tasks were requeued (scheduler/health.py)
+    # loop once its tasks were requeued (scheduler/rules/health.py)
     deleted: bool = False
+    heartbeat_interval_s: float = 0.0
+    gap_from: float = 0.0
+    gap_to: float = 0.0
+    revoked: bool = False
+    fence_until: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
