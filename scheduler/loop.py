@@ -289,8 +289,11 @@ class Loop:
             if job is None:
                 continue
             keys = lifecycle.shrink_keys(sh.placements)
-            if self.store.remove_tasks(sh.job, job.attempt, keys):
+            if self.store.remove_tasks(sh.job, job.attempt, keys, now=now):
                 self.view.invalidate()  # a version bump the view does not follow
+                rec = self.jobs.records.get(sh.job)
+                if rec is not None:  # as written: the regrow cool-down counts from here
+                    rec.resized_at = now
                 self._batch.add_event(
                     sh.job,
                     lifecycle.shrink_reason(keys, sh.for_job),

@@ -136,6 +136,8 @@ class JobRecord:
             state.
         exit_code: the exit code that decided a failure, when any.
         attained_service: GPU-seconds (or core-seconds) its attempts held so far.
+        resized_at: when replicas of its elastic roles were last stopped by a resize
+            (s, the loop's clock; None: never). The core's regrow cool-down counts from it.
         attempts: one entry per ended attempt, oldest first: ``{attempt, state (what the
             attempt ended in: queued = requeued), reason, cause ('' = the task's own
             outcome, else node_lost | fenced | agent_restart | preempted | drained),
@@ -164,6 +166,7 @@ class JobRecord:
     attained_service: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
     uid: str = ""
+    resized_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
