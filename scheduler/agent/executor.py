@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL
+from scheduler.tenants import TenantUser
 
 if TYPE_CHECKING:
     from scheduler.k8s.capacity import Capacity
@@ -93,6 +94,11 @@ class TaskLaunch:
             image's ENTRYPOINT (process) raise ExecutorError.
         working_dir: the role's working directory (already a ``cd`` line of ``command``;
             the kubernetes executor sets it on the pod for entrypoint roles).
+        user: the Unix identity of the job's VC (:mod:`scheduler.tenants`) the task runs
+            as; None: the agent's own user (``task_users: agent``).
+        visible: the share paths a task run as ``user`` may see (job directory, code dir,
+            team directory, the job's mount sources); the process executor hides the rest
+            of the share from it ([]: the whole share mount, as before).
     """
 
     task_id: str
@@ -115,6 +121,8 @@ class TaskLaunch:
     entrypoint: bool = False
     args: list[str] | None = None
     working_dir: str | None = None
+    user: TenantUser | None = None
+    visible: list[str] = field(default_factory=list)
 
 
 RUNS_IMAGE_ENTRYPOINT = ("container", "kubernetes")

@@ -161,7 +161,8 @@ class ExecAccessOut(BaseModel):
     node: str
     address: str = Field(description="the task's address")
     port: int = Field(description="the task's sshd port")
-    key: str = Field(description="the job attempt's private key (PEM), also its host key")
+    key: str = Field(description="the submission's private key (PEM), also its host key")
+    user: str = Field("", description="the Unix user the task runs as on nodes with task_users: vc")
 
 
 class BatchItemOut(BaseModel):

@@ -55,6 +55,8 @@ def up(
             "share_dir",
             "nodes",
             "gpus",
+            "task_users",
+            "task_users_why",
         )
     }
     if as_json:
@@ -67,6 +69,14 @@ def up(
     per_node = ", ".join(f"{n}: {g}" for n, g in zip(info["nodes"], info["gpus"], strict=True))
     console.print(f"gpus:     {per_node} ({how})")
     console.print(f"share:    {info['share_dir']}")
+    if info["task_users"] == "vc":
+        console.print("tenants:  each VC's tasks run as its own Unix user (pasture-<vc>)")
+    else:
+        console.print(
+            f"tenants:  NOT separated: {info['task_users_why']}; every VC's tasks run as"
+            " your user (docs/runtime-env.md, Tenants' Unix users)",
+            highlight=False,
+        )
     console.print(f"redis:    {info['redis_url']} (password in {info['redis_password_file']})")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")
 

@@ -280,8 +280,9 @@ class Launch:
     """What a node's agent needs to start a job's tasks, from its launch record
     ``node:<n>:launch:<job>`` (written by the commit's binds and grows, deleted by the
     job's release): the job's name, the attempt bound, its spec (dict, as submitted), the
-    submitting user, its sealed secrets token ("" when it has none) and the job's uid
-    (:attr:`JobRecord.uid`; "" for a job stored before uids existed)."""
+    submitting user, its sealed secrets token ("" when it has none), the job's uid
+    (:attr:`JobRecord.uid`; "" for a job stored before uids existed) and the submission's
+    ssh private key in PEM (:mod:`scheduler.jobkey`; "" for a job without ssh)."""
 
     job: str
     attempt: int
@@ -289,3 +290,4 @@ class Launch:
     user: str
     sealed_secrets: str
     uid: str = ""
+    ssh_key: str = field(default="", repr=False)  # never in a log line
