@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
@@ -24,6 +23,7 @@ from scheduler.cli.output import (
     err_console,
     handle_errors,
 )
+from scheduler.cli.text import Table, esc, plain_text
 from scheduler.units import format_bytes
 
 if TYPE_CHECKING:
@@ -64,10 +64,10 @@ def ssh_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except ValueError as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
+            err_console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(USAGE) from None
         except (paramiko.SSHException, OSError) as exc:
-            err_console.print(f"[red]error (ssh):[/red] {type(exc).__name__}: {exc}")
+            err_console.print(f"[red]error (ssh):[/red] {type(exc).__name__}: {esc(exc)}")
             raise typer.Exit(UNAVAILABLE) from None
 
     return wrapper
@@ -173,7 +173,7 @@ def push(
     if dev is not None:
         dest_dir = Path(ssh.remote_path(str(dev), remote))
         n, size = _copy_local(local, dest_dir, local.is_file())
-        console.print(f"copied {n} file(s), {format_bytes(size)} to {dest_dir} (dev cluster)")
+        console.print(f"copied {n} file(s), {format_bytes(size)} to {esc(dest_dir)} (dev cluster)")
         return
     dest = ssh.remote_path(share_dir, remote)
     files = _local_files(local)
@@ -200,7 +200,7 @@ def push(
                 )
                 done += path.stat().st_size
             progress.update(bar, completed=total)
-    console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {dest}")
+    console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {esc(dest)}")
 
 
 def _advance(progress: Progress, bar: TaskID, base: int, sent: int, _total: int) -> None:
@@ -246,11 +246,11 @@ def pull(
     if dev is not None:
         source = Path(ssh.remote_path(str(dev), remote))
         if not source.exists():
-            err_console.print(f"[red]error:[/red] {source} does not exist in the dev share")
+            err_console.print(f"[red]error:[/red] {esc(source)} does not exist in the dev share")
             raise typer.Exit(5)
         target = local / source.name if local.is_dir() and source.is_file() else local
         n, size = _copy_local(source, target, source.is_file())
-        console.print(f"copied {n} file(s), {format_bytes(size)} to {target}")
+        console.print(f"copied {n} file(s), {format_bytes(size)} to {esc(target)}")
         return
     src = ssh.remote_path(share_dir, remote)
     with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
@@ -258,7 +258,7 @@ def pull(
         try:
             files = _remote_files(sftp, src)
         except FileNotFoundError:
-            err_console.print(f"[red]error:[/red] {src} does not exist on the master")
+            err_console.print(f"[red]error:[/red] {esc(src)} does not exist on the master")
             raise typer.Exit(5) from None
         total = sum(size for _, _, size in files)
         with _progress() as progress:
@@ -279,7 +279,7 @@ def pull(
                 )
                 done += size
             progress.update(bar, completed=total)
-    console.print(f"pulled {len(files)} file(s), {format_bytes(total)} to {local}")
+    console.print(f"pulled {len(files)} file(s), {format_bytes(total)} to {esc(local)}")
 
 
 def _inventory_nodes(path: Path) -> list[tuple[str, str, str | None]]:
@@ -330,12 +330,13 @@ def image_push(
     exe = _container_cli(cli)
     with tempfile.TemporaryDirectory(prefix="pasture-image-") as tmp:
         archive = Path(tmp) / "image.tar"
-        with console.status(f"{exe} save {image}"):
+        with console.status(plain_text(f"{exe} save {image}")):
             proc = subprocess.run(
                 [exe, "save", "-o", str(archive), image], capture_output=True, text=True
             )
         if proc.returncode != 0:
-            err_console.print(f"[red]error:[/red] {exe} save {image}: {proc.stderr.strip()}")
+            why = esc(proc.stderr.strip())
+            err_console.print(f"[red]error:[/red] {esc(exe)} save {esc(image)}: {why}")
             raise typer.Exit(JOB_NOT_SUCCEEDED)
         size = archive.stat().st_size
         results = []
@@ -360,7 +361,7 @@ def image_push(
                 )
     table = Table("node", "result")
     for name, ok, message in results:
-        table.add_row(name, f"[green]{message}[/green]" if ok else f"[red]{message}[/red]")
+        table.add_row(name, plain_text(message, "green" if ok else "red"))
     console.print(table)
     if not all(ok for _, ok, _ in results):
         raise typer.Exit(JOB_NOT_SUCCEEDED)

@@ -8,6 +8,7 @@ from types import ModuleType
 import typer
 
 from scheduler.cli.output import console, err_console
+from scheduler.cli.text import esc
 
 dev_app = typer.Typer(
     help="Local process-mode cluster for development and tests.", no_args_is_help=True
@@ -18,7 +19,7 @@ def _dev() -> ModuleType:
     try:
         from scheduler import dev
     except ImportError as exc:
-        err_console.print(f"[red]error:[/red] scheduler.dev is not available: {exc}")
+        err_console.print(f"[red]error:[/red] scheduler.dev is not available: {esc(exc)}")
         raise typer.Exit(1) from None
     return dev
 
@@ -42,7 +43,7 @@ def up(
         with console.status(f"starting a dev cluster with {nodes} node(s)"):
             cluster = dev.up(nodes=nodes, gpus_per_node=gpus)
     except dev.DevError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(1) from None
     state = cluster.to_dict()
     info = {
@@ -60,14 +61,15 @@ def up(
     if as_json:
         typer.echo(json.dumps(info))
         return
-    console.print(f"endpoint: {info['endpoint']}")
-    console.print(f"token:    {info['token']}")
-    console.print(f"nodes:    {', '.join(info['nodes'])}")
+    console.print(f"endpoint: {esc(info['endpoint'])}")
+    console.print(f"token:    {esc(info['token'])}")
+    console.print(f"nodes:    {esc(', '.join(info['nodes']))}")
     how = "pinned by --gpus" if gpus is not None else "detected by NVML"
     per_node = ", ".join(f"{n}: {g}" for n, g in zip(info["nodes"], info["gpus"], strict=True))
-    console.print(f"gpus:     {per_node} ({how})")
-    console.print(f"share:    {info['share_dir']}")
-    console.print(f"redis:    {info['redis_url']} (password in {info['redis_password_file']})")
+    console.print(f"gpus:     {esc(per_node)} ({esc(how)})")
+    console.print(f"share:    {esc(info['share_dir'])}")
+    password = esc(info["redis_password_file"])
+    console.print(f"redis:    {esc(info['redis_url'])} (password in {password})")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")
 
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich import box
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.complete import complete_jobs, complete_vcs
@@ -37,10 +36,12 @@ from scheduler.cli.output import (
     fmt_age,
     fmt_time,
     handle_errors,
+    markup_state,
     output_format,
     styled,
     watch,
 )
+from scheduler.cli.text import Table, esc, plain_text
 from scheduler.cli.views import (
     TERMINAL,
     UNSUCCESSFUL,
@@ -113,29 +114,31 @@ def wait_for(
         typer.Exit(1): ``timeout_s`` (> 0) passed first.
     """
     deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
-    with console.status(f"job {name}: waiting", spinner="dots") as status:
+    # a spinner parses str as markup with no console of ours: plain Text
+    with console.status(plain_text(f"job {name}: waiting"), spinner="dots") as status:
         while True:
             job = client.job(name)
             state = job.state
             if state in states:
                 return job
             reason = reason_text(job.pending_reason)
-            status.update(f"job {name}: {state}" + (f" ({reason})" if reason else ""))
+            why = f" ({reason})" if reason else ""
+            status.update(plain_text(f"job {name}: {state}{why}"))
             if deadline and time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
     # after the spinner has been cleared, so the message gets a line of its own
-    err_console.print(f"[red]timeout:[/red] job {name} still {state}")
+    err_console.print(f"[red]timeout:[/red] job {esc(name)} still {esc(state)}")
     raise typer.Exit(JOB_NOT_SUCCEEDED)
 
 
 def _final(job: JobOut) -> int:
     state = job.state
-    console.print(f"job {job.name}: {styled(state)}")
+    console.print(f"job {esc(job.name)}: {markup_state(state)}")
     if state != JobState.SUCCEEDED:
         reason = job_reason(job) or job.reason
         if reason:
-            console.print(f"  reason: {reason}")
+            console.print(f"  reason: {esc(reason)}")
     return OK if state == JobState.SUCCEEDED else JOB_NOT_SUCCEEDED
 
 
@@ -232,9 +235,9 @@ def submit(
     name = job.name
     if not emit_plain(job, fmt):
         for other in job.jobs or [name]:
-            console.print(f"submitted job [bold]{other}[/bold] to vc {job.vc}")
+            console.print(f"submitted job [bold]{esc(other)}[/bold] to vc {esc(job.vc)}")
     for warning in job.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
     if follow:
         JobLogs(client, name, LogOptions()).follow()
     if wait or follow:
@@ -290,7 +293,8 @@ def list_jobs(
         _job_table(client, page.items, wide=fmt is OutputFormat.wide)
         shown = len(page.items)
         if page.total > shown:
-            console.print(f"{shown} of {page.total} jobs (--offset / --limit for more)")
+            more = f"{shown} of {page.total} jobs (--offset / --limit for more)"
+            console.print(more, markup=False)
 
     watch(draw, watch_, interval)
 
@@ -362,9 +366,9 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
         return
     now = time.time()
     console.print(
-        f"[bold]{job.name}[/bold]  vc={job.vc}"
-        f"  state={styled(job.state)}  attempt={job.attempt}"
-        f"  priority={job.priority}  user={job.user}"
+        f"[bold]{esc(job.name)}[/bold]  vc={esc(job.vc)}"
+        f"  state={markup_state(job.state)}  attempt={job.attempt}"
+        f"  priority={job.priority}  user={esc(job.user)}"
     )
     console.print(
         f"gpus={job_gpus(job)}  age={fmt_age(job.created, now) or '-'}"
@@ -373,16 +377,16 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
         f"  ended={fmt_time(job.end_time) or '-'}"
     )
     if events.pending_reason:
-        console.print(f"pending: [yellow]{reason_text(events.pending_reason)}[/yellow]")
+        console.print(f"pending: [yellow]{esc(reason_text(events.pending_reason))}[/yellow]")
     if queue is not None:
         console.print(
-            f"queue: {queue['position']} of {queue['length']} waiting in vc {job.vc}"
+            f"queue: {queue['position']} of {queue['length']} waiting in vc {esc(job.vc)}"
             " (by priority, then submit time)  estimated start: unknown (jobs declare no"
             " run time the scheduler could add up)",
             highlight=False,
         )
     elif job.state in UNSUCCESSFUL and job.reason:
-        console.print(f"reason: [red]{job.reason}[/red]")
+        console.print(f"reason: [red]{esc(job.reason)}[/red]")
     tasks = job.tasks or []
     if tasks:
         from scheduler.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
@@ -472,7 +476,7 @@ def logs(
     if reader.waiting_reason(job) is None:
         which = f" matching --role {role}" if role else ""
         which += f" --index {index}" if index is not None else ""
-        err_console.print(f"job {name} ({job.state}) has no task logs{which}")
+        err_console.print(f"job {esc(name)} ({esc(job.state)}) has no task logs{esc(which)}")
         raise typer.Exit(NOT_FOUND)
 
 
@@ -548,7 +552,7 @@ def select_jobs(
         shown = ", ".join(chosen[:20]) + (
             f" and {len(chosen) - 20} more" if len(chosen) > 20 else ""
         )
-        console.print(f"{verb} {len(chosen)} job(s): {shown}", highlight=False)
+        console.print(f"{verb} {len(chosen)} job(s): {esc(shown)}", highlight=False)
         if not sys.stdin.isatty():
             err_console.print(f"[red]error:[/red] not a terminal: add --yes to {verb} them")
             raise typer.Exit(JOB_NOT_SUCCEEDED)
@@ -568,7 +572,8 @@ def _each(names: list[str], act: Callable[[str], None]) -> None:
         try:
             act(one)
         except ApiError as exc:
-            err_console.print(f"[red]error ({exc.status or 'connection'}):[/red] {exc.message}")
+            status = exc.status or "connection"
+            err_console.print(f"[red]error ({status}):[/red] {esc(exc.message)}")
             failed = exit_code_for(exc.status)
     if failed:
         raise typer.Exit(failed)
@@ -606,13 +611,13 @@ def stop(
     def act(name: str) -> None:
         with job_hint(client, name):
             job = client.stop(name)
-        console.print(f"job {name}: stop requested (state {styled(job.state)})")
+        console.print(f"job {esc(name)}: stop requested (state {markup_state(job.state)})")
 
     _each(chosen, act)
     if wait:
         for name in chosen:
             job = wait_for(client, name, TERMINAL)
-            console.print(f"job {name}: {styled(job.state)}")
+            console.print(f"job {esc(name)}: {markup_state(job.state)}")
 
 
 @app.command()
@@ -643,9 +648,10 @@ def delete(
         with job_hint(client, name), cli_hints():
             out = client.delete(name, force=force)
         if out.deleted:
-            console.print(f"job {name}: deleted")
+            console.print(f"job {esc(name)}: deleted")
         else:
-            console.print(f"job {name}: stopping before delete (state {styled(out.state)})")
+            state = markup_state(out.state)
+            console.print(f"job {esc(name)}: stopping before delete (state {state})")
             stopping.append(name)
 
     _each(chosen, act)
@@ -653,7 +659,7 @@ def delete(
     def finish(name: str) -> None:
         wait_for(client, name, TERMINAL, timeout_s=timeout)
         client.delete(name)
-        console.print(f"job {name}: deleted")
+        console.print(f"job {esc(name)}: deleted")
 
     _each(stopping, finish)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
@@ -32,8 +31,8 @@ from scheduler.cli.output import (
     fmt_resources,
     handle_errors,
     output_format,
-    styled,
 )
+from scheduler.cli.text import Table, esc, markup_state
 from scheduler.services.records import spec_gpus
 
 if TYPE_CHECKING:
@@ -144,7 +143,7 @@ def spec_problems(exc: Exception) -> list[dict[str, Any]]:
 
 def print_problems(source: str, problems: list[dict[str, Any]]) -> None:
     """The field / problem / given table of an invalid spec, on stderr."""
-    err_console.print(f"[red]invalid job spec[/red] {source}:")
+    err_console.print(f"[red]invalid job spec[/red] {esc(source)}:")
     table = Table("field", "problem", "given", box=None)
     for e in problems:
         given = "" if e.get("input") is None else json.dumps(e["input"], default=str)
@@ -260,11 +259,11 @@ def validate(
     if emit(specs[0] if len(specs) == 1 else specs, fmt, [s["name"] for s in specs]):
         return
     for warning in parsed.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
     for spec in specs:
         console.print(
-            f"[green]valid[/green] ({parsed.format}): job [bold]{spec['name']}[/bold], vc "
-            f"{spec['vc']}, priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
+            f"[green]valid[/green] ({esc(parsed.format)}): job [bold]{esc(spec['name'])}[/bold],"
+            f" vc {esc(spec['vc'])}, priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
         )
     table = Table("role", "replicas", "per task", "command")
     table.columns[0].no_wrap = True
@@ -325,5 +324,6 @@ def resubmit(
     body = attach(apply_overrides(spec, target, vc, parse_env(env), sets), {}, given)
     job = client.submit(json.dumps(body).encode(), json_body=True)
     console.print(
-        f"resubmitted {name} as job [bold]{job.name}[/bold] to vc {job.vc} ({styled(job.state)})"
+        f"resubmitted {esc(name)} as job [bold]{esc(job.name)}[/bold] to vc {esc(job.vc)}"
+        f" ({markup_state(job.state)})"
     )

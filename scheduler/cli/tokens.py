@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.output import (
     REJECTED,
@@ -26,6 +25,7 @@ from scheduler.cli.output import (
     plain,
 )
 from scheduler.cli.server import ConfigOpt, _settings
+from scheduler.cli.text import Table, esc
 
 if TYPE_CHECKING:
     from scheduler.store.tokens import TokenStore
@@ -59,7 +59,7 @@ def _write_secret(token: str, output: Path | None, name: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     os.chmod(output, 0o600)
-    err_console.print(f"wrote token {name!r} to {output}")
+    err_console.print(f"wrote token {esc(repr(name))} to {esc(output)}")
 
 
 def _when(epoch: float) -> str:
@@ -91,10 +91,10 @@ def token_create(
         ttl_s = None if ttl_days is None else ttl_days * DAY_S
         token = tokens.create(name, role, vc, if_missing=if_missing, ttl_s=ttl_s)
     except TokenExistsError as exc:
-        err_console.print(f"[red]error:[/red] {exc} (or pass --if-missing)")
+        err_console.print(f"[red]error:[/red] {esc(exc)} (or pass --if-missing)")
         raise typer.Exit(REJECTED) from None
     except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(REJECTED) from None
     if token is not None:
         _write_secret(token, output, name)
@@ -123,9 +123,9 @@ def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) 
 def token_revoke(name: str, config: Path | None = ConfigOpt) -> None:
     """Revoke the token called NAME (exit 5 when there is none)."""
     if not _tokens(config).revoke(name):
-        err_console.print(f"[red]error:[/red] no token named {name!r}")
+        err_console.print(f"[red]error:[/red] no token named {esc(repr(name))}")
         raise typer.Exit(NOT_FOUND)
-    console.print(f"revoked {name!r}")
+    console.print(f"revoked {esc(repr(name))}")
 
 
 @token_app.command("rotate")
@@ -143,9 +143,9 @@ def token_rotate(
     try:
         token = _tokens(config).rotate(name, ttl_s=None if ttl_days is None else ttl_days * DAY_S)
     except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(REJECTED) from None
     if token is None:
-        err_console.print(f"[red]error:[/red] no token named {name!r}")
+        err_console.print(f"[red]error:[/red] no token named {esc(repr(name))}")
         raise typer.Exit(NOT_FOUND)
     _write_secret(token, output, name)

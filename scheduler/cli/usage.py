@@ -13,7 +13,6 @@ import time
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient, parse
 from scheduler.cli.config import load
@@ -27,8 +26,8 @@ from scheduler.cli.output import (
     fmt_time,
     handle_errors,
     output_format,
-    styled,
 )
+from scheduler.cli.text import Table, esc, markup_state
 from scheduler.units import format_gpu_hours
 
 if TYPE_CHECKING:
@@ -72,7 +71,8 @@ def job_usage(client: ApiClient, name: str, window_s: int = 300) -> JobUsageOut:
 def print_top(u: JobUsageOut) -> None:
     """The table of ``job top``: one row per task with its latest figures, then totals."""
     console.print(
-        f"job {u.job} ({styled(u.state)}, vc {u.vc}) uid {u.uid or '-'}; figures of the last "
+        f"job {esc(u.job)} ({markup_state(u.state)}, vc {esc(u.vc)}) uid {esc(u.uid or '-')};"
+        " figures of the last "
         f"sample (every 5 s), requests after '/'"
     )
     table = Table("task", "node", "CPU cores", "memory", "GPUs", "GPU util", "GPU memory")
