@@ -517,12 +517,18 @@ def select_jobs(
     every: bool,
     yes: bool,
     verb: str,
+    can_take: Callable[[JobOut], bool] = lambda job: True,
+    cannot: str = "",
 ) -> list[str]:
     """The jobs a ``stop``/``delete`` acts on: the NAMEs given, or every visible job
     matching ``--user/--state/--vc`` (``--all``: no filter needed), newest first.
 
-    A selection by filter is listed and confirmed ("stop 3 jobs? [y/N]") unless ``--yes``;
-    with no terminal to ask, ``--yes`` is required.
+    A selection by filter keeps only the jobs that can still take the action
+    (``can_take``; the others are counted with ``cannot``, e.g. "already ended") and
+    that the caller may act on: its own, or every job when it is an admin or the
+    operator of the job's VC (``operates`` of ``GET /whoami``; the API enforces the
+    same rule). It is listed and confirmed ("stop 3 jobs? [y/N]") unless ``--yes``; with
+    no terminal to ask, ``--yes`` is required.
 
     Raises:
         typer.BadParameter: names and filters mixed, or neither given.
@@ -537,14 +543,31 @@ def select_jobs(
         raise typer.BadParameter(
             f"name the jobs to {verb}, or select with --user/--state/--vc/--all"
         )
-    chosen: list[str] = []
+    matched: list[JobOut] = []
     offset = 0
     while True:
         page = client.jobs(vc=vc, state=state, user=user, limit=1000, offset=offset)
-        chosen += [j.name for j in page.items]
+        matched += page.items
         offset += len(page.items)
         if not page.items or offset >= page.total:
             break
+    me = client.whoami()
+
+    def mine(job: JobOut) -> bool:
+        return me.role == "admin" or job.user == me.name or job.vc in me.operates
+
+    takes = [j for j in matched if can_take(j)]
+    chosen = [j.name for j in takes if mine(j)]
+    skipped = []
+    if len(takes) < len(matched):
+        skipped.append(f"{len(matched) - len(takes)} {cannot}")
+    if len(chosen) < len(takes):
+        skipped.append(
+            f"{len(takes) - len(chosen)} of other users (only an admin or the VC's operator"
+            f" may {verb} them)"
+        )
+    if skipped:
+        console.print(f"left out: {'; '.join(skipped)}", markup=False, highlight=False)
     if not chosen:
         console.print(f"no jobs match: nothing to {verb}")
         return []
@@ -605,7 +628,16 @@ def stop(
     the exit code is that of the last failure."""
     client = _client()
     chosen = select_jobs(
-        client, names, user=user, state=state, vc=vc, every=every, yes=yes, verb="stop"
+        client,
+        names,
+        user=user,
+        state=state,
+        vc=vc,
+        every=every,
+        yes=yes,
+        verb="stop",
+        can_take=lambda job: job.state not in TERMINAL,
+        cannot="already ended",
     )
 
     def act(name: str) -> None:
@@ -640,7 +672,16 @@ def delete(
     then deletes it."""
     client = _client()
     chosen = select_jobs(
-        client, names, user=user, state=state, vc=vc, every=every, yes=yes, verb="delete"
+        client,
+        names,
+        user=user,
+        state=state,
+        vc=vc,
+        every=every,
+        yes=yes,
+        verb="delete",
+        can_take=lambda job: force or job.state in TERMINAL,
+        cannot="not finished (--force stops them first)",
     )
     stopping: list[str] = []
 

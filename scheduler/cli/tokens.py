@@ -73,6 +73,12 @@ def token_create(
     name: str = typer.Option(..., help="unique token name"),
     role: str = typer.Option(..., help="admin | user | agent"),
     vc: list[str] = typer.Option([], "--vc", help="a VC a user token may use (repeat)"),
+    operator: list[str] = typer.Option(
+        [],
+        "--operator",
+        help="a VC (one of --vc) where this user token is the operator: it may stop and"
+        " delete every user's jobs there, not only its own (repeat)",
+    ),
     output: Path | None = typer.Option(None, help="write the token to this file (0600)"),
     if_missing: bool = typer.Option(
         False,
@@ -89,7 +95,7 @@ def token_create(
     tokens = _tokens(config)
     try:
         ttl_s = None if ttl_days is None else ttl_days * DAY_S
-        token = tokens.create(name, role, vc, if_missing=if_missing, ttl_s=ttl_s)
+        token = tokens.create(name, role, vc, if_missing=if_missing, ttl_s=ttl_s, operates=operator)
     except TokenExistsError as exc:
         err_console.print(f"[red]error:[/red] {esc(exc)} (or pass --if-missing)")
         raise typer.Exit(REJECTED) from None
@@ -104,7 +110,7 @@ def token_create(
 def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) -> None:
     """List token names, roles, VCs, creation and expiry (never the secrets).
 
-    -o json|yaml: ``[{name, role, vcs, created, expires, expired}]`` (times in epoch
+    -o json|yaml: ``[{name, role, vcs, created, expires, operates, expired}]`` (times in epoch
     seconds; ``expires`` null for a token that never expires).
     """
     now = time.time()
@@ -112,10 +118,11 @@ def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) 
     data = [{**plain(t), "expired": t.expired(now)} for t in tokens]
     if emit_plain(data, output):
         return
-    table = Table("name", "role", "vcs", "created", "expires")
+    table = Table("name", "role", "vcs", "operates", "created", "expires")
     for t in tokens:
         expires = _when(t.expires) + (" (expired)" if t.expired(now) else "")
-        table.add_row(t.name, t.role.value, ", ".join(t.vcs), _when(t.created), expires)
+        vcs, operates = ", ".join(t.vcs), ", ".join(t.operates)
+        table.add_row(t.name, t.role.value, vcs, operates, _when(t.created), expires)
     console.print(table)
 
 

@@ -36,6 +36,11 @@ roles:
 def _pty_answer(*args: str, answer: bytes) -> str:
     """The real command on a pseudo-terminal (stdin and stdout), ``answer`` typed once it
     asks (a line ending in '?'); its output without colours."""
+    return _pty_run(*args, answer=answer)[0]
+
+
+def _pty_run(*args: str, answer: bytes) -> tuple[str, int]:
+    """:func:`_pty_answer` with the command's exit code: ``(output, exit code)``."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "scheduler.cli", *args],
@@ -60,7 +65,7 @@ def _pty_answer(*args: str, answer: bytes) -> str:
             answered = True
     proc.wait(timeout=60)
     os.close(leader)
-    return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
+    return ANSI.sub("", b"".join(chunks).decode(errors="replace")), proc.returncode
 
 
 def _submit(cli, tmp_path, name: str, **fields: object) -> None:
