@@ -232,6 +232,26 @@ def submit_with_overrides(
     return client.submit(json.dumps(spec).encode(), json_body=True)
 
 
+def _code_dir_problems(code_dirs: list[str | None]) -> list[dict[str, Any]]:
+    """The ``code_dir`` problems of a job file when the CLI talks to a running dev
+    cluster, whose share is a local directory (:func:`scheduler.services.dryrun.
+    code_dir_problem`); [] otherwise (``job submit --dry-run`` checks any cluster's)."""
+    if not any(code_dirs):
+        return []
+    from scheduler.cli import config, devstate
+
+    try:
+        in_use = config.load().source
+    except config.ConfigError:
+        return []
+    share = devstate.share_dir()
+    if share is None or not in_use.startswith("pasture dev up"):
+        return []
+    from scheduler.services.dryrun import code_dir_problem
+
+    return [p for d in code_dirs if (p := code_dir_problem(d, share))]
+
+
 @app.command()
 @handle_errors
 def validate(
@@ -243,7 +263,9 @@ def validate(
     pasture, OpenPAI protocol v1 (JSON, comments allowed) and v2, MARO job or schedule,
     Volcano Job. Prints the warnings submit would answer. Exit 0 when valid, 6 with a
     field / problem / given table when not (the field as written in the file). What needs
-    the cluster (the VC exists, a node can hold the gang) is checked at submit.
+    the cluster (the VC exists, a node can hold the gang) is checked at submit; with a
+    running dev cluster in use, ``code_dir`` is checked on its share (else
+    ``job submit --dry-run`` checks it).
 
     -o json|yaml print the spec(s) as pasture will store them (other formats translated).
     """
@@ -254,6 +276,10 @@ def validate(
     except ValueError as exc:  # scheduler.spec.SpecError
         print_problems(str(file), spec_problems(exc))
         raise typer.Exit(REJECTED) from None
+    problems = _code_dir_problems([s.code_dir for s in parsed.specs])
+    if problems:
+        print_problems(str(file), problems)
+        raise typer.Exit(REJECTED)
     specs = [s.model_dump(mode="json") for s in parsed.specs]
     fmt = output_format(output, as_json)
     if emit(specs[0] if len(specs) == 1 else specs, fmt, [s["name"] for s in specs]):
