@@ -102,7 +102,7 @@ def code_dir_of(spec: JobSpec, share: Path) -> Path | None:
     if not resolved.is_dir():
         raise StartupError(
             f"code_dir {raw!r}: no such directory on the cluster share ({path}); copy the"
-            " code there first, e.g. `pasture data push ./code <dir>`"
+            f" code there first: `pasture data push ./DIR {raw}`"
         )
     return path
 

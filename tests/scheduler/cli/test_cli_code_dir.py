@@ -42,9 +42,7 @@ def test_dry_run_refuses_a_code_dir_missing_on_the_share(logged_in, cli, tmp_pat
         assert json.loads(r.stdout)["jobs"][0]["name"] == "mine"
 
 
-def test_validate_checks_code_dir_on_a_running_dev_clusters_share(
-    cli, tmp_path, monkeypatch
-):
+def test_validate_checks_code_dir_on_a_running_dev_clusters_share(cli, tmp_path, monkeypatch):
     share = tmp_path / "dev-share"
     share.mkdir()
     dev = tmp_path / "dev"
