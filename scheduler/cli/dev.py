@@ -35,9 +35,13 @@ def up(
         help="pin every node to N GPUs (fake ones on a host without NVIDIA driver); "
         "default: the first node detects this host's GPUs by NVML, the others have none",
     ),
-    as_json: bool = typer.Option(False, "--json", help="print endpoint and token as JSON"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print endpoint, token, share, settings path... as JSON"
+    ),
 ) -> None:
-    """Start redis-server, the API, the loop and N agents as local processes."""
+    """Start redis-server, the API, the loop and N agents as local processes. Prints the
+    endpoint and admin token, the share, the settings file that the admin commands take
+    as --config, and how to add a user and a VC."""
     dev = _dev()
     try:
         with console.status(f"starting a dev cluster with {nodes} node(s)"):
@@ -58,6 +62,7 @@ def up(
             "gpus",
         )
     }
+    info["settings"] = state["scheduler_config"]
     if as_json:
         typer.echo(json.dumps(info))
         return
@@ -70,7 +75,22 @@ def up(
     console.print(f"share:    {esc(info['share_dir'])}")
     password = esc(info["redis_password_file"])
     console.print(f"redis:    {esc(info['redis_url'])} (password in {password})")
+    settings = esc(info["settings"])
+    console.print(f"settings: {settings} (the admin commands' --config)")
     console.print("the pasture CLI uses this cluster until 'pasture dev down' (no login needed)")
+    console.print(
+        "add a user:  pasture admin token create --config"
+        f" {settings} --name alice --role user --vc default",
+        highlight=False,
+    )
+    console.print(
+        f"add a VC:    edit virtual_clusters in {settings}, then"
+        f" pasture admin vc apply --config {settings}",
+        highlight=False,
+    )
+    console.print(
+        f"dashboard:   {esc(info['endpoint'])}/ (log in with the token above)", highlight=False
+    )
 
 
 @dev_app.command("down")
