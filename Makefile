@@ -43,12 +43,14 @@ collections: venv
 base-image: deps
 	bash scripts/build-base-image.sh
 
-# lint: ruff (check and format) and mypy --strict over scheduler/ and scripts/ (its settings:
-# [tool.mypy] in pyproject.toml), so a changed return type fails here in every caller.
+# lint: ruff (check and format), mypy --strict over scheduler/ and scripts/ (its settings:
+# [tool.mypy] in pyproject.toml), so a changed return type fails here in every caller, and
+# the import contracts of scheduler/'s layers ([tool.importlinter] in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check scheduler stacks tests
 	$(VENV)/bin/ruff format --check scheduler stacks tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # test-e2e: a fresh podman cluster converged twice by site.yml (second run changed=0), the
 # demo's own job half (scripts/demo-job.sh with its report: red whenever `make demo` would

@@ -4,8 +4,8 @@ One cycle (:meth:`Loop.cycle`)::
 
     heartbeats      nodes the loop observed silent for longer than their lost limit ->
                     lost (their tasks: lost, cause node_lost); when most nodes go silent
-                    at once: a cluster condition instead (scheduler/health.py)
-    lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.lifecycle
+                    at once: a cluster condition instead (scheduler/rules/health.py)
+    lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.rules.lifecycle
                     (retry / fail / succeed / restart a task / release waiting tasks);
                     draining nodes; when every task of an ending job is done: release its
                     ledger entries, then requeue (attempt + 1) or finish it; delete
@@ -21,7 +21,7 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 resumes from the store.
 
 What ends a job, restarts a task in place, releases ``depends_on`` tasks or requeues it
-is decided by :func:`scheduler.lifecycle.decide` (docs/jobs.md); this module applies it.
+is decided by :func:`scheduler.rules.lifecycle.decide` (docs/jobs.md); this module applies it.
 Preemption, drains and infrastructure faults (``TaskRecord.disrupted``) requeue without
 counting a failure; every ended attempt is recorded in ``JobRecord.attempts`` with its
 cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
@@ -41,15 +41,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from scheduler import lifecycle
-from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, Snapshot
 from scheduler.core.policy import Policy
-from scheduler.discovery import ordered_tasks
-from scheduler.health import NodeHealth
+from scheduler.k8s.capacity import gone_probe
+from scheduler.rules import lifecycle
+from scheduler.rules.discovery import ordered_tasks
+from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
+from scheduler.spec.facts import WAIT
 from scheduler.spec.model import JobSpec
 from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
@@ -65,7 +66,7 @@ from scheduler.store.store import JobActiveError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
 
 if TYPE_CHECKING:
-    from scheduler.agent.k8s_autoscale import Autoscaler
+    from scheduler.k8s.autoscale import Autoscaler
 
 log = logging.getLogger("pasture.loop")
 
@@ -152,7 +153,7 @@ class Loop:
         # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
         self.autoscale: Autoscaler | None = None
         if os.environ.get("PASTURE_K8S_POOLS"):  # set by the aks stack only
-            from scheduler.agent.k8s_autoscale import Autoscaler
+            from scheduler.k8s.autoscale import Autoscaler
 
             self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
@@ -205,7 +206,7 @@ class Loop:
         if self._health.clock() - self._beats_read >= beat_every or not self._beats_read:
             self._beats_read = self._health.clock()
             nodes = self.view.nodes_now(self.store)
-            # lost nodes, or the cluster condition instead (scheduler/health.py)
+            # lost nodes, or the cluster condition instead (scheduler/rules/health.py)
             self._health.check(nodes, now)
         else:
             nodes = dict(self.view.nodes)
@@ -280,7 +281,7 @@ class Loop:
         return result
 
     def _apply_shrinks(self, decision: Decision, jobs: Mapping[str, JobRecord], now: float) -> None:
-        """Elastic resizes (:func:`scheduler.lifecycle.shrink_keys`): take the shrunk
+        """Elastic resizes (:func:`scheduler.rules.lifecycle.shrink_keys`): take the shrunk
         replicas' tasks away (their agents stop them), with an event on the job. Not a
         preemption: the job keeps its attempt and nothing is charged."""
         for sh in decision.shrinks:
@@ -361,7 +362,7 @@ class Loop:
             log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
-            if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
+            if t.desired == WAIT:  # never started: nothing for an agent to stop
                 t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
         self._batch.update_tasks(job.name, stop)
@@ -421,7 +422,7 @@ class Loop:
         nodes: dict[str, NodeRecord],
         now: float,
     ) -> lifecycle.Step:
-        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`), with
+        """What happens next to this attempt (:func:`scheduler.rules.lifecycle.decide`), with
         the heartbeats of its nodes for the peer-loss rule (store clock)."""
         beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
         return lifecycle.decide(
@@ -436,7 +437,7 @@ class Loop:
     def _apply_step(
         self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step, now: float
     ) -> bool:
-        """Apply a :class:`scheduler.lifecycle.Step`: restarts in place, releases, stops (of a
+        """Apply a :class:`scheduler.rules.lifecycle.Step`: restarts in place, releases, stops (of a
         restarting role), freed allocations. True when any task changed."""
         by_key = {t.key: t for t in tasks}
         changed = []

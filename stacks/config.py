@@ -33,7 +33,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from scheduler.agent.taints import toleration
+from scheduler.k8s.taints import toleration
 
 NAMESPACE = "pasture"
 

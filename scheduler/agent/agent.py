@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -45,15 +46,14 @@ from scheduler.agent.executor import (
     ExecutorError,
     TaskLaunch,
     executor_labels,
-    make_executor,
     task_id,
 )
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
-from scheduler.agent.k8s_capacity import capacity_watch_from_env
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.agent.taskusage import TaskUsageSampler
-from scheduler.diagnosis import diagnose_report
+from scheduler.k8s.capacity import capacity_watch_from_env
 from scheduler.logpaths import task_log_path
+from scheduler.rules.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
@@ -80,6 +80,27 @@ STORE_CALL_TIMEOUT_S = 10.0
 """Seconds one store call may take at most (capped by the lease): several heartbeats fit
 in a lease, so a store that hangs, or a primary whose host vanished after a failover (no
 RST), costs a few retries, not the lease (docs/faults.md "Bounds")."""
+
+
+def make_executor(kind: str, **options: Any) -> Executor:
+    """Executor by kind: ``process``, ``container`` (options: cli, network),
+    ``kubernetes`` (implementations of :class:`scheduler.agent.executor.Executor`).
+    Raises ValueError for an unknown kind."""
+    if kind == "process":
+        from scheduler.agent.process import ProcessExecutor
+
+        return ProcessExecutor()
+    if kind == "container":
+        from scheduler.agent.container import ContainerExecutor
+
+        return ContainerExecutor(
+            cli=str(options.get("cli", "podman")), network=str(options.get("network", "host"))
+        )
+    if kind == "kubernetes":
+        from scheduler.agent import kubernetes  # written against this interface
+
+        return kubernetes.KubernetesExecutor(**options)
+    raise ValueError(f"executor must be process, container or kubernetes, got {kind!r}")
 
 
 @dataclass

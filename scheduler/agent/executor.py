@@ -173,26 +173,6 @@ class Executor(abc.ABC):
 
     def evidence(self, handle: str) -> dict[str, Any]:
         """What the runtime saw of a finished task, for the failure diagnosis
-        (:mod:`scheduler.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
+        (:mod:`scheduler.rules.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
         before :meth:`cleanup`. Default: nothing."""
         return {}
-
-
-def make_executor(kind: str, **options: Any) -> Executor:
-    """Executor by kind: ``process``, ``container`` (options: cli, network),
-    ``kubernetes``. Raises ValueError for an unknown kind."""
-    if kind == "process":
-        from scheduler.agent.process import ProcessExecutor
-
-        return ProcessExecutor()
-    if kind == "container":
-        from scheduler.agent.container import ContainerExecutor
-
-        return ContainerExecutor(
-            cli=str(options.get("cli", "podman")), network=str(options.get("network", "host"))
-        )
-    if kind == "kubernetes":
-        from scheduler.agent import kubernetes  # written against this interface
-
-        return kubernetes.KubernetesExecutor(**options)
-    raise ValueError(f"executor must be process, container or kubernetes, got {kind!r}")

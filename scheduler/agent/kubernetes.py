@@ -16,8 +16,8 @@ Settings come from the agent's environment, set by the aks stack's DaemonSet:
 (PVC of the share), ``PASTURE_K8S_IMAGE`` (image of tasks that name none),
 ``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate: the
 pool's taints, plus ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` on a Spot
-pool; parsed by :mod:`scheduler.agent.taints`). The node's capacity comes from its node
-object (:mod:`scheduler.agent.k8s_capacity`), not from NVML in the agent's container.
+pool; parsed by :mod:`scheduler.k8s.taints`). The node's capacity comes from its node
+object (:mod:`scheduler.k8s.capacity`), not from NVML in the agent's container.
 
 Fencing without the agent (docs/faults.md): kubelet, not the agent, owns a task pod, so a
 dead agent's pods would run on. When ``PASTURE_K8S_AGENT_DIR`` names the agent's work dir
@@ -41,7 +41,7 @@ Pods that never start: a task container (or its fence sidecar) waiting with a re
 ...) for ``PASTURE_K8S_START_TIMEOUT_S`` seconds (default :data:`START_TIMEOUT_S`; at once
 for the permanent ``InvalidImageName`` and ``ErrImageNeverPull``) ends the task with exit
 code :data:`START_FAILED_EXIT` and the reason as evidence, so the failure diagnosis
-(``scheduler/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
+(``scheduler/rules/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
 ``container_config``) says why; the pod is deleted by the agent's cleanup. What the
 kubelet saw of a finished pod reaches the classifier too (:func:`pod_evidence`):
 ``OOMKilled`` (``oom_killed``), ``Evicted``, ``UnexpectedAdmissionError``.
@@ -69,9 +69,11 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
-from scheduler.agent import k8s_secrets, taints
+from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
 from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
+from scheduler.k8s import taints
+from scheduler.k8s.autoscale import SAFE_TO_EVICT
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,6 @@ AGENT_VOLUME = "pasture-agent"
 FENCE_CONTAINER = "fence"
 FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
 """Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
-SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 START_TIMEOUT_S = 300.0

@@ -388,7 +388,7 @@ class ProcessExecutor(Executor):
         "oom_killed": bool}``: how the task's memory was limited (the node's
         ``pasture.io/memory-limit`` when it started) and whether the kernel's OOM killer
         ended a process of it (its memory cgroup's ``oom_kill`` count; for a systemd scope,
-        the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.diagnosis`.
+        the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.rules.diagnosis`.
         Call after :meth:`poll` returned the exit code and before :meth:`cleanup`."""
         h = json.loads(handle)
         limit = str(h.get("memory_limit", "none"))

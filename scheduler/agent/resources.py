@@ -1,5 +1,5 @@
 """What this node has and uses: psutil for CPU and memory, nvidia-ml-py for GPUs (in a
-Kubernetes pod: the node object, see :mod:`scheduler.agent.k8s_capacity`).
+Kubernetes pod: the node object, see :mod:`scheduler.k8s.capacity`).
 
 GPU detection is guarded: without the NVIDIA driver (``libnvidia-ml.so`` missing, as on
 this build machine) or without the ``pynvml`` module, the node has 0 GPUs and usage reports
@@ -9,20 +9,12 @@ an empty GPU list.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import psutil
 
-
-@dataclass(frozen=True)
-class Capacity:
-    """Node capacity: cpu_m millicores, memory bytes, gpu devices, gpu_model name."""
-
-    cpu_m: int
-    memory: int
-    gpu: int
-    gpu_model: str | None
+from scheduler.k8s.capacity import Capacity, capacity_from_env
 
 
 def _nvml() -> Any | None:
@@ -70,7 +62,7 @@ def gpus_of(backend: Any) -> tuple[int, str | None]:
 
 def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
     """Capacity from psutil / NVML, or in a Kubernetes pod (``PASTURE_K8S_NODE_NAME`` set)
-    from the node object (:mod:`scheduler.agent.k8s_capacity`); fields of ``overrides``
+    from the node object (:mod:`scheduler.k8s.capacity`); fields of ``overrides``
     (settings ``resources``) that are not None win.
 
     Args:
@@ -82,8 +74,6 @@ def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
     Raises:
         NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
     """
-    from scheduler.agent.k8s_capacity import capacity_from_env  # imports this module
-
     node = capacity_from_env()
     if node is not None:
         cap = asdict(node)

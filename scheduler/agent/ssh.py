@@ -14,7 +14,7 @@ Wiring (one job attempt; every agent computes the same files from the same input
   copied here), ``authorized_keys``, ``known_hosts``, ``sshd_config``, ``config`` (host
   aliases), ``bin/ssh`` (``ssh -F config``, first on the task's PATH) and
   ``bin/pasture-ssh-barrier``.
-- sshd listens on the task's ``ssh`` port (:func:`scheduler.discovery.port_names` adds
+- sshd listens on the task's ``ssh`` port (:func:`scheduler.spec.facts.port_names` adds
   one to every role of a job that asks for ssh) and runs in the foreground in the task's
   process group; the start-up script kills it when the command ends. The sessions it forks
   for processes started over ssh (MPI ranks) leave that process group and session, but not
@@ -46,7 +46,7 @@ from typing import Any
 
 import paramiko
 
-from scheduler.discovery import ordered_tasks, shell_name
+from scheduler.rules.discovery import ordered_tasks, shell_name
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 

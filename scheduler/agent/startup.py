@@ -15,7 +15,7 @@ job's command) and extra mounts. In order:
    content to ``./code`` of a fresh per-task working directory
    ``<job dir>/work/<role>-<index>`` (PAI_WORK_DIR) and runs the command there, so
    OpenPAI's ``python code/x.py`` commands find their files; PAI_CODE_DIR names the source;
-4. the environment: discovery (:func:`scheduler.discovery.task_env`), then the job's and
+4. the environment: discovery (:func:`scheduler.rules.discovery.task_env`), then the job's and
    the role's ``env`` (the user's values win over the OpenPAI / MARO / Volcano aliases),
    then the PASTURE_ variables again (they are the agent's contract) and ssh's.
 
@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from scheduler.agent import ssh
-from scheduler.discovery import (
+from scheduler.rules.discovery import (
     local_volcano_paths,
     mpi_hostfile,
     task_env,
     volcano_host_files,
-    wants_ssh,
 )
+from scheduler.spec.facts import wants_ssh
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 

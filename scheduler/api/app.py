@@ -43,6 +43,7 @@ from scheduler.services.status import StatusService
 from scheduler.services.tokens import TokenService
 from scheduler.services.usage import UsageService
 from scheduler.services.vcs import VcService
+from scheduler.settings import DEFAULT_AUTH_FAILURE_WINDOW_S, DEFAULT_AUTH_FAILURES
 from scheduler.store.tokens import TokenInfo, TokenStore
 
 log = logging.getLogger(__name__)
@@ -116,8 +117,8 @@ def create_app(
     cache_s = getattr(api_settings, "token_cache_s", None)
     app.state.token_cache = TokenCache(TOKEN_CACHE_S if cache_s is None else float(cache_s))
     app.state.auth_limiter = AuthFailureLimiter(
-        int(getattr(api_settings, "auth_failures_per_window", None) or 20),
-        int(getattr(api_settings, "auth_failure_window_s", None) or 60),
+        int(getattr(api_settings, "auth_failures_per_window", None) or DEFAULT_AUTH_FAILURES),
+        int(getattr(api_settings, "auth_failure_window_s", None) or DEFAULT_AUTH_FAILURE_WINDOW_S),
     )
     app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
     app.state.metrics = Metrics(status_service.status)

@@ -33,31 +33,17 @@ import hashlib
 import math
 import time
 
-from limits import RateLimitItem, RateLimitItemPerSecond, parse_many
+from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-DEFAULT_FAILURES = 20
-DEFAULT_WINDOW_S = 60
-DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
-DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
-
-
-def parse_limit(text: str | None, field: str) -> list[RateLimitItem]:
-    """The limits of ``text`` (``"1000 per 10 seconds;50/second"``; empty or None: none).
-
-    Raises:
-        ValueError: naming ``field``, what is expected and what was given.
-    """
-    if not text or not text.strip():
-        return []
-    try:
-        return list(parse_many(text))
-    except ValueError:
-        raise ValueError(
-            f"{field}: expected limits like '1000 per 10 seconds' (several separated by ';', "
-            f"'' for none), got {text!r}"
-        ) from None
+from scheduler.settings import (
+    DEFAULT_AUTH_FAILURE_WINDOW_S,
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_REQUEST_LIMIT,
+    DEFAULT_SUBMIT_LIMIT,
+    parse_limit,
+)
 
 
 def _wait(limiter: MovingWindowRateLimiter, item: RateLimitItem, *keys: str) -> int:
@@ -77,7 +63,9 @@ class AuthFailureLimiter:
         ValueError: a limit <= 0.
     """
 
-    def __init__(self, failures: int = DEFAULT_FAILURES, window_s: int = DEFAULT_WINDOW_S):
+    def __init__(
+        self, failures: int = DEFAULT_AUTH_FAILURES, window_s: int = DEFAULT_AUTH_FAILURE_WINDOW_S
+    ):
         if failures <= 0 or window_s <= 0:
             raise ValueError(
                 f"auth rate limit: expected failures > 0 and window_s > 0, "
@@ -110,7 +98,7 @@ class TokenRateLimiter:
     """Requests and submits per token (module docstring).
 
     Args:
-        requests: the request limits (:func:`parse_limit`); [] for none.
+        requests: the request limits (:func:`scheduler.settings.parse_limit`); [] for none.
         submits: the submit limits; [] for none.
     """
 

@@ -56,7 +56,8 @@ class TaskOut(_Open):
         "ended it (node_lost | fenced | agent_restart): its attempt is not charged",
     )
     diagnosis: dict[str, Any] | None = Field(
-        None, description="failure diagnosis {kind, summary, retry, hint} (scheduler.diagnosis)"
+        None,
+        description="failure diagnosis {kind, summary, retry, hint} (scheduler.rules.diagnosis)",
     )
     cpu_m: int = Field(0, description="millicores it holds")
     memory: int = Field(0, description="bytes it holds")

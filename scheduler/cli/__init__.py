@@ -28,7 +28,8 @@ from scheduler.cli import (
     cluster,
     data,
     dev,
-    jobs,
+    jobgroup,
+    jobs,  # noqa: F401 - registers job submit, list, show, ...
     jobspec,  # noqa: F401 - registers job validate and resubmit
     login,
     server,
@@ -77,8 +78,8 @@ def _root(
     config.context_override = context
 
 
-jobs.app.command("top")(usage_cli.top)
-app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
+jobgroup.app.command("top")(usage_cli.top)
+app.add_typer(jobgroup.app, name="job")  # with jobs' and jobspec's commands
 app.command("usage")(usage_cli.usage)
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -16,6 +15,7 @@ from rich import box
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.complete import complete_jobs, complete_vcs
 from scheduler.cli.config import load
+from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.joblogs import JobLogs, LogOptions
 from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt
 from scheduler.cli.output import (
@@ -60,45 +60,12 @@ if TYPE_CHECKING:
 
 NARROW = 100  # terminal columns below which the job table is laid out for narrow screens
 
-app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
-
 JobArg = typer.Argument(..., help="job name", autocompletion=complete_jobs)
 JobsArg = typer.Argument(None, help="job names", autocompletion=complete_jobs, show_default=False)
 
 
 def _client() -> ApiClient:
     return ApiClient(load())
-
-
-def similar_jobs(client: ApiClient, name: str, limit: int = 1000) -> list[str]:
-    """Up to 3 visible job names close to ``name`` (difflib ratio >= 0.6), best first."""
-    try:
-        page = client.jobs(limit=limit)
-    except ApiError:
-        return []
-    names = [j.name for j in page.items]
-    return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-
-
-@contextlib.contextmanager
-def job_hint(client: ApiClient, name: str) -> Iterator[None]:
-    """Re-raise a 404 about job ``name`` with "did you mean: ..." when the job does not
-    exist and similar names do (a 404 about something else, e.g. a log, passes as is)."""
-    try:
-        yield
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        try:
-            client.job(name)
-        except ApiError as again:
-            if again.status != 404:
-                raise exc from None
-            close = similar_jobs(client, name)
-            if close:
-                hint = f"{exc.message}; did you mean: {', '.join(close)}?"
-                raise ApiError(exc.status, hint, exc.errors) from None
-        raise
 
 
 def wait_for(
@@ -389,7 +356,7 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
         console.print(f"reason: [red]{esc(job.reason)}[/red]")
     tasks = job.tasks or []
     if tasks:
-        from scheduler.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
+        from scheduler.rules.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
 
         table = Table(
             "role",

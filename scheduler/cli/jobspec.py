@@ -18,7 +18,7 @@ import typer
 
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
-from scheduler.cli.jobs import app, job_hint
+from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt, attach, read_secrets
 from scheduler.cli.output import (
     REJECTED,

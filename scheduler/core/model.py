@@ -16,7 +16,7 @@ home of all resource arithmetic, and are re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
@@ -400,3 +400,21 @@ class Decision:
     nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)
     grows: tuple[Bind, ...] = ()
     shrinks: tuple[Shrink, ...] = ()
+
+
+def per_node(placements: Iterable[TaskPlacement], id_of: dict[str, int]) -> dict[int, list[int]]:
+    """{node id: [cpu_m, memory, gpu]} summed over ``placements`` (a running job's, or a
+    nomination's); placements on nodes ``id_of`` does not know are skipped."""
+    out: dict[int, list[int]] = {}
+    for p in placements:
+        i = id_of.get(p.node)
+        if i is None:
+            continue
+        v = out.get(i)
+        if v is None:
+            v = out[i] = [0, 0, 0]
+        r = p.resources
+        v[0] += r.cpu_m
+        v[1] += r.memory
+        v[2] += r.gpu
+    return out

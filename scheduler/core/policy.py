@@ -83,7 +83,7 @@ class Policy:
             time) no longer start around it: the head then starts no later than it would
             under strict FIFO from that moment on.
             None = no time guard.
-        adaptive: adapt to the cluster (:func:`scheduler.core.history.adapt`): plain
+        adaptive: adapt to the cluster (:func:`scheduler.core.adapt.adapt`): plain
             2D-LAS with one tenant, ``las_thresholds`` from ``Snapshot.history`` with more
             (static values until enough jobs have finished); EASY reservations ordered by
             learned residual run times, and starved once backfill alone blocks the head
@@ -118,18 +118,18 @@ class Policy:
     elastic: bool = False
 
     def __post_init__(self) -> None:
-        """Validate names against the core's registries and coerce enum-valued strings.
+        """Validate the values and coerce enum-valued strings. The names of plugins and of
+        the queue order are checked against their registries where they are looked up
+        (:func:`scheduler.core.plugins.check_plugin_names`,
+        :func:`scheduler.core.queue.queue_order`, both called by
+        :func:`scheduler.core.scheduler.schedule`).
 
         Raises:
-            ValueError: an unknown queue order, filter, scorer or preemption mode; a policy
+            ValueError: an unknown backfill or preemption mode; a policy
                 without ``resource-fit``; a non-finite scorer weight; unsorted or negative
                 LAS thresholds; a negative aging rate or min runtime; max_jobs_per_cycle < 1.
         """
         import math
-
-        # Imported here: the registries import this module's enums.
-        from scheduler.core.plugins import FILTERS, SCORERS
-        from scheduler.core.queue import QUEUE_ORDERS
 
         def fail(field: str, expected: str, got: object) -> None:
             raise ValueError(f"Policy.{field}: expected {expected}, got {got!r}")
@@ -148,16 +148,9 @@ class Policy:
         object.__setattr__(self, "filters", tuple(self.filters))
         object.__setattr__(self, "scorers", tuple((n, float(w)) for n, w in self.scorers))
         object.__setattr__(self, "las_thresholds", tuple(float(t) for t in self.las_thresholds))
-        if self.queue_order not in QUEUE_ORDERS:
-            fail("queue_order", f"one of {sorted(QUEUE_ORDERS)}", self.queue_order)
-        for f in self.filters:
-            if f not in FILTERS:
-                fail("filters", f"names from {sorted(FILTERS)}", f)
         if "resource-fit" not in self.filters:
             fail("filters", "a list including 'resource-fit'", list(self.filters))
         for n, w in self.scorers:
-            if n not in SCORERS:
-                fail("scorers", f"names from {sorted(SCORERS)}", n)
             if not math.isfinite(w):
                 fail("scorers", "finite weights", (n, w))
         th = self.las_thresholds

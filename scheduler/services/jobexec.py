@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scheduler.services import sharefs
+from scheduler import sharefs
 from scheduler.services.errors import ConflictError, ForbiddenError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.states import JobState, TaskState

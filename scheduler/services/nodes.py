@@ -178,14 +178,14 @@ class NodeService:
         requeued without charge, and the loop removes its record (:meth:`Store.delete_node`).
 
         Refused while the node may still run tasks: its last heartbeat is younger than its
-        fence bound (:func:`scheduler.health.fenced_after_s`) or :data:`DELETE_SILENCE_S`,
+        fence bound (:func:`scheduler.rules.health.fenced_after_s`) or :data:`DELETE_SILENCE_S`,
         whichever is longer, unless ``force`` (the operator knows the machine is gone).
 
         Raises:
             ForbiddenError: not an admin token. NotFoundError: unknown node.
             ConflictError: the node heartbeated too recently (the message says when).
         """
-        from scheduler.health import fenced_after_s
+        from scheduler.rules.health import fenced_after_s
 
         require_role(principal, TokenRole.ADMIN)
         node = self.store.get_node(name)

@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from scheduler.core.history import HistoryWindow, adapt
+from scheduler.core.adapt import adapt
+from scheduler.core.history import HistoryWindow
 from scheduler.core.model import (
     Decision,
     Job,

@@ -122,7 +122,7 @@ class RetrySpec(StrictModel):
         retry_on_exit_codes is given). Node loss is always retryable.
     Exit-code lists hold at most 256 codes, each 0..255.
     retry_on: when given, only failures of these diagnosis classes are retried
-        (``[node_lost, nccl_error]``: scheduler/diagnosis_rules.yaml, docs/operations.md);
+        (``[node_lost, nccl_error]``: scheduler/rules/diagnosis_rules.yaml, docs/operations.md);
         a failure also retries when retry_on_exit_codes names its code (issue 19).
     """
 
@@ -143,7 +143,7 @@ class RetrySpec(StrictModel):
 
     def retryable(self, exit_code: int | None, diagnosis: str | None = None) -> bool:
         """Whether a failure with ``exit_code`` (None = infrastructure failure) and
-        diagnosis class ``diagnosis`` (:mod:`scheduler.diagnosis`) may retry."""
+        diagnosis class ``diagnosis`` (:mod:`scheduler.rules.diagnosis`) may retry."""
         if exit_code is None:
             return True
         if self.retry_on is not None:

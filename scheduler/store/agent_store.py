@@ -221,7 +221,7 @@ class NodeStore:
             "message": message,
             "handle": handle,
             "cause": cause,
-            # issue 19: the failure's class (scheduler.diagnosis), JSON
+            # issue 19: the failure's class (scheduler.rules.diagnosis), JSON
             "diagnosis": json.dumps(diagnosis) if diagnosis else "",
         }
         args = [self.p, self.node, REPORTS_MAXLEN]

@@ -223,7 +223,7 @@ return tostring(now)
 
 # ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid,
 #       cause ('' = the task's own outcome, else an infrastructure cause: records.Cause)
-#       diagnosis JSON ('' = none: scheduler.diagnosis), 'quiet' to not wake the loop (the
+#       diagnosis JSON ('' = none: scheduler.rules.diagnosis), 'quiet' to not wake the loop (the
 #       loop applying its nodes' reports itself; a flood of self-notifications cost it
 #       most of a cycle at 500 jobs/s)
 # Applies an agent's report when it is about the task's current attempt on that node and

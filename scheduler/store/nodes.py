@@ -255,7 +255,7 @@ class NodesMixin(StoreBase):
         """Delete node ``name`` for an operator (``pasture node delete``): it is ``lost``
         now with ``reason`` and a node event (the loop requeues its tasks without charge),
         and the loop removes its record at its next heartbeat check
-        (:class:`scheduler.health.NodeHealth`). An agent that heartbeats again makes it a
+        (:class:`scheduler.rules.health.NodeHealth`). An agent that heartbeats again makes it a
         ready node again. The caller checks that the node is silent (fenced). ``event``:
         fields added to the node event (the operator's ``action``, ``by``, ``jobs``:
         :meth:`add_node_event`).

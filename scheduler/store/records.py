@@ -58,7 +58,7 @@ class TaskRecord:
         cause: '' when the task ended by itself (its exit code counts), else the
             infrastructure fault that ended it (:class:`Cause`).
         restarts: times this task was restarted in place within its attempt (role
-            ``max_task_retries``; :mod:`scheduler.lifecycle`).
+            ``max_task_retries``; :mod:`scheduler.rules.lifecycle`).
     """
 
     role: str
@@ -81,7 +81,7 @@ class TaskRecord:
     handle: str = ""
     cause: str = ""
     restarts: int = 0
-    # failure diagnosis {kind, summary, retry, hint} from scheduler.diagnosis (issue 19)
+    # failure diagnosis {kind, summary, retry, hint} from scheduler.rules.diagnosis (issue 19)
     diagnosis: dict[str, Any] | None = None
 
     @property
@@ -205,7 +205,7 @@ class NodeRecord:
     # why the node is in its state (cordoned by whom / by the GPU health probe; issue 19)
     state_reason: str = ""
     # an operator deleted it (``pasture node delete``): lost now, its record removed by the
-    # loop once its tasks were requeued (scheduler/health.py)
+    # loop once its tasks were requeued (scheduler/rules/health.py)
     deleted: bool = False
 
     def to_dict(self) -> dict[str, Any]:

@@ -23,8 +23,7 @@ from scheduler.core.model import (
     VirtualCluster,
 )
 from scheduler.core.resources import Resources
-from scheduler.discovery import port_names
-from scheduler.lifecycle import initial_desired
+from scheduler.spec.facts import initial_desired, port_names
 from scheduler.spec.model import JobSpec
 from scheduler.states import JobState
 from scheduler.store.records import JobRecord, NodeRecord

@@ -29,7 +29,7 @@ class TasksMixin(StoreBase):
 
     def tasks_of(self, jobs: Iterable[str]) -> dict[str, list[TaskRecord]]:
         """Task records of many jobs in one round trip: ``{job: [TaskRecord]}`` (unordered;
-        see :func:`scheduler.discovery.ordered_tasks`)."""
+        see :func:`scheduler.rules.discovery.ordered_tasks`)."""
         jobs = list(jobs)
         pipe = self.r.pipeline(transaction=False)
         for j in jobs:
@@ -84,7 +84,7 @@ class TasksMixin(StoreBase):
         attempt or node, or the task already finished. Wakes the loop. ``cause``: an
         infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
         task) ended it (then the attempt is not charged). ``diagnosis``:
-        :func:`scheduler.diagnosis.diagnose_report` of a failed task, kept in the record."""
+        :func:`scheduler.rules.diagnosis.diagnose_report` of a failed task, kept in the record."""
         return bool(
             self._report(
                 args=[

@@ -8,7 +8,7 @@ pool), and giving the same tolerations to the task pods it binds (env
                                  (no Redis secret: each agent exchanges its pod's token
                                   for its node's own Redis user, stacks/aks/nodecred.py)
                                  └─ ClusterRole <namespace>-agent-nodes: nodes get
-                                    (capacity from the node object, scheduler.agent.k8s_capacity)
+                                    (capacity from the node object, scheduler.k8s.capacity)
     DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>],
                                     work dir /var/lib/pasture a hostPath: the lease file
                                     the task pods' fence sidecars read, and the state an
@@ -36,8 +36,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from scheduler.agent.k8s_capacity import NODE_ENV
-from scheduler.agent.taints import pool_taints, tolerations
+from scheduler.k8s.capacity import NODE_ENV
+from scheduler.k8s.taints import pool_taints, tolerations
 from stacks.aks.common import (
     SHARE_CLAIM,
     Workloads,

@@ -32,7 +32,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from scheduler.agent.taints import pool_taints, tolerations
+from scheduler.k8s.taints import pool_taints, tolerations
 from stacks.aks.common import Workloads, app_labels, pool_affinity
 from stacks.config import GpuPool, StackConfig
 

@@ -90,7 +90,7 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         f"{w.prefix}-scheduler-role",
         metadata=w.meta(SCHEDULER_SA),
         # get: agents' pods (token review); create/list/delete: the autoscaler's
-        # placeholder pods (scheduler/agent/k8s_autoscale.py)
+        # placeholder pods (scheduler/k8s/autoscale.py)
         rules=[
             {
                 "api_groups": [""],
@@ -100,7 +100,7 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         ],
         opts=w.opts,
     )
-    # is a silent node's Node object gone? (scheduler/health.py, node_gone)
+    # is a silent node's Node object gone? (scheduler/rules/health.py, node_gone)
     node_reader(w, "scheduler", subjects)
     k8s.rbac.v1.RoleBinding(
         f"{w.prefix}-scheduler-binding",

@@ -3,7 +3,7 @@
 balancer open to ``allowedCidrs``, else internal to the vnet).
 
 The loop gets the GPU pools (``PASTURE_K8S_POOLS``: what one node offers, ``max_count``,
-taints, labels) for its autoscaler placeholders (scheduler/agent/k8s_autoscale.py), whose
+taints, labels) for its autoscaler placeholders (scheduler/k8s/autoscale.py), whose
 PriorityClass :func:`placeholder_priority_class` makes; task pods get a
 PodDisruptionBudget (:func:`task_disruption_budget`). Both containers have requests and
 liveness probes (the API: ``/healthz``; the loop: its cycle counter moved within
@@ -18,13 +18,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from scheduler.agent.k8s_autoscale import (
+from scheduler.k8s.autoscale import (
     NAMESPACE_ENV,
     PLACEHOLDER_PRIORITY,
     POOLS_ENV,
     PRIORITY_CLASS,
 )
-from scheduler.agent.taints import pool_taints
+from scheduler.k8s.taints import pool_taints
 from stacks.aks.common import (
     CONFIG_DIR,
     CONFIG_MAP,

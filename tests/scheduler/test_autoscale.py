@@ -1,4 +1,4 @@
-"""Scale AKS pools with the queue (scheduler/agent/k8s_autoscale.py): the real loop over a
+"""Scale AKS pools with the queue (scheduler/k8s/autoscale.py): the real loop over a
 real redis-server with the autoscaler's placeholder pods kept in an in-memory
 ``CoreV1Api`` (no cluster on the build machine); the pods it creates are checked with
 kubernetes-validate and the client's own models."""
@@ -9,7 +9,7 @@ import pytest
 import redis
 from kubernetes import client as k8s
 
-from scheduler.agent.k8s_autoscale import (
+from scheduler.k8s.autoscale import (
     PLACEHOLDER_LABEL,
     PRIORITY_CLASS,
     Autoscaler,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.diagnosis import (
+from scheduler.rules.diagnosis import (
     TAIL_BYTES,
     RulesError,
     diagnose,

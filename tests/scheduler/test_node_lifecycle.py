@@ -1,4 +1,4 @@
-"""Node lifecycle in the loop (scheduler/health.py) over a real redis-server and the real
+"""Node lifecycle in the loop (scheduler/rules/health.py) over a real redis-server and the real
 core, with the loop's monotonic clock played forward by the test: the disruption guard
 over a window, nodes gone for good lost in bounded time at a limited rate, nodes whose
 Kubernetes Node object is gone, and nodes an operator deleted. Agents are played by the
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from scheduler.health import NodeHealth
 from scheduler.loop import Loop
+from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import NodeRecord, Store, TaskState

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from inventory_checks import check_inventory_listing, run_preflight
 
 from scheduler.agent.executor import TaskLaunch
-from scheduler.agent.k8s_capacity import NODE_ENV
 from scheduler.agent.kubernetes import PodSettings, build_pod
-from scheduler.agent.taints import SPOT_TAINT
 from scheduler.inventory import parse_stack_output, write_inventory
+from scheduler.k8s.capacity import NODE_ENV
+from scheduler.k8s.taints import SPOT_TAINT
 from scheduler.nodecred import AUDIENCE
 from scheduler.sealed import load_key, seal, unseal
 from scheduler.settings import AgentSettings, SchedulerSettings

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from scheduler.agent.k8s_autoscale import (
+from scheduler.k8s.autoscale import (
     PLACEHOLDER_PRIORITY,
     POOLS_ENV,
     PRIORITY_CLASS,

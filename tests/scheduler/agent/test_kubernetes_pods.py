@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from scheduler.agent.executor import TaskLaunch, log_redirect, make_executor
+from scheduler.agent.agent import make_executor
+from scheduler.agent.executor import TaskLaunch, log_redirect
 from scheduler.agent.kubernetes import (
     KubernetesExecutor,
     PodSettings,

@@ -28,7 +28,7 @@ The loop calls :meth:`NodeHealth.check` once per cycle with the nodes it read an
   ``disruption_lost_after_s + (k - 1) * disruption_interval_s`` (+ one reading interval)
   after it went silent;
 - a node whose Kubernetes Node object is gone (``node_gone``; the loop in a Kubernetes pod
-  asks the API server, :mod:`scheduler.agent.k8s_capacity`) is lost as soon as its fence
+  asks the API server, :mod:`scheduler.k8s.capacity`) is lost as soon as its fence
   has surely run out, disruption or not: the cloud removed the machine (such nodes count
   toward no disruption; the API server is asked about a node at most every
   :data:`GONE_RECHECK_S`);

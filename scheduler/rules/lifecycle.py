@@ -79,16 +79,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scheduler.core.model import TaskPlacement
-from scheduler.diagnosis import Diagnosis, diagnose_task
+from scheduler.rules.diagnosis import Diagnosis, diagnose_task
+from scheduler.spec.facts import (
+    WAIT,
+    min_failed,
+    min_succeeded,
+    role_target,
+    task_retry_limit,
+)
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
 from scheduler.states import JobState, TaskState
 from scheduler.store.records import Cause, TaskRecord
 
 Event = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
-WAIT = "wait"
-"""``TaskRecord.desired`` of a task bound but held back until its role's dependencies run
-(the agent starts only ``desired: run`` tasks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,14 +245,6 @@ class PeerWatch:
 
 
 # -- elastic resize (issue 29) ------------------------------------------------------------
-def role_target(spec: JobSpec, role: str) -> int:
-    """Replicas of ``role`` the attempt must hold to be whole: ``replicas``, or for an
-    elastic role (``replicas: {min, max}``) its minimum, since the scheduler may shrink it
-    there at any time (then the job ends when the replicas it holds have ended)."""
-    r = spec.roles[role]
-    return (r.min_available or 1) if r.elastic else r.replicas
-
-
 def shrink_keys(placements: Iterable[TaskPlacement]) -> tuple[str, ...]:
     """Task keys (``<role>-<index>``) of a :class:`scheduler.core.model.Shrink`'s
     placements, highest index first (the order they are stopped in)."""
@@ -284,37 +280,8 @@ def rule_for(spec: JobSpec, event: Event, role: str) -> EventRule | None:
     return None
 
 
-def task_retry_limit(spec: JobSpec, role: str, explicit: bool) -> int:
-    """In-place restarts a task of ``role`` may have: ``max_task_retries``; when the role
-    sets none, 0 by default and ``retry.max_attempts - 1`` for an explicit ``restart_task``
-    rule."""
-    limit = spec.roles[role].max_task_retries
-    if limit:
-        return limit
-    return spec.retry.max_attempts - 1 if explicit else 0
-
-
-def min_succeeded(spec: JobSpec, role: str) -> int | None:
-    """Successes of ``role`` that end the job early (role ``completion.min_succeeded``, or
-    the legacy ``policies.completion`` of that role), None when none."""
-    r = spec.roles[role]
-    if r.completion is not None and r.completion.min_succeeded is not None:
-        return r.completion.min_succeeded
-    legacy = spec.policies.completion
-    if legacy is not None and legacy.role == role:
-        return 1 if legacy.when == "any" else r.replicas
-    return None
-
-
-def min_failed(spec: JobSpec, role: str) -> int:
-    """Failures of ``role`` that end the attempt (role ``completion.min_failed``, default 1;
-    -1: never, OpenPAI's -1)."""
-    c = spec.roles[role].completion
-    return c.min_failed if c is not None and c.min_failed is not None else 1
-
-
 def _diagnosis(t: TaskRecord) -> Diagnosis | None:
-    """The failure class of ``t`` (issue 19, scheduler/diagnosis.py): the agent's, or
+    """The failure class of ``t`` (issue 19, scheduler/rules/diagnosis.py): the agent's, or
     ``node_lost`` for a lost task; None otherwise."""
     return diagnose_task(t) if t.diagnosis or t.state == TaskState.LOST else None
 
@@ -587,11 +554,6 @@ def _deps_running(spec: JobSpec, t: TaskRecord, by_role: dict[str, list[TaskReco
         if not ts or any(x.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) for x in ts):
             return False
     return True
-
-
-def initial_desired(spec: JobSpec, role: str) -> str:
-    """``desired`` of a newly bound task of ``role``: ``wait`` when it has dependencies."""
-    return WAIT if spec.roles[role].depends_on else "run"
 
 
 def expired(end_time: float | None, ttl: float | None, now: float) -> bool:

@@ -44,12 +44,13 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from scheduler.agent import taints
-from scheduler.agent.kubernetes import SAFE_TO_EVICT
 from scheduler.core.model import Decision, Job, PendingReason, ReasonKind, Snapshot
+from scheduler.k8s import taints
 
 log = logging.getLogger("pasture.autoscale")
 
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+"""Pod annotation the cluster autoscaler reads: "false" on task pods, "true" on placeholders."""
 POOLS_ENV = "PASTURE_K8S_POOLS"
 NAMESPACE_ENV = "PASTURE_K8S_NAMESPACE"
 PAUSE_IMAGE_ENV = "PASTURE_K8S_PAUSE_IMAGE"
