@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent.startup import StartupError, code_dir_of
-from scheduler.diagnosis import diagnose, diagnosis_text
-from scheduler.lifecycle import decide
+from scheduler.rules.diagnosis import diagnose, diagnosis_text
+from scheduler.rules.lifecycle import decide
 from scheduler.spec import parse_job_spec
 from scheduler.store.records import TaskRecord
 
