@@ -68,9 +68,30 @@ def ssh_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(USAGE) from None
         except (paramiko.SSHException, OSError) as exc:
             err_console.print(f"[red]error (ssh):[/red] {type(exc).__name__}: {esc(exc)}")
+            err_console.print(_why_ssh(kwargs), highlight=False)
             raise typer.Exit(UNAVAILABLE) from None
 
     return wrapper
+
+
+def _why_ssh(options: dict[str, object]) -> str:
+    """Why a data command went over SSH and how to change it (after an SSH failure)."""
+    from scheduler.cli.config import ConfigError, load
+
+    try:
+        in_use = load()
+        where = f"the cluster in use ({esc(in_use.source)}, {esc(in_use.endpoint)})"
+    except ConfigError:
+        where = "the cluster in use"
+    host = options.get("host") or "the API endpoint's host"
+    return (
+        f"[yellow]note:[/yellow] data commands copy over SSH to {esc(host)} port"
+        f" {esc(options.get('port', 22))} as {esc(options.get('user', 'root'))} because"
+        f" {where} is not a running `pasture dev up` cluster (whose share is a local"
+        " directory); --host/--port/--user/--key (or PASTURE_SSH_HOST, PASTURE_SSH_PORT,"
+        " PASTURE_SSH_USER, PASTURE_SSH_KEY) choose the master, `pasture context list`"
+        " shows which cluster is in use"
+    )
 
 
 def _progress() -> Progress:  # rich.progress, imported here (slow import)
@@ -110,9 +131,10 @@ def _master(
 
 def _dev_share(host: str | None) -> Path | None:
     """The share directory of the running ``pasture dev up`` cluster when it is the
-    cluster this command talks to (no ``--host`` given and the client config comes from
-    the dev cluster's state file): its share is a local directory, so data commands copy
-    files there instead of going over SSH. None otherwise."""
+    cluster this command talks to (no ``--host`` given, and the client config comes from
+    the dev cluster's state file or names its endpoint, as a ``pasture login`` to it
+    does): its share is a local directory, so data commands copy files there instead of
+    going over SSH. None otherwise."""
     if host is not None:
         return None
     import json
@@ -121,10 +143,14 @@ def _dev_share(host: str | None) -> Path | None:
     from scheduler.cli.config import ConfigError, load
 
     try:
-        if load().source != "pasture dev up":
-            return None
+        config = load()
         state = json.loads(devstate.state_file().read_text())
     except (ConfigError, OSError, ValueError):
+        return None
+    dev_endpoint = state.get("endpoint") if isinstance(state, dict) else None
+    if not config.source.startswith("pasture dev up") and (
+        not dev_endpoint or config.endpoint.rstrip("/") != str(dev_endpoint).rstrip("/")
+    ):
         return None
     share = state.get("share_dir") if isinstance(state, dict) else None
     return Path(share) if share and Path(share).is_dir() else None
