@@ -19,6 +19,7 @@ from scheduler.cli.output import (
     PlainFormat,
     PlainOpt,
     WatchOpt,
+    cli_hints,
     console,
     emit,
     emit_plain,
@@ -246,7 +247,8 @@ def delete(
 ) -> None:
     """Delete NAME, a node gone for good: it is lost now, its tasks are requeued without
     charge and its record removed. Refused while it heartbeated within its fence bound."""
-    node = ApiClient(load()).delete_node(name, force=force)
+    with cli_hints():
+        node = ApiClient(load()).delete_node(name, force=force)
     console.print(f"node {esc(name)}: deleted (its tasks are requeued)")
     _print_affected(name, "requeued", node)
 

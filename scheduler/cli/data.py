@@ -199,7 +199,7 @@ def push(
     if dev is not None:
         dest_dir = Path(ssh.remote_path(str(dev), remote))
         n, size = _copy_local(local, dest_dir, local.is_file())
-        console.print(f"copied {n} file(s), {format_bytes(size)} to {esc(dest_dir)} (dev cluster)")
+        console.print(f"copied {n} file(s), {format_bytes(size)}B to {esc(dest_dir)} (dev cluster)")
         return
     dest = ssh.remote_path(share_dir, remote)
     files = _local_files(local)
@@ -226,7 +226,7 @@ def push(
                 )
                 done += path.stat().st_size
             progress.update(bar, completed=total)
-    console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {esc(dest)}")
+    console.print(f"pushed {len(files)} file(s), {format_bytes(total)}B to {esc(dest)}")
 
 
 def _advance(progress: Progress, bar: TaskID, base: int, sent: int, _total: int) -> None:
@@ -276,7 +276,7 @@ def pull(
             raise typer.Exit(5)
         target = local / source.name if local.is_dir() and source.is_file() else local
         n, size = _copy_local(source, target, source.is_file())
-        console.print(f"copied {n} file(s), {format_bytes(size)} to {esc(target)}")
+        console.print(f"copied {n} file(s), {format_bytes(size)}B to {esc(target)}")
         return
     src = ssh.remote_path(share_dir, remote)
     with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
@@ -305,7 +305,7 @@ def pull(
                 )
                 done += size
             progress.update(bar, completed=total)
-    console.print(f"pulled {len(files)} file(s), {format_bytes(total)} to {esc(local)}")
+    console.print(f"pulled {len(files)} file(s), {format_bytes(total)}B to {esc(local)}")
 
 
 def _inventory_nodes(path: Path) -> list[tuple[str, str, str | None]]:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,7 @@ from scheduler.cli.output import (
     OutputOpt,
     PlainFormat,
     WatchOpt,
+    cli_hints,
     console,
     emit,
     emit_plain,
@@ -670,17 +670,3 @@ def delete(
         console.print(f"job {esc(name)}: deleted")
 
     _each(stopping, finish)
-
-
-@contextlib.contextmanager
-def cli_hints() -> Iterator[None]:
-    """Re-raise an API error whose hint names an API parameter (``force=true``) with the
-    CLI flag instead (``--force``)."""
-    try:
-        yield
-    except ApiError as exc:
-        if "force=true" in exc.message:
-            raise ApiError(
-                exc.status, exc.message.replace("force=true", "--force"), exc.errors
-            ) from None
-        raise

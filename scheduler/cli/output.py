@@ -16,11 +16,12 @@ Exit codes (scripts can rely on them; documented in docs/cli.md):
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import typer
@@ -272,3 +273,17 @@ def fmt_time(t: Any) -> str:
     if isinstance(t, int | float):
         return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return "" if t is None else str(t)
+
+
+@contextlib.contextmanager
+def cli_hints() -> Iterator[None]:
+    """Re-raise an API error whose hint names an API parameter (``force=true``) with the
+    CLI flag instead (``--force``)."""
+    try:
+        yield
+    except ApiError as exc:
+        if "force=true" in exc.message:
+            raise ApiError(
+                exc.status, exc.message.replace("force=true", "--force"), exc.errors
+            ) from None
+        raise

@@ -25,6 +25,7 @@ def test_push_and_pull_copy_into_the_dev_share(cli, tmp_path, monkeypatch):
     (src / "sub" / "d.bin").write_bytes(b"\0" * 1000)
     r = cli("data", "push", str(src), "code/mnist")
     assert r.exit_code == 0, r.output
+    assert "copied 2 file(s), 1009B to" in r.output  # a unit (issue 34, item 8)
     assert (share / "code/mnist/train.py").read_text() == "print(1)\n"
     assert (share / "code/mnist/sub/d.bin").stat().st_size == 1000
     r = cli("data", "push", str(src / "train.py"), "code/mnist/sub")
