@@ -74,8 +74,12 @@ def node_list(
 
     def draw() -> None:
         nodes = client.nodes()
-        if not emit(nodes, fmt, (n.name for n in nodes)):
+        if emit(nodes, fmt, (n.name for n in nodes)):
+            return
+        if nodes:
             _node_table(nodes, wide=fmt is OutputFormat.wide)
+        else:  # a sentence, not an empty table
+            console.print("no nodes: none has registered (is an agent running?)")
 
     watch(draw, watch_, interval)
 

@@ -257,6 +257,9 @@ def list_jobs(
         page = client.jobs(vc=vc, state=state, user=user, limit=limit, offset=offset)
         if emit(page, fmt, (j.name for j in page.items)):
             return
+        if not page.items:  # a sentence, not an empty table
+            console.print("no jobs" + (f" (of {page.total}: --offset)" if page.total else ""))
+            return
         _job_table(client, page.items, wide=fmt is OutputFormat.wide)
         shown = len(page.items)
         if page.total > shown:

@@ -302,3 +302,11 @@ def test_reason_column_keeps_its_width_at_80_columns(logged_in, cli, tmp_path):
             break
         parts.append(line[column:].strip())
     assert " ".join(p for p in parts if p) == reason, out
+
+
+def test_empty_results_print_a_sentence_not_an_empty_table(logged_in, cli):
+    """Issue 34, item 8: `job list` with no jobs printed an empty box."""
+    r = cli("job", "list")
+    assert r.exit_code == 0 and r.output == "no jobs\n"
+    r = cli("job", "list", "--state", "running")
+    assert r.output == "no jobs\n"
