@@ -64,6 +64,19 @@ JobArg = typer.Argument(..., help="job name", autocompletion=complete_jobs)
 JobsArg = typer.Argument(None, help="job names", autocompletion=complete_jobs, show_default=False)
 
 
+def job_state(value: str | None) -> str | None:
+    """``--state``: a job state, checked before any request (the API's 422 showed no
+    given value).
+
+    Raises:
+        typer.BadParameter: not a job state (names the expected ones and the given).
+    """
+    if value is None or value in {s.value for s in JobState}:
+        return value
+    expected = ", ".join(s.value for s in JobState)
+    raise typer.BadParameter(f"expected one of {expected}; got {value!r}", param_hint="--state")
+
+
 def _client() -> ApiClient:
     return ApiClient(load())
 
@@ -229,7 +242,9 @@ def _queue_text(job: JobOut, waiting: list[JobOut]) -> str:
 @handle_errors
 def list_jobs(
     vc: str | None = typer.Option(None, help="only this VC", autocompletion=complete_vcs),
-    state: str | None = typer.Option(None, help="only this state (queued, running, ...)"),
+    state: str | None = typer.Option(
+        None, help="only this state (queued, running, ...)", callback=lambda v: job_state(v)
+    ),
     user: str | None = typer.Option(
         None, "--user", "-u", help="only jobs submitted by this token name (Slurm's -u)"
     ),
@@ -573,7 +588,12 @@ def _each(names: list[str], act: Callable[[str], None]) -> None:
 
 
 UserSel = typer.Option(None, "--user", "-u", help="every job of this user (with a confirmation)")
-StateSel = typer.Option(None, "--state", help="every job in this state (with a confirmation)")
+StateSel = typer.Option(
+    None,
+    "--state",
+    help="every job in this state (with a confirmation)",
+    callback=lambda v: job_state(v),
+)
 VcSel = typer.Option(
     None, "--vc", help="every job of this VC (with a confirmation)", autocompletion=complete_vcs
 )

@@ -310,3 +310,11 @@ def test_empty_results_print_a_sentence_not_an_empty_table(logged_in, cli):
     assert r.exit_code == 0 and r.output == "no jobs\n"
     r = cli("job", "list", "--state", "running")
     assert r.output == "no jobs\n"
+
+
+def test_an_unknown_state_is_a_usage_error_naming_what_was_given(logged_in, cli):
+    """Issue 34, item 8: `--state pending` got the API's 422 with an empty `given`."""
+    for args in (["job", "list"], ["job", "stop", "--yes"], ["job", "delete", "--yes"]):
+        r = cli(*args, "--state", "pending")
+        assert r.exit_code == USAGE, r.output
+        assert "'pending'" in r.output and "queued" in r.output and "--state" in r.output
