@@ -289,8 +289,11 @@ class Loop:
             if job is None:
                 continue
             keys = lifecycle.shrink_keys(sh.placements)
-            if self.store.remove_tasks(sh.job, job.attempt, keys):
+            if self.store.remove_tasks(sh.job, job.attempt, keys, now=now):
                 self.view.invalidate()  # a version bump the view does not follow
+                rec = self.jobs.records.get(sh.job)
+                if rec is not None:  # as written: the regrow cool-down counts from here
+                    rec.resized_at = now
                 self._batch.add_event(
                     sh.job,
                     lifecycle.shrink_reason(keys, sh.for_job),
@@ -423,15 +426,22 @@ class Loop:
         now: float,
     ) -> lifecycle.Step:
         """What happens next to this attempt (:func:`scheduler.rules.lifecycle.decide`), with
-        the heartbeats of its nodes for the peer-loss rule (store clock)."""
+        the heartbeats and heartbeat gaps of its nodes for the peer-loss rule (store
+        clock)."""
         beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
+        gaps = {
+            t.node: (nodes[t.node].gap_from, nodes[t.node].gap_to)
+            for t in tasks
+            if t.node in nodes and nodes[t.node].gap_to > 0
+        }
+        grace = self.settings.loop.peer_loss_grace_s
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
-            peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
+            peers=lifecycle.PeerWatch(beats, now, grace, gaps),
         )
 
     def _apply_step(

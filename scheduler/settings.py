@@ -31,6 +31,8 @@ _Settings = TypeVar("_Settings", bound=BaseModel)
 DEFAULT_AUTH_FAILURES = 20
 """Failed authentications per (address, presented token) within the window (api setting)."""
 DEFAULT_AUTH_FAILURE_WINDOW_S = 60
+DEFAULT_AUTH_FAILURES_PER_ADDRESS = 200
+"""Failed authentications (any tokens) one client address may have within the window."""
 DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
 """Requests per token (api.request_limit), in the ``limits`` notation."""
 DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
@@ -220,6 +222,13 @@ class ApiSettings(_Model):
     # that token (only) answers 429 from that address.
     auth_failures_per_window: int = Field(DEFAULT_AUTH_FAILURES, gt=0)
     auth_failure_window_s: int = Field(DEFAULT_AUTH_FAILURE_WINDOW_S, gt=0)
+    # Failed authentications (any tokens, unknown dashboard sessions) allowed per client
+    # address and window: beyond it, tokens from that address that this process has not
+    # verified recently answer 429 without a lookup (a spray of distinct wrong tokens).
+    auth_failures_per_address: int = Field(DEFAULT_AUTH_FAILURES_PER_ADDRESS, gt=0)
+    # Dashboard requests of one token handled at once by an API process; the others wait
+    # their turn (scheduler/api/fairness.py): one tenant's page flood takes that share.
+    token_concurrency: int = Field(1, ge=1, le=64)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).

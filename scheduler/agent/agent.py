@@ -268,10 +268,12 @@ class Agent:
             executor=self.executor.kind,
             lease_s=self.lease_s,
             fence_s=self.fence_s,
+            heartbeat_interval_s=self.s.heartbeat_interval_s,
         )
         self._last_heartbeat = time.monotonic()
         out = self.store.register_node(rec)
-        self._renew(sent)
+        if not out.revoked:  # force-deleted: the lease runs out, tasks are fenced
+            self._renew(sent)
         return out
 
     def heartbeat(self) -> None:
@@ -282,9 +284,12 @@ class Agent:
         with self._lock:
             local = list(self.local.values())
         report["tasks"] = self.task_usage.sample(local, report["gpus"])
-        if self.store.heartbeat(self.node, report) == "":
+        state = self.store.heartbeat(self.node, report)
+        if state == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()
+        elif state == "revoked":  # force-deleted: no renewal; the lease fences the tasks
+            log.warning("node %s deleted by an operator; its lease is revoked", self.node)
         else:
             self._renew(sent)
         if self._capacity_watch is not None and self._capacity_watch.changed():

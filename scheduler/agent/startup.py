@@ -205,6 +205,10 @@ def prepare(
     role = spec.roles[me.role]
     if role.working_dir:
         d = shlex.quote(role.working_dir)
+        # a missing directory is said so (diagnosis working_dir_missing), in every shell
+        lines.append(
+            f'[ -d {d} ] || {{ echo "pasture: working_dir {d} does not exist" >&2; exit 126; }}'
+        )
         lines.append(f'cd {d} || {{ echo "pasture: cannot cd to {d}" >&2; exit 126; }}')
     command = role.command or ""
     if executor_kind == "process":  # no /etc/volcano on the node: read the job's copies

@@ -19,6 +19,7 @@ from starlette.routing import Match
 from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.dashboard.sessions import SessionStore
+from scheduler.api.fairness import DEFAULT_PER_TOKEN, TokenGate
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import (
     HealthCollector,
@@ -43,7 +44,11 @@ from scheduler.services.status import StatusService
 from scheduler.services.tokens import TokenService
 from scheduler.services.usage import UsageService
 from scheduler.services.vcs import VcService
-from scheduler.settings import DEFAULT_AUTH_FAILURE_WINDOW_S, DEFAULT_AUTH_FAILURES
+from scheduler.settings import (
+    DEFAULT_AUTH_FAILURE_WINDOW_S,
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_AUTH_FAILURES_PER_ADDRESS,
+)
 from scheduler.store.tokens import TokenInfo, TokenStore
 
 log = logging.getLogger(__name__)
@@ -119,8 +124,16 @@ def create_app(
     app.state.auth_limiter = AuthFailureLimiter(
         int(getattr(api_settings, "auth_failures_per_window", None) or DEFAULT_AUTH_FAILURES),
         int(getattr(api_settings, "auth_failure_window_s", None) or DEFAULT_AUTH_FAILURE_WINDOW_S),
+        per_address=int(
+            getattr(api_settings, "auth_failures_per_address", None)
+            or DEFAULT_AUTH_FAILURES_PER_ADDRESS
+        ),
     )
     app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
+    # one token's dashboard requests handled at a time (scheduler/api/fairness.py)
+    app.state.token_gate = TokenGate(
+        int(getattr(api_settings, "token_concurrency", None) or DEFAULT_PER_TOKEN)
+    )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
     app.state.metrics.registry.register(  # issue 19: what the alerting rules need

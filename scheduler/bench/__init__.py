@@ -12,4 +12,5 @@ BENCHMARKS: dict[str, str] = {
     "dashboard": "scheduler.bench.dashboard",
     "chaos": "scheduler.bench.chaos",
     "cli": "scheduler.bench.cli",
+    "flood": "scheduler.bench.flood",
 }

@@ -196,18 +196,24 @@ class PeerWatch:
     node has not heartbeated since the task ended, the failure is held: the loop decides
     nothing until the node heartbeats (the failure is then the task's own) or is declared
     lost (then the job is requeued, not charged), or ``grace_s`` passed since the task
-    ended (then it is the task's own).
+    ended (then it is the task's own). A node that heartbeats again after a gap of more
+    than two heartbeat intervals (``gaps``) during which the task ended frees the failure
+    too (issue 32 item 6): a peer stalled (frozen, partitioned) for less than the lost-node
+    timeout still broke the collective, whether or not its node is later lost.
 
     Attributes:
         heartbeats: ``{node: last heartbeat time}`` (s, store clock), the nodes of the
             job's tasks; a node missing here counts as never heard from.
         now: the store's time (s).
         grace_s: the grace period (s, ``loop.peer_loss_grace_s``).
+        gaps: ``{node: (gap_from, gap_to)}`` (s, store clock): the node's last heartbeat
+            gap longer than two heartbeat intervals (``NodeRecord.gap_from/gap_to``).
     """
 
     heartbeats: Mapping[str, float]
     now: float
     grace_s: float
+    gaps: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def verdict(self, t: TaskRecord, tasks: Sequence[TaskRecord]) -> Ending | str | None:
         """For the own failure of ``t``: an infrastructure :class:`Ending` (a peer's node
@@ -236,12 +242,32 @@ class PeerWatch:
                         infrastructure=True,
                         cause=cause,
                     )
+            elif p.node in self.gaps and _within(t.finished, self.gaps[p.node]):
+                gap_from, gap_to = self.gaps[p.node]
+                return Ending(
+                    JobState.QUEUED,
+                    f"{_failure_why(t)} while its peer {p.key}'s node {p.node} was silent "
+                    f"({gap_to - gap_from:.0f} s without a heartbeat); requeued, not charged "
+                    "to the retry budget",
+                    infrastructure=True,
+                    cause=NODE_SILENT,
+                )
             elif not p.done and beat < t.finished and self.now - t.finished <= self.grace_s:
                 hold = hold or (
                     f"task {t.key} ended; waiting for the verdict on node {p.node} (task "
                     f"{p.key}), silent since before it ended"
                 )
         return hold or None
+
+
+NODE_SILENT = "node_silent"
+"""The cause of an attempt ended by a task's failure during a peer node's heartbeat gap
+(:class:`PeerWatch`)."""
+
+
+def _within(t: float, gap: tuple[float, float]) -> bool:
+    """Whether time ``t`` lies in the heartbeat gap ``(gap_from, gap_to)`` (s)."""
+    return gap[0] <= t <= gap[1]
 
 
 # -- elastic resize (issue 29) ------------------------------------------------------------

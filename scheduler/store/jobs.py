@@ -35,6 +35,7 @@ _JOB_FIELDS_NO_SPEC = [
     "ending",
     "exit_code",
     "attained_service",
+    "resized_at",
     "attempts",
     "uid",
 ]
@@ -140,6 +141,7 @@ class JobsMixin(StoreBase):
             ending=as_json(h.get("ending")),
             exit_code=as_int(h.get("exit_code")),
             attained_service=float(h.get("attained_service") or 0),
+            resized_at=as_float(h.get("resized_at")),
             attempts=as_json(h.get("attempts")) or [],
             uid=h.get("uid", ""),
         )

@@ -136,6 +136,8 @@ class JobRecord:
             state.
         exit_code: the exit code that decided a failure, when any.
         attained_service: GPU-seconds (or core-seconds) its attempts held so far.
+        resized_at: when replicas of its elastic roles were last stopped by a resize
+            (s, the loop's clock; None: never). The core's regrow cool-down counts from it.
         attempts: one entry per ended attempt, oldest first: ``{attempt, state (what the
             attempt ended in: queued = requeued), reason, cause ('' = the task's own
             outcome, else node_lost | fenced | agent_restart | preempted | drained),
@@ -164,6 +166,7 @@ class JobRecord:
     attained_service: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
     uid: str = ""
+    resized_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,6 +188,11 @@ class NodeRecord:
             renew the lease by a heartbeat within that time. fence_s: seconds (agent clock)
             from a heartbeat's send until its tasks are surely dead when no renewal
             follows (lease + the executor's kill bound). 0 for agents without a lease.
+        heartbeat_interval_s: the agent's heartbeat interval (s; 0: unknown, taken as 5).
+        gap_from, gap_to: the last heartbeat gap longer than two intervals (s, Redis clock:
+            the heartbeat before it and the one that ended it; 0 when none).
+        revoked: an operator force-deleted the node while it heartbeated; its lease is
+            revoked and the loop declares it lost at ``fence_until`` (s, Redis clock).
     """
 
     name: str
@@ -207,6 +215,11 @@ class NodeRecord:
     # an operator deleted it (``pasture node delete``): lost now, its record removed by the
     # loop once its tasks were requeued (scheduler/rules/health.py)
     deleted: bool = False
+    heartbeat_interval_s: float = 0.0
+    gap_from: float = 0.0
+    gap_to: float = 0.0
+    revoked: bool = False
+    fence_until: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

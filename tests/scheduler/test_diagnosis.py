@@ -235,6 +235,7 @@ def test_every_shipped_rule_is_reachable():
         diagnose(125, "Error: docker.io/library/nope: image not known").kind,
         diagnose(127, "").kind,
         diagnose(126, "").kind,
+        diagnose(126, "pasture: working_dir /data/x does not exist").kind,
         diagnose(1, "Traceback (most recent call last):\nKeyError: 'x'").kind,
         diagnose(2, "python3: can't open file '/x.py': [Errno 2] No such file or directory").kind,
         diagnose(139, "").kind,
