@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,23 @@ def job_state(value: str | None) -> str | None:
         return value
     expected = ", ".join(s.value for s in JobState)
     raise typer.BadParameter(f"expected one of {expected}; got {value!r}", param_hint="--state")
+
+
+@contextlib.contextmanager
+def name_taken_hint() -> Iterator[None]:
+    """Re-raise a 409 about a job name in use with what to do about it."""
+    try:
+        yield
+    except ApiError as exc:
+        taken = "exists already" in exc.message or "already exists" in exc.message
+        if exc.status == 409 and taken:
+            hint = (
+                f"{exc.message}: give another name (--name NEW), or replace it once it"
+                " has finished (pasture job delete NAME, or pasture job resubmit NAME"
+                " --replace)"
+            )
+            raise ApiError(exc.status, hint, exc.errors) from None
+        raise
 
 
 def _client() -> ApiClient:
@@ -209,9 +227,9 @@ def submit(
         from scheduler.cli.dryrun import dry_run_file
 
         raise typer.Exit(dry_run_file(client, file, new_name, vc, env, sets, as_json))
-    job = submit_with_overrides(client, file, new_name, vc, env, sets, given) or client.submit(
-        file.read_bytes(), json_body=file.suffix.lower() == ".json"
-    )
+    with name_taken_hint():
+        job = submit_with_overrides(client, file, new_name, vc, env, sets, given)
+        job = job or client.submit(file.read_bytes(), json_body=file.suffix.lower() == ".json")
     name = job.name
     if not emit_plain(job, fmt):
         for other in job.jobs or [name]:

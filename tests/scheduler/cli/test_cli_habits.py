@@ -318,3 +318,15 @@ def test_an_unknown_state_is_a_usage_error_naming_what_was_given(logged_in, cli)
         r = cli(*args, "--state", "pending")
         assert r.exit_code == USAGE, r.output
         assert "'pending'" in r.output and "queued" in r.output and "--state" in r.output
+
+
+def test_a_taken_name_says_what_to_do(logged_in, cli, tmp_path):
+    """Issue 34, item 8: a 409 on a reused name gave no hint."""
+    _submit(cli, tmp_path, "taken")
+    r = cli("job", "submit", str(tmp_path / "taken.yaml"))
+    assert r.exit_code == REJECTED
+    assert "'taken' exists already; job names are unique: give another name" in r.output
+    assert "(--name NEW)" in r.output
+    assert "pasture job resubmit NAME --replace" in r.output
+    r = cli("job", "submit", str(tmp_path / "taken.yaml"), "--vc", "default")  # overrides path
+    assert r.exit_code == REJECTED and "--name NEW" in r.output
