@@ -167,7 +167,7 @@ def test_watch_redraws_until_interrupted(logged_in, tmp_path):
     _submit_path = tmp_path / "w.yaml"
     _submit_path.write_text(job_yaml("watched"))
     assert _pasture("job", "submit", str(_submit_path)).returncode == 0
-    for args in (["job", "list"], ["node", "list"]):
+    for args in (["job", "list"], ["node", "list"], ["job", "top", "watched"]):
         out_path = tmp_path / f"{args[0]}.out"
         with out_path.open("w") as out_file:
             proc = subprocess.Popen(
