@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
-from scheduler.core.model import Decision, Job, Snapshot
+from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.k8s.capacity import gone_probe
 from scheduler.rules import lifecycle
@@ -248,7 +248,13 @@ class Loop:
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if self.autoscale is not None:  # a node that came for a placeholder is freed first
-            self.autoscale.before_core(n.name for n in snapshot.nodes)
+            facts = self.autoscale.before_core(
+                n.name for n in snapshot.nodes if n.state != NodeState.LOST
+            )
+            from scheduler.k8s.nodes import as_kubelet_sees  # kubernetes client: AKS only
+
+            # each node as its kubelet admits: less what other pods hold; Node cordons
+            snapshot = replace(snapshot, nodes=as_kubelet_sees(snapshot.nodes, facts))
         if not snapshot.pending and not growing(snapshot.running):
             if self.autoscale is not None:
                 self.autoscale.after_core(snapshot, Decision())  # the queue emptied

@@ -250,7 +250,8 @@ class Agent:
         """Register (or re-register) this node with detected / configured capacity; renews
         the lease."""
         sent = time.monotonic()
-        cap = detect_capacity(self.s.resources, self.gpu_health.backend)
+        node = self.executor.node_capacity(self.node)
+        cap = detect_capacity(self.s.resources, self.gpu_health.backend, node=node)
         rec = NodeRecord(
             name=self.node,
             address=self.s.address,
@@ -271,6 +272,7 @@ class Agent:
             heartbeat_interval_s=self.s.heartbeat_interval_s,
         )
         self._last_heartbeat = time.monotonic()
+        self.executor.before_register(self.node)
         out = self.store.register_node(rec)
         if not out.revoked:  # force-deleted: the lease runs out, tasks are fenced
             self._renew(sent)
@@ -363,7 +365,13 @@ class Agent:
             return
         cause = ""
         fenced = t.fenced or self.executor.fenced(t.handle)
-        if fenced and code != 0:
+        platform = None
+        if not t.stopping and code != 0:
+            platform = self.executor.infrastructure_ending(t.handle)
+        if platform is not None and not fenced:  # evicted, node shutdown, admission refused
+            cause, why = platform
+            state, msg = TaskState.LOST, f"ended by the platform ({why}), exit code {code}"
+        elif fenced and code != 0:
             state, msg, cause = (
                 TaskState.LOST,
                 "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
@@ -378,7 +386,7 @@ class Agent:
         else:
             state, msg = TaskState.FAILED, f"exited with code {code}"
         diag = None
-        if state == TaskState.FAILED:  # classify the failure (rules are data)
+        if state == TaskState.FAILED or platform:  # classify the failure (rules are data)
             role, _, index = t.key.rpartition("-")
             diag = diagnose_report(
                 task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),

@@ -73,9 +73,17 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+RESERVED_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+"""Variables a job may not set: the executor gives each task its own GPUs through them
+(on a node with the NVIDIA runtime, ``NVIDIA_VISIBLE_DEVICES=all`` in a task would expose
+every GPU of the node, other tenants' included: the NVIDIA device plugin's documented
+warning)."""
+
+
 def check_env(env: dict[str, str]) -> dict[str, str]:
     """Validate an environment mapping: at most 256 names matching ``[A-Za-z_][A-Za-z0-9_]*``
-    of at most 128 characters, values of at most 32 KiB, 256 KiB in all. Raises ValueError."""
+    of at most 128 characters, values of at most 32 KiB, 256 KiB in all, none of
+    :data:`RESERVED_ENV`. Raises ValueError naming the variable."""
     if len(env) > MAX_ENV_VARS:
         raise ValueError(f"at most {MAX_ENV_VARS} environment variables, got {len(env)}")
     total = 0
@@ -84,6 +92,11 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(
                 "environment variable names must match [A-Za-z_][A-Za-z0-9_]* "
                 f"(at most {MAX_ENV_KEY} characters), got {key[:140]!r}"
+            )
+        if key.upper() in RESERVED_ENV:
+            raise ValueError(
+                f"environment variable {key}: set by pasture to the task's own GPUs; "
+                f"a job may not set it (expected no {key}, got {value[:40]!r})"
             )
         check_text(value, f"environment variable {key}")
         if len(value) > MAX_ENV_VALUE:

@@ -29,11 +29,20 @@ class Cause(StrEnum):
     - ``fenced``: its agent killed it (or its watchdog did) because the agent could not
       renew its lease in time (docs/faults.md).
     - ``agent_restart``: its agent restarted without a record of it.
+    - ``evicted``: Kubernetes evicted its pod (a ``DisruptionTarget`` condition: a drain,
+      an AKS Spot auto-drain or upgrade, the taint manager; the kubelet's node-pressure
+      eviction).
+    - ``node_shutdown``: the kubelet's graceful node shutdown ended its pod.
+    - ``admission_rejected``: the kubelet refused its pod at admission
+      (``UnexpectedAdmissionError``, ``OutOfcpu``, ``OutOfmemory``...).
     """
 
     NODE_LOST = "node_lost"
     FENCED = "fenced"
     AGENT_RESTART = "agent_restart"
+    EVICTED = "evicted"
+    NODE_SHUTDOWN = "node_shutdown"
+    ADMISSION_REJECTED = "admission_rejected"
 
 
 _CAUSES = frozenset(c.value for c in Cause)
