@@ -101,7 +101,9 @@ def create_app(
     app.state.tokens = tokens
     app.state.jobs = JobService(store, secrets_key_file=getattr(settings, "secrets_key_file", None))
     app.state.dry_run = DryRunService(
-        app.state.jobs, getattr(getattr(settings, "loop", None), "policy", "pasture")
+        app.state.jobs,
+        getattr(getattr(settings, "loop", None), "policy", "pasture"),
+        share=share_dir if getattr(settings, "share_dir", None) else None,
     )
     app.state.nodes = NodeService(store)
     app.state.vcs = VcService(store)

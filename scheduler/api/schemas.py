@@ -271,6 +271,11 @@ class WhoAmI(BaseModel):
     name: str
     role: str = Field(description="admin | user | agent")
     vcs: list[str]
+    operates: list[str] = Field(
+        default_factory=list,
+        description="VCs where this user token is the operator: it may stop and delete"
+        " every job there, not only its own",
+    )
 
 
 class Health(BaseModel):

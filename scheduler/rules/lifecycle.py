@@ -320,6 +320,9 @@ def _failure_why(t: TaskRecord) -> str:
         why = f"task {t.key} lost: {t.message}"
     elif t.state == TaskState.STOPPED:
         why = f"task {t.key} stopped on {t.node} without a stop request"
+    elif t.exit_code is None and t.message.startswith("could not start"):
+        # never ran: its message says why, once (not "exited with code None")
+        return f"task {t.key} on {t.node} {t.message}"
     else:
         why = f"task {t.key} exited with code {t.exit_code} on {t.node}"
     d = _diagnosis(t)

@@ -20,6 +20,7 @@ from scheduler.services import backend
 from scheduler.services.errors import (
     BadRequestError,
     ConflictError,
+    ForbiddenError,
     InvalidSpecError,
     NotFoundError,
     ServiceError,
@@ -470,8 +471,14 @@ class JobService:
         """Ask for the job to be stopped (the loop and agents carry it out).
 
         Stopping a finished job is a no-op that returns its record.
+
+        Raises:
+            NotFoundError: unknown job, or one the caller may not see.
+            ForbiddenError: another user's job, and the caller is neither an admin nor
+                the VC's operator (:meth:`TokenInfo.may_control`).
         """
         job = self._visible(principal, name)
+        _require_control(principal, job, "stop")
         if JobState(job.state).terminal:
             ended: dict[str, Any] = as_dict(job)
             return ended
@@ -491,8 +498,10 @@ class JobService:
         Raises:
             NotFoundError: unknown job, or one the caller may not see.
             ConflictError: the job has not finished and ``force`` is false.
+            ForbiddenError: as :meth:`stop`.
         """
         job = self._visible(principal, name)
+        _require_control(principal, job, "delete")
         state = job.state
         if not JobState(state).terminal:
             if not force:
@@ -509,3 +518,14 @@ class JobService:
         except backend.job_active_error() as exc:
             raise ConflictError(str(exc)) from None
         return {"name": name, "deleted": True, "state": state}
+
+
+def _require_control(principal: Principal, job: JobRecord, verb: str) -> None:
+    """Raise ForbiddenError (403) unless ``principal`` may stop/delete ``job``: its
+    owner, an admin, or the operator of its VC (``operates`` of the token)."""
+    if not principal.may_control(job.vc, job.user):
+        raise ForbiddenError(
+            f"job {job.name!r} was submitted by {job.user!r}: only its owner, an admin or"
+            f" an operator of vc {job.vc!r} may {verb} it (token {principal.name!r}"
+            " operates no such vc)"
+        )
