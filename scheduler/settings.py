@@ -317,6 +317,11 @@ class AgentSettings(_Model):
     executor: Literal["container", "process", "kubernetes"] = "container"
     container_cli: Literal["podman", "docker"] = "podman"
     task_network: str = "host"
+    # whose Unix identity tasks run as (docs/runtime-env.md "Tenants' Unix users"): ``vc``,
+    # the job's VC's user (scheduler/tenants.py; the agent must run as root, the
+    # pasture_node role sets it), or ``agent``, the agent's own user (one identity for
+    # every tenant: a node without tenant users, tests of single-tenant behaviour)
+    task_users: Literal["vc", "agent"] = "agent"
     heartbeat_interval_s: float = Field(5.0, gt=0)
     work_dir: Path = Path("/var/lib/pasture")
     port_range: tuple[int, int] = (20000, 29999)

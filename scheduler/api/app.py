@@ -25,7 +25,7 @@ from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
-from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, usage
+from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, schedules, usage
 from scheduler.api.schemas import Health
 from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
@@ -97,7 +97,9 @@ def create_app(
     app.state.tokens = tokens
     app.state.jobs = JobService(store, secrets_key_file=getattr(settings, "secrets_key_file", None))
     app.state.dry_run = DryRunService(
-        app.state.jobs, getattr(getattr(settings, "loop", None), "policy", "pasture")
+        app.state.jobs,
+        getattr(getattr(settings, "loop", None), "policy", "pasture"),
+        share=share_dir if getattr(settings, "share_dir", None) else None,
     )
     app.state.nodes = NodeService(store)
     app.state.vcs = VcService(store)
@@ -137,6 +139,7 @@ def create_app(
     strict = [Depends(no_unknown_query)]
     app.include_router(jobs.router, dependencies=strict)
     app.include_router(batch.router, dependencies=strict)  # POST /api/v1/jobs:batch
+    app.include_router(schedules.router, dependencies=strict)  # scheduled jobs
     app.include_router(cluster.router, dependencies=strict)
     app.include_router(usage.router, dependencies=strict)
     app.include_router(admin.router, dependencies=strict)

@@ -33,6 +33,7 @@ cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -44,17 +45,20 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
-from scheduler.core.model import Decision, Job, Snapshot
+from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.k8s.capacity import gone_probe
 from scheduler.loop.apply import StepApplier
 from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
+from scheduler.spec.schedule import Run, ScheduleSpec
+from scheduler.spec.schedule import decide as decide_schedule
 from scheduler.states import JobState
 from scheduler.store.notify import Notifications
 from scheduler.store.reports import apply_node_reports
+from scheduler.store.schedules import ScheduleRecord, ScheduleStore
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
-from scheduler.store.store import Store
+from scheduler.store.store import JobActiveError, JobExistsError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
 
 if TYPE_CHECKING:
@@ -68,6 +72,8 @@ FULL_PASS_S = 15.0
 # seconds (of the silence clock) between two reads of every node's heartbeat time, at
 # most; never more than a 20th of the heartbeat timeout
 HEARTBEATS_EVERY_S = 1.0
+SCHEDULES_EVERY_S = 5.0
+"""Seconds between looks at the scheduled jobs (a run starts at most this late)."""
 
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
@@ -137,6 +143,8 @@ class Loop(StepApplier):
         # jobs whose task failure waits for the verdict on a peer's silent node
         # (peerloss.PeerWatch): looked at every cycle until decided
         self._held: set[str] = set()
+        self._schedules = ScheduleStore(store)  # scheduled jobs (spec/schedule.py)
+        self._schedules_read = 0.0  # store clock of the last look at the schedules
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict[str, Any] = {}
         self._health = NodeHealth(
@@ -179,6 +187,9 @@ class Loop(StepApplier):
         else:
             nodes = dict(self.view.nodes)
         self._clean_up_finished(now)
+        if now - self._schedules_read >= SCHEDULES_EVERY_S:
+            self._schedules_read = now
+            self._run_schedules(now)
         # A full pass (every FULL_PASS_S, and when a node changed state) reads every active
         # job and placed job's tasks; in between only new, changed, dirty and ending ones.
         node_states = {n: r.state for n, r in nodes.items()}
@@ -216,7 +227,13 @@ class Loop(StepApplier):
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if self.autoscale is not None:  # a node that came for a placeholder is freed first
-            self.autoscale.before_core(n.name for n in snapshot.nodes)
+            facts = self.autoscale.before_core(
+                n.name for n in snapshot.nodes if n.state != NodeState.LOST
+            )
+            from scheduler.k8s.nodes import as_kubelet_sees  # kubernetes client: AKS only
+
+            # each node as its kubelet admits: less what other pods hold; Node cordons
+            snapshot = replace(snapshot, nodes=as_kubelet_sees(snapshot.nodes, facts))
         if not snapshot.pending and not growing(snapshot.running):
             if self.autoscale is not None:
                 self.autoscale.after_core(snapshot, Decision())  # the queue emptied
@@ -245,6 +262,46 @@ class Loop(StepApplier):
             log.info("commit refused: %s", detail)
             self.forget()
         return result
+
+    def _run_schedules(self, now: float) -> None:
+        """Start, stop and prune the runs of every scheduled job as
+        :func:`scheduler.spec.schedule.decide` says (Kubernetes CronJob semantics). A run
+        is the schedule's job named ``<schedule>-<minutes>``, created with the schedule's
+        user and VC (both checked when the schedule was submitted). Errors of one schedule
+        are logged; the others go on."""
+        for rec in self._schedules.all():
+            try:
+                self._run_schedule(rec, now)
+            except Exception:  # one bad schedule must not stop the loop
+                log.exception("schedule %s: not run this cycle", rec.name)
+
+    def _run_schedule(self, rec: ScheduleRecord, now: float) -> None:
+        spec = ScheduleSpec.model_validate(rec.spec)
+        runs, gone = [], []
+        for name in rec.runs:
+            job = self.store.get_job(name)
+            if job is None:
+                gone.append(name)
+                continue
+            scheduled = float(name.rsplit("-", 1)[-1]) * 60
+            runs.append(Run(name, str(job.state), scheduled))
+        self._schedules.forget_runs(rec.name, gone)
+        decision = decide_schedule(spec, rec.last, runs, now)
+        for name in decision.stop:
+            self.store.request_stop(name, f"replaced by a newer run of schedule {rec.name}")
+        for name in decision.delete:
+            with contextlib.suppress(JobActiveError, JobNotFoundError):
+                self.store.delete_job(name)
+        if decision.why and decision.why != "suspended":
+            log.info("schedule %s: %s", rec.name, decision.why)
+        if decision.start is not None:
+            run = spec.run_spec(decision.start)
+            try:
+                self.store.create_job(run, user=rec.user)
+            except JobExistsError:
+                log.warning("schedule %s: job %s exists; run skipped", rec.name, run.name)
+            self._schedules.started(rec.name, decision.start, run.name)
+            log.info("schedule %s: started %s", rec.name, run.name)
 
     # ---- forever --------------------------------------------------------------------
     def run_forever(self, stop: threading.Event | None = None) -> None:

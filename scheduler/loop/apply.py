@@ -13,6 +13,7 @@ killed at any point resumes from the store.
 from __future__ import annotations
 
 import logging
+import shutil
 from typing import Any
 
 from scheduler.core.history import HistoryWindow
@@ -22,6 +23,7 @@ from scheduler.rules.peerloss import PeerWatch
 from scheduler.settings import SchedulerSettings
 from scheduler.spec.facts import WAIT
 from scheduler.spec.model import JobSpec
+from scheduler.spec.policies import volume_dir
 from scheduler.states import JobState, TaskState
 from scheduler.store.records import Cause, JobRecord, NodeRecord, TaskRecord
 from scheduler.store.store import JobActiveError, JobNotFoundError, Store
@@ -205,6 +207,7 @@ class StepApplier:
             stop_requested=job.stop_requested,
             draining=self._draining,
             peers=PeerWatch(beats, now, grace, gaps),
+            now=now,
         )
 
     def _apply_step(
@@ -311,8 +314,28 @@ class StepApplier:
         """Delete finished jobs whose ``ttl_after_finished`` (or the cluster's
         ``loop.finished_job_ttl_s``) has passed since they ended."""
         for name in self.store.expired_jobs(now):
+            job = self.store.get_job(name)
             try:
                 self.store.delete_job(name)
                 log.info("job %s deleted: finished longer ago than its ttl", name)
             except (JobActiveError, JobNotFoundError):
                 self.store.drop_expiry(name)
+                continue
+            if job is not None and job.spec.get("volumes"):
+                self._remove_volumes(name, job.spec["volumes"])
+
+    def _remove_volumes(self, job: str, volumes: list[dict[str, object]]) -> None:
+        """Remove the share directories of a deleted job's ``volumes`` not marked ``keep``
+        (``jobs/<job>/volumes/<name>`` under ``share_dir``; Volcano deletes a job's new
+        claims with it). A failure is logged: the job is gone either way."""
+        for v in volumes:
+            if v.get("keep") or not isinstance(v.get("name"), str):
+                continue
+            path = self.settings.share_dir / volume_dir(job, str(v["name"]))
+            try:
+                shutil.rmtree(path)
+                log.info("job %s: volume %s removed (%s)", job, v["name"], path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("job %s: volume %s not removed: %s", job, v["name"], exc)

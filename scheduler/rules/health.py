@@ -38,7 +38,10 @@ The loop calls :meth:`NodeHealth.check` once per cycle with the nodes it read an
   at once; its record is removed at the next check, after the loop requeued its tasks. A
   forced delete of a node that may still run tasks revokes its lease instead: it is lost
   (and its tasks requeued) only once its ``fence_until`` passed, so no retry starts while
-  the old tasks may still run.
+  the old tasks may still run. A node whose Kubernetes Node object is gone is deleted the
+  same way (a scale-down or a Spot eviction: VMSS instances never come back under the
+  same name), so that its lost record counts toward no pool's maxCount and no alert; the
+  store keeps an event of each forgotten node (:meth:`Store.forgotten_nodes`).
 
 Each declaration leaves a node event and a log line saying why.
 """
@@ -187,6 +190,9 @@ class NodeHealth:
                 )
         for name, reason in lost.items():
             log.warning("node %s lost: %s", name, reason)
+            if name in gone:  # gone for good: forgotten once its tasks are requeued
+                nodes[name] = self.store.delete_node(name, f"lost: {reason}")
+                continue
             nodes[name] = self.store.set_node_state(name, "lost", reason)
             self.store.add_node_event(name, f"lost: {reason}")
             if name not in gone:
@@ -261,6 +267,12 @@ class NodeHealth:
         lost (their tasks were marked lost in the cycle that read them so)."""
         for name in [n for n, r in nodes.items() if r.deleted and r.state == "lost"]:
             if name in self._deleted_seen:
+                log.warning(
+                    "node %s forgotten: %s; its tasks were requeued",
+                    name,
+                    nodes[name].state_reason or "deleted",
+                )
+                self.store.record_forgotten(name, nodes[name].state_reason or "deleted")
                 self.store.forget_node(name)
                 del nodes[name]
                 self._deleted_seen.discard(name)

@@ -47,7 +47,9 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
 - A task on a draining node requeues the job (not a failure).
 
 ``on_events`` actions (Volcano Job policies; the first rule whose event matches and whose
-``role`` is the task's, or None, wins):
+``role`` is the task's, or None, wins; a rule with ``after_s``, Volcano's ``timeout``,
+acts only once the event has lasted that long since the task ended, the job held
+meanwhile with the time it acts at):
 
 - ``complete_job``: the job succeeds (Volcano CompleteJob); other tasks are stopped.
 - ``fail_job``: the job fails (Volcano AbortJob; no retry).
@@ -75,6 +77,7 @@ succeeded) (Volcano ``dependsOn``: a task starts after the tasks it depends on r
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -216,6 +219,9 @@ def _failure_why(t: TaskRecord) -> str:
         why = f"task {t.key} lost: {t.message}"
     elif t.state == TaskState.STOPPED:
         why = f"task {t.key} stopped on {t.node} without a stop request"
+    elif t.exit_code is None and t.message.startswith("could not start"):
+        # never ran: its message says why, once (not "exited with code None")
+        return f"task {t.key} on {t.node} {t.message}"
     else:
         why = f"task {t.key} exited with code {t.exit_code} on {t.node}"
     d = _diagnosis(t)
@@ -328,6 +334,7 @@ def decide(
     stop_requested: str = "",
     draining: Iterable[str] = (),
     peers: PeerWatch | None = None,
+    now: float | None = None,
 ) -> Step:
     """What happens next to a placed job (see the module docstring for the rules).
 
@@ -339,6 +346,8 @@ def decide(
         draining: names of nodes being drained.
         peers: the nodes' heartbeats for the peer-loss rule (:class:`PeerWatch`); None:
             the rule is off (every own failure is charged as it comes).
+        now: the store clock (s), for rules with ``after_s`` (Volcano ``timeout``); None:
+            such rules act at once.
 
     Returns:
         A :class:`Step`. Pure and deterministic: tasks are looked at in role declaration
@@ -368,6 +377,9 @@ def decide(
             continue
         why = _failure_why(t)
         rule = rule_for(spec, event, t.role)
+        wait = _waiting(rule, t.finished, now, why)
+        if wait:
+            return Step(missing=missing, held=wait)
         if rule is not None and rule.action == "restart_role" and event != "unknown":
             out = _restart_role(spec, failures, t.role, by_role, t, why)
             if isinstance(out, Ending):
@@ -437,6 +449,10 @@ def decide(
         ok = sum(1 for t in ts if t.state == TaskState.SUCCEEDED)
         if ok == spec.roles[role].replicas:
             rule = rule_for(spec, "task_completed", role)
+            ended = max((t.finished for t in ts if t.finished is not None), default=None)
+            wait = _waiting(rule, ended, now, f"every task of role {role} succeeded")
+            if wait:
+                return Step(missing=missing, held=wait)
             if rule is not None and rule.action == "restart_role":
                 why = f"every task of role {role} succeeded"
                 out = _restart_role(spec, failures, role, by_role, None, why)
@@ -476,6 +492,20 @@ def decide(
     release = tuple(t.key for t in tasks if t.desired == WAIT and _deps_running(spec, t, by_role))
     free = tuple(t.key for t in tasks if t.done and t.key not in restarting) if missing else ()
     return Step(restart=tuple(restarts), release=release, missing=missing, free=free)
+
+
+def _waiting(rule: EventRule | None, since: float | None, now: float | None, why: str) -> str:
+    """Why the job is held while ``rule``'s ``after_s`` has not passed since the event
+    (``since``, s), else "" (no rule, no delay, no clock, or the time has come)."""
+    if rule is None or rule.after_s is None or now is None or since is None:
+        return ""
+    due = since + rule.after_s
+    if now >= due:
+        return ""
+    return (
+        f"{why}; the {rule.event} policy ({rule.action}) acts after {rule.after_s:g} s, "
+        f"at {dt.datetime.fromtimestamp(due, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    )
 
 
 def _deps_running(spec: JobSpec, t: TaskRecord, by_role: dict[str, list[TaskRecord]]) -> bool:

@@ -200,7 +200,7 @@ class NodeService:
             raise ConflictError(
                 f"node {name!r} heartbeated {silent:.0f} s ago; delete needs {need:.0f} s "
                 "of silence (its tasks may still run): stop or drain its agent first, or "
-                "pass force when the machine is gone"
+                "delete with force=true when the machine is gone"
             )
         jobs = self._jobs_on(name)
         event = {"action": "delete", "by": principal.name, "why": "", "jobs": jobs}

@@ -55,6 +55,7 @@ from scheduler.spec.policies import (
     PoliciesSpec,
     RetrySpec,
     RoleCompletionSpec,
+    VolumeSpec,
     check_env,
     check_name,
     check_share_path,
@@ -363,6 +364,7 @@ class JobSpec(_Model):
     retry: RetrySpec = RetrySpec()
     policies: PoliciesSpec = PoliciesSpec()
     mounts: list[MountSpec] = Field(default_factory=list, max_length=MAX_MOUNTS)
+    volumes: list[VolumeSpec] = Field(default_factory=list, max_length=MAX_MOUNTS)
     code_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     mpi: bool = False
@@ -398,6 +400,14 @@ class JobSpec(_Model):
     def _priority_range(cls, v: int) -> int:
         if not 0 <= v <= 100:
             raise ValueError(f"expected 0..100, got {v}")
+        return v
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, v: list[VolumeSpec]) -> list[VolumeSpec]:
+        names = [x.name for x in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"volume names must be unique, got {names}")
         return v
 
     @field_validator("vc")

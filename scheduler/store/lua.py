@@ -132,12 +132,12 @@ local function place(b)
     task['scheduled'] = now
     redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
     if launch == nil then
-      launch = redis.call('HMGET', jk, 'spec', 'user', 'sealed_secrets', 'uid')
+      launch = redis.call('HMGET', jk, 'spec', 'user', 'sealed_secrets', 'uid', 'ssh_key')
     end
     redis.call('HSET', p .. 'node:' .. t.node .. ':launch:' .. b.job, 'job', b.job,
                'attempt', tostring(b.attempt), 'spec', launch[1] or '',
                'user', launch[2] or '', 'sealed_secrets', launch[3] or '',
-               'uid', launch[4] or '')
+               'uid', launch[4] or '', 'ssh_key', launch[5] or '')
     notify[t.node] = true
   end
   return jk

@@ -329,6 +329,23 @@ class NodesMixin(StoreBase):
         pipe.publish(self.loop_channel, "node")
         pipe.execute()
 
+    FORGOTTEN = 100  # forgotten-node events kept
+
+    def record_forgotten(self, name: str, reason: str) -> None:
+        """Append ``{time (s), node, reason}`` to the events of forgotten nodes (newest
+        :attr:`FORGOTTEN` kept): the record of a node whose own record and events
+        :meth:`forget_node` removes (a node gone for good, or deleted by an operator)."""
+        key = self.k("nodes", "forgotten")
+        entry = {"time": self.now(), "node": name, "reason": reason}
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps(entry))
+        pipe.ltrim(key, -self.FORGOTTEN, -1)
+        pipe.execute()
+
+    def forgotten_nodes(self) -> list[dict[str, Any]]:
+        """Events of forgotten nodes, oldest first (:meth:`record_forgotten`)."""
+        return [json.loads(e) for e in self.r.lrange(self.k("nodes", "forgotten"), 0, -1)]
+
     # ---- node events (automatic cordons, operators' actions) ---------------------------
     NODE_EVENTS = 100  # events kept per node
 

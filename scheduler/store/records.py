@@ -29,11 +29,20 @@ class Cause(StrEnum):
     - ``fenced``: its agent killed it (or its watchdog did) because the agent could not
       renew its lease in time (docs/faults.md).
     - ``agent_restart``: its agent restarted without a record of it.
+    - ``evicted``: Kubernetes evicted its pod (a ``DisruptionTarget`` condition: a drain,
+      an AKS Spot auto-drain or upgrade, the taint manager; the kubelet's node-pressure
+      eviction).
+    - ``node_shutdown``: the kubelet's graceful node shutdown ended its pod.
+    - ``admission_rejected``: the kubelet refused its pod at admission
+      (``UnexpectedAdmissionError``, ``OutOfcpu``, ``OutOfmemory``...).
     """
 
     NODE_LOST = "node_lost"
     FENCED = "fenced"
     AGENT_RESTART = "agent_restart"
+    EVICTED = "evicted"
+    NODE_SHUTDOWN = "node_shutdown"
+    ADMISSION_REJECTED = "admission_rejected"
 
 
 _CAUSES = frozenset(c.value for c in Cause)
@@ -271,8 +280,9 @@ class Launch:
     """What a node's agent needs to start a job's tasks, from its launch record
     ``node:<n>:launch:<job>`` (written by the commit's binds and grows, deleted by the
     job's release): the job's name, the attempt bound, its spec (dict, as submitted), the
-    submitting user, its sealed secrets token ("" when it has none) and the job's uid
-    (:attr:`JobRecord.uid`; "" for a job stored before uids existed)."""
+    submitting user, its sealed secrets token ("" when it has none), the job's uid
+    (:attr:`JobRecord.uid`; "" for a job stored before uids existed) and the submission's
+    ssh private key in PEM (:mod:`scheduler.jobkey`; "" for a job without ssh)."""
 
     job: str
     attempt: int
@@ -280,3 +290,4 @@ class Launch:
     user: str
     sealed_secrets: str
     uid: str = ""
+    ssh_key: str = field(default="", repr=False)  # never in a log line

@@ -150,6 +150,7 @@ class TasksMixin(StoreBase):
             user=h.get("user", ""),
             sealed_secrets=h.get("sealed_secrets", ""),
             uid=h.get("uid", ""),
+            ssh_key=h.get("ssh_key", ""),
         )
 
     def release(self, job: str) -> int:

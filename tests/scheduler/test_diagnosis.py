@@ -241,6 +241,8 @@ def test_every_shipped_rule_is_reachable():
         diagnose(139, "").kind,
         diagnose(143, "").kind,
         diagnose(None, "", message="cannot write to the cluster share at /mnt: EIO").kind,
+        diagnose(None, "", message="could not start: code_dir 'c': no such directory").kind,
+        diagnose(125, "", evidence={"k8s_reason": "Pending", "k8s_not_running": True}).kind,
         diagnose(3, "").kind,
         # the kubernetes executor's evidence (tests/scheduler/agent/test_kubernetes_start.py)
         *(
@@ -251,6 +253,8 @@ def test_every_shipped_rule_is_reachable():
                 "CreateContainerConfigError",
                 "Evicted",
                 "UnexpectedAdmissionError",
+                "TerminationByKubelet",
+                "OutOfcpu",
             )
         ),
     }

@@ -475,6 +475,19 @@ def job_usage_series(
     )
 
 
+@router.get("/schedules")
+def schedules_page(request: Request) -> Response:
+    """The scheduled jobs of the caller's VCs (:mod:`scheduler.services.schedules`), each
+    with its runs linked to their job pages."""
+    from scheduler.api.routers.schedules import schedule_service
+
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    items = schedule_service(request).list(s.who)["items"]
+    return render(request, "schedules.html", s, items=items)
+
+
 @router.get("/gpu-hours")
 def gpu_hours_page(
     request: Request,
