@@ -30,10 +30,13 @@ cluster and the 0-GPU job run, the rest is skipped with the reason). A skipped c
 not a failure. Every step has a hard time limit (``--step-timeout`` seconds, SIGALRM);
 the shell script puts one more around the whole run.
 
-Summary (``--out``, also printed): ``{"mode", "started_utc", "passed", "elapsed_s",
+Summary (``--out``, rewritten after every check and on every exit; also printed):
+``{"mode", "started_utc", "passed", "interrupted" (null, or "SIGTERM" when the script's
+limit or a user stopped it: the cluster is stopped, further SIGTERMs ignored meanwhile,
+and the run does not pass), "elapsed_s",
 "failed_checks", "skipped_checks", "gpus": {count, model}, "checks": {name: {status: pass |
 fail | skip, seconds, reason, details}}}``. Exit code 0: no check failed; 1: one failed;
-2: ``--require-gpu`` and no GPU.
+2: ``--require-gpu`` and no GPU; 128 + signal: interrupted.
 
 Tasks run ``python -m scheduler.gpu_check probe ...`` with this interpreter (so torch is the
 one importable here), which prints one ``GPUCHECK {json}`` line.
@@ -63,6 +66,15 @@ PROBE_RE = re.compile(r"^GPUCHECK (\{.*\})\s*$", re.M)
 ACCURACY_RE = re.compile(r"^test accuracy: (\d+\.\d+)\s*$", re.M)
 MIB = 1 << 20
 TERMINAL: set[str] = {str(s) for s in TERMINAL_JOB_STATES}
+
+
+class Interrupted(BaseException):
+    """The run got SIGTERM or SIGINT (the script's hard limit, a user): not an Exception,
+    so no step records it as its own failure; the summary says ``interrupted``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 class StepTimeout(Exception):
@@ -102,6 +114,17 @@ class Summary:
     gpus: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    out: Path | None = None
+    interrupted: str | None = None
+
+    def save(self) -> None:
+        """Write the JSON summary to ``out`` (when set) atomically: rewritten after every
+        check and on exit, so a run killed at its limit leaves what it had measured."""
+        if self.out is None:
+            return
+        tmp = self.out.with_name(self.out.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp.replace(self.out)
 
     def check(self, name: str) -> Check | None:
         """The check called ``name``, None when it did not run."""
@@ -113,7 +136,8 @@ class Summary:
         return {
             "mode": self.mode,
             "started_utc": self.started_utc,
-            "passed": not failed,
+            "passed": not failed and self.interrupted is None,
+            "interrupted": self.interrupted,
             "elapsed_s": round(time.monotonic() - self.started, 1),
             "failed_checks": failed,
             "skipped_checks": [c.name for c in self.checks if c.status == "skip"],
@@ -161,6 +185,7 @@ def run_step(
         check.status, check.reason = "fail", f"{type(exc).__name__}: {exc}"
     check.seconds = round(time.monotonic() - t0, 2)
     summary.checks.append(check)
+    summary.save()
     print(f"[{check.seconds:7.1f}s] {name}: {check.status.upper()} {check.reason}", flush=True)
     return check
 
@@ -339,8 +364,7 @@ class Harness:
 
         if self.client is not None:
             self.client.close()
-        if self.cluster is not None:
-            dev.down(self.work / "dev")
+        dev.down(self.work / "dev")  # also after an interrupted up (False: nothing runs)
 
     def submit(self, name: str, roles: dict[str, dict[str, Any]]) -> None:
         """Submit a job of ``{role: {replicas, gpu, command, memory}}`` (1 core per task;
@@ -587,6 +611,10 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
         run_step(summary, "nccl_world2", nccl(2), step_timeout)
         run_step(summary, "torch_ddp", torch_ddp, step_timeout)
     finally:
+        # a second SIGTERM (or the first one, arriving now) must not cut the cleanup short:
+        # that left redis-server and the agent running
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         h.down()
     return summary
 
@@ -627,25 +655,42 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--step-timeout must be more than 10 seconds, got {args.step_timeout:g}")
     if args.nvml_recording is not None and not args.nvml_recording.is_file():
         p.error(f"--nvml-recording: no such file {args.nvml_recording}")
+
     # the shell script's hard limit sends SIGTERM: leave through the finally blocks, so
-    # that the cluster's processes are stopped
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # that the cluster's processes are stopped and the summary is written
+    def _interrupt(signum: int, frame: Any) -> None:
+        # once: every later SIGTERM/SIGINT is ignored, so the cleanup this starts (here or
+        # in dev.up's own) is never cut short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     mode, gpus = detect(args.nvml_recording)
     if args.require_gpu and mode != "gpu":
         print(f"gpu-check: no GPU here (mode {mode}) and --require-gpu given", file=sys.stderr)
         return 2
     summary = Summary(mode, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), gpus)
-    print(f"gpu-check: mode {mode}, GPUs {gpus}", flush=True)
+    summary.out = args.out
     work = Path(tempfile.mkdtemp(prefix="pasture-gpu-check-"))
+    print(f"gpu-check: mode {mode}, GPUs {gpus}, work dir {work}", flush=True)
+    code = 1
     try:
+        summary.save()
         run_checks(summary, Harness(work, args.nvml_recording), args.step_timeout, args.hold)
+    except Interrupted as exc:
+        summary.interrupted = str(exc)
+        code = 128 + exc.signum
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         shutil.rmtree(work, ignore_errors=True)
+        summary.save()  # on every exit, an exception's included
     result = summary.to_dict()
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    print(json.dumps(result, indent=2))
+    if summary.interrupted is not None:
+        return code
     return 0 if result["passed"] else 1
 
 

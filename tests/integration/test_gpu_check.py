@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -188,3 +189,77 @@ def test_metrics_of_a_replayed_h200_match_what_nvidia_smi_showed(tmp_path):
         h.down()
     assert ours == {0: {"util_percent": 99.0, "memory_used_mib": 1231.0}}
     assert compare_gpu_metrics(ours, parse_nvidia_smi("0, 99, 1231")) == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_killed_at_its_limit_the_script_writes_its_summary_and_stops_redis(tmp_path):
+    """Issue 35 item 12: killed at its limit the script wrote no JSON and a SIGTERM during
+    its cleanup left redis-server running. Here the limit's SIGTERM lands while the
+    queueing check holds the (replayed) GPU, and a second SIGTERM follows during cleanup."""
+    out = tmp_path / "summary.json"
+    log = tmp_path / "stdout.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PASTURE_")}
+    args = ["--out", str(out), "--step-timeout", "200", "--hold", "300"]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            ["bash", "scripts/gpu-check.sh", *args, "--nvml-recording", str(H200)],
+            cwd=REPO,
+            env={**env, "PASTURE_GPU_CHECK_LIMIT": "400"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while not (out.exists() and "cluster" in json.loads(out.read_text())["checks"]):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        cluster = json.loads(out.read_text())["checks"]["cluster"]
+        assert cluster["status"] == "pass", cluster
+        work = Path(re.search(r"work dir (\S+)", log.read_text()).group(1))
+        pids = json.loads((work / "dev" / "state.json").read_text())["_procs"]
+        redis = pids["redis"]["pid"]
+        assert _alive(redis)
+        time.sleep(2)  # the queueing check's holder runs now
+        proc.terminate()  # what `timeout` sends at the limit (bash exec'd it: same pid)
+        time.sleep(0.3)
+        if proc.poll() is None:
+            proc.terminate()  # a second one, during the cleanup
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    summary = json.loads(out.read_text())
+    assert summary["interrupted"] == "SIGTERM", log.read_text()[-2000:]
+    assert summary["passed"] is False and proc.returncode == 128 + 15
+    assert summary["checks"]["cluster"]["status"] == "pass"
+    assert not work.exists()
+    deadline = time.monotonic() + 10
+    while any(_alive(p["pid"]) for p in pids.values()):
+        left = {k: p["pid"] for k, p in pids.items() if _alive(p["pid"])}
+        assert time.monotonic() < deadline, f"processes of the run still running: {left}"
+        time.sleep(0.2)
+
+
+def test_the_script_refuses_an_interpreter_that_cannot_import_scheduler(tmp_path):
+    """Issue 35 item 12: a torch interpreter without pasture failed every task with a
+    misleading message; the script now checks it first, from outside the repository."""
+    bare = tmp_path / "venv"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(bare)], check=True)
+    proc = subprocess.run(
+        ["bash", "scripts/gpu-check.sh", "--out", str(tmp_path / "s.json")],
+        cwd=REPO,
+        env={**os.environ, "PASTURE_GPU_CHECK_PYTHON": str(bare / "bin" / "python")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot import scheduler outside the repository" in proc.stderr
+    assert "pip install -e ." in proc.stderr
