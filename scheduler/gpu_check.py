@@ -16,8 +16,11 @@ queueing            a 1-GPU job waits, naming GPUs, while a job holds all GPUs, 
                     and starts once it ends                                     recording
 zero_gpu_job        a 0-GPU task gets CUDA_VISIBLE_DEVICES="" (torch: 0 devices) -
                     and CUDA_DEVICE_ORDER=PCI_BUS_ID
-metrics             per-GPU utilisation and memory used in /metrics match        a GPU
-                    nvidia-smi (:func:`compare_gpu_metrics`)
+metrics             a bf16 matmul job runs (state running while sampled, its     a GPU,
+                    probe says the matmul ran), utilisation rose >= 20 points    torch
+                    over idle (:func:`utilisation_rise`), and per-GPU
+                    utilisation and memory used in /metrics match nvidia-smi
+                    (:func:`compare_gpu_metrics`)
 nccl_world1/2       NCCL all_reduce with only pasture's RANK/WORLD_SIZE/MASTER_*  a GPU (2
                     (world size 2 with two GPUs)                                 GPUs), torch
 torch_ddp           scheduler/examples/torch_ddp.py reaches its test accuracy    a GPU, torch
@@ -262,6 +265,31 @@ def compare_gpu_metrics(
                     f" (tolerance {tol:g}{unit})"
                 )
     return problems
+
+
+def utilisation_rise(
+    before: dict[int, dict[str, float]],
+    during: dict[int, dict[str, float]],
+    min_rise_percent: float = 20.0,
+) -> tuple[int | None, list[str]]:
+    """The GPU whose utilisation rose most between ``before`` (idle, ``{gpu index:
+    {util_percent, ...}}``) and ``during`` a load, and the problems: [] when it rose by at
+    least ``min_rise_percent`` points. Without this, comparing pasture with nvidia-smi
+    proves nothing when the load never ran (idle matches idle, issue 35 item 12)."""
+    rises = {
+        i: during[i]["util_percent"] - before.get(i, {}).get("util_percent", 0.0)
+        for i in during
+        if "util_percent" in during[i]
+    }
+    if not rises:
+        return None, ["no GPU utilisation was measured during the load"]
+    gpu = max(rises, key=lambda i: rises[i])
+    if rises[gpu] < min_rise_percent:
+        return gpu, [
+            f"utilisation did not rise under load: at most +{rises[gpu]:.0f} points (GPU "
+            f"{gpu}), expected >= +{min_rise_percent:g}; the load did not run on a GPU"
+        ]
+    return gpu, []
 
 
 def probe_of(log: str) -> dict[str, Any]:
@@ -539,30 +567,51 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
             raise CheckFailed(why + " (CUDA would number GPUs unlike NVML)", seen)
         return seen
 
+    def smi_figures() -> dict[int, dict[str, float]]:
+        return parse_nvidia_smi(
+            nvidia_smi(
+                "--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits"
+            )
+        )
+
     def metrics() -> dict[str, Any]:
         if no_gpu:
             raise Skip(no_gpu)
-        load = h.probe_command("cuda", 20) if torch_ok else "sleep 20"
-        h.submit("gpucheck-metrics", {"main": {"gpu": 1, "memory": "16Gi", "command": load}})
-        h.wait("gpucheck-metrics", 60, until={"running", *TERMINAL})
+        if need_torch:  # without a load, idle would be compared with idle
+            raise Skip(f"no GPU load to measure: {need_torch}")
+        idle = smi_figures()
+        h.submit(
+            "gpucheck-metrics",
+            {"main": {"gpu": 1, "memory": "16Gi", "command": h.probe_command("cuda", 20)}},
+        )
+        started = h.wait("gpucheck-metrics", 60, until={"running", *TERMINAL})
+        assert str(started.state) == "running", (
+            f"the load job is {started.state} ({started.reason}), not running"
+        )
         time.sleep(6)  # the matmul is under way; heartbeats carried new samples
-        samples, problems = [], []
+        samples: list[dict[str, Any]] = []
+        problems: list[str] = []
         for _ in range(3):
             ours = pasture_gpu_figures(h.client.request("GET", "/metrics"), h.node)
-            smi = parse_nvidia_smi(
-                nvidia_smi(
-                    "--query-gpu=index,utilization.gpu,memory.used",
-                    "--format=csv,noheader,nounits",
-                )
+            smi = smi_figures()
+            running = str(h.job("gpucheck-metrics").state) == "running"
+            samples.append({"pasture": ours, "nvidia_smi": smi, "load_running": running})
+            _, rise = utilisation_rise(idle, smi)
+            problems = (
+                compare_gpu_metrics(ours, smi)
+                + rise
+                + ([] if running else ["the load job ended before the sample"])
             )
-            samples.append({"pasture": ours, "nvidia_smi": smi})
-            problems = compare_gpu_metrics(ours, smi)
             if not problems:
                 break
             time.sleep(2)
-        h.wait("gpucheck-metrics", 60)
-        assert not problems, "; ".join(problems)
-        return {"samples": samples, "load": "bf16 matmul" if torch_ok else "idle (no torch)"}
+        _, log = h.succeeded("gpucheck-metrics", 60)
+        seen = probe_of(log)
+        assert seen.get("cuda_ok"), f"the load's matmul did not run: {seen}"
+        details = {"idle": idle, "samples": samples, "load": seen}
+        if problems:
+            raise CheckFailed("; ".join(problems), details)
+        return details
 
     def nccl(world: int) -> Callable[[], dict[str, Any]]:
         def run() -> dict[str, Any]:

@@ -263,3 +263,17 @@ def test_the_script_refuses_an_interpreter_that_cannot_import_scheduler(tmp_path
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "cannot import scheduler outside the repository" in proc.stderr
     assert "pip install -e ." in proc.stderr
+
+
+def test_metrics_check_needs_utilisation_to_rise_under_its_load():
+    """Issue 35 item 12: the metrics check passed comparing an idle GPU with an idle GPU
+    when its load job had failed; the rise over idle is now its precondition."""
+    idle = {0: {"util_percent": 0.0, "memory_used_mib": 0.0}, 1: {"util_percent": 3.0}}
+    still_idle = {0: {"util_percent": 2.0}, 1: {"util_percent": 4.0}}
+    gpu, problems = gpu_check.utilisation_rise(idle, still_idle)
+    assert problems and "did not rise under load" in problems[0]
+    loaded = {0: {"util_percent": 1.0}, 1: {"util_percent": 99.0}}
+    assert gpu_check.utilisation_rise(idle, loaded) == (1, [])
+    assert gpu_check.utilisation_rise(idle, {})[1] == [
+        "no GPU utilisation was measured during the load"
+    ]
