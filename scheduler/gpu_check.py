@@ -15,7 +15,8 @@ one_gpu_job         a 1-GPU task sees exactly one device (CUDA_VISIBLE_DEVICES; 
 queueing            a 1-GPU job waits, naming GPUs, while a job holds all GPUs,  a GPU or a
                     and starts once it ends                                     recording
 zero_gpu_job        a 0-GPU task gets CUDA_VISIBLE_DEVICES="" (torch: 0 devices) -
-                    and CUDA_DEVICE_ORDER=PCI_BUS_ID
+                    and CUDA_DEVICE_ORDER=PCI_BUS_ID; its cgroup memory limit
+                    equals its request (1 GiB; one_gpu_job: 16 GiB)
 metrics             a bf16 matmul job runs (state running while sampled, its     a GPU,
                     probe says the matmul ran), utilisation rose >= 20 points    torch
                     over idle (:func:`utilisation_rise`), and per-GPU
@@ -305,6 +306,33 @@ def probe_of(log: str) -> dict[str, Any]:
 
 
 # ---- the probes tasks run -----------------------------------------------------------------
+def memory_limit_bytes(
+    proc_cgroup: str | None = None, root: Path = Path("/sys/fs/cgroup")
+) -> int | None:
+    """This process's cgroup memory limit in bytes (cgroup v2 ``memory.max`` of its
+    ``0::`` cgroup, else v1 ``memory.limit_in_bytes`` of its ``memory`` controller's
+    cgroup); None when unlimited (``max``) or unreadable. ``proc_cgroup``: the text of
+    ``/proc/self/cgroup`` (read when None)."""
+    text = proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text()
+    candidates = []
+    for line in text.splitlines():
+        hid, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if hid == "0" and controllers == "":
+            candidates.append(root / rel / "memory.max")
+        elif "memory" in controllers.split(","):
+            candidates.append(root / "memory" / rel / "memory.limit_in_bytes")
+    for f in candidates:
+        try:
+            value = f.read_text().strip()
+        except OSError:
+            continue
+        if value == "max" or not value.isdigit() or int(value) >= 1 << 62:
+            continue  # unlimited here (v1 says so with a huge number)
+        return int(value)
+    return None
+
+
 def probe(kind: str, seconds: float = 0.0) -> dict[str, Any]:
     """What a task sees (``kind`` env | cuda | nccl): its GPU variables; with torch, the
     devices, a bf16 matmul (``cuda``, for ``seconds``), an NCCL all_reduce (``nccl``)."""
@@ -313,6 +341,7 @@ def probe(kind: str, seconds: float = 0.0) -> dict[str, Any]:
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
         "NVIDIA_VISIBLE_DEVICES": os.environ.get("NVIDIA_VISIBLE_DEVICES"),
+        "memory_limit_bytes": memory_limit_bytes(),
     }
     try:
         import torch
@@ -454,6 +483,21 @@ class Harness:
         return job, log
 
 
+def check_memory_limit(seen: dict[str, Any], requested: int) -> None:
+    """The task's memory limit (what its probe read from its cgroup) equals its request.
+
+    Raises:
+        CheckFailed: no limit, or another one (with what the task saw).
+    """
+    limit = seen.get("memory_limit_bytes")
+    if limit != requested:
+        raise CheckFailed(
+            f"the task's memory limit is {limit!r} bytes, its request {requested} "
+            "(the executor must set limit = request)",
+            seen,
+        )
+
+
 def nvidia_smi(*args: str, timeout_s: float = 30.0) -> str:
     """nvidia-smi's output. Raises: Skip: not installed; RuntimeError: it failed."""
     exe = shutil.which("nvidia-smi")
@@ -525,6 +569,7 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
         if seen.get("torch"):
             assert seen["device_count"] == 1, f"torch sees {seen['device_count']} devices"
             assert seen.get("cuda_ok"), "the matmul did not run"
+        check_memory_limit(seen, 16 << 30)
         return seen
 
     def queueing() -> dict[str, Any]:
@@ -565,6 +610,7 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
         if seen["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID":
             why = f"CUDA_DEVICE_ORDER={seen['CUDA_DEVICE_ORDER']!r}, not 'PCI_BUS_ID'"
             raise CheckFailed(why + " (CUDA would number GPUs unlike NVML)", seen)
+        check_memory_limit(seen, 1 << 30)
         return seen
 
     def smi_figures() -> dict[int, dict[str, float]]:

@@ -127,6 +127,8 @@ def test_script_on_a_replayed_h200(tmp_path):
     assert zero["status"] == "pass", zero
     assert zero["details"]["CUDA_VISIBLE_DEVICES"] == ""
     assert zero["details"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    # issue 35 item 12: the check asserts the task's memory limit equals its request
+    assert zero["details"]["memory_limit_bytes"] == 1 << 30
     assert summary["passed"] and summary["failed_checks"] == [], summary["failed_checks"]
     assert proc.returncode == 0, proc.stdout[-3000:]
 
@@ -277,3 +279,20 @@ def test_metrics_check_needs_utilisation_to_rise_under_its_load():
     assert gpu_check.utilisation_rise(idle, {})[1] == [
         "no GPU utilisation was measured during the load"
     ]
+
+
+def test_a_task_reads_its_own_cgroup_memory_limit(tmp_path):
+    """The probe behind the memory-limit precondition, on v2 and v1 layouts."""
+    v2 = tmp_path / "pasture" / "t1"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text("1073741824\n")
+    assert gpu_check.memory_limit_bytes("0::/pasture/t1\n", tmp_path) == 1 << 30
+    (v2 / "memory.max").write_text("max\n")
+    assert gpu_check.memory_limit_bytes("0::/pasture/t1\n", tmp_path) is None
+    v1 = tmp_path / "memory" / "a" / "pasture" / "t2"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(str(16 << 30))
+    text = "12:memory:/a/pasture/t2\n1:name=systemd:/\n0::/x\n"
+    assert gpu_check.memory_limit_bytes(text, tmp_path) == 16 << 30
+    with pytest.raises(gpu_check.CheckFailed, match="memory limit is None bytes"):
+        gpu_check.check_memory_limit({"memory_limit_bytes": None}, 1 << 30)
