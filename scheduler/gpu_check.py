@@ -34,6 +34,9 @@ cluster and the 0-GPU job run, the rest is skipped with the reason). A skipped c
 not a failure. Every step has a hard time limit (``--step-timeout`` seconds, SIGALRM);
 the shell script puts one more around the whole run.
 
+``gpus`` names every GPU's model by index (``models``) and says whether they differ
+(``heterogeneous``); the node announces GPU 0's model.
+
 Summary (``--out``, rewritten after every check and on every exit; also printed):
 ``{"mode", "started_utc", "passed", "interrupted" (null, or "SIGTERM" when the script's
 limit or a user stopped it: the cluster is stopped, further SIGTERMs ignored meanwhile,
@@ -714,14 +717,44 @@ def run_checks(summary: Summary, h: Harness, step_timeout: float, hold_s: float 
     return summary
 
 
+def models_by_index(nvml_recording: Path | None) -> dict[str, str | None]:
+    """``{"<GPU index>": model}`` of this host's NVML or of the recording; {} without a
+    driver."""
+    from scheduler.agent.gpu_health import NvmlCallError, PynvmlBackend, RecordedBackend
+    from scheduler.agent.resources import gpu_models
+
+    backend: Any
+    if nvml_recording is not None:
+        backend = RecordedBackend(nvml_recording)
+    else:
+        try:
+            backend = PynvmlBackend()
+        except (NvmlCallError, ImportError):
+            return {}
+    try:
+        return {str(i): m for i, m in gpu_models(backend).items()}
+    finally:
+        if nvml_recording is None:
+            with contextlib.suppress(Exception):
+                backend.nv.nvmlShutdown()
+
+
 def detect(nvml_recording: Path | None) -> tuple[str, dict[str, Any]]:
-    """(mode, {count, model}) of this host or of the recording."""
+    """(mode, {count, model (GPU 0's, what the node announces), models (per GPU index),
+    heterogeneous}) of this host or of the recording."""
     from scheduler.dev import host_gpus
 
     count, model = host_gpus(nvml_recording)
+    models = models_by_index(nvml_recording)
+    gpus = {
+        "count": count,
+        "model": model,
+        "models": models,
+        "heterogeneous": len(set(models.values())) > 1,
+    }
     if nvml_recording is not None:
-        return "replay", {"count": count, "model": model, "recording": str(nvml_recording)}
-    return ("gpu" if count else "none"), {"count": count, "model": model}
+        return "replay", {**gpus, "recording": str(nvml_recording)}
+    return ("gpu" if count else "none"), gpus
 
 
 def main(argv: list[str] | None = None) -> int:

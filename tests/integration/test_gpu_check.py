@@ -138,7 +138,8 @@ def test_script_without_a_gpu_skips_the_gpu_checks_naming_why(tmp_path):
         pytest.skip("this host has a GPU")
     proc, summary = _run_script(tmp_path)
     checks = summary["checks"]
-    assert summary["mode"] == "none" and summary["gpus"] == {"count": 0, "model": None}
+    assert summary["mode"] == "none"
+    assert summary["gpus"] == {"count": 0, "model": None, "models": {}, "heterogeneous": False}
     assert checks["cluster"]["status"] == "pass" and checks["cluster"]["details"]["gpu"] == 0
     assert checks["zero_gpu_job"]["status"] == "pass", checks["zero_gpu_job"]
     assert summary["passed"] and proc.returncode == 0, proc.stdout[-3000:]
@@ -296,3 +297,18 @@ def test_a_task_reads_its_own_cgroup_memory_limit(tmp_path):
     assert gpu_check.memory_limit_bytes(text, tmp_path) == 16 << 30
     with pytest.raises(gpu_check.CheckFailed, match="memory limit is None bytes"):
         gpu_check.check_memory_limit({"memory_limit_bytes": None}, 1 << 30)
+
+
+def test_mixed_gpus_are_reported_per_index(tmp_path):
+    """Issue 35 item 12: detection reported only GPU 0's model; a host with an H200 and an
+    L4 (a recording of the H200's answers plus a second device) is reported per index."""
+    h200 = json.loads(H200.read_text())
+    second = {**h200["devices"][0], "nvmlDeviceGetName": "NVIDIA L4"}
+    recording = tmp_path / "mixed.json"
+    recording.write_text(json.dumps({"devices": [h200["devices"][0], second]}))
+    mode, gpus = gpu_check.detect(recording)
+    assert mode == "replay" and gpus["count"] == 2
+    assert gpus["models"] == {"0": "NVIDIA H200", "1": "NVIDIA L4"}
+    assert gpus["heterogeneous"] is True and gpus["model"] == "NVIDIA H200"
+    _, same = gpu_check.detect(H200)
+    assert same["models"] == {"0": "NVIDIA H200"} and same["heterogeneous"] is False
