@@ -285,6 +285,7 @@ class StackConfig(BaseModel):
     monitoring: bool = True  # aks: DCGM exporter + kube-prometheus-stack (stacks/aks/monitoring.py)
     dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
     prometheus_chart_version: str = "66.2.1"
+    alert_receivers: tuple[dict[str, Any], ...] = ()
     # onprem
     master: OnpremHost | None = None
     hosts: tuple[OnpremHost, ...] = ()
@@ -319,6 +320,21 @@ class StackConfig(BaseModel):
                     '"$(curl -s https://ifconfig.me)/32"',
                 )
         return tuple(str(n) for n in nets)
+
+    @field_validator("alert_receivers")
+    @classmethod
+    def _receivers(cls, v: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        names = [r.get("name") for r in v]
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name or name == "null":
+                raise ValueError(
+                    f"expected each receiver to have a name other than 'null' (the chart's "
+                    f"own), got {name!r} at index {i}"
+                )
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"expected unique receiver names, got {dupes} more than once")
+        return v
 
     @field_validator("vnet_cidr", "subnet_cidr")
     @classmethod
@@ -402,6 +418,7 @@ STRUCTURED_KEYS = frozenset(
     to_camel(name)
     for name in (
         "allowed_cidrs",
+        "alert_receivers",
         "image",
         "node_pools",
         "system_pool",

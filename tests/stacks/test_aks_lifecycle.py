@@ -358,3 +358,32 @@ def test_monitoring_can_be_turned_off():
     bare = build_stack({"platform": "aks", "gpuPools": [], "monitoring": "false"}, SECRETS)
     assert bare.of_type("kubernetes:helm.sh/v3:Release") == []
     assert not [r for r in bare.mocks.resources if "dcgm" in r.name]
+
+
+def test_managed_control_plane_alerts_are_off(built):
+    """Issue 35 item 10: KubeSchedulerDown / KubeControllerManagerDown fired for good on
+    AKS, whose control plane cannot be scraped."""
+    (release,) = built.of_type("kubernetes:helm.sh/v3:Release")
+    values = release.inputs["values"]
+    for component in ("kubeScheduler", "kubeControllerManager", "kubeEtcd"):
+        assert values[component] == {"enabled": False}, component
+    rules = values["defaultRules"]["rules"]
+    assert not rules["kubeSchedulerAlerting"] and not rules["kubeControllerManager"]
+    assert "config" not in values["alertmanager"]  # no receivers set: the chart's default
+
+
+def test_alert_receivers_come_from_stack_config():
+    """Issue 35 item 10: every alert went to the chart's null receiver, with no setting."""
+    hook = {"name": "team", "webhook_configs": [{"url": "https://hooks.example.com/pasture"}]}
+    with_receiver = build_stack(
+        {"platform": "aks", "gpuPools": [], "alertReceivers": [hook]}, SECRETS
+    )
+    (release,) = with_receiver.of_type("kubernetes:helm.sh/v3:Release")
+    config = release.inputs["values"]["alertmanager"]["config"]
+    assert config["route"]["receiver"] == "team"
+    assert config["receivers"] == [{"name": "null"}, hook]
+    assert config["route"]["routes"][0]["receiver"] == "null"  # Watchdog only
+    with pytest.raises(ConfigError, match=r"^pasture:alertReceivers: .*other than 'null'"):
+        parse_config({"platform": "aks", "alertReceivers": [{"webhook_configs": []}]})
+    with pytest.raises(ConfigError, match=r"^pasture:alertReceivers: .*unique receiver names"):
+        parse_config({"platform": "aks", "alertReceivers": [{"name": "a"}, {"name": "a"}]})
