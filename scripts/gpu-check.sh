@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pasture on a GPU host, checked as it is used: a process-mode cluster (as `pasture dev up`
 # starts it) and jobs through the API, with a JSON summary. The checks and their pass rules
-# are in scheduler/gpu_check.py (its docstring); docs/operations.md says how to read them.
+# are in scheduler/gpu_check/ (its docstring); docs/operations.md says how to read them.
 #   bash scripts/gpu-check.sh                          # summary in .state/gpu-check.json
 #   bash scripts/gpu-check.sh --out /tmp/gpu.json --step-timeout 300
 #   bash scripts/gpu-check.sh --nvml-recording tests/fixtures/nvml/h200_recorded.json

@@ -1,4 +1,4 @@
-"""scripts/gpu-check.sh (scheduler/gpu_check.py) without a GPU: its comparison logic on the
+"""scripts/gpu-check.sh (scheduler/gpu_check/) without a GPU: its comparison logic on the
 figures the H200 run measured (../shared/gpu/), its hard step limits, and the script itself
 on a real process-mode cluster replaying the H200's recorded NVML answers: cluster start,
 NVML detection, the queueing check on the replayed GPU, the JSON summary, and every check
