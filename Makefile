@@ -29,6 +29,8 @@ $(VENV)/.synced: pyproject.toml
 	@echo "==> python venv in $(VENV) (uv sync, all dependency groups, bytecode compiled)"
 	@[ -x $(PY) ] || uv venv -q $(VENV) --python "$$(command -v python3)"
 	UV_LINK_MODE=copy uv sync -q --all-groups --extra sim --compile-bytecode
+	# the project's own package too: uv compiles site-packages, never the editable install
+	$(PY) -m compileall -q -j 0 scheduler
 	@touch $@
 
 # The Ansible collections the roles use, pinned in collections/requirements.yml (a no-op

@@ -32,8 +32,10 @@ cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
-from scheduler.core.model import Decision, Job, Snapshot
+from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.k8s.capacity import gone_probe
 from scheduler.rules import lifecycle
@@ -52,6 +54,9 @@ from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.facts import WAIT
 from scheduler.spec.model import JobSpec
+from scheduler.spec.policies import volume_dir
+from scheduler.spec.schedule import Run, ScheduleSpec
+from scheduler.spec.schedule import decide as decide_schedule
 from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
 from scheduler.store.records import (
@@ -61,8 +66,9 @@ from scheduler.store.records import (
     TaskRecord,
 )
 from scheduler.store.reports import apply_node_reports
+from scheduler.store.schedules import ScheduleRecord, ScheduleStore
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
-from scheduler.store.store import JobActiveError, JobNotFoundError, Store
+from scheduler.store.store import JobActiveError, JobExistsError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
 
 if TYPE_CHECKING:
@@ -76,6 +82,8 @@ FULL_PASS_S = 15.0
 # seconds (of the silence clock) between two reads of every node's heartbeat time, at
 # most; never more than a 20th of the heartbeat timeout
 HEARTBEATS_EVERY_S = 1.0
+SCHEDULES_EVERY_S = 5.0
+"""Seconds between looks at the scheduled jobs (a run starts at most this late)."""
 
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
@@ -145,6 +153,8 @@ class Loop:
         # jobs whose task failure waits for the verdict on a peer's silent node
         # (lifecycle.PeerWatch): looked at every cycle until decided
         self._held: set[str] = set()
+        self._schedules = ScheduleStore(store)  # scheduled jobs (spec/schedule.py)
+        self._schedules_read = 0.0  # store clock of the last look at the schedules
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict[str, Any] = {}
         self._health = NodeHealth(
@@ -211,6 +221,9 @@ class Loop:
         else:
             nodes = dict(self.view.nodes)
         self._clean_up_finished(now)
+        if now - self._schedules_read >= SCHEDULES_EVERY_S:
+            self._schedules_read = now
+            self._run_schedules(now)
         # A full pass (every FULL_PASS_S, and when a node changed state) reads every active
         # job and placed job's tasks; in between only new, changed, dirty and ending ones.
         node_states = {n: r.state for n, r in nodes.items()}
@@ -248,7 +261,13 @@ class Loop:
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if self.autoscale is not None:  # a node that came for a placeholder is freed first
-            self.autoscale.before_core(n.name for n in snapshot.nodes)
+            facts = self.autoscale.before_core(
+                n.name for n in snapshot.nodes if n.state != NodeState.LOST
+            )
+            from scheduler.k8s.nodes import as_kubelet_sees  # kubernetes client: AKS only
+
+            # each node as its kubelet admits: less what other pods hold; Node cordons
+            snapshot = replace(snapshot, nodes=as_kubelet_sees(snapshot.nodes, facts))
         if not snapshot.pending and not growing(snapshot.running):
             if self.autoscale is not None:
                 self.autoscale.after_core(snapshot, Decision())  # the queue emptied
@@ -289,8 +308,11 @@ class Loop:
             if job is None:
                 continue
             keys = lifecycle.shrink_keys(sh.placements)
-            if self.store.remove_tasks(sh.job, job.attempt, keys):
+            if self.store.remove_tasks(sh.job, job.attempt, keys, now=now):
                 self.view.invalidate()  # a version bump the view does not follow
+                rec = self.jobs.records.get(sh.job)
+                if rec is not None:  # as written: the regrow cool-down counts from here
+                    rec.resized_at = now
                 self._batch.add_event(
                     sh.job,
                     lifecycle.shrink_reason(keys, sh.for_job),
@@ -423,15 +445,23 @@ class Loop:
         now: float,
     ) -> lifecycle.Step:
         """What happens next to this attempt (:func:`scheduler.rules.lifecycle.decide`), with
-        the heartbeats of its nodes for the peer-loss rule (store clock)."""
+        the heartbeats and heartbeat gaps of its nodes for the peer-loss rule (store
+        clock)."""
         beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
+        gaps = {
+            t.node: (nodes[t.node].gap_from, nodes[t.node].gap_to)
+            for t in tasks
+            if t.node in nodes and nodes[t.node].gap_to > 0
+        }
+        grace = self.settings.loop.peer_loss_grace_s
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
-            peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
+            peers=lifecycle.PeerWatch(beats, now, grace, gaps),
+            now=now,
         )
 
     def _apply_step(
@@ -538,11 +568,71 @@ class Loop:
         """Delete finished jobs whose ``ttl_after_finished`` (or the cluster's
         ``loop.finished_job_ttl_s``) has passed since they ended."""
         for name in self.store.expired_jobs(now):
+            job = self.store.get_job(name)
             try:
                 self.store.delete_job(name)
                 log.info("job %s deleted: finished longer ago than its ttl", name)
             except (JobActiveError, JobNotFoundError):
                 self.store.drop_expiry(name)
+                continue
+            if job is not None and job.spec.get("volumes"):
+                self._remove_volumes(name, job.spec["volumes"])
+
+    def _run_schedules(self, now: float) -> None:
+        """Start, stop and prune the runs of every scheduled job as
+        :func:`scheduler.spec.schedule.decide` says (Kubernetes CronJob semantics). A run
+        is the schedule's job named ``<schedule>-<minutes>``, created with the schedule's
+        user and VC (both checked when the schedule was submitted). Errors of one schedule
+        are logged; the others go on."""
+        for rec in self._schedules.all():
+            try:
+                self._run_schedule(rec, now)
+            except Exception:  # one bad schedule must not stop the loop
+                log.exception("schedule %s: not run this cycle", rec.name)
+
+    def _run_schedule(self, rec: ScheduleRecord, now: float) -> None:
+        spec = ScheduleSpec.model_validate(rec.spec)
+        runs, gone = [], []
+        for name in rec.runs:
+            job = self.store.get_job(name)
+            if job is None:
+                gone.append(name)
+                continue
+            scheduled = float(name.rsplit("-", 1)[-1]) * 60
+            runs.append(Run(name, str(job.state), scheduled))
+        self._schedules.forget_runs(rec.name, gone)
+        decision = decide_schedule(spec, rec.last, runs, now)
+        for name in decision.stop:
+            self.store.request_stop(name, f"replaced by a newer run of schedule {rec.name}")
+        for name in decision.delete:
+            with contextlib.suppress(JobActiveError, JobNotFoundError):
+                self.store.delete_job(name)
+        if decision.why and decision.why != "suspended":
+            log.info("schedule %s: %s", rec.name, decision.why)
+        if decision.start is not None:
+            run = spec.run_spec(decision.start)
+            try:
+                self.store.create_job(run, user=rec.user)
+            except JobExistsError:
+                log.warning("schedule %s: job %s exists; run skipped", rec.name, run.name)
+            self._schedules.started(rec.name, decision.start, run.name)
+            log.info("schedule %s: started %s", rec.name, run.name)
+
+    def _remove_volumes(self, job: str, volumes: list[dict[str, object]]) -> None:
+        """Remove the share directories of a deleted job's ``volumes`` not marked ``keep``
+        (``jobs/<job>/volumes/<name>`` under ``share_dir``; Volcano deletes a job's new
+        claims with it). A failure is logged: the job is gone either way."""
+        for v in volumes:
+            if v.get("keep") or not isinstance(v.get("name"), str):
+                continue
+            path = self.settings.share_dir / volume_dir(job, str(v["name"]))
+            try:
+                shutil.rmtree(path)
+                log.info("job %s: volume %s removed (%s)", job, v["name"], path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("job %s: volume %s not removed: %s", job, v["name"], exc)
 
     # ---- forever --------------------------------------------------------------------
     def run_forever(self, stop: threading.Event | None = None) -> None:

@@ -31,6 +31,8 @@ _Settings = TypeVar("_Settings", bound=BaseModel)
 DEFAULT_AUTH_FAILURES = 20
 """Failed authentications per (address, presented token) within the window (api setting)."""
 DEFAULT_AUTH_FAILURE_WINDOW_S = 60
+DEFAULT_AUTH_FAILURES_PER_ADDRESS = 200
+"""Failed authentications (any tokens) one client address may have within the window."""
 DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
 """Requests per token (api.request_limit), in the ``limits`` notation."""
 DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
@@ -220,6 +222,13 @@ class ApiSettings(_Model):
     # that token (only) answers 429 from that address.
     auth_failures_per_window: int = Field(DEFAULT_AUTH_FAILURES, gt=0)
     auth_failure_window_s: int = Field(DEFAULT_AUTH_FAILURE_WINDOW_S, gt=0)
+    # Failed authentications (any tokens, unknown dashboard sessions) allowed per client
+    # address and window: beyond it, tokens from that address that this process has not
+    # verified recently answer 429 without a lookup (a spray of distinct wrong tokens).
+    auth_failures_per_address: int = Field(DEFAULT_AUTH_FAILURES_PER_ADDRESS, gt=0)
+    # Dashboard requests of one token handled at once by an API process; the others wait
+    # their turn (scheduler/api/fairness.py): one tenant's page flood takes that share.
+    token_concurrency: int = Field(1, ge=1, le=64)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).
@@ -308,6 +317,11 @@ class AgentSettings(_Model):
     executor: Literal["container", "process", "kubernetes"] = "container"
     container_cli: Literal["podman", "docker"] = "podman"
     task_network: str = "host"
+    # whose Unix identity tasks run as (docs/runtime-env.md "Tenants' Unix users"): ``vc``,
+    # the job's VC's user (scheduler/tenants.py; the agent must run as root, the
+    # pasture_node role sets it), or ``agent``, the agent's own user (one identity for
+    # every tenant: a node without tenant users, tests of single-tenant behaviour)
+    task_users: Literal["vc", "agent"] = "agent"
     heartbeat_interval_s: float = Field(5.0, gt=0)
     work_dir: Path = Path("/var/lib/pasture")
     port_range: tuple[int, int] = (20000, 29999)

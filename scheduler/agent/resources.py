@@ -76,7 +76,9 @@ def gpu_models(backend: Any) -> dict[int, str | None]:
     return out
 
 
-def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
+def detect_capacity(
+    overrides: Any = None, nvml: Any = None, node: Capacity | None = None
+) -> Capacity:
     """Capacity from psutil / NVML, or in a Kubernetes pod (``PASTURE_K8S_NODE_NAME`` set)
     from the node object (:mod:`scheduler.k8s.capacity`); fields of ``overrides``
     (settings ``resources``) that are not None win.
@@ -86,11 +88,13 @@ def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
         nvml: the agent's NVML backend (its GPU health monitor's: the driver, or a recording
             replayed); the GPUs are counted through it, so that the node announces the GPUs
             it reports metrics for. None: NVML asked directly (:func:`detect_gpus`).
+        node: what the platform's node object offers (the kubernetes executor's
+            :meth:`~scheduler.agent.executor.Executor.node_capacity`); None: as above.
 
     Raises:
         NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
     """
-    node = capacity_from_env()
+    node = node if node is not None else capacity_from_env()
     if node is not None:
         cap = asdict(node)
     else:

@@ -35,6 +35,7 @@ from scheduler.cli import (
     server,
     tokens,
 )
+from scheduler.cli import schedules as schedules_cli
 from scheduler.cli import usage as usage_cli
 
 app = typer.Typer(
@@ -80,6 +81,7 @@ def _root(
 
 jobgroup.app.command("top")(usage_cli.top)
 app.add_typer(jobgroup.app, name="job")  # with jobs' and jobspec's commands
+app.add_typer(schedules_cli.app, name="schedule")
 app.command("usage")(usage_cli.usage)
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")

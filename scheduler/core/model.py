@@ -210,12 +210,15 @@ class RunningJob:
             classification, and treats its capacity as coming free: a blocked job that
             fits once it is released waits for it (PREEMPTING, nominated) instead of
             preempting more. Default False (the simulator releases victims at once).
+        resized_at: seconds, when replicas of it were last stopped by an elastic resize
+            (None: never); ``Policy.regrow_cooldown_s`` counts from it.
     """
 
     job: Job
     start_time: float
     placements: tuple[TaskPlacement, ...]
     releasing: bool = False
+    resized_at: float | None = None
 
     @property
     def name(self) -> str:

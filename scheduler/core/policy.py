@@ -98,6 +98,12 @@ class Policy:
             throughput per GPU (AFS, Hwang et al., NSDI'21). Jobs without elastic roles
             are unaffected. False: elastic roles grow like ``min_available`` gangs
             (:mod:`scheduler.core.grow`) and are never shrunk.
+        regrow_cooldown_s: with ``elastic``, a job shrunk at ``RunningJob.resized_at`` is
+            not grown again (nor given replicas by a rebalance) before this many seconds
+            have passed: its survivors must re-form their group first (torchrun: a stopped
+            agent stays in the rendezvous round until its keep-alive expires, 15 s, then the
+            round waits ``last_call_timeout``, 30 s; a replica joining before that joins a
+            round that cannot complete). 0 = no cool-down.
     """
 
     name: str = "default"
@@ -116,6 +122,7 @@ class Policy:
     adaptive: bool = False
     starve_limit: float | None = None
     elastic: bool = False
+    regrow_cooldown_s: float = 0.0
 
     def __post_init__(self) -> None:
         """Validate the values and coerce enum-valued strings. The names of plugins and of
@@ -166,5 +173,8 @@ class Policy:
         k = self.starve_limit
         if k is not None and not (k > 0 and math.isfinite(k)):
             fail("starve_limit", "None or a finite number > 0", k)
+        c = self.regrow_cooldown_s
+        if not (c >= 0 and math.isfinite(c)):
+            fail("regrow_cooldown_s", "finite seconds >= 0", c)
         if self.max_jobs_per_cycle is not None and self.max_jobs_per_cycle < 1:
             fail("max_jobs_per_cycle", "None or an int >= 1", self.max_jobs_per_cycle)

@@ -202,8 +202,16 @@ class _Cycle:
             plain = [rj for rj in to_grow if not is_elastic(rj.job)]
             grows = grow(plain, self.index, self.placer, self._admit_one)
             shrunk = el.shrunk
-            elastic = [rj for rj in to_grow if is_elastic(rj.job) and rj.name not in shrunk]
+            cool = self.policy.regrow_cooldown_s
+            elastic = [
+                rj
+                for rj in to_grow
+                if is_elastic(rj.job)
+                and rj.name not in shrunk
+                and (rj.resized_at is None or self.now >= rj.resized_at + cool)
+            ]
             grows += el.grow(elastic, self.index, self.placer, self._admit_one)
+            el.rebalance(elastic, self.index, self.placer, self._admit_one, cool)
         return Decision(
             binds=tuple(self.binds),
             grows=tuple(grows),

@@ -46,7 +46,9 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
 - A task on a draining node requeues the job (not a failure).
 
 ``on_events`` actions (Volcano Job policies; the first rule whose event matches and whose
-``role`` is the task's, or None, wins):
+``role`` is the task's, or None, wins; a rule with ``after_s``, Volcano's ``timeout``,
+acts only once the event has lasted that long since the task ended, the job held
+meanwhile with the time it acts at):
 
 - ``complete_job``: the job succeeds (Volcano CompleteJob); other tasks are stopped.
 - ``fail_job``: the job fails (Volcano AbortJob; no retry).
@@ -74,6 +76,7 @@ succeeded) (Volcano ``dependsOn``: a task starts after the tasks it depends on r
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -196,18 +199,24 @@ class PeerWatch:
     node has not heartbeated since the task ended, the failure is held: the loop decides
     nothing until the node heartbeats (the failure is then the task's own) or is declared
     lost (then the job is requeued, not charged), or ``grace_s`` passed since the task
-    ended (then it is the task's own).
+    ended (then it is the task's own). A node that heartbeats again after a gap of more
+    than two heartbeat intervals (``gaps``) during which the task ended frees the failure
+    too (issue 32 item 6): a peer stalled (frozen, partitioned) for less than the lost-node
+    timeout still broke the collective, whether or not its node is later lost.
 
     Attributes:
         heartbeats: ``{node: last heartbeat time}`` (s, store clock), the nodes of the
             job's tasks; a node missing here counts as never heard from.
         now: the store's time (s).
         grace_s: the grace period (s, ``loop.peer_loss_grace_s``).
+        gaps: ``{node: (gap_from, gap_to)}`` (s, store clock): the node's last heartbeat
+            gap longer than two heartbeat intervals (``NodeRecord.gap_from/gap_to``).
     """
 
     heartbeats: Mapping[str, float]
     now: float
     grace_s: float
+    gaps: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def verdict(self, t: TaskRecord, tasks: Sequence[TaskRecord]) -> Ending | str | None:
         """For the own failure of ``t``: an infrastructure :class:`Ending` (a peer's node
@@ -236,12 +245,32 @@ class PeerWatch:
                         infrastructure=True,
                         cause=cause,
                     )
+            elif p.node in self.gaps and _within(t.finished, self.gaps[p.node]):
+                gap_from, gap_to = self.gaps[p.node]
+                return Ending(
+                    JobState.QUEUED,
+                    f"{_failure_why(t)} while its peer {p.key}'s node {p.node} was silent "
+                    f"({gap_to - gap_from:.0f} s without a heartbeat); requeued, not charged "
+                    "to the retry budget",
+                    infrastructure=True,
+                    cause=NODE_SILENT,
+                )
             elif not p.done and beat < t.finished and self.now - t.finished <= self.grace_s:
                 hold = hold or (
                     f"task {t.key} ended; waiting for the verdict on node {p.node} (task "
                     f"{p.key}), silent since before it ended"
                 )
         return hold or None
+
+
+NODE_SILENT = "node_silent"
+"""The cause of an attempt ended by a task's failure during a peer node's heartbeat gap
+(:class:`PeerWatch`)."""
+
+
+def _within(t: float, gap: tuple[float, float]) -> bool:
+    """Whether time ``t`` lies in the heartbeat gap ``(gap_from, gap_to)`` (s)."""
+    return gap[0] <= t <= gap[1]
 
 
 # -- elastic resize (issue 29) ------------------------------------------------------------
@@ -291,6 +320,9 @@ def _failure_why(t: TaskRecord) -> str:
         why = f"task {t.key} lost: {t.message}"
     elif t.state == TaskState.STOPPED:
         why = f"task {t.key} stopped on {t.node} without a stop request"
+    elif t.exit_code is None and t.message.startswith("could not start"):
+        # never ran: its message says why, once (not "exited with code None")
+        return f"task {t.key} on {t.node} {t.message}"
     else:
         why = f"task {t.key} exited with code {t.exit_code} on {t.node}"
     d = _diagnosis(t)
@@ -403,6 +435,7 @@ def decide(
     stop_requested: str = "",
     draining: Iterable[str] = (),
     peers: PeerWatch | None = None,
+    now: float | None = None,
 ) -> Step:
     """What happens next to a placed job (see the module docstring for the rules).
 
@@ -414,6 +447,8 @@ def decide(
         draining: names of nodes being drained.
         peers: the nodes' heartbeats for the peer-loss rule (:class:`PeerWatch`); None:
             the rule is off (every own failure is charged as it comes).
+        now: the store clock (s), for rules with ``after_s`` (Volcano ``timeout``); None:
+            such rules act at once.
 
     Returns:
         A :class:`Step`. Pure and deterministic: tasks are looked at in role declaration
@@ -443,6 +478,9 @@ def decide(
             continue
         why = _failure_why(t)
         rule = rule_for(spec, event, t.role)
+        wait = _waiting(rule, t.finished, now, why)
+        if wait:
+            return Step(missing=missing, held=wait)
         if rule is not None and rule.action == "restart_role" and event != "unknown":
             out = _restart_role(spec, failures, t.role, by_role, t, why)
             if isinstance(out, Ending):
@@ -504,6 +542,10 @@ def decide(
         ok = sum(1 for t in ts if t.state == TaskState.SUCCEEDED)
         if ok == spec.roles[role].replicas:
             rule = rule_for(spec, "task_completed", role)
+            ended = max((t.finished for t in ts if t.finished is not None), default=None)
+            wait = _waiting(rule, ended, now, f"every task of role {role} succeeded")
+            if wait:
+                return Step(missing=missing, held=wait)
             if rule is not None and rule.action == "restart_role":
                 why = f"every task of role {role} succeeded"
                 out = _restart_role(spec, failures, role, by_role, None, why)
@@ -543,6 +585,20 @@ def decide(
     release = tuple(t.key for t in tasks if t.desired == WAIT and _deps_running(spec, t, by_role))
     free = tuple(t.key for t in tasks if t.done and t.key not in restarting) if missing else ()
     return Step(restart=tuple(restarts), release=release, missing=missing, free=free)
+
+
+def _waiting(rule: EventRule | None, since: float | None, now: float | None, why: str) -> str:
+    """Why the job is held while ``rule``'s ``after_s`` has not passed since the event
+    (``since``, s), else "" (no rule, no delay, no clock, or the time has come)."""
+    if rule is None or rule.after_s is None or now is None or since is None:
+        return ""
+    due = since + rule.after_s
+    if now >= due:
+        return ""
+    return (
+        f"{why}; the {rule.event} policy ({rule.action}) acts after {rule.after_s:g} s, "
+        f"at {dt.datetime.fromtimestamp(due, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    )
 
 
 def _deps_running(spec: JobSpec, t: TaskRecord, by_role: dict[str, list[TaskRecord]]) -> bool:

@@ -126,6 +126,7 @@ def take_snapshot(
                     job=core_job,
                     start_time=j.scheduled_time or j.created,
                     placements=placements,
+                    resized_at=j.resized_at,
                 )
             )
         elif j.state == JobState.QUEUED and not j.stop_requested:

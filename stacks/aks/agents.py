@@ -48,6 +48,7 @@ from stacks.aks.common import (
     pool_affinity,
 )
 from stacks.aks.nodecred import (
+    AGENT_CLUSTER_RULES,
     FETCH_CREDENTIAL,
     URL_ENV,
     agent_mounts,
@@ -123,7 +124,7 @@ def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
         subjects=subjects,
         opts=w.opts,
     )
-    node_reader(w, "agent", subjects)
+    node_reader(w, "agent", subjects, AGENT_CLUSTER_RULES)
     return sa
 
 

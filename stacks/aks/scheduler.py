@@ -70,15 +70,17 @@ def api_liveness_command(port: int) -> list[str]:
 
 
 def autoscaled_pools(cfg: StackConfig) -> str:
-    """``PASTURE_K8S_POOLS`` of the loop: the GPU pools as JSON (what one node offers, from
-    the pool's ``cpu``, ``memory_mib``, ``gpu_count``, ``gpu_model``; ``max_count``; the
-    taints task pods tolerate, Spot included; node labels)."""
+    """``PASTURE_K8S_POOLS`` of the loop: the GPU pools as JSON (one node's VM size as
+    ``vm_cpu`` cores and ``vm_memory`` bytes from the pool's ``cpu`` and ``memory_mib``,
+    which the loop turns into allocatable by AKS's node reservations,
+    :func:`scheduler.k8s.autoscale.aks_allocatable`; ``gpu_count``, ``gpu_model``;
+    ``max_count``; the taints task pods tolerate, Spot included; node labels)."""
     return json.dumps(
         [
             {
                 "name": p.name,
-                "cpu_m": p.cpu * 1000,
-                "memory": p.memory_mib * MIB,
+                "vm_cpu": p.cpu,
+                "vm_memory": p.memory_mib * MIB,
                 "gpu": p.gpu_count,
                 "gpu_model": p.gpu_model,
                 "max_count": p.max_count,

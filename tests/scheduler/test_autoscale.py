@@ -140,7 +140,11 @@ def test_a_job_only_a_pool_at_zero_fits_asks_the_autoscaler_and_lands_on_the_new
         ("nvidia.com/gpu", "present", "NoSchedule"),
         ("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule"),
     }
-    assert "affinity" not in spec  # no node of the pool registered yet
+    # kept off nodes pasture schedules by the label their agents set, even those that
+    # register later (no node of the pool is registered yet: no names)
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (expr,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert expr == {"key": "pasture.io/registered", "operator": "DoesNotExist"}
     assert wire["metadata"]["labels"][PLACEHOLDER_LABEL] == "train"
     # no duplicates while it waits
     loop.cycle()
@@ -200,8 +204,9 @@ def test_registered_nodes_of_the_pool_are_kept_off(env):
     (pod,) = cluster.pods.values()
     spec = API.sanitize_for_serialization(pod)["spec"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    (expr,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
-    assert expr == {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["aks-a100-0"]}
+    live, named = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert live == {"key": "pasture.io/registered", "operator": "DoesNotExist"}
+    assert named == {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["aks-a100-0"]}
 
 
 def test_placeholders_go_when_the_queue_empties(env):

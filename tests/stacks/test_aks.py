@@ -389,7 +389,7 @@ def test_agents_may_read_their_node_object(aks):
     """The agent reads its capacity from the node object: a ClusterRole with get on nodes
     bound to the agents' service account; the DaemonSet gives it the node's name."""
     role = k8s_resource(aks, "aks-dev-agent-nodes")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
     binding = k8s_resource(aks, "aks-dev-agent-nodes-binding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "pasture-agent-nodes"
     assert binding["subjects"] == [
@@ -521,8 +521,9 @@ def test_each_agent_gets_its_own_nodes_redis_user_for_its_pod_token(aks):
         {"kind": "ServiceAccount", "name": "pasture-scheduler", "namespace": "pasture"}
     ]
     role = k8s_resource(aks, "aks-dev-scheduler-role")
-    (rule,) = role["rules"]  # pods only: agents' pods, the autoscaler's placeholders
-    assert rule["resources"] == ["pods"] and "secrets" not in json.dumps(role["rules"])
+    # pods (agents' pods, the autoscaler's placeholders) and the autoscaler's events
+    assert [r["resources"] for r in role["rules"]] == [["pods"], ["events"]]
+    assert "secrets" not in json.dumps(role["rules"])
 
 
 def workload_images(built) -> set[str]:

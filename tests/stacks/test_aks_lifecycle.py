@@ -91,20 +91,22 @@ def test_the_loop_knows_the_pools_and_may_manage_placeholders(built):
     loop = next(c for c in dep["containers"] if c["name"] == "loop")
     env = {e["name"]: e["value"] for e in loop["env"]}
     (pool,) = pools_from_env(env)
-    assert (pool.name, pool.cpu_m, pool.memory, pool.gpu, pool.max_count) == (
-        "a100",
-        23000,
-        204800 * 2**20,
-        1,
-        4,
-    )
+    # the VM size goes out as such; the loop offers only what AKS leaves allocatable
+    sent = json.loads(env[POOLS_ENV])[0]
+    assert (sent["vm_cpu"], sent["vm_memory"]) == (23, 204800 * 2**20)
+    assert (pool.name, pool.gpu, pool.max_count) == ("a100", 1, 4)
+    assert 22000 < pool.cpu_m < 23000 and 180 * 2**30 < pool.memory < 204800 * 2**20
     assert "kubernetes.azure.com/scalesetpriority=spot:NoSchedule" in pool.taints
     assert pool.labels["pasture/pool"] == "a100"
     assert json.loads(env[POOLS_ENV])[0]["gpu_model"] == "A100"
     role = inputs(built, f"{LONGEST}-scheduler-role")
     assert set(role["rules"][0]["verbs"]) >= {"create", "list", "delete"}
+    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]} in role["rules"]
     nodes = inputs(built, f"{LONGEST}-scheduler-nodes")
-    assert nodes["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert nodes["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    ]
     pc = inputs(built, f"{LONGEST}-placeholder-priority")
     assert pc["metadata"]["name"] == PRIORITY_CLASS
     assert pc["value"] == PLACEHOLDER_PRIORITY < 0 and pc["preemptionPolicy"] == "Never"
