@@ -267,7 +267,7 @@ class MountSpec(StrictModel):
 
 class VolumeSpec(StrictModel):
     """A fresh directory of the job on the cluster share (Volcano ``volumeClaim``: a new
-    PersistentVolumeClaim per job): ``jobs/<job>/volumes/<name>`` (:func:`volume_dir`),
+    PersistentVolumeClaim per job): ``jobs/<job>/volumes/<uid>/<name>`` (:func:`volume_dir`),
     created empty when a task of the job first starts, mounted at ``target`` (container
     executors) and named by ``PASTURE_VOLUME_<NAME>`` in every task's environment;
     removed when the loop deletes the finished job (its ttl) unless ``keep``. ``size``
