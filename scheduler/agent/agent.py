@@ -488,6 +488,7 @@ class Agent:
                 executor_kind=self.executor.kind,
                 ssh_key=job_rec.ssh_key,
                 owner=owner,
+                job_uid=job_rec.uid,
             )
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:

@@ -60,6 +60,22 @@ def gpus_of(backend: Any) -> tuple[int, str | None]:
     return count, model
 
 
+def gpu_models(backend: Any) -> dict[int, str | None]:
+    """``{GPU index: model}`` as an NVML backend answers (a
+    :class:`scheduler.agent.gpu_health.NvmlBackend`); a GPU that does not answer
+    ``nvmlDeviceGetName`` is None. Unlike :func:`gpus_of`, every index, so a host with
+    mixed GPUs is reported as it is."""
+    from scheduler.agent.gpu_health import NvmlCallError
+
+    out: dict[int, str | None] = {}
+    for i in range(backend.device_count()):
+        try:
+            out[i] = backend.call("nvmlDeviceGetName", i) or None
+        except NvmlCallError:
+            out[i] = None
+    return out
+
+
 def detect_capacity(
     overrides: Any = None, nvml: Any = None, node: Capacity | None = None
 ) -> Capacity:

@@ -151,6 +151,7 @@ def prepare(
     executor_kind: str,
     ssh_key: str = "",
     owner: tuple[int, int] | None = None,
+    job_uid: str = "",
 ) -> Startup:
     """Prepare task ``me`` of ``job`` (see the module docstring).
 
@@ -160,6 +161,8 @@ def prepare(
         task_id: the task's id (container name ``task-<id>``).
         executor_kind: ``process``, ``container`` or ``kubernetes`` (the Volcano mount
             needs container; a kubernetes pod sees the ssh directory as a container does).
+        job_uid: the submission's uid (its launch record's): new volume claims are
+            directories of this submission (:func:`scheduler.spec.policies.volume_dir`).
         ssh_key: the submission's private key (PEM) from the node's launch record
             (:mod:`scheduler.jobkey`); "" for a job without ssh.
         owner: (uid, gid) of the task's user (:mod:`scheduler.agent.tenant`): owns the
@@ -190,7 +193,7 @@ def prepare(
 
     volumes: dict[str, str] = {}
     for v in spec.volumes:  # fresh directories of the job (Volcano volumeClaim)
-        path = share / volume_dir(job, v.name)
+        path = share / volume_dir(job, v.name, job_uid)
         path.mkdir(parents=True, exist_ok=True)
         volumes[f"PASTURE_VOLUME_{env_name(v.name)}"] = str(path)
         if executor_kind in ("container", "kubernetes"):

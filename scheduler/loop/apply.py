@@ -322,16 +322,16 @@ class StepApplier:
                 self.store.drop_expiry(name)
                 continue
             if job is not None and job.spec.get("volumes"):
-                self._remove_volumes(name, job.spec["volumes"])
+                self._remove_volumes(name, job.uid, job.spec["volumes"])
 
-    def _remove_volumes(self, job: str, volumes: list[dict[str, object]]) -> None:
+    def _remove_volumes(self, job: str, uid: str, volumes: list[dict[str, object]]) -> None:
         """Remove the share directories of a deleted job's ``volumes`` not marked ``keep``
-        (``jobs/<job>/volumes/<name>`` under ``share_dir``; Volcano deletes a job's new
-        claims with it). A failure is logged: the job is gone either way."""
+        (``jobs/<job>/volumes/<uid>/<name>`` under ``share_dir``; Volcano deletes a job's
+        new claims with it). A failure is logged: the job is gone either way."""
         for v in volumes:
             if v.get("keep") or not isinstance(v.get("name"), str):
                 continue
-            path = self.settings.share_dir / volume_dir(job, str(v["name"]))
+            path = self.settings.share_dir / volume_dir(job, str(v["name"]), uid)
             try:
                 shutil.rmtree(path)
                 log.info("job %s: volume %s removed (%s)", job, v["name"], path)

@@ -267,7 +267,7 @@ class MountSpec(StrictModel):
 
 class VolumeSpec(StrictModel):
     """A fresh directory of the job on the cluster share (Volcano ``volumeClaim``: a new
-    PersistentVolumeClaim per job): ``jobs/<job>/volumes/<name>`` (:func:`volume_dir`),
+    PersistentVolumeClaim per job): ``jobs/<job>/volumes/<uid>/<name>`` (:func:`volume_dir`),
     created empty when a task of the job first starts, mounted at ``target`` (container
     executors) and named by ``PASTURE_VOLUME_<NAME>`` in every task's environment;
     removed when the loop deletes the finished job (its ttl) unless ``keep``. ``size``
@@ -290,10 +290,15 @@ class VolumeSpec(StrictModel):
         return v
 
 
-def volume_dir(job: str, name: str) -> str:
-    """The share-relative directory of volume ``name`` of ``job`` (a job name and a
-    volume name are both [a-z0-9-], so the path holds nothing else)."""
-    return f"jobs/{job}/volumes/{name}"
+def volume_dir(job: str, name: str, uid: str = "") -> str:
+    """The share-relative directory of volume ``name`` of the submission ``uid`` of
+    ``job``: ``jobs/<job>/volumes/<uid>/<name>`` (``jobs/<job>/volumes/<name>`` for a job
+    stored before uids existed). The uid makes a claim fresh per submission: a job deleted
+    and submitted again under its name, by anyone, never sees the old claim's files. A job
+    name and a volume name are [a-z0-9-] and a uid is hex, so the path holds nothing else."""
+    if uid and not re.fullmatch(r"[0-9a-f]{1,64}", uid):
+        raise ValueError(f"job uid: expected hex digits, got {uid!r}")
+    return f"jobs/{job}/volumes/{uid}/{name}" if uid else f"jobs/{job}/volumes/{name}"
 
 
 class MpiHostSpec(StrictModel):

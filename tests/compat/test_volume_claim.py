@@ -54,6 +54,36 @@ def test_a_new_claim_is_a_fresh_directory_of_the_job_in_env_and_mounts(tmp_path)
     assert (str(path), "/myinput") in boot.mounts
 
 
+def test_a_name_submitted_again_gets_a_fresh_claim_not_the_old_ones_files(tmp_path):
+    """alice's job ``x`` is deleted by the API (the claim stays, as ``job delete`` leaves
+    the share); bob submits ``x`` again: a new uid, so his task's claim is empty."""
+    spec = _spec()
+    share = tmp_path / "share"
+    share.mkdir()
+    me = TaskRecord("default-nginx", 0, 1, "n1", "127.0.0.1", {})
+    dirs = []
+    for uid in ("a" * 32, "b" * 32):
+        boot = startup.prepare(
+            job="test-job",
+            user="u",
+            spec=spec,
+            tasks=[me],
+            me=me,
+            node="n1",
+            share=share,
+            task_dir=tmp_path / f"task-{uid}",
+            task_id="t",
+            executor_kind="container",
+            job_uid=uid,
+        )
+        path = Path(boot.env["PASTURE_VOLUME_VOLUME_0"])
+        assert path == share / f"jobs/test-job/volumes/{uid}/volume-0"
+        assert not any(path.iterdir()), "a new submission's claim starts empty"
+        (path / "secret-of-the-first").write_text("alice's data")
+        dirs.append(path)
+    assert dirs[0] != dirs[1]
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_the_directory_goes_with_the_job_unless_kept(redis_url, tmp_path, keep):
     share = tmp_path / "share"
@@ -69,7 +99,8 @@ def test_the_directory_goes_with_the_job_unless_kept(redis_url, tmp_path, keep):
     store.create_job(spec, user="ann")
     loop = Loop(store, settings)
     loop.cycle()
-    path = share / "jobs/test-job/volumes/volume-0"
+    uid = store.get_job("test-job").uid
+    path = share / f"jobs/test-job/volumes/{uid}/volume-0"
     path.mkdir(parents=True)  # as the agent's start-up makes it
     (path / "checkpoint").write_text("x")
     for t in store.tasks("test-job"):

@@ -82,7 +82,7 @@ def aks():
     return stack(
         {
             "clusterName": "aks-dev",
-            "allowedCidrs": ["203.0.113.0/24"],
+            "allowedCidrs": ["20.61.0.0/24"],
             "gpuPools": POOLS,
             "systemPool": {"vm_size": "Standard_D8s_v5", "count": 3},
         }
@@ -142,7 +142,7 @@ def test_system_pool_and_api_server_access(aks, aks_default):
     assert system["mode"] == "System" and system["count"] == 3
     assert system["vmSize"] == "Standard_D8s_v5"
     assert cluster.inputs["enableRBAC"] is True
-    assert cluster.inputs["apiServerAccessProfile"]["authorizedIPRanges"] == ["203.0.113.0/24"]
+    assert cluster.inputs["apiServerAccessProfile"]["authorizedIPRanges"] == ["20.61.0.0/24"]
     (default,) = aks_default.of_type("azure-native:containerservice:ManagedCluster")
     assert "apiServerAccessProfile" not in default.inputs
 
@@ -150,7 +150,7 @@ def test_system_pool_and_api_server_access(aks, aks_default):
 def test_no_service_is_open_to_the_world_unless_configured(aks, aks_default):
     api = k8s_resource(aks, "aks-dev-api")
     assert api["spec"]["type"] == "LoadBalancer"
-    assert api["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+    assert api["spec"]["loadBalancerSourceRanges"] == ["20.61.0.0/24"]
     default = k8s_resource(aks_default, "pasture-api")
     assert "loadBalancerSourceRanges" not in default["spec"]
     annotations = default["metadata"]["annotations"]

@@ -821,7 +821,7 @@ def _new_claim(value: object, path: str, i: int, loc: str, ctx: Context) -> dict
     ctx.warn(
         loc,
         f"a new claim{size} is a fresh directory of the job on the cluster share "
-        f"(jobs/<job>/volumes/volume-{i}, $PASTURE_VOLUME_VOLUME_{i}), mounted at {path} and "
+        f"(jobs/<job>/volumes/<uid>/volume-{i}, $PASTURE_VOLUME_VOLUME_{i}), mounted at {path} and "
         "removed when the finished job is deleted by its ttl; the share has no "
         "per-directory quota, so the size is not enforced",
     )
