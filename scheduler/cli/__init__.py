@@ -29,8 +29,10 @@ from scheduler.cli import (
     data,
     dev,
     jobgroup,
-    jobs,  # noqa: F401 - registers job submit, list, show, ...
+    jobreads,  # noqa: F401 - registers job list, show, logs, exec
+    jobs,  # noqa: F401 - registers job stop, delete
     jobspec,  # noqa: F401 - registers job validate and resubmit
+    jobsubmit,  # noqa: F401 - registers job submit
     login,
     server,
     tokens,

@@ -1,8 +1,9 @@
 """The ``pasture job`` command group, and the "did you mean" hint its commands share.
 
-The commands register themselves on :data:`app` from :mod:`scheduler.cli.jobs` (submit, list,
-show, logs, stop, delete...) and :mod:`scheduler.cli.jobspec` (validate, resubmit); a module
-of its own so that neither imports the other for it.
+The commands register themselves on :data:`app` from :mod:`scheduler.cli.jobsubmit`
+(submit), :mod:`scheduler.cli.jobreads` (list, show, logs, exec), :mod:`scheduler.cli.jobs`
+(stop, delete) and :mod:`scheduler.cli.jobspec` (validate, resubmit); a module of its own so
+that none imports another for it.
 """
 
 from __future__ import annotations
@@ -11,11 +12,27 @@ import contextlib
 import difflib
 from collections.abc import Iterator
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from scheduler.cli.client import ApiClient, ApiError
 
-app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
+ORDER = ("submit", "list", "show", "logs", "exec", "stop", "delete", "validate", "resubmit")
+"""``pasture job --help`` lists its commands in this order (submit, reading, control, the
+spec helpers), then any other in the order registered, whichever module imports first."""
+
+
+class JobCommands(TyperGroup):
+    """The ``job`` group's click class: commands listed in :data:`ORDER`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {n: i for i, n in enumerate(ORDER)}
+        return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), names.index(n)))
+
+
+app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True, cls=JobCommands)
 
 
 def similar_jobs(client: ApiClient, name: str, limit: int = 1000) -> list[str]:

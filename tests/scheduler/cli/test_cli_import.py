@@ -19,7 +19,9 @@ def _loaded_after(code: str) -> list[str]:
 
 def test_importing_the_cli_loads_no_heavy_module():
     loaded = _loaded_after("import scheduler.cli")
-    assert "scheduler.cli.jobs" in loaded  # the probe did import the CLI
+    assert (
+        "scheduler.cli.jobs" in loaded and "scheduler.cli.jobreads" in loaded
+    )  # the probe did import the CLI
     heavy = [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
     assert heavy == []
 
