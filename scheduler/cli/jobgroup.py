@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Iterator
+from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -26,7 +26,7 @@ spec helpers), then any other in the order registered, whichever module imports 
 class JobCommands(TyperGroup):
     """The ``job`` group's click class: commands listed in :data:`ORDER`."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:  # Typer's vendored click Context
         names = super().list_commands(ctx)
         rank = {n: i for i, n in enumerate(ORDER)}
         return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), names.index(n)))
