@@ -29,7 +29,7 @@ from scheduler.bench.chaos import (
     sentinel_failover,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def needs_redis() -> None:
