@@ -112,6 +112,7 @@ def limited(env):
         yield url, env
 
 
+@pytest.mark.serial  # 60 requests must fit in the limit's 2 s window
 def test_per_token_request_and_submit_limits(limited):
     url, env = limited
     with client(url, env.alice) as alice:
