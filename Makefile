@@ -60,7 +60,7 @@ test:
 # test-python: pytest-xdist with PYTEST_WORKERS workers (tests that share a module-scoped
 # fixture or the real podman stay on one worker: tests/conftest.py), then the `serial`
 # tests (chaos and fault rounds with leases of seconds) alone. Both parts always run.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 test-python: deps venv base-image
 	@rc=0; \
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial" tests --ignore=tests/e2e || rc=1; \
