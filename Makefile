@@ -29,6 +29,8 @@ $(VENV)/.synced: pyproject.toml
 	@echo "==> python venv in $(VENV) (uv sync, all dependency groups, bytecode compiled)"
 	@[ -x $(PY) ] || uv venv -q $(VENV) --python "$$(command -v python3)"
 	UV_LINK_MODE=copy uv sync -q --all-groups --extra sim --compile-bytecode
+	# the project's own package too: uv compiles site-packages, never the editable install
+	$(PY) -m compileall -q -j 0 scheduler
 	@touch $@
 
 # The Ansible collections the roles use, pinned in collections/requirements.yml (a no-op
@@ -41,12 +43,14 @@ collections: venv
 base-image: deps
 	bash scripts/build-base-image.sh
 
-# lint: ruff (check and format) and mypy --strict over scheduler/ and scripts/ (its settings:
-# [tool.mypy] in pyproject.toml), so a changed return type fails here in every caller.
+# lint: ruff (check and format), mypy --strict over scheduler/ and scripts/ (its settings:
+# [tool.mypy] in pyproject.toml), so a changed return type fails here in every caller, and
+# the import contracts of scheduler/'s layers ([tool.importlinter] in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check scheduler stacks tests
 	$(VENV)/bin/ruff format --check scheduler stacks tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # test-e2e: a fresh podman cluster converged twice by site.yml (second run changed=0), the
 # demo's own job half (scripts/demo-job.sh with its report: red whenever `make demo` would

@@ -24,6 +24,12 @@ GPUs (model ``dev-fake``), only numbers for the scheduler, with CUDA_VISIBLE_DEV
 set for the tasks. ``nvml_recording`` makes the first node replay recorded NVML answers
 (tests/fixtures/nvml/) instead of asking the driver: its GPUs are the recording's.
 
+Tenants: run as root, ``up`` makes each VC's Unix user (:mod:`scheduler.tenants`) and
+the agents run every task as its VC's user, as the node role sets it up. Run as another
+user it cannot, nor when this interpreter is not executable by other users (a pyenv under
+``/root``: tasks run ``python3`` from the agent's directory); every tenant's tasks then run
+as this user (``task_users: agent``; ``pasture dev up`` says so and why).
+
 All nodes share this machine's CPUs and memory; each node announces what ``cpu_per_node``
 / ``memory_per_node`` say (default: the whole machine), so the dev cluster overcommits.
 """
@@ -44,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import yaml
 
+from scheduler import tenants
 from scheduler.devproc import (  # noqa: F401 - free_port and redis_server: public here too
     DevError,
     Proc,
@@ -81,6 +88,9 @@ class DevCluster:
         _procs: started processes by name (redis, api, loop, agent-0...); private so that
             printing the public fields as JSON works; ``pids`` shows them.
         nodes: node names. gpus: GPUs each node announces (devices; detected or pinned).
+        task_users: whose Unix identity tasks run as: ``vc`` (each VC's own user, made by
+            :func:`scheduler.tenants.ensure`) or ``agent`` (this user, for every tenant);
+            ``task_users_why`` says why ``agent`` was chosen.
     """
 
     endpoint: str
@@ -93,6 +103,8 @@ class DevCluster:
     nodes: list[str]
     redis_password_file: str = ""
     gpus: list[int] = field(default_factory=list)
+    task_users: str = "agent"
+    task_users_why: str = ""
     _procs: dict[str, Proc] = field(default_factory=dict)
     _state_dir: str = ""
 
@@ -212,6 +224,30 @@ def node_gpus(nodes: int, gpus_per_node: int | None, detected: int) -> list[int]
     return [detected] + [0] * (nodes - 1)
 
 
+def tenant_mode(asked: str | None) -> tuple[str, str]:
+    """``(task_users, why)`` of a dev cluster: ``asked`` when given (``vc`` without root
+    raises DevError), else ``vc`` when this process is root and its interpreter is
+    executable by other users, else ``agent`` with the reason (for ``dev up`` to print).
+
+    Raises:
+        DevError: ``asked`` is neither vc, agent nor None, or vc without root.
+    """
+    if asked not in (None, "vc", "agent"):
+        raise DevError(f"task_users must be vc or agent, got {asked!r}")
+    if asked == "vc" and not tenants.can_switch():
+        raise DevError("task_users vc needs root: the agents start tasks as other users")
+    if asked is not None:
+        return asked, "" if asked == "vc" else "task_users agent was asked for"
+    if not tenants.can_switch():
+        return "agent", "not run as root, so no tenant users can be made"
+    if not tenants.reachable_by_others(sys.executable):
+        return "agent", (
+            f"this interpreter ({Path(sys.executable).resolve()}) is not executable by other"
+            " users, and tasks run it"
+        )
+    return "vc", ""
+
+
 def up(
     nodes: int = 2,
     gpus_per_node: int | None = None,
@@ -227,6 +263,7 @@ def up(
     directory: Path | None = None,
     timeout_s: float = 30.0,
     nvml_recording: Path | None = None,
+    task_users: str | None = None,
 ) -> DevCluster:
     """Start a dev cluster (see the module docstring) and return it.
 
@@ -242,6 +279,10 @@ def up(
         virtual_clusters: VC settings dicts (default: one ``default`` VC guaranteed the
             whole cluster).
         directory: state dir (default :func:`state_dir`).
+        task_users: ``vc`` (each VC's tasks as its own Unix user, made here; needs root),
+            ``agent`` (every task as this user), None: ``vc`` when run as root and this
+            interpreter is executable by other users (tasks run it), else ``agent``
+            (:func:`tenant_mode`).
     Raises:
         DevError: a cluster is already running there, redis-server is not on PATH, or a
             component did not come up (with its log tail). What started is stopped again.
@@ -252,6 +293,7 @@ def up(
         raise DevError(f"gpus_per_node must be at least 0 (or None: detect), got {gpus_per_node}")
     if nvml_recording is not None:  # the agents run in the cluster's own directory
         nvml_recording = Path(nvml_recording).resolve()
+    users, why = tenant_mode(task_users)
     directory = directory or state_dir()
     old = read_state(directory)
     if old and any(Proc(**p).alive() for p in old.get("_procs", {}).values()):
@@ -265,6 +307,8 @@ def up(
     base = Path(tempfile.mkdtemp(prefix="pasture-dev-"))
     share = base / "share"
     share.mkdir()
+    if users == "vc":  # tenants' tasks reach the share and their task directories
+        os.chmod(base, 0o711)
     (base / "redis").mkdir()
     cluster = DevCluster(
         endpoint="",
@@ -276,6 +320,8 @@ def up(
         agent_configs=[],
         nodes=[],
         _state_dir=str(directory),
+        task_users=users,
+        task_users_why=why,
     )
     try:
         _up(
@@ -365,6 +411,16 @@ def _up(
     key_file = base / "secrets.key"  # seals job secrets; kept across ups, as the data is
     if not key_file.exists():
         _secret_file(key_file, generate_key().decode())
+    vc_list: list[dict[str, Any]] = vcs or [
+        {
+            "name": "default",
+            "guarantee": {
+                "cpu": f"{nodes * (_cpu(cpu) or (psutil.cpu_count() or 1) * 1000)}m",
+                "memory": nodes * (_mem(memory) or psutil.virtual_memory().total),
+                "gpu": sum(cluster.gpus),
+            },
+        }
+    ]
     settings = {
         "cluster_name": "dev",
         "redis": {"url": cluster.redis_url, "password_file": cluster.redis_password_file},
@@ -375,19 +431,11 @@ def _up(
             "interval_s": loop_interval,
             "heartbeat_timeout_s": hb_timeout,
         },
-        "virtual_clusters": vcs
-        or [
-            {
-                "name": "default",
-                "guarantee": {
-                    "cpu": f"{nodes * (_cpu(cpu) or (psutil.cpu_count() or 1) * 1000)}m",
-                    "memory": nodes * (_mem(memory) or psutil.virtual_memory().total),
-                    "gpu": sum(cluster.gpus),
-                },
-            }
-        ],
+        "virtual_clusters": vc_list,
     }
     Path(cluster.scheduler_config).write_text(yaml.safe_dump(settings))
+    if cluster.task_users == "vc":  # each VC's tasks as its own Unix user, as on real nodes
+        tenants.ensure([str(vc["name"]) for vc in vc_list])
 
     if api:
         from scheduler.store.tokens import TokenStore
@@ -428,6 +476,7 @@ def _up(
             "share_dir": cluster.share_dir,
             "secrets_key_file": str(key_file),
             "executor": "process",
+            "task_users": cluster.task_users,
             "heartbeat_interval_s": hb_interval,
             # short on purpose (fast local runs): production agents default to 180 s
             "lease_s": 3 * hb_interval,

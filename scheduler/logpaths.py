@@ -1,5 +1,5 @@
-"""Where a task's log lives on the cluster share: the one definition the agent (writer)
-and the API's log service (reader) share.
+"""Where a job's files and a task's log live on the cluster share: the one definition the
+agent (writer), the executors (what a task sees) and the API's log service (reader) share.
 
 Layout (docs/cli.md, "Logs")::
 
@@ -25,13 +25,26 @@ UID = re.compile(r"^[0-9a-f]{32}$")
 """What a uid looks like (``uuid4().hex``); anything else is refused as a path part."""
 
 
+def job_dir(share: str | Path, job: str) -> Path:
+    """``<share>/jobs/<job>``: the job's directory on the share, the only one of the
+    share's job directories its tasks see (docs/runtime-env.md "What a task sees")."""
+    return Path(share) / "jobs" / job
+
+
+def team_dir(share: str | Path, vc: str) -> Path:
+    """``<share>/teams/<vc>``: the VC's team directory (OpenPAI's team-wise storage),
+    visible read-write to the VC's tasks when an admin made it (owned by the VC's Unix
+    user, :mod:`scheduler.tenants`)."""
+    return Path(share) / "teams" / vc
+
+
 def job_log_dir(share: str | Path, job: str, uid: str) -> Path:
     """The directory of one submission's task logs (see the module docstring).
 
     Raises:
         ValueError: ``uid`` is neither "" nor 32 lowercase hex digits.
     """
-    base = Path(share) / "jobs" / job / "logs"
+    base = job_dir(share, job) / "logs"
     if not uid:
         return base
     if not UID.match(uid):

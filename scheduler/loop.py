@@ -4,8 +4,8 @@ One cycle (:meth:`Loop.cycle`)::
 
     heartbeats      nodes the loop observed silent for longer than their lost limit ->
                     lost (their tasks: lost, cause node_lost); when most nodes go silent
-                    at once: a cluster condition instead (scheduler/health.py)
-    lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.lifecycle
+                    at once: a cluster condition instead (scheduler/rules/health.py)
+    lifecycle       submitted -> queued; stop requests; task outcomes -> scheduler.rules.lifecycle
                     (retry / fail / succeed / restart a task / release waiting tasks);
                     draining nodes; when every task of an ending job is done: release its
                     ledger entries, then requeue (attempt + 1) or finish it; delete
@@ -21,7 +21,7 @@ The loop wakes on pub/sub notifications (submit, stop, task, node) and at least 
 resumes from the store.
 
 What ends a job, restarts a task in place, releases ``depends_on`` tasks or requeues it
-is decided by :func:`scheduler.lifecycle.decide` (docs/jobs.md); this module applies it.
+is decided by :func:`scheduler.rules.lifecycle.decide` (docs/jobs.md); this module applies it.
 Preemption, drains and infrastructure faults (``TaskRecord.disrupted``) requeue without
 counting a failure; every ended attempt is recorded in ``JobRecord.attempts`` with its
 cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
@@ -32,8 +32,10 @@ cause and charge. Finished jobs are deleted ``ttl_after_finished`` (else
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -41,16 +43,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from scheduler import lifecycle
-from scheduler.agent.k8s_capacity import gone_probe
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
-from scheduler.core.model import Decision, Job, Snapshot
+from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
-from scheduler.discovery import ordered_tasks
-from scheduler.health import NodeHealth
+from scheduler.k8s.capacity import gone_probe
+from scheduler.rules import lifecycle
+from scheduler.rules.discovery import ordered_tasks
+from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
+from scheduler.spec.facts import WAIT
 from scheduler.spec.model import JobSpec
+from scheduler.spec.policies import volume_dir
+from scheduler.spec.schedule import Run, ScheduleSpec
+from scheduler.spec.schedule import decide as decide_schedule
 from scheduler.states import JobState, TaskState
 from scheduler.store.notify import Notifications
 from scheduler.store.records import (
@@ -60,12 +66,13 @@ from scheduler.store.records import (
     TaskRecord,
 )
 from scheduler.store.reports import apply_node_reports
+from scheduler.store.schedules import ScheduleRecord, ScheduleStore
 from scheduler.store.snapshot import commit_payload, take_snapshot, with_releasing
-from scheduler.store.store import JobActiveError, JobNotFoundError, Store
+from scheduler.store.store import JobActiveError, JobExistsError, JobNotFoundError, Store
 from scheduler.store.view import JobsView, LedgerView
 
 if TYPE_CHECKING:
-    from scheduler.agent.k8s_autoscale import Autoscaler
+    from scheduler.k8s.autoscale import Autoscaler
 
 log = logging.getLogger("pasture.loop")
 
@@ -75,6 +82,8 @@ FULL_PASS_S = 15.0
 # seconds (of the silence clock) between two reads of every node's heartbeat time, at
 # most; never more than a 20th of the heartbeat timeout
 HEARTBEATS_EVERY_S = 1.0
+SCHEDULES_EVERY_S = 5.0
+"""Seconds between looks at the scheduled jobs (a run starts at most this late)."""
 
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
 
@@ -144,6 +153,8 @@ class Loop:
         # jobs whose task failure waits for the verdict on a peer's silent node
         # (lifecycle.PeerWatch): looked at every cycle until decided
         self._held: set[str] = set()
+        self._schedules = ScheduleStore(store)  # scheduled jobs (spec/schedule.py)
+        self._schedules_read = 0.0  # store clock of the last look at the schedules
         # the last committed Decision's nominations, handed to the next cycle's core
         self._nominations: dict[str, Any] = {}
         self._health = NodeHealth(
@@ -152,7 +163,7 @@ class Loop:
         # AKS: placeholder pods that make the cluster autoscaler add nodes for waiting jobs
         self.autoscale: Autoscaler | None = None
         if os.environ.get("PASTURE_K8S_POOLS"):  # set by the aks stack only
-            from scheduler.agent.k8s_autoscale import Autoscaler
+            from scheduler.k8s.autoscale import Autoscaler
 
             self.autoscale = Autoscaler.from_env()
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
@@ -205,11 +216,14 @@ class Loop:
         if self._health.clock() - self._beats_read >= beat_every or not self._beats_read:
             self._beats_read = self._health.clock()
             nodes = self.view.nodes_now(self.store)
-            # lost nodes, or the cluster condition instead (scheduler/health.py)
+            # lost nodes, or the cluster condition instead (scheduler/rules/health.py)
             self._health.check(nodes, now)
         else:
             nodes = dict(self.view.nodes)
         self._clean_up_finished(now)
+        if now - self._schedules_read >= SCHEDULES_EVERY_S:
+            self._schedules_read = now
+            self._run_schedules(now)
         # A full pass (every FULL_PASS_S, and when a node changed state) reads every active
         # job and placed job's tasks; in between only new, changed, dirty and ending ones.
         node_states = {n: r.state for n, r in nodes.items()}
@@ -247,7 +261,13 @@ class Loop:
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if self.autoscale is not None:  # a node that came for a placeholder is freed first
-            self.autoscale.before_core(n.name for n in snapshot.nodes)
+            facts = self.autoscale.before_core(
+                n.name for n in snapshot.nodes if n.state != NodeState.LOST
+            )
+            from scheduler.k8s.nodes import as_kubelet_sees  # kubernetes client: AKS only
+
+            # each node as its kubelet admits: less what other pods hold; Node cordons
+            snapshot = replace(snapshot, nodes=as_kubelet_sees(snapshot.nodes, facts))
         if not snapshot.pending and not growing(snapshot.running):
             if self.autoscale is not None:
                 self.autoscale.after_core(snapshot, Decision())  # the queue emptied
@@ -280,7 +300,7 @@ class Loop:
         return result
 
     def _apply_shrinks(self, decision: Decision, jobs: Mapping[str, JobRecord], now: float) -> None:
-        """Elastic resizes (:func:`scheduler.lifecycle.shrink_keys`): take the shrunk
+        """Elastic resizes (:func:`scheduler.rules.lifecycle.shrink_keys`): take the shrunk
         replicas' tasks away (their agents stop them), with an event on the job. Not a
         preemption: the job keeps its attempt and nothing is charged."""
         for sh in decision.shrinks:
@@ -288,8 +308,11 @@ class Loop:
             if job is None:
                 continue
             keys = lifecycle.shrink_keys(sh.placements)
-            if self.store.remove_tasks(sh.job, job.attempt, keys):
+            if self.store.remove_tasks(sh.job, job.attempt, keys, now=now):
                 self.view.invalidate()  # a version bump the view does not follow
+                rec = self.jobs.records.get(sh.job)
+                if rec is not None:  # as written: the regrow cool-down counts from here
+                    rec.resized_at = now
                 self._batch.add_event(
                     sh.job,
                     lifecycle.shrink_reason(keys, sh.for_job),
@@ -361,7 +384,7 @@ class Loop:
             log.info("job %s ending -> %s: %s", job.name, ending.state, ending.reason)
         stop = [t for t in tasks if not t.done and t.desired != "stop"]
         for t in stop:
-            if t.desired == lifecycle.WAIT:  # never started: nothing for an agent to stop
+            if t.desired == WAIT:  # never started: nothing for an agent to stop
                 t.state, t.message = TaskState.STOPPED, "stopped before it started"
             t.desired = "stop"
         self._batch.update_tasks(job.name, stop)
@@ -421,22 +444,30 @@ class Loop:
         nodes: dict[str, NodeRecord],
         now: float,
     ) -> lifecycle.Step:
-        """What happens next to this attempt (:func:`scheduler.lifecycle.decide`), with
-        the heartbeats of its nodes for the peer-loss rule (store clock)."""
+        """What happens next to this attempt (:func:`scheduler.rules.lifecycle.decide`), with
+        the heartbeats and heartbeat gaps of its nodes for the peer-loss rule (store
+        clock)."""
         beats = {t.node: nodes[t.node].heartbeat for t in tasks if t.node in nodes}
+        gaps = {
+            t.node: (nodes[t.node].gap_from, nodes[t.node].gap_to)
+            for t in tasks
+            if t.node in nodes and nodes[t.node].gap_to > 0
+        }
+        grace = self.settings.loop.peer_loss_grace_s
         return lifecycle.decide(
             spec,
             tasks,
             failures=job.failures,
             stop_requested=job.stop_requested,
             draining=self._draining,
-            peers=lifecycle.PeerWatch(beats, now, self.settings.loop.peer_loss_grace_s),
+            peers=lifecycle.PeerWatch(beats, now, grace, gaps),
+            now=now,
         )
 
     def _apply_step(
         self, job: JobRecord, tasks: list[TaskRecord], step: lifecycle.Step, now: float
     ) -> bool:
-        """Apply a :class:`scheduler.lifecycle.Step`: restarts in place, releases, stops (of a
+        """Apply a :class:`scheduler.rules.lifecycle.Step`: restarts in place, releases, stops (of a
         restarting role), freed allocations. True when any task changed."""
         by_key = {t.key: t for t in tasks}
         changed = []
@@ -537,11 +568,71 @@ class Loop:
         """Delete finished jobs whose ``ttl_after_finished`` (or the cluster's
         ``loop.finished_job_ttl_s``) has passed since they ended."""
         for name in self.store.expired_jobs(now):
+            job = self.store.get_job(name)
             try:
                 self.store.delete_job(name)
                 log.info("job %s deleted: finished longer ago than its ttl", name)
             except (JobActiveError, JobNotFoundError):
                 self.store.drop_expiry(name)
+                continue
+            if job is not None and job.spec.get("volumes"):
+                self._remove_volumes(name, job.uid, job.spec["volumes"])
+
+    def _run_schedules(self, now: float) -> None:
+        """Start, stop and prune the runs of every scheduled job as
+        :func:`scheduler.spec.schedule.decide` says (Kubernetes CronJob semantics). A run
+        is the schedule's job named ``<schedule>-<minutes>``, created with the schedule's
+        user and VC (both checked when the schedule was submitted). Errors of one schedule
+        are logged; the others go on."""
+        for rec in self._schedules.all():
+            try:
+                self._run_schedule(rec, now)
+            except Exception:  # one bad schedule must not stop the loop
+                log.exception("schedule %s: not run this cycle", rec.name)
+
+    def _run_schedule(self, rec: ScheduleRecord, now: float) -> None:
+        spec = ScheduleSpec.model_validate(rec.spec)
+        runs, gone = [], []
+        for name in rec.runs:
+            job = self.store.get_job(name)
+            if job is None:
+                gone.append(name)
+                continue
+            scheduled = float(name.rsplit("-", 1)[-1]) * 60
+            runs.append(Run(name, str(job.state), scheduled))
+        self._schedules.forget_runs(rec.name, gone)
+        decision = decide_schedule(spec, rec.last, runs, now)
+        for name in decision.stop:
+            self.store.request_stop(name, f"replaced by a newer run of schedule {rec.name}")
+        for name in decision.delete:
+            with contextlib.suppress(JobActiveError, JobNotFoundError):
+                self.store.delete_job(name)
+        if decision.why and decision.why != "suspended":
+            log.info("schedule %s: %s", rec.name, decision.why)
+        if decision.start is not None:
+            run = spec.run_spec(decision.start)
+            try:
+                self.store.create_job(run, user=rec.user)
+            except JobExistsError:
+                log.warning("schedule %s: job %s exists; run skipped", rec.name, run.name)
+            self._schedules.started(rec.name, decision.start, run.name)
+            log.info("schedule %s: started %s", rec.name, run.name)
+
+    def _remove_volumes(self, job: str, uid: str, volumes: list[dict[str, object]]) -> None:
+        """Remove the share directories of a deleted job's ``volumes`` not marked ``keep``
+        (``jobs/<job>/volumes/<uid>/<name>`` under ``share_dir``; Volcano deletes a job's
+        new claims with it). A failure is logged: the job is gone either way."""
+        for v in volumes:
+            if v.get("keep") or not isinstance(v.get("name"), str):
+                continue
+            path = self.settings.share_dir / volume_dir(job, str(v["name"]), uid)
+            try:
+                shutil.rmtree(path)
+                log.info("job %s: volume %s removed (%s)", job, v["name"], path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("job %s: volume %s not removed: %s", job, v["name"], exc)
 
     # ---- forever --------------------------------------------------------------------
     def run_forever(self, stop: threading.Event | None = None) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
+from limits import RateLimitItem, parse_many
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scheduler.spec.quantity import parse_cpu, parse_memory
@@ -25,6 +26,34 @@ if TYPE_CHECKING:
     import redis
 
 _Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+DEFAULT_AUTH_FAILURES = 20
+"""Failed authentications per (address, presented token) within the window (api setting)."""
+DEFAULT_AUTH_FAILURE_WINDOW_S = 60
+DEFAULT_AUTH_FAILURES_PER_ADDRESS = 200
+"""Failed authentications (any tokens) one client address may have within the window."""
+DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
+"""Requests per token (api.request_limit), in the ``limits`` notation."""
+DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
+"""Submit / batch / dry-run requests per token (api.submit_limit)."""
+
+
+def parse_limit(text: str | None, field: str) -> list[RateLimitItem]:
+    """The limits of ``text`` (``"1000 per 10 seconds;50/second"``; empty or None: none).
+
+    Raises:
+        ValueError: naming ``field``, what is expected and what was given.
+    """
+    if not text or not text.strip():
+        return []
+    try:
+        return list(parse_many(text))
+    except ValueError:
+        raise ValueError(
+            f"{field}: expected limits like '1000 per 10 seconds' (several separated by ';', "
+            f"'' for none), got {text!r}"
+        ) from None
 
 
 class SettingsError(ValueError):
@@ -191,13 +220,20 @@ class ApiSettings(_Model):
     token_max_ttl_days: float = Field(365.0, gt=0)
     # Failed authentications of one token allowed per client address and window before
     # that token (only) answers 429 from that address.
-    auth_failures_per_window: int = Field(20, gt=0)
-    auth_failure_window_s: int = Field(60, gt=0)
+    auth_failures_per_window: int = Field(DEFAULT_AUTH_FAILURES, gt=0)
+    auth_failure_window_s: int = Field(DEFAULT_AUTH_FAILURE_WINDOW_S, gt=0)
+    # Failed authentications (any tokens, unknown dashboard sessions) allowed per client
+    # address and window: beyond it, tokens from that address that this process has not
+    # verified recently answer 429 without a lookup (a spray of distinct wrong tokens).
+    auth_failures_per_address: int = Field(DEFAULT_AUTH_FAILURES_PER_ADDRESS, gt=0)
+    # Dashboard requests of one token handled at once by an API process; the others wait
+    # their turn (scheduler/api/fairness.py): one tenant's page flood takes that share.
+    token_concurrency: int = Field(1, ge=1, le=64)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).
-    request_limit: str = "1000 per 10 seconds"
-    submit_limit: str = "200 per 10 seconds"
+    request_limit: str = DEFAULT_REQUEST_LIMIT
+    submit_limit: str = DEFAULT_SUBMIT_LIMIT
     # Seconds a verified token is trusted without reading Redis again (0: every request
     # reads it); a revocation from outside the API process takes effect within this.
     token_cache_s: float = Field(1.0, ge=0, le=60)
@@ -206,8 +242,6 @@ class ApiSettings(_Model):
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiSettings:
-        from scheduler.api.ratelimit import parse_limit
-
         parse_limit(self.request_limit, "api.request_limit")
         parse_limit(self.submit_limit, "api.submit_limit")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -227,7 +261,7 @@ class LoopSettings(_Model):
     heartbeat_timeout_s: float = Field(300.0, gt=0)
     # seconds after a peer's node went silent within which a task's own failure is charged
     # to nobody (its gang lost a member: NCCL/Gloo ranks exit when a peer vanishes;
-    # scheduler/lifecycle.py); PyTorch's default collective timeout is 600 s
+    # scheduler/rules/lifecycle.py); PyTorch's default collective timeout is 600 s
     peer_loss_grace_s: float = Field(600.0, ge=0)
     policy: str = "pasture"
     finished_job_ttl_s: float | None = Field(
@@ -283,6 +317,11 @@ class AgentSettings(_Model):
     executor: Literal["container", "process", "kubernetes"] = "container"
     container_cli: Literal["podman", "docker"] = "podman"
     task_network: str = "host"
+    # whose Unix identity tasks run as (docs/runtime-env.md "Tenants' Unix users"): ``vc``,
+    # the job's VC's user (scheduler/tenants.py; the agent must run as root, the
+    # pasture_node role sets it), or ``agent``, the agent's own user (one identity for
+    # every tenant: a node without tenant users, tests of single-tenant behaviour)
+    task_users: Literal["vc", "agent"] = "agent"
     heartbeat_interval_s: float = Field(5.0, gt=0)
     work_dir: Path = Path("/var/lib/pasture")
     port_range: tuple[int, int] = (20000, 29999)

@@ -33,9 +33,29 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from scheduler.agent.taints import toleration
+from scheduler.k8s.taints import toleration
 
 NAMESPACE = "pasture"
+REDIS_NODES = 3
+"""System nodes an aks stack needs: one per Redis pod (stacks/aks/redis.py anti-affinity)."""
+
+DOCUMENTATION_RANGES: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.ip_network("192.0.2.0/24"), "RFC 5737 TEST-NET-1"),
+    (ipaddress.ip_network("198.51.100.0/24"), "RFC 5737 TEST-NET-2"),
+    (ipaddress.ip_network("203.0.113.0/24"), "RFC 5737 TEST-NET-3"),
+    (ipaddress.ip_network("2001:db8::/32"), "RFC 3849 IPv6 documentation prefix"),
+)
+"""Address ranges reserved for examples (RFC 5737, RFC 3849): never a real client."""
+
+
+def documentation_range(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str | None:
+    """``"<range> (<RFC name>)"`` when ``net`` lies inside a documentation range, else None
+    (a wider range such as ``0.0.0.0/0`` that merely contains one is not refused here)."""
+    for doc, what in DOCUMENTATION_RANGES:
+        if net.version == doc.version and net.subnet_of(doc):  # type: ignore[arg-type]
+            return f"{doc} ({what})"
+    return None
+
 
 # Azure/Kubernetes/inventory-safe names: lower-case letters, digits, '-'.
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
@@ -113,6 +133,10 @@ class GpuPool(_Item):
         labels: node labels (``pool`` is added).
         cpu, memory_mib, gpu_count, gpu_model: what one node offers (documentation of the
             pool in the outputs; the agent on each node reports what it detects).
+        upgrade_max_surge: AKS upgrade: extra nodes added while old ones drain (a count
+            ``"1"`` or a percentage ``"33%"``).
+        upgrade_drain_timeout_min: AKS upgrade: minutes AKS waits for a node's pods to
+            leave before the upgrade fails (1-1440).
     """
 
     name: str
@@ -128,6 +152,8 @@ class GpuPool(_Item):
     memory_mib: int = Field(default=225280, ge=512)
     gpu_count: int = Field(default=1, ge=0)
     gpu_model: str | None = "A100"
+    upgrade_max_surge: str = Field(default="1", pattern=r"^([1-9][0-9]{0,2}|[1-9][0-9]?%|100%)$")
+    upgrade_drain_timeout_min: int = Field(default=30, ge=1, le=1440)
 
     @field_validator("name")
     @classmethod
@@ -168,7 +194,7 @@ class SystemPool(_Item):
     """The AKS system pool (runs Redis, the API, the loop)."""
 
     vm_size: str = "Standard_D4s_v5"
-    count: int = Field(default=2, ge=1, le=100)
+    count: int = Field(default=3, ge=1, le=100)
     disk_gb: int = Field(default=128, ge=30, le=2048)
 
 
@@ -259,6 +285,7 @@ class StackConfig(BaseModel):
     monitoring: bool = True  # aks: DCGM exporter + kube-prometheus-stack (stacks/aks/monitoring.py)
     dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
     prometheus_chart_version: str = "66.2.1"
+    alert_receivers: tuple[dict[str, Any], ...] = ()
     # onprem
     master: OnpremHost | None = None
     hosts: tuple[OnpremHost, ...] = ()
@@ -281,7 +308,33 @@ class StackConfig(BaseModel):
     @field_validator("allowed_cidrs")
     @classmethod
     def _cidrs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(str(ipaddress.ip_network(c, strict=True)) for c in v)
+        nets = tuple(ipaddress.ip_network(c, strict=True) for c in v)
+        for net in nets:
+            doc = documentation_range(net)
+            if doc is not None:
+                raise _KeyError(
+                    "allowedCidrs",
+                    f"{net} lies in {doc}, a documentation range no client has; expected "
+                    "the address ranges your clients connect from, e.g. "
+                    "pulumi config set --path 'pasture:allowedCidrs[0]' "
+                    '"$(curl -s https://ifconfig.me)/32"',
+                )
+        return tuple(str(n) for n in nets)
+
+    @field_validator("alert_receivers")
+    @classmethod
+    def _receivers(cls, v: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        names = [r.get("name") for r in v]
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name or name == "null":
+                raise ValueError(
+                    f"expected each receiver to have a name other than 'null' (the chart's "
+                    f"own), got {name!r} at index {i}"
+                )
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"expected unique receiver names, got {dupes} more than once")
+        return v
 
     @field_validator("vnet_cidr", "subnet_cidr")
     @classmethod
@@ -336,6 +389,13 @@ class StackConfig(BaseModel):
                 "expected an Azure Files share name for platform aks (3-63 lower-case "
                 f"letters, digits and single dashes), got {self.share_name!r}",
             )
+        if self.platform == "aks" and self.system_pool.count < REDIS_NODES:
+            raise _KeyError(
+                "systemPool",
+                f"expected count >= {REDIS_NODES} for platform aks (the three Redis pods "
+                "with their sentinels need a node each to keep a majority when one node "
+                f"goes), got count {self.system_pool.count}",
+            )
         if self.converge and self.platform == "aks":
             raise _KeyError(
                 "converge", "site.yml does not converge an aks cluster (Pulumi deploys it)"
@@ -358,6 +418,7 @@ STRUCTURED_KEYS = frozenset(
     to_camel(name)
     for name in (
         "allowed_cidrs",
+        "alert_receivers",
         "image",
         "node_pools",
         "system_pool",

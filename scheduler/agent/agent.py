@@ -36,24 +36,25 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from scheduler.agent import startup
+from scheduler import tenants
+from scheduler.agent import ssh, startup
 from scheduler.agent.executor import (
     Executor,
     ExecutorError,
     TaskLaunch,
     executor_labels,
-    make_executor,
     task_id,
 )
 from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
-from scheduler.agent.k8s_capacity import capacity_watch_from_env
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.agent.taskusage import TaskUsageSampler
-from scheduler.diagnosis import diagnose_report
+from scheduler.k8s.capacity import capacity_watch_from_env
 from scheduler.logpaths import task_log_path
+from scheduler.rules.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
 from scheduler.spec.model import JobSpec
@@ -80,6 +81,27 @@ STORE_CALL_TIMEOUT_S = 10.0
 """Seconds one store call may take at most (capped by the lease): several heartbeats fit
 in a lease, so a store that hangs, or a primary whose host vanished after a failover (no
 RST), costs a few retries, not the lease (docs/faults.md "Bounds")."""
+
+
+def make_executor(kind: str, **options: Any) -> Executor:
+    """Executor by kind: ``process``, ``container`` (options: cli, network),
+    ``kubernetes`` (implementations of :class:`scheduler.agent.executor.Executor`).
+    Raises ValueError for an unknown kind."""
+    if kind == "process":
+        from scheduler.agent.process import ProcessExecutor
+
+        return ProcessExecutor()
+    if kind == "container":
+        from scheduler.agent.container import ContainerExecutor
+
+        return ContainerExecutor(
+            cli=str(options.get("cli", "podman")), network=str(options.get("network", "host"))
+        )
+    if kind == "kubernetes":
+        from scheduler.agent import kubernetes  # written against this interface
+
+        return kubernetes.KubernetesExecutor(**options)
+    raise ValueError(f"executor must be process, container or kubernetes, got {kind!r}")
 
 
 @dataclass
@@ -134,6 +156,17 @@ class Agent:
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
         )
+        if settings.task_users == "vc" and self.executor.kind not in ("process", "container"):
+            raise ExecutorError(
+                f"task_users: vc is not supported by the {self.executor.kind} executor (its"
+                " pods run as their image's user); set task_users: agent"
+            )
+        if settings.task_users == "vc" and not tenants.can_switch():
+            raise ExecutorError(
+                "task_users: vc runs each task as its VC's Unix user, which needs the agent"
+                " to run as root; run it as root, or set task_users: agent (every tenant's"
+                " tasks then run as the agent's user)"
+            )
         self.fence_s = fence_s(self.lease_s, self.executor.kill_bound_s + FENCE_POLL_S)
         self.lease_file = Path(settings.work_dir) / "lease"
         self._deadline = 0.0  # CLOCK_MONOTONIC end of the lease; 0: none held
@@ -229,7 +262,8 @@ class Agent:
         """Register (or re-register) this node with detected / configured capacity; renews
         the lease."""
         sent = time.monotonic()
-        cap = detect_capacity(self.s.resources, self.gpu_health.backend)
+        node = self.executor.node_capacity(self.node)
+        cap = detect_capacity(self.s.resources, self.gpu_health.backend, node=node)
         rec = NodeRecord(
             name=self.node,
             address=self.s.address,
@@ -247,10 +281,13 @@ class Agent:
             executor=self.executor.kind,
             lease_s=self.lease_s,
             fence_s=self.fence_s,
+            heartbeat_interval_s=self.s.heartbeat_interval_s,
         )
         self._last_heartbeat = time.monotonic()
+        self.executor.before_register(self.node)
         out = self.store.register_node(rec)
-        self._renew(sent)
+        if not out.revoked:  # force-deleted: the lease runs out, tasks are fenced
+            self._renew(sent)
         return out
 
     def heartbeat(self) -> None:
@@ -261,9 +298,12 @@ class Agent:
         with self._lock:
             local = list(self.local.values())
         report["tasks"] = self.task_usage.sample(local, report["gpus"])
-        if self.store.heartbeat(self.node, report) == "":
+        state = self.store.heartbeat(self.node, report)
+        if state == "":
             log.warning("node %s unknown to the store; registering again", self.node)
             self.register()
+        elif state == "revoked":  # force-deleted: no renewal; the lease fences the tasks
+            log.warning("node %s deleted by an operator; its lease is revoked", self.node)
         else:
             self._renew(sent)
         if self._capacity_watch is not None and self._capacity_watch.changed():
@@ -337,7 +377,13 @@ class Agent:
             return
         cause = ""
         fenced = t.fenced or self.executor.fenced(t.handle)
-        if fenced and code != 0:
+        platform = None
+        if not t.stopping and code != 0:
+            platform = self.executor.infrastructure_ending(t.handle)
+        if platform is not None and not fenced:  # evicted, node shutdown, admission refused
+            cause, why = platform
+            state, msg = TaskState.LOST, f"ended by the platform ({why}), exit code {code}"
+        elif fenced and code != 0:
             state, msg, cause = (
                 TaskState.LOST,
                 "killed by fencing: " + (t.stop_reason or "the agent's lease ran out"),
@@ -352,7 +398,7 @@ class Agent:
         else:
             state, msg = TaskState.FAILED, f"exited with code {code}"
         diag = None
-        if state == TaskState.FAILED:  # classify the failure (rules are data)
+        if state == TaskState.FAILED or platform:  # classify the failure (rules are data)
             role, _, index = t.key.rpartition("-")
             diag = diagnose_report(
                 task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),
@@ -366,9 +412,20 @@ class Agent:
         )
         log.info("task %s %s (exit %s)", t.lid, state, code)
         self.executor.cleanup(t.handle)
+        self._remove_keys(t.job, t.key, t.attempt)
         with self._lock:
             self.local.pop(t.lid, None)
         self._save_state()
+
+    def _remove_keys(self, job: str, key: str, attempt: int) -> None:
+        """Remove the ssh directory (the submission's key) of an attempt that ended or
+        never started (:func:`ssh.remove_task_files`); a failure is logged, not raised."""
+        role, _, index = key.rpartition("-")
+        tid = task_id(job, role, int(index), attempt)
+        try:
+            ssh.remove_task_files(Path(self.s.work_dir) / "tasks" / tid / "ssh")
+        except OSError as exc:
+            log.warning("task %s/%s#%s: cannot remove its ssh key: %s", job, key, attempt, exc)
 
     def _isolated(self, what: str, action: Callable[..., None], *args: object) -> None:
         """Run one task's part of a pass; an error of the store (Redis) ends the pass (it
@@ -401,6 +458,15 @@ class Agent:
         if job_rec is None:
             return
         spec = JobSpec.model_validate(job_rec.spec)
+        user = None
+        if self.s.task_users == "vc":  # the VC's own Unix identity (scheduler/tenants.py)
+            try:
+                user = tenants.resolve(spec.vc)
+            except tenants.TenantError as exc:
+                log.warning("task %s/%s cannot start: %s", job, rec.key, exc)
+                self._report_failed(job, rec, f"could not start: {exc}")
+                return
+        owner = (user.uid, user.gid) if user else None
         tasks = self.store.tasks(job)
         share = Path(self.s.share_dir)
         log_path = task_log_path(share, job, job_rec.uid, rec.role, rec.index)
@@ -420,10 +486,15 @@ class Agent:
                 task_dir=state_dir,
                 task_id=tid,
                 executor_kind=self.executor.kind,
+                ssh_key=job_rec.ssh_key,
+                owner=owner,
+                job_uid=job_rec.uid,
             )
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
+                if owner is not None:  # a container task appends to it itself
+                    os.fchown(f.fileno(), *owner)
             env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
             if self.executor.kind == "process":  # the task may check its own fence
                 env["PASTURE_LEASE_FILE"] = str(self.lease_file)
@@ -460,6 +531,8 @@ class Agent:
             entrypoint=boot.entrypoint,
             args=boot.args,
             working_dir=boot.working_dir,
+            user=user,
+            visible=boot.visible + [str(share / m.source) for m in spec.mounts],
         )
         try:
             handle = self.executor.start(launch)
@@ -510,7 +583,9 @@ class Agent:
         return {env_name(n): values[n] for n in spec.secrets}
 
     def _report_failed(self, job: str, rec: TaskRecord, message: str) -> None:
-        """Report this attempt of ``rec`` failed before it ran (no exit code), with why."""
+        """Report this attempt of ``rec`` failed before it ran (no exit code), with why;
+        its ssh key, if written, is removed."""
+        self._remove_keys(job, rec.key, rec.attempt)
         diag = diagnose_report(None, None, message, None, self.s.diagnosis_rules)
         self.store.report_task(
             job, rec.key, rec.attempt, self.node, TaskState.FAILED, None, message, diagnosis=diag

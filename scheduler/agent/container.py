@@ -1,7 +1,9 @@
 """The ``container`` executor: each task is a podman (or docker) container.
 
 ``<cli> run -d --init --pull=never --network host --cpus N --memory M --name task-<id>``
-with the share bind-mounted at the same path, the job's mounts (share sub-directories),
+with what of the share the task may see bind-mounted at the same paths (its job's
+directory, its code dir read-only, its VC's team directory: never the share root;
+:func:`scheduler.agent.startup.prepare`), the job's mounts (share sub-directories),
 GPUs as CDI devices (``--device nvidia.com/gpu=<index>``, inside the container they are
 numbered from 0, so CUDA_VISIBLE_DEVICES is ``0..n-1``) and the environment in an env file
 (``--env-file``). The container runs ``/bin/sh -c '<command>'`` (``--entrypoint
@@ -10,6 +12,10 @@ appended to the task's log in the share. A role with ``entrypoint: true`` runs t
 own ENTRYPOINT: the script ends with ``exec <ENTRYPOINT> <args or CMD>``, read with
 ``<cli> image inspect`` (Kubernetes semantics: ``args`` replace CMD), and the container
 starts in the image's WORKDIR unless the role sets ``working_dir``.
+A launch with a ``user`` (the job's VC's Unix identity) runs as it: ``--user uid:gid``,
+a passwd entry of that name (sshd needs one), ``HOME`` a tmpfs at ``/home/pasture`` and
+``no-new-privileges``; its files on the share belong to it, so the kernel refuses another
+tenant's container what the mounts would not hide.
 ``--init`` makes SIGTERM reach the command even when it does not handle signals;
 ``--pull=never`` because nodes load images explicitly (``pasture image push``). The
 container (not the agent) keeps the exit code, so an agent restarted while tasks run
@@ -44,6 +50,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scheduler import logpaths
 from scheduler.agent import cgroup, watchdog
 from scheduler.agent.executor import (
     Executor,
@@ -54,6 +61,9 @@ from scheduler.agent.executor import (
 )
 
 log = logging.getLogger("pasture.agent")
+
+CONTAINER_HOME = "/home/pasture"
+"""The home directory (a tmpfs) of a task run as its VC's user in a container."""
 
 
 class ContainerExecutor(Executor):
@@ -94,6 +104,8 @@ class ContainerExecutor(Executor):
         if not launch.image:
             raise ExecutorError("the container executor needs an image (job or role 'image')")
         share = str(launch.share_dir)
+        job_dir = logpaths.job_dir(share, launch.job)
+        job_dir.mkdir(parents=True, exist_ok=True)
         args = [
             "run",
             "-d",
@@ -113,11 +125,25 @@ class ContainerExecutor(Executor):
             str(launch.memory),
             "--env-file",
             env_file,
-            "-v",
-            f"{share}:{share}",
             "--entrypoint",
             "/bin/sh",
+            "-v",  # the job's directory, not the share: logs, output, hostfiles live there
+            f"{job_dir}:{job_dir}",
         ]
+        if launch.user is not None:  # the VC's Unix identity, named in the image's passwd
+            u = launch.user
+            args += [
+                "--user",
+                f"{u.uid}:{u.gid}",
+                "--passwd-entry",
+                f"{u.name}:*:{u.uid}:{u.gid}:pasture tenant:{CONTAINER_HOME}:/bin/sh",
+                "--tmpfs",
+                f"{CONTAINER_HOME}:rw,mode=1777",
+                "--env",
+                f"HOME={CONTAINER_HOME}",
+                "--security-opt",
+                "no-new-privileges",
+            ]
         if not launch.entrypoint:  # an entrypoint role starts in the image's WORKDIR
             args += ["-w", launch.env.get("PASTURE_JOB_DIR", share)]
         for host, target in launch.mounts:

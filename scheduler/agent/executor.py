@@ -25,9 +25,13 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.spec.model import ENTRYPOINT_LABEL, EXECUTOR_LABEL
+from scheduler.tenants import TenantUser
+
+if TYPE_CHECKING:
+    from scheduler.k8s.capacity import Capacity
 
 
 def log_redirect(log_path: Path) -> str:
@@ -90,6 +94,11 @@ class TaskLaunch:
             image's ENTRYPOINT (process) raise ExecutorError.
         working_dir: the role's working directory (already a ``cd`` line of ``command``;
             the kubernetes executor sets it on the pod for entrypoint roles).
+        user: the Unix identity of the job's VC (:mod:`scheduler.tenants`) the task runs
+            as; None: the agent's own user (``task_users: agent``).
+        visible: the share paths a task run as ``user`` may see (job directory, code dir,
+            team directory, the job's mount sources); the process executor hides the rest
+            of the share from it ([]: the whole share mount, as before).
     """
 
     task_id: str
@@ -112,6 +121,8 @@ class TaskLaunch:
     entrypoint: bool = False
     args: list[str] | None = None
     working_dir: str | None = None
+    user: TenantUser | None = None
+    visible: list[str] = field(default_factory=list)
 
 
 RUNS_IMAGE_ENTRYPOINT = ("container", "kubernetes")
@@ -171,28 +182,26 @@ class Executor(abc.ABC):
     def cleanup(self, handle: str) -> None:  # noqa: B027 - optional hook
         """Remove what the task left on the node (default: nothing)."""
 
+    def node_capacity(self, node: str) -> Capacity | None:
+        """What the platform says node ``node`` offers to tasks (the kubernetes executor:
+        its Node object's allocatable), None to detect it on the host. Raises
+        NodeCapacityError when the platform cannot be read."""
+        return None
+
+    def before_register(self, node: str) -> None:  # noqa: B027 - optional hook
+        """Called before the agent registers ``node`` with pasture (the kubernetes
+        executor labels its Node object so that placeholders keep off). Default: nothing."""
+
+    def infrastructure_ending(self, handle: str) -> tuple[str, str] | None:
+        """``(cause, reason)`` when the platform, not the task, ended the task of ``handle``
+        (a :class:`scheduler.store.records.Cause` value and the platform's own reason),
+        so that the agent reports it ``lost`` and the job is requeued without charge.
+        Call after :meth:`poll` returned an exit code, before :meth:`cleanup`. Default:
+        never (the container and process executors' tasks end by themselves)."""
+        return None
+
     def evidence(self, handle: str) -> dict[str, Any]:
         """What the runtime saw of a finished task, for the failure diagnosis
-        (:mod:`scheduler.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
+        (:mod:`scheduler.rules.diagnosis` rules match it), e.g. ``{"oom_killed": True}``. Call
         before :meth:`cleanup`. Default: nothing."""
         return {}
-
-
-def make_executor(kind: str, **options: Any) -> Executor:
-    """Executor by kind: ``process``, ``container`` (options: cli, network),
-    ``kubernetes``. Raises ValueError for an unknown kind."""
-    if kind == "process":
-        from scheduler.agent.process import ProcessExecutor
-
-        return ProcessExecutor()
-    if kind == "container":
-        from scheduler.agent.container import ContainerExecutor
-
-        return ContainerExecutor(
-            cli=str(options.get("cli", "podman")), network=str(options.get("network", "host"))
-        )
-    if kind == "kubernetes":
-        from scheduler.agent import kubernetes  # written against this interface
-
-        return kubernetes.KubernetesExecutor(**options)
-    raise ValueError(f"executor must be process, container or kubernetes, got {kind!r}")

@@ -15,9 +15,9 @@ https://docs.nvidia.com/deploy/nvml-api/):
 
 - an NVML call answers ``NVML_ERROR_GPU_IS_LOST`` (15), ``NVML_ERROR_RESET_REQUIRED`` (16)
   or ``NVML_ERROR_UNKNOWN`` (999) (the GPU fell off the bus / needs a reset);
-- a critical XID since the agent started (:data:`CRITICAL_XIDS`: 48 double-bit ECC, 61/62
-  micro-controller halt, 64 row-remapper failure, 74 NVLink, 79 fallen off the bus, 95
-  uncontained ECC, 119/120 GSP, 140 unrecovered ECC);
+- a critical XID since the agent started (:data:`scheduler.xid.CRITICAL_XIDS`: 48
+  double-bit ECC, 61/62 micro-controller halt, 64 row-remapper failure, 74 NVLink, 79
+  fallen off the bus, 95 uncontained ECC, 119/120 GSP, 140 unrecovered ECC);
 - volatile uncorrected ECC errors > 0, a row-remapping failure, or remapping pending (a
   reset is needed to apply it);
 - temperature at or above the GPU's slowdown threshold.
@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from scheduler.xid import CRITICAL_XIDS, WARNING_XIDS
+
 log = logging.getLogger("pasture.agent.gpu")
 
 # NVML return codes (nvml.h nvmlReturn_t; the same values as pynvml.NVML_ERROR_*)
@@ -45,24 +47,6 @@ FATAL_NVML_ERRORS = {
     NVML_ERROR_GPU_IS_LOST: "GPU is lost (fallen off the bus)",
     NVML_ERROR_RESET_REQUIRED: "GPU requires a reset",
     NVML_ERROR_UNKNOWN: "unknown NVML error",
-}
-
-CRITICAL_XIDS = {
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    64: "ECC row-remapper recording failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
-}
-WARNING_XIDS = {
-    63: "ECC page retirement / row remapping event",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
 }
 
 # nvmlClocksThrottleReason* bits (nvml.h)

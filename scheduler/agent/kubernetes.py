@@ -16,8 +16,8 @@ Settings come from the agent's environment, set by the aks stack's DaemonSet:
 (PVC of the share), ``PASTURE_K8S_IMAGE`` (image of tasks that name none),
 ``PASTURE_K8S_TOLERATIONS`` (JSON list of ``key=value:Effect`` taints to tolerate: the
 pool's taints, plus ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule`` on a Spot
-pool; parsed by :mod:`scheduler.agent.taints`). The node's capacity comes from its node
-object (:mod:`scheduler.agent.k8s_capacity`), not from NVML in the agent's container.
+pool; parsed by :mod:`scheduler.k8s.taints`). The node's capacity comes from its node
+object (:mod:`scheduler.k8s.capacity`), not from NVML in the agent's container.
 
 Fencing without the agent (docs/faults.md): kubelet, not the agent, owns a task pod, so a
 dead agent's pods would run on. When ``PASTURE_K8S_AGENT_DIR`` names the agent's work dir
@@ -41,7 +41,7 @@ Pods that never start: a task container (or its fence sidecar) waiting with a re
 ...) for ``PASTURE_K8S_START_TIMEOUT_S`` seconds (default :data:`START_TIMEOUT_S`; at once
 for the permanent ``InvalidImageName`` and ``ErrImageNeverPull``) ends the task with exit
 code :data:`START_FAILED_EXIT` and the reason as evidence, so the failure diagnosis
-(``scheduler/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
+(``scheduler/rules/diagnosis_rules.yaml``: ``image_pull``, ``invalid_image_name``,
 ``container_config``) says why; the pod is deleted by the agent's cleanup. What the
 kubelet saw of a finished pod reaches the classifier too (:func:`pod_evidence`):
 ``OOMKilled`` (``oom_killed``), ``Evicted``, ``UnexpectedAdmissionError``.
@@ -57,366 +57,71 @@ tested as the client's models; the executor wraps ``CoreV1Api`` (no cluster here
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s
 
-from scheduler.agent import k8s_secrets, taints
-from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, log_redirect
-from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
+from scheduler.agent import k8s_secrets
+from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch
+from scheduler.agent.k8s_pod import (
+    AGENT_VOLUME,
+    DEFAULT_TOLERATIONS,
+    DISRUPTION_HOLD_S,
+    FENCE_CONTAINER,
+    FENCE_RESOURCES,
+    GPU_RESOURCE,
+    PERMANENT_START_FAILURES,
+    SAFE_TO_EVICT,
+    START_FAILED_EXIT,
+    START_FAILURES,
+    START_TIMEOUT_S,
+    PodSettings,
+    build_pod,
+    disruption,
+    exit_code,
+    fence_sidecar,
+    infrastructure_ending,
+    not_started,
+    pod_evidence,
+    pod_name,
+    pod_of,
+    start_failure,
+)
+from scheduler.k8s.capacity import NODE_ENV, Capacity, NodeCapacityError, read_capacity
+from scheduler.k8s.nodes import REGISTERED_LABEL
+
+__all__ = [
+    "AGENT_VOLUME",
+    "DEFAULT_TOLERATIONS",
+    "DISRUPTION_HOLD_S",
+    "FENCE_CONTAINER",
+    "FENCE_RESOURCES",
+    "GPU_RESOURCE",
+    "KubernetesExecutor",
+    "PERMANENT_START_FAILURES",
+    "PodSettings",
+    "SAFE_TO_EVICT",
+    "START_FAILED_EXIT",
+    "START_FAILURES",
+    "START_TIMEOUT_S",
+    "build_pod",
+    "disruption",
+    "exit_code",
+    "infrastructure_ending",
+    "not_started",
+    "fence_sidecar",
+    "pod_evidence",
+    "pod_name",
+    "pod_of",
+    "start_failure",
+]
 
 log = logging.getLogger(__name__)
-
-GPU_RESOURCE = "nvidia.com/gpu"
-DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
-AGENT_VOLUME = "pasture-agent"
-FENCE_CONTAINER = "fence"
-FENCE_RESOURCES = {"cpu": "10m", "memory": "48Mi"}
-"""Requests = limits of the fence sidecar (a sleeping Python process), per task pod."""
-SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-START_TIMEOUT_S = 300.0
-"""Seconds a task pod may wait with a start failure (image pull backing off, a missing
-Secret) before its task fails: a registry that blinks recovers within it; an image that
-does not exist never does."""
-START_FAILURES = (
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-)
-"""Waiting reasons of a container the kubelet cannot start (kubelet ``images`` and
-``kuberuntime`` packages)."""
-PERMANENT_START_FAILURES = ("InvalidImageName", "ErrImageNeverPull")
-"""Start failures no wait can cure: the task fails at once."""
-START_FAILED_EXIT = 125
-"""Exit code reported for a task whose container never started (Docker's and podman's code
-for "the container failed to run")."""
-
-
-@dataclass(frozen=True)
-class PodSettings:
-    """What every task pod of this agent shares.
-
-    Attributes:
-        namespace: namespace of task pods.
-        share_claim: PersistentVolumeClaim of the cluster share; None mounts nothing.
-        default_image: image of tasks whose role names none.
-        tolerations: taints to tolerate, ``key[=value]:Effect`` (the GPU pools' taints).
-        host_network: tasks use the node's network (the agent's ``task_network: host``),
-            so discovery addresses are node addresses.
-        service_account: service account of task pods (None: the namespace default).
-        labels: extra labels on every task pod.
-        agent_dir: the agent's work dir, a hostPath on the node mounted at the same path
-            in the agent (its lease file is there); None: no fence sidecar.
-        fence_image: image of the fence sidecar, one with the pasture package (None:
-            ``default_image``, the pasture image on AKS; not the task's image, which need
-            not have Python).
-        start_timeout_s: seconds a pod may wait with a start failure before its task
-            fails (:data:`START_TIMEOUT_S`).
-    """
-
-    namespace: str = "pasture"
-    share_claim: str | None = "pasture-share"
-    default_image: str = "pasture:0.1.0"
-    tolerations: tuple[str, ...] = DEFAULT_TOLERATIONS
-    host_network: bool = True
-    service_account: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    agent_dir: str | None = None
-    fence_image: str | None = None
-    start_timeout_s: float = START_TIMEOUT_S
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, *, network: str = "host") -> PodSettings:
-        """Settings from ``PASTURE_K8S_*`` variables (see the module docstring).
-
-        Raises:
-            ValueError: ``PASTURE_K8S_TOLERATIONS`` is not a JSON list of strings, or
-                ``PASTURE_K8S_START_TIMEOUT_S`` not a positive number.
-        """
-        env = dict(os.environ if env is None else env)
-        namespace = env.get("PASTURE_K8S_NAMESPACE")
-        if not namespace and _SA_NAMESPACE.exists():
-            namespace = _SA_NAMESPACE.read_text().strip()
-        tolerations = DEFAULT_TOLERATIONS
-        if env.get("PASTURE_K8S_TOLERATIONS"):
-            try:
-                parsed = json.loads(env["PASTURE_K8S_TOLERATIONS"])
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"PASTURE_K8S_TOLERATIONS: not JSON: {exc}") from None
-            if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
-                raise ValueError(
-                    "PASTURE_K8S_TOLERATIONS: expected a JSON list of 'key=value:Effect' "
-                    f"strings, got {parsed!r}"
-                )
-            tolerations = tuple(parsed)
-        timeout = env.get("PASTURE_K8S_START_TIMEOUT_S") or str(START_TIMEOUT_S)
-        try:
-            start_timeout_s = float(timeout)
-        except ValueError:
-            start_timeout_s = -1.0
-        if not start_timeout_s > 0:
-            raise ValueError(
-                "PASTURE_K8S_START_TIMEOUT_S: expected a positive number of seconds, "
-                f"got {timeout!r}"
-            )
-        return cls(
-            namespace=namespace or "pasture",
-            share_claim=env.get("PASTURE_K8S_SHARE_CLAIM", "pasture-share") or None,
-            default_image=env.get("PASTURE_K8S_IMAGE", "pasture:0.1.0"),
-            tolerations=tolerations,
-            host_network=network == "host",
-            agent_dir=env.get("PASTURE_K8S_AGENT_DIR") or None,
-            fence_image=env.get("PASTURE_K8S_FENCE_IMAGE") or None,
-            start_timeout_s=start_timeout_s,
-        )
-
-
-def _label_value(value: str) -> str:
-    """A Kubernetes label value (<= 63 chars of [A-Za-z0-9_.-], alphanumeric ends)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", value)[:63]
-    return cleaned.strip("_.-") or "x"
-
-
-def pod_name(task_id: str) -> str:
-    """Pod name of a task: ``task-<task id>`` as a DNS-1123 label (lower-case, <= 63
-    chars); names that had to be changed or cut get a hash suffix so they stay unique."""
-    base = "task-" + task_id.lower()
-    cleaned = re.sub(r"[^a-z0-9-]", "-", base)
-    cleaned = re.sub(r"-+", "-", cleaned).strip("-")
-    if cleaned == base and len(cleaned) <= 63:
-        return cleaned
-    digest = hashlib.sha256(task_id.encode()).hexdigest()[:8]
-    return f"{cleaned[:54].rstrip('-')}-{digest}"
-
-
-def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
-    """The Pod that runs one task on the node the core chose.
-
-    Args:
-        launch: the task (identity, command, env, cpu_m millicores, memory bytes, gpus).
-        settings: namespace, share claim, default image, tolerations, network.
-
-    Returns:
-        A ``V1Pod`` with ``spec.nodeName = launch.node``, ``restartPolicy: Never``,
-        requests = limits (``<cpu_m>m``, memory in bytes, ``nvidia.com/gpu`` when the
-        task has GPUs), the share mounted at ``launch.share_dir``, stdout/stderr appended
-        to ``launch.log_path`` on the share, and ``launch.env`` as the environment; with
-        ``settings.agent_dir`` and ``launch.lease_file`` also the fence sidecar
-        (:func:`fence_sidecar`) and ``shareProcessNamespace: true``. An entrypoint role
-        (``launch.entrypoint``) gets no ``command`` and ``args = launch.args``, so the
-        kubelet runs the image's ENTRYPOINT (Kubernetes' own semantics); its start-up lines
-        do not run and its output stays in the pod's log (``kubectl logs``), since the
-        ENTRYPOINT is only known to the node's runtime.
-
-    Raises:
-        ValueError: a taint in ``settings.tolerations`` is malformed.
-    """
-    limits = {"cpu": f"{launch.cpu_m}m", "memory": str(launch.memory)}
-    if launch.gpus:
-        limits[GPU_RESOURCE] = str(len(launch.gpus))
-    script = f"{log_redirect(launch.log_path)}\n{launch.command}"
-    mounts, volumes = [], []
-    if settings.share_claim:
-        mounts.append(k8s.V1VolumeMount(name=SHARE_VOLUME, mount_path=str(launch.share_dir)))
-        volumes.append(
-            k8s.V1Volume(
-                name=SHARE_VOLUME,
-                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-                    claim_name=settings.share_claim
-                ),
-            )
-        )
-    extra_mounts, extra_volumes = task_mounts(
-        launch, settings.share_claim, settings.agent_dir, host_network=settings.host_network
-    )
-    mounts += extra_mounts
-    volumes += extra_volumes
-    workdir = str(launch.share_dir) if settings.share_claim else None
-    command: list[str] | None = ["/bin/sh", "-c", script]
-    args = None
-    if launch.entrypoint:  # the image's own ENTRYPOINT: no command, the role's args
-        command, args, workdir = None, launch.args, launch.working_dir
-    container = k8s.V1Container(
-        name="task",
-        image=launch.image or settings.default_image,
-        command=command,
-        args=args,
-        env=k8s_secrets.env_vars(launch.env, pod_name(launch.task_id)),
-        resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=dict(limits)),
-        volume_mounts=mounts or None,
-        working_dir=workdir,
-    )
-    labels = {
-        **settings.labels,
-        "app.kubernetes.io/managed-by": "pasture",
-        "pasture/job": _label_value(launch.job),
-        "pasture/role": _label_value(launch.role),
-        "pasture/index": str(launch.index),
-        "pasture/attempt": str(launch.attempt),
-    }
-    fence = fence_sidecar(launch, settings)
-    if fence is not None and settings.agent_dir:  # (fence_sidecar needs agent_dir)
-        volumes.append(
-            k8s.V1Volume(
-                name=AGENT_VOLUME,
-                host_path=k8s.V1HostPathVolumeSource(path=settings.agent_dir, type="Directory"),
-            )
-        )
-    return k8s.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=k8s.V1ObjectMeta(
-            name=pod_name(launch.task_id),
-            namespace=settings.namespace,
-            labels=labels,
-            annotations={
-                "pasture/task-id": launch.task_id,
-                "pasture/job": launch.job,
-                # the cluster autoscaler never scales away a node with a running task
-                SAFE_TO_EVICT: "false",
-            },
-        ),
-        spec=k8s.V1PodSpec(
-            node_name=launch.node,
-            restart_policy="Never",
-            host_network=settings.host_network,
-            dns_policy="ClusterFirstWithHostNet" if settings.host_network else "ClusterFirst",
-            enable_service_links=False,
-            automount_service_account_token=False,
-            service_account_name=settings.service_account,
-            tolerations=[k8s.V1Toleration(**t) for t in taints.tolerations(settings.tolerations)]
-            or None,
-            containers=[container],
-            init_containers=[fence] if fence is not None else None,
-            share_process_namespace=True if fence is not None else None,
-            volumes=volumes or None,
-        ),
-    )
-
-
-def fence_sidecar(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Container | None:
-    """The fence sidecar of a task pod (module docstring), None when the settings name no
-    agent dir or the launch no lease file.
-
-    Raises:
-        ValueError: the lease file or the task's state dir is not inside ``agent_dir``
-            (the sidecar would watch a file the agent never writes).
-    """
-    if not settings.agent_dir or launch.lease_file is None:
-        return None
-    agent_dir = Path(settings.agent_dir)
-    for what, path in (("lease file", launch.lease_file), ("state dir", launch.state_dir)):
-        if not Path(path).is_relative_to(agent_dir):
-            raise ValueError(
-                f"PASTURE_K8S_AGENT_DIR: the agent's {what} {path} is not under {agent_dir}; "
-                "set it to the agent's work_dir"
-            )
-    return k8s.V1Container(
-        name=FENCE_CONTAINER,
-        image=settings.fence_image or settings.default_image,  # has the watchdog
-        command=[
-            "python3",
-            "-m",
-            "scheduler.agent.watchdog",
-            str(launch.lease_file),
-            str(launch.state_dir / "fenced"),
-            "--pod",
-        ],
-        restart_policy="Always",  # a native sidecar (Kubernetes >= 1.29)
-        resources=k8s.V1ResourceRequirements(
-            requests=dict(FENCE_RESOURCES), limits=dict(FENCE_RESOURCES)
-        ),
-        volume_mounts=[k8s.V1VolumeMount(name=AGENT_VOLUME, mount_path=str(agent_dir))],
-    )
-
-
-def exit_code(pod: k8s.V1Pod) -> int | None:
-    """Exit code of a task pod: None while pending/running, the container's exit code once
-    it terminated, 0/1 for a pod Succeeded/Failed without a container status (e.g.
-    evicted before start: 1)."""
-    status = pod.status
-    phase = status.phase if status else None
-    for cs in (status.container_statuses or []) if status else []:
-        if cs.name == "task" and cs.state and cs.state.terminated:
-            return int(cs.state.terminated.exit_code)
-    if phase == "Succeeded":
-        return 0
-    if phase == "Failed":
-        return 1
-    return None
-
-
-def start_failure(pod: k8s.V1Pod) -> tuple[str, str] | None:
-    """``(reason, message)`` of a container of the pod (task or fence sidecar) that the
-    kubelet cannot start (a waiting reason of :data:`START_FAILURES`), None otherwise."""
-    status = pod.status
-    if status is None:
-        return None
-    for cs in [*(status.init_container_statuses or []), *(status.container_statuses or [])]:
-        waiting = cs.state.waiting if cs.state else None
-        if waiting is not None and waiting.reason in START_FAILURES:
-            return str(waiting.reason), str(waiting.message or "")
-    return None
-
-
-def pod_evidence(pod: k8s.V1Pod | None) -> dict[str, object]:
-    """What the kubelet saw of a finished task pod, for the failure diagnosis:
-    ``{"oom_killed": True, "k8s_reason": "OOMKilled"}`` when the task container was
-    OOM-killed, ``{"k8s_reason": "Evicted" | "UnexpectedAdmissionError" | ...,
-    "k8s_message": ...}`` from the pod's status reason (node pressure eviction, the device
-    plugin refusing its GPUs at admission); ``{}`` for a gone pod or nothing to say."""
-    if pod is None or pod.status is None:
-        return {}
-    for cs in pod.status.container_statuses or []:
-        term = cs.state.terminated if cs.name == "task" and cs.state else None
-        if term is not None and term.reason == "OOMKilled":
-            return {"oom_killed": True, "k8s_reason": "OOMKilled"}
-    if pod.status.reason:
-        return {"k8s_reason": str(pod.status.reason), "k8s_message": str(pod.status.message or "")}
-    return {}
-
-
-# How long a task pod that the infrastructure ended (drain, eviction, node shutdown) or
-# that vanished is still reported as running: AKS drains a Spot node on its preemption
-# notice and Azure deletes the VM about 30 s later, taking this agent with it, so the
-# node's loss (an infrastructure fault) reaches the loop before any task failure would.
-DISRUPTION_HOLD_S = 120.0
-
-
-def disruption(pod: k8s.V1Pod | None) -> str | None:
-    """Why the infrastructure ended a task pod, or None when it did not.
-
-    Returns the reason of the pod's ``DisruptionTarget`` condition (Kubernetes >= 1.26:
-    ``EvictionByEvictionAPI`` for a drain, such as AKS node auto-drain on a Spot
-    preemption notice; ``DeletionByTaintManager``; ``TerminationByKubelet`` for a node
-    shutdown; ``PreemptionByScheduler``; ``DeletionByPodGC``), or ``"pod deleted"`` for a
-    pod that no longer exists (``pod`` None).
-    """
-    if pod is None:
-        return "pod deleted"
-    for cond in (pod.status.conditions or []) if pod.status else []:
-        if cond.type == "DisruptionTarget" and cond.status == "True":
-            return cond.reason or "DisruptionTarget"
-    return None
-
-
-def pod_of(handle: str) -> tuple[str, str]:
-    """``(namespace, pod)`` of an executor handle ``<namespace>/<pod>[#<fenced file>]``."""
-    namespace, name = handle.partition("#")[0].split("/", 1)
-    return namespace, name
 
 
 class KubernetesExecutor(Executor):
@@ -431,6 +136,11 @@ class KubernetesExecutor(Executor):
             reported as running (:data:`DISRUPTION_HOLD_S`, see :func:`disruption`);
             then its exit code (-1 when gone) is reported.
         clock: monotonic clock in seconds.
+        capacity_wait_s: seconds :meth:`node_capacity` waits for a GPU node's device
+            plugin to advertise its GPUs.
+        node_objects: read and label this agent's Node object (:meth:`node_capacity`,
+            :meth:`before_register`); default: when ``PASTURE_K8S_NODE_NAME`` is set (the
+            agent DaemonSet of the aks stack).
     """
 
     kind = "kubernetes"
@@ -442,8 +152,12 @@ class KubernetesExecutor(Executor):
         api: k8s.CoreV1Api | None = None,
         disruption_hold_s: float = DISRUPTION_HOLD_S,
         clock: Callable[[], float] = time.monotonic,
+        capacity_wait_s: float = 300.0,
+        node_objects: bool | None = None,
         **_ignored: object,
     ) -> None:
+        self.capacity_wait_s = capacity_wait_s
+        self.node_objects = bool(os.environ.get(NODE_ENV)) if node_objects is None else node_objects
         self.settings = settings or PodSettings.from_env(network=network)
         self.disruption_hold_s = disruption_hold_s
         self._clock = clock
@@ -452,6 +166,8 @@ class KubernetesExecutor(Executor):
         self._secrets: set[str] = set()  # pods with a Secret made by this executor
         self._waiting: dict[str, float] = {}  # handle -> when first seen failing to start
         self._evidence: dict[str, dict[str, object]] = {}  # handle -> why it never started
+        self._last: dict[str, k8s.V1Pod | None] = {}  # handle -> the pod poll() last read
+        self._pending: dict[str, float] = {}  # handle -> when first seen not running
         if api is None:
             from kubernetes import config as k8s_config
 
@@ -519,6 +235,7 @@ class KubernetesExecutor(Executor):
             if exc.status != 404:
                 raise
             pod = None
+        self._last[handle] = pod
         code = -1 if pod is None else exit_code(pod)
         if code is None and pod is not None:
             return self._start_failed(handle, pod)
@@ -542,18 +259,85 @@ class KubernetesExecutor(Executor):
     def _start_failed(self, handle: str, pod: k8s.V1Pod) -> int | None:
         """None while the pod may still start; :data:`START_FAILED_EXIT` once its start
         failure lasted ``settings.start_timeout_s`` (at once for a permanent one)."""
+        pending = not_started(pod)
+        if pending is None:  # it runs: neither clock goes on
+            self._pending.pop(handle, None)
+            self._waiting.pop(handle, None)
+            return None
+        now = self._clock()
+        pending_since = self._pending.setdefault(handle, now)
         failure = start_failure(pod)
         if failure is None:
             self._waiting.pop(handle, None)
-            return None
-        reason, message = failure
-        now = self._clock()
-        since = self._waiting.setdefault(handle, now)
-        if reason not in PERMANENT_START_FAILURES and now - since < self.settings.start_timeout_s:
-            return None
+            if now - pending_since < self.settings.pending_timeout_s:
+                return None
+            reason, message = pending  # stuck before any container could start
+            message = (
+                f"not running after {now - pending_since:.0f} s (limit "
+                f"{self.settings.pending_timeout_s:g} s): {message}"
+            ).rstrip(": ")
+        else:
+            reason, message = failure
+            since = self._waiting.setdefault(handle, now)
+            if (
+                reason not in PERMANENT_START_FAILURES
+                and now - since < self.settings.start_timeout_s
+                and now - pending_since < self.settings.pending_timeout_s
+            ):
+                return None
         log.warning("task pod %s never started: %s: %s", handle, reason, message)
         self._evidence[handle] = {"k8s_reason": reason, "k8s_message": message}
+        if failure is None:  # no start failure of its own: it never ran, whatever why
+            self._evidence[handle]["k8s_not_running"] = True
         return START_FAILED_EXIT
+
+    def node_capacity(self, node: str) -> Capacity | None:
+        """The allocatable of this agent's Node object (:func:`read_capacity`: waiting for
+        a GPU node's device plugin to advertise its GPUs); None without ``node_objects``.
+        Raises NodeCapacityError."""
+        if not self.node_objects:
+            return None
+
+        def fetch(name: str) -> dict[str, Any]:
+            try:
+                raw = self.api.read_node(name)
+            except k8s.ApiException as exc:
+                raise NodeCapacityError(
+                    f"node {name}: cannot read its Node object: {exc.status} {exc.reason}"
+                ) from None
+            out: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(raw)
+            return out
+
+        return read_capacity(node, fetch=fetch, wait_s=self.capacity_wait_s)
+
+    def before_register(self, node: str) -> None:
+        """Label this node's Node object :data:`REGISTERED_LABEL` (``"true"``) before the
+        agent registers it: placeholder pods require its absence, so that kube-scheduler
+        puts none where pasture binds tasks. A refusal (the agent's ClusterRole lacks
+        ``patch`` on nodes) is logged; the loop still counts placeholders against the
+        node's capacity (:mod:`.k8s_nodes`). Nothing without ``node_objects``."""
+        if not self.node_objects:
+            return
+        body = {"metadata": {"labels": {REGISTERED_LABEL: "true"}}}
+        try:
+            self.api.patch_node(node, body)
+        except k8s.ApiException as exc:
+            log.error(
+                "cannot label node %s %s=true (%s %s): placeholder pods may land on it; "
+                "the agent's ClusterRole needs 'patch' on 'nodes'",
+                node,
+                REGISTERED_LABEL,
+                exc.status,
+                exc.reason,
+            )
+
+    def infrastructure_ending(self, handle: str) -> tuple[str, str] | None:
+        """``(cause, reason)`` of a task pod that Kubernetes ended (an eviction, a node
+        shutdown, an admission rejection: :func:`infrastructure_ending` of the pod last read
+        by :meth:`poll`), None when the task ended by itself or never started."""
+        if handle in self._evidence:
+            return None
+        return infrastructure_ending(self._last.get(handle))
 
     def evidence(self, handle: str) -> dict[str, object]:
         """Why the pod never started (:meth:`poll`), else what the kubelet saw of it
@@ -604,6 +388,8 @@ class KubernetesExecutor(Executor):
         self._disrupted.pop(handle, None)
         self._waiting.pop(handle, None)
         self._evidence.pop(handle, None)
+        self._last.pop(handle, None)
+        self._pending.pop(handle, None)
         self._deleted.discard(handle)
         self._delete(name, namespace, secret=name in self._secrets)
         self._secrets.discard(name)

@@ -32,6 +32,13 @@ Limits and the kill unit, by what the OS offers (detected once per executor,
   controller, else the process group, the session, their descendants and every process
   whose environment holds the task's ``PASTURE_TASK_UID`` (:func:`watchdog.tree_pids`).
 
+A launch with a ``user`` (the job's VC's Unix identity, :mod:`scheduler.tenants`) runs
+the command as that user (:func:`as_user`), in a mount namespace of its own where the
+share shows only the launch's ``visible`` paths (:func:`private_share`, ``unshare``): the
+watchdog and the shell around the command stay the agent's (root), so fencing, the
+cgroup and the exit file are out of the task's reach, and the task's files,
+``/proc/<pid>/environ`` and signals are out of other tenants' reach.
+
 Never an address-space limit (RLIMIT_AS): CUDA and NCCL reserve far more virtual memory
 than they use (../shared/gpu/README.md).
 
@@ -65,6 +72,7 @@ import psutil
 
 from scheduler.agent import cgroup, watchdog
 from scheduler.agent.executor import Executor, ExecutorError, TaskLaunch, gpu_env
+from scheduler.tenants import TenantUser
 
 log = logging.getLogger("pasture.agent")
 
@@ -98,6 +106,54 @@ def base_env() -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env
+
+
+COMMAND_VAR = "PASTURE_TASK_COMMAND_"
+"""Environment variable that carries a tenant task's command from the agent to the shell
+that runs it as the tenant (:func:`as_user`), unset before the command runs."""
+
+
+def as_user(user: TenantUser) -> str:
+    """The shell line that runs the task's command (in :data:`COMMAND_VAR`) as ``user``:
+    util-linux ``setpriv`` with the user's uid and gid, no supplementary groups and
+    ``no_new_privs`` (no setuid binary gives root back). The caller's shell stays root
+    (cgroup join, exit file), its child does not. The command travels in the environment,
+    not in argv: ``/proc/<pid>/cmdline`` is readable by every user of the node, a
+    process' environment only by its own user (and root)."""
+    return (
+        f"setpriv --reuid={int(user.uid)} --regid={int(user.gid)} --clear-groups"
+        f" --no-new-privs -- /bin/sh -c"
+        f" 'c=${COMMAND_VAR}; unset {COMMAND_VAR}; eval \"$c\"'"
+    )
+
+
+def private_share(share: str, visible: list[str]) -> str:
+    """Shell lines (root, in a fresh mount namespace) that hide the share ``share`` from
+    the task but for the paths ``visible``: each is bind-mounted aside on a private
+    tmpfs, a tmpfs covers the share, and each is moved back to its own path; then the
+    shell re-enters its working directory through the new mounts. A task then lists
+    ``<share>/jobs`` and finds its own job only. "" when a visible path is the share
+    itself (a job that mounts the share root sees it). Paths are quoted as data.
+
+    Raises:
+        ExecutorError: a visible path outside ``share``.
+    """
+    root = os.path.normpath(share)
+    keep: list[str] = []
+    for p in sorted({os.path.normpath(v) for v in visible}):
+        if p == root:
+            return ""
+        if not p.startswith(root + "/"):
+            raise ExecutorError(f"visible path {p} is outside the share {root}")
+        if not any(p.startswith(k + "/") for k in keep):  # inside one kept already
+            keep.append(p)
+    q = shlex.quote
+    lines = ["set -e", "t=$(mktemp -d)", 'mount -t tmpfs -o mode=0700 pasture-stage "$t"']
+    lines += [f'mkdir "$t/{i}" && mount --bind {q(p)} "$t/{i}"' for i, p in enumerate(keep)]
+    lines.append(f"mount -t tmpfs -o mode=0755 pasture-share {q(root)}")
+    lines += [f'mkdir -p {q(p)} && mount --move "$t/{i}" {q(p)}' for i, p in enumerate(keep)]
+    lines += ['umount "$t" && rmdir "$t"', "set +e", 'cd "$PWD" 2>/dev/null']
+    return "\n".join(lines)
 
 
 KILL_WAIT_S = 5.0
@@ -175,9 +231,17 @@ class ProcessExecutor(Executor):
             except cgroup.CgroupError as exc:
                 raise ExecutorError(str(exc)) from exc
         marker = f"{launch.task_id}.{secrets.token_hex(4)}"
+        run = f"(\n{launch.command}\n)"
+        if launch.user is not None:  # the tenant's identity; the cgroup joined as root first
+            run = as_user(launch.user)
+            hide = private_share(str(launch.share_dir), launch.visible) if launch.visible else ""
+            if hide:  # a mount namespace of its own where the share shows only its paths
+                run = "unshare --mount --propagation private -- /bin/sh -c " + shlex.quote(
+                    f"{hide}\nexec {run}"
+                )
         script = (
             f"{cgroup.join_script(dirs)}\n"
-            f"(\n{launch.command}\n)\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
+            f"{run}\nrc=$?\necho $rc > {shlex.quote(str(exit_file))}.tmp"
             f" && mv {shlex.quote(str(exit_file))}.tmp {shlex.quote(str(exit_file))}\n"
             "exit $rc\n"
         )
@@ -217,6 +281,9 @@ class ProcessExecutor(Executor):
         env.update(launch.env)
         env.update(gpu_env([str(g) for g in launch.gpus]))
         env[TASK_UID] = marker
+        if launch.user is not None:
+            env.update(HOME=launch.user.home, USER=launch.user.name, LOGNAME=launch.user.name)
+            env[COMMAND_VAR] = launch.command
         cwd = env.get("PASTURE_JOB_DIR") or str(launch.share_dir)
         try:
             Path(cwd).mkdir(parents=True, exist_ok=True)
@@ -388,7 +455,7 @@ class ProcessExecutor(Executor):
         "oom_killed": bool}``: how the task's memory was limited (the node's
         ``pasture.io/memory-limit`` when it started) and whether the kernel's OOM killer
         ended a process of it (its memory cgroup's ``oom_kill`` count; for a systemd scope,
-        the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.diagnosis`.
+        the kernel's ``oom-kill`` line naming the scope), for :mod:`scheduler.rules.diagnosis`.
         Call after :meth:`poll` returned the exit code and before :meth:`cleanup`."""
         h = json.loads(handle)
         limit = str(h.get("memory_limit", "none"))

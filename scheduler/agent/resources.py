@@ -1,5 +1,5 @@
 """What this node has and uses: psutil for CPU and memory, nvidia-ml-py for GPUs (in a
-Kubernetes pod: the node object, see :mod:`scheduler.agent.k8s_capacity`).
+Kubernetes pod: the node object, see :mod:`scheduler.k8s.capacity`).
 
 GPU detection is guarded: without the NVIDIA driver (``libnvidia-ml.so`` missing, as on
 this build machine) or without the ``pynvml`` module, the node has 0 GPUs and usage reports
@@ -9,20 +9,12 @@ an empty GPU list.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import psutil
 
-
-@dataclass(frozen=True)
-class Capacity:
-    """Node capacity: cpu_m millicores, memory bytes, gpu devices, gpu_model name."""
-
-    cpu_m: int
-    memory: int
-    gpu: int
-    gpu_model: str | None
+from scheduler.k8s.capacity import Capacity, capacity_from_env
 
 
 def _nvml() -> Any | None:
@@ -68,9 +60,27 @@ def gpus_of(backend: Any) -> tuple[int, str | None]:
     return count, model
 
 
-def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
+def gpu_models(backend: Any) -> dict[int, str | None]:
+    """``{GPU index: model}`` as an NVML backend answers (a
+    :class:`scheduler.agent.gpu_health.NvmlBackend`); a GPU that does not answer
+    ``nvmlDeviceGetName`` is None. Unlike :func:`gpus_of`, every index, so a host with
+    mixed GPUs is reported as it is."""
+    from scheduler.agent.gpu_health import NvmlCallError
+
+    out: dict[int, str | None] = {}
+    for i in range(backend.device_count()):
+        try:
+            out[i] = backend.call("nvmlDeviceGetName", i) or None
+        except NvmlCallError:
+            out[i] = None
+    return out
+
+
+def detect_capacity(
+    overrides: Any = None, nvml: Any = None, node: Capacity | None = None
+) -> Capacity:
     """Capacity from psutil / NVML, or in a Kubernetes pod (``PASTURE_K8S_NODE_NAME`` set)
-    from the node object (:mod:`scheduler.agent.k8s_capacity`); fields of ``overrides``
+    from the node object (:mod:`scheduler.k8s.capacity`); fields of ``overrides``
     (settings ``resources``) that are not None win.
 
     Args:
@@ -78,13 +88,13 @@ def detect_capacity(overrides: Any = None, nvml: Any = None) -> Capacity:
         nvml: the agent's NVML backend (its GPU health monitor's: the driver, or a recording
             replayed); the GPUs are counted through it, so that the node announces the GPUs
             it reports metrics for. None: NVML asked directly (:func:`detect_gpus`).
+        node: what the platform's node object offers (the kubernetes executor's
+            :meth:`~scheduler.agent.executor.Executor.node_capacity`); None: as above.
 
     Raises:
         NodeCapacityError: in a Kubernetes pod, the node object cannot be read.
     """
-    from scheduler.agent.k8s_capacity import capacity_from_env  # imports this module
-
-    node = capacity_from_env()
+    node = node if node is not None else capacity_from_env()
     if node is not None:
         cap = asdict(node)
     else:

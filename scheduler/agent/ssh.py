@@ -2,19 +2,19 @@
 
 Wiring (one job attempt; every agent computes the same files from the same inputs):
 
-- Key pair: ``<share>/jobs/<job>/.ssh/attempt-<n>.key`` (ECDSA P-256, PEM, made with
-  paramiko), created once per attempt by the first agent that starts one of the attempt's
-  tasks (``O_CREAT|O_EXCL``, mode 0600, directory 0700; agents that lose the race read the
-  winner's file). The same key is every task's host key and client identity, so clients
-  check the server's host key against it (``StrictHostKeyChecking yes`` with a
-  known_hosts line ``* <public key>``): only the job's own tasks are trusted.
+- Key pair: the submission's own (one per job uid, ECDSA P-256, PEM), made by the store
+  when the job is stored and read from this node's launch record
+  (:mod:`scheduler.jobkey`); it never lies on the share, and no file the agent did not
+  write for this task is ever read as a key. The same key is every task's host key and
+  client identity, so clients check the server's host key against it
+  (``StrictHostKeyChecking yes`` with a known_hosts line ``* <public key>``): only the
+  job's own tasks are trusted. A job deleted and submitted again gets a new key.
 - Per task, in a directory private to the task on the node (``<work_dir>/tasks/<id>/ssh``,
-  0700, mounted at ``/run/pasture/ssh`` in containers): the key (0600: ssh refuses keys
-  other users may read, and a share mounted over SMB does not keep modes, so the key is
-  copied here), ``authorized_keys``, ``known_hosts``, ``sshd_config``, ``config`` (host
-  aliases), ``bin/ssh`` (``ssh -F config``, first on the task's PATH) and
-  ``bin/pasture-ssh-barrier``.
-- sshd listens on the task's ``ssh`` port (:func:`scheduler.discovery.port_names` adds
+  0700 and owned by the task's user, mounted at ``/run/pasture/ssh`` in containers; the
+  agent removes it when the attempt ends): the key (0600), ``authorized_keys``,
+  ``known_hosts``, ``sshd_config``, ``config`` (host aliases), ``bin/ssh``
+  (``ssh -F config``, first on the task's PATH) and ``bin/pasture-ssh-barrier``.
+- sshd listens on the task's ``ssh`` port (:func:`scheduler.spec.facts.port_names` adds
   one to every role of a job that asks for ssh) and runs in the foreground in the task's
   process group; the start-up script kills it when the command ends. The sessions it forks
   for processes started over ssh (MPI ranks) leave that process group and session, but not
@@ -34,71 +34,37 @@ the ``bin/ssh`` wrapper on PATH in both modes.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import shlex
-import time
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import paramiko
-
-from scheduler.discovery import ordered_tasks, shell_name
+from scheduler import jobkey
+from scheduler.rules.discovery import ordered_tasks, shell_name
 from scheduler.spec.model import JobSpec
 from scheduler.store.records import TaskRecord
 
 KEY_NAME = "id_job"
-READ_RETRY_S = 10.0
-"""Seconds an agent that lost the key-creation race waits for the winner's complete file."""
 
 
-def job_key_path(job_dir: Path, attempt: int) -> Path:
-    """Where the job attempt's private key lives on the share."""
-    return job_dir / ".ssh" / f"attempt-{attempt}.key"
-
-
-def ensure_job_key(job_dir: Path, attempt: int) -> tuple[str, str]:
-    """The job attempt's key pair, created when missing (see the module docstring).
+def job_key(private_pem: str) -> tuple[str, str]:
+    """The submission's key pair from the private key of its launch record.
 
     Returns:
         (private key in PEM, public key line ``ecdsa-sha2-nistp256 AAAA...``).
     Raises:
-        OSError: the share is not writable, or another agent's key file stayed unreadable
-            for READ_RETRY_S seconds.
+        ValueError: no key (a job stored before keys were made per submission: resubmit
+            it) or not a key (:func:`scheduler.jobkey.public_line`).
     """
-    path = job_key_path(job_dir, attempt)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):  # SMB mounts (smbnetfs) may not support chmod
-        os.chmod(path.parent, 0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read_key(path)
-    key = paramiko.ECDSAKey.generate(bits=256)
-    buf = io.StringIO()
-    key.write_private_key(buf)
-    with os.fdopen(fd, "w") as f:
-        f.write(buf.getvalue())
-    for old in path.parent.glob("attempt-*.key"):  # earlier attempts' keys are dead
-        if old != path:
-            old.unlink(missing_ok=True)
-    return buf.getvalue(), f"{key.get_name()} {key.get_base64()}"
-
-
-def _read_key(path: Path) -> tuple[str, str]:
-    deadline = time.monotonic() + READ_RETRY_S
-    while True:
-        text = path.read_text()
-        try:
-            key = paramiko.ECDSAKey.from_private_key(io.StringIO(text))
-            return text, f"{key.get_name()} {key.get_base64()}"
-        except (paramiko.SSHException, ValueError) as exc:
-            if time.monotonic() > deadline:
-                raise OSError(f"job key {path} is unreadable: {exc}") from exc
-            time.sleep(0.1)
+    if not private_pem:
+        raise ValueError(
+            "this job asks for ssh but its launch record holds no key (stored before keys"
+            " were made per submission); resubmit the job"
+        )
+    return private_pem, jobkey.public_line(private_pem)
 
 
 def aliases(job: str, t: TaskRecord) -> list[str]:
@@ -196,13 +162,23 @@ def write_task_files(
     me: TaskRecord,
     key: tuple[str, str],
     task_dir: str,
+    owner: tuple[int, int] | None = None,
 ) -> None:
     """Write task ``me``'s ssh directory at ``dest`` on the node (seen as ``task_dir``
-    by the task). Raises OSError when the node's work dir is not writable."""
+    by the task): a fresh directory (whatever was at ``dest`` is removed first, never
+    read), mode 0700, every file created exclusively.
+
+    Args:
+        owner: (uid, gid) the directory and its files belong to: the task's user, so its
+            sshd and ssh can read the key that no other user can (None: the agent's).
+    Raises:
+        OSError: the node's work dir is not writable.
+    """
     private, public = key
-    dest.mkdir(parents=True, exist_ok=True)
+    remove_task_files(dest)
+    dest.mkdir(mode=0o700, parents=True)
     os.chmod(dest, 0o700)
-    (dest / "bin").mkdir(exist_ok=True)
+    (dest / "bin").mkdir(mode=0o755)
     files = {
         KEY_NAME: (private, 0o600),
         f"{KEY_NAME}.pub": (public + "\n", 0o644),
@@ -218,11 +194,24 @@ def write_task_files(
     }
     for name, (text, mode) in files.items():
         path = dest / name
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), mode)
+            if owner is not None:
+                os.fchown(f.fileno(), *owner)
             f.write(text)
-        os.chmod(path, mode)
+    if owner is not None:
+        os.chown(dest / "bin", *owner)
+        os.chown(dest, *owner)
+
+
+def remove_task_files(dest: Path) -> None:
+    """Remove a task's ssh directory (the key with it) when its attempt ends; a link
+    planted in its place is removed, never followed. Raises OSError when it cannot be."""
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.exists():
+        shutil.rmtree(dest)
 
 
 def ssh_env(

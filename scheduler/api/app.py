@@ -19,6 +19,7 @@ from starlette.routing import Match
 from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.dashboard.sessions import SessionStore
+from scheduler.api.fairness import DEFAULT_PER_TOKEN, TokenGate
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import (
     HealthCollector,
@@ -28,7 +29,7 @@ from scheduler.api.metrics import (
 )
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
-from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, usage
+from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, schedules, usage
 from scheduler.api.schemas import Health
 from scheduler.api.strict import no_unknown_query
 from scheduler.services import backend
@@ -43,6 +44,11 @@ from scheduler.services.status import StatusService
 from scheduler.services.tokens import TokenService
 from scheduler.services.usage import UsageService
 from scheduler.services.vcs import VcService
+from scheduler.settings import (
+    DEFAULT_AUTH_FAILURE_WINDOW_S,
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_AUTH_FAILURES_PER_ADDRESS,
+)
 from scheduler.store.tokens import TokenInfo, TokenStore
 
 log = logging.getLogger(__name__)
@@ -95,7 +101,9 @@ def create_app(
     app.state.tokens = tokens
     app.state.jobs = JobService(store, secrets_key_file=getattr(settings, "secrets_key_file", None))
     app.state.dry_run = DryRunService(
-        app.state.jobs, getattr(getattr(settings, "loop", None), "policy", "pasture")
+        app.state.jobs,
+        getattr(getattr(settings, "loop", None), "policy", "pasture"),
+        share=share_dir if getattr(settings, "share_dir", None) else None,
     )
     app.state.nodes = NodeService(store)
     app.state.vcs = VcService(store)
@@ -114,10 +122,18 @@ def create_app(
     cache_s = getattr(api_settings, "token_cache_s", None)
     app.state.token_cache = TokenCache(TOKEN_CACHE_S if cache_s is None else float(cache_s))
     app.state.auth_limiter = AuthFailureLimiter(
-        int(getattr(api_settings, "auth_failures_per_window", None) or 20),
-        int(getattr(api_settings, "auth_failure_window_s", None) or 60),
+        int(getattr(api_settings, "auth_failures_per_window", None) or DEFAULT_AUTH_FAILURES),
+        int(getattr(api_settings, "auth_failure_window_s", None) or DEFAULT_AUTH_FAILURE_WINDOW_S),
+        per_address=int(
+            getattr(api_settings, "auth_failures_per_address", None)
+            or DEFAULT_AUTH_FAILURES_PER_ADDRESS
+        ),
     )
     app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
+    # one token's dashboard requests handled at a time (scheduler/api/fairness.py)
+    app.state.token_gate = TokenGate(
+        int(getattr(api_settings, "token_concurrency", None) or DEFAULT_PER_TOKEN)
+    )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
     app.state.metrics.registry.register(  # issue 19: what the alerting rules need
@@ -127,6 +143,7 @@ def create_app(
     strict = [Depends(no_unknown_query)]
     app.include_router(jobs.router, dependencies=strict)
     app.include_router(batch.router, dependencies=strict)  # POST /api/v1/jobs:batch
+    app.include_router(schedules.router, dependencies=strict)  # scheduled jobs
     app.include_router(cluster.router, dependencies=strict)
     app.include_router(usage.router, dependencies=strict)
     app.include_router(admin.router, dependencies=strict)

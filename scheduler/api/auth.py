@@ -3,8 +3,9 @@
 A request without a token answers 401; one whose token is unknown, revoked or expired
 answers 401 and counts as a failure against its client address and that token; the same
 token from the same address over the failure limit answers 429 with ``Retry-After``, other
-tokens from that address are not affected. A verified token over its request limit
-answers 429 too (see :mod:`scheduler.api.ratelimit`).
+tokens from that address are not affected unless the address as a whole failed
+``api.auth_failures_per_address`` times (then only tokens not verified recently answer
+429). A verified token over its request limit answers 429 too (see :mod:`scheduler.api.ratelimit`).
 
 Verified tokens are kept in this process for at most ``api.token_cache_s`` seconds
 (:class:`TokenCache`, default 1 s), so that a client sending many requests costs one
@@ -111,6 +112,15 @@ def refuse_if_blocked(request: Request, token: str) -> None:
         raise too_many(wait, "too many failed authentications with this token from this address")
 
 
+def refuse_if_address_blocked(request: Request) -> None:
+    """Raise 429 (with ``Retry-After``) when the client's address is over its limit of
+    failed authentications (any tokens): called before a token is looked up in Redis, never
+    for a token this process verified recently (:class:`TokenCache`)."""
+    wait = request.app.state.auth_limiter.address_retry_after(client_address(request))
+    if wait is not None:
+        raise too_many(wait, "too many failed authentications from this address")
+
+
 def failed(request: Request, token: str) -> None:
     """Count a failed authentication of ``token`` from the client's address."""
     request.app.state.auth_limiter.failed(client_address(request), token)
@@ -144,9 +154,11 @@ def verify_token(request: Request, token: str) -> TokenInfo | None:
     failure is counted). Blocking: call it from a worker thread.
 
     Raises:
-        HTTPException 429: this token failed too often from the client's address.
+        HTTPException 429: this token failed too often from the client's address, or the
+            address did (any tokens).
     """
     refuse_if_blocked(request, token)
+    refuse_if_address_blocked(request)
     tokens: TokenStore = request.app.state.tokens
     info = tokens.verify(token)
     if info is None:

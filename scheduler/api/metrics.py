@@ -26,6 +26,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.xid import CRITICAL_XIDS
+
 if TYPE_CHECKING:
     from scheduler.store.records import Allocation, JobRecord, NodeRecord, VCUsage
     from scheduler.store.store import Store
@@ -507,8 +509,6 @@ class HealthCollector:
                 ("xids", "pasture_gpu_critical_xids", "Critical XIDs since the agent started."),
             )
         }
-        from scheduler.agent.gpu_health import CRITICAL_XIDS
-
         for n in nodes:
             for g in (n.usage or {}).get("gpu_health") or []:
                 if not isinstance(g, dict):

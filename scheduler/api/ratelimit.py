@@ -13,6 +13,13 @@ Three limits, each answering 429 with ``Retry-After`` (seconds) when exceeded:
   random bits, so guessing is hopeless; each costs one Redis read, like any request, and
   its requests are still bounded by the server's concurrency). Requests with no token at
   all answer 401 and are not counted.
+- **Failed authentications, per address** (``auth_failures_per_address`` within the same
+  window, default 200): every failure above also counts against its address alone (as
+  does a dashboard request with an unknown session cookie). Past it, a token from that
+  address that this process has not verified within ``api.token_cache_s`` answers 429
+  without being looked up: a spray of distinct wrong tokens (or session cookies) costs a
+  429 and no Redis read, while a token in use (verified recently) goes on working. The
+  default is far above what people behind one NAT mistype.
 - **Requests per token** (``api.request_limit``, default ``1000 per 10 seconds``): every
   authenticated API request counts against its token (by name), whatever the address.
 - **Submits per token** (``api.submit_limit``, default ``200 per 10 seconds``, lower): a
@@ -33,31 +40,18 @@ import hashlib
 import math
 import time
 
-from limits import RateLimitItem, RateLimitItemPerSecond, parse_many
+from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-DEFAULT_FAILURES = 20
-DEFAULT_WINDOW_S = 60
-DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
-DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
-
-
-def parse_limit(text: str | None, field: str) -> list[RateLimitItem]:
-    """The limits of ``text`` (``"1000 per 10 seconds;50/second"``; empty or None: none).
-
-    Raises:
-        ValueError: naming ``field``, what is expected and what was given.
-    """
-    if not text or not text.strip():
-        return []
-    try:
-        return list(parse_many(text))
-    except ValueError:
-        raise ValueError(
-            f"{field}: expected limits like '1000 per 10 seconds' (several separated by ';', "
-            f"'' for none), got {text!r}"
-        ) from None
+from scheduler.settings import (
+    DEFAULT_AUTH_FAILURE_WINDOW_S,
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_AUTH_FAILURES_PER_ADDRESS,
+    DEFAULT_REQUEST_LIMIT,
+    DEFAULT_SUBMIT_LIMIT,
+    parse_limit,
+)
 
 
 def _wait(limiter: MovingWindowRateLimiter, item: RateLimitItem, *keys: str) -> int:
@@ -72,20 +66,30 @@ class AuthFailureLimiter:
     Args:
         failures: failures allowed per address and token within the window (> 0).
         window_s: the moving window, seconds (> 0).
+        per_address: failures allowed per address (any tokens) within the window (> 0).
 
     Raises:
         ValueError: a limit <= 0.
     """
 
-    def __init__(self, failures: int = DEFAULT_FAILURES, window_s: int = DEFAULT_WINDOW_S):
-        if failures <= 0 or window_s <= 0:
+    def __init__(
+        self,
+        failures: int = DEFAULT_AUTH_FAILURES,
+        window_s: int = DEFAULT_AUTH_FAILURE_WINDOW_S,
+        per_address: int = DEFAULT_AUTH_FAILURES_PER_ADDRESS,
+    ):
+        if failures <= 0 or window_s <= 0 or per_address <= 0:
             raise ValueError(
-                f"auth rate limit: expected failures > 0 and window_s > 0, "
-                f"got {failures} and {window_s}"
+                f"auth rate limit: expected failures > 0, window_s > 0 and per_address > 0, "
+                f"got {failures}, {window_s} and {per_address}"
             )
         self.failures = int(failures)
         self.window_s = int(window_s)
+        self.per_address = int(per_address)
         self._item = RateLimitItemPerSecond(self.failures, self.window_s, namespace="authfail")
+        self._address_item = RateLimitItemPerSecond(
+            self.per_address, self.window_s, namespace="authfail-address"
+        )
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
     @staticmethod
@@ -101,16 +105,29 @@ class AuthFailureLimiter:
             return None
         return _wait(self._limiter, self._item, address, key)
 
+    def address_retry_after(self, address: str) -> int | None:
+        """Seconds (>= 1) until ``address`` may present an unverified token again; None
+        when the address is under its failure limit."""
+        if self._limiter.test(self._address_item, address):
+            return None
+        return _wait(self._limiter, self._address_item, address)
+
     def failed(self, address: str, token: str) -> None:
-        """Count one failed authentication of ``token`` from ``address``."""
+        """Count one failed authentication of ``token`` from ``address`` (against the
+        pair and against the address)."""
         self._limiter.hit(self._item, address, self._key(token))
+        self._limiter.hit(self._address_item, address)
+
+    def failed_address(self, address: str) -> None:
+        """Count one failure against ``address`` alone (an unknown dashboard session)."""
+        self._limiter.hit(self._address_item, address)
 
 
 class TokenRateLimiter:
     """Requests and submits per token (module docstring).
 
     Args:
-        requests: the request limits (:func:`parse_limit`); [] for none.
+        requests: the request limits (:func:`scheduler.settings.parse_limit`); [] for none.
         submits: the submit limits; [] for none.
     """
 

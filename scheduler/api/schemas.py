@@ -53,10 +53,12 @@ class TaskOut(_Open):
     cause: str = Field(
         "",
         description="'' when the task ended by itself; else the infrastructure fault that "
-        "ended it (node_lost | fenced | agent_restart): its attempt is not charged",
+        "ended it (node_lost | fenced | agent_restart | evicted | node_shutdown | "
+        "admission_rejected): its attempt is not charged",
     )
     diagnosis: dict[str, Any] | None = Field(
-        None, description="failure diagnosis {kind, summary, retry, hint} (scheduler.diagnosis)"
+        None,
+        description="failure diagnosis {kind, summary, retry, hint} (scheduler.rules.diagnosis)",
     )
     cpu_m: int = Field(0, description="millicores it holds")
     memory: int = Field(0, description="bytes it holds")
@@ -70,7 +72,7 @@ class AttemptOut(_Open):
     cause: str = Field(
         "",
         description="'' (the task's own outcome) | node_lost | fenced | agent_restart | "
-        "preempted | drained",
+        "evicted | node_shutdown | admission_rejected | preempted | drained",
     )
     charged: bool = Field(description="whether it used an attempt of retry.max_attempts")
     nodes: list[str] = []
@@ -159,7 +161,8 @@ class ExecAccessOut(BaseModel):
     node: str
     address: str = Field(description="the task's address")
     port: int = Field(description="the task's sshd port")
-    key: str = Field(description="the job attempt's private key (PEM), also its host key")
+    key: str = Field(description="the submission's private key (PEM), also its host key")
+    user: str = Field("", description="the Unix user the task runs as on nodes with task_users: vc")
 
 
 class BatchItemOut(BaseModel):
@@ -268,6 +271,11 @@ class WhoAmI(BaseModel):
     name: str
     role: str = Field(description="admin | user | agent")
     vcs: list[str]
+    operates: list[str] = Field(
+        default_factory=list,
+        description="VCs where this user token is the operator: it may stop and delete"
+        " every job there, not only its own",
+    )
 
 
 class Health(BaseModel):

@@ -10,6 +10,7 @@ BENCHMARKS: dict[str, str] = {
     "placement": "scheduler.bench.placement",
     "e2e": "scheduler.bench.e2e",
     "dashboard": "scheduler.bench.dashboard",
-    "chaos": "scheduler.bench.chaos",
+    "chaos": "scheduler.bench.chaos_bench",
     "cli": "scheduler.bench.cli",
+    "flood": "scheduler.bench.flood",
 }

@@ -1,15 +1,19 @@
 """The chaos benchmark's task: works for a while and leaves marks the invariants are read from.
 
-``python3 -S chaos_task.py MARKS_DIR WORK_S CPU_M [PEER_TIMEOUT_S]`` (standard library
-only, run by path so that it imports nothing of the scheduler). It writes
+``python3 -S chaos_task.py MARKS_DIR WORK_S CPU_M [PEER_TIMEOUT_S [fence|nofence]]``
+(standard library only, run by path so that it imports nothing of the scheduler). It writes
 ``MARKS_DIR/<job>.<role>-<index>.a<attempt>.p<pid>`` with one JSON header line ``{job, key,
 attempt, node, pid, cpu_m}``, then the wall-clock time every :data:`TICK_S` seconds while
 it works, then ``end`` when it finishes by itself. A run killed by fencing simply stops
 ticking, so its interval [first tick, last tick] is known either way.
 
-Fenced writes: each tick is stamped first, then written only while its node's lease
-(``$PASTURE_LEASE_FILE``, CLOCK_MONOTONIC deadline) still runs; once it ran out the task
-writes nothing more and waits to be killed. So no recorded tick of a run is later than
+``nofence`` (the default; what most user code does): the task never reads the lease file
+and ticks until it is killed, so a run that outlived its node's lease (late writes, a
+task in two places at once) shows in its marks.
+
+``fence`` (a cooperating task): each tick is stamped first, then written only while its
+node's lease (``$PASTURE_LEASE_FILE``, CLOCK_MONOTONIC deadline) still runs; once it ran
+out the task writes nothing more and waits to be killed. So no recorded tick of a run is later than
 its lease, even when the whole node was frozen (SIGSTOP, ``podman pause``) and thaws
 after the loop gave its tasks to another node: a tick past the check when the node froze
 lands late, but with its earlier stamp (docs/faults.md "Bounds").
@@ -87,8 +91,9 @@ def main(argv: list[str]) -> int:
     """Work ``WORK_S`` seconds, ticking into the marks file (see the module docstring)."""
     marks, work_s, cpu_m = Path(argv[0]), float(argv[1]), int(argv[2])
     peer_timeout = float(argv[3]) if len(argv) > 3 else 0.0
+    cooperate = len(argv) > 4 and argv[4] == "fence"
     env = os.environ
-    lease_file = env.get("PASTURE_LEASE_FILE", "")
+    lease_file = env.get("PASTURE_LEASE_FILE", "") if cooperate else ""
     job, key = env["PASTURE_JOB_NAME"], f"{env['PASTURE_TASK_ROLE']}-{env['PASTURE_TASK_INDEX']}"
     attempt = int(env["PASTURE_ATTEMPT"])
     head = {"job": job, "key": key, "attempt": attempt, "node": _node(), "pid": os.getpid()}

@@ -28,12 +28,14 @@ from scheduler.cli import (
     cluster,
     data,
     dev,
-    jobs,
+    jobgroup,
+    jobs,  # noqa: F401 - registers job submit, list, show, ...
     jobspec,  # noqa: F401 - registers job validate and resubmit
     login,
     server,
     tokens,
 )
+from scheduler.cli import schedules as schedules_cli
 from scheduler.cli import usage as usage_cli
 
 app = typer.Typer(
@@ -77,8 +79,9 @@ def _root(
     config.context_override = context
 
 
-jobs.app.command("top")(usage_cli.top)
-app.add_typer(jobs.app, name="job")  # with jobspec's validate and resubmit
+jobgroup.app.command("top")(usage_cli.top)
+app.add_typer(jobgroup.app, name="job")  # with jobs' and jobspec's commands
+app.add_typer(schedules_cli.app, name="schedule")
 app.command("usage")(usage_cli.usage)
 app.add_typer(cluster.node_app, name="node")
 app.add_typer(cluster.vc_app, name="vc")

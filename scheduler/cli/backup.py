@@ -13,6 +13,7 @@ import typer
 
 from scheduler.cli.output import REJECTED, console, err_console
 from scheduler.cli.server import ConfigOpt, _settings
+from scheduler.cli.text import esc
 from scheduler.units import format_bytes
 
 
@@ -29,10 +30,10 @@ def backup(
     try:
         info = store_backup.backup(client, file)
     except (store_backup.BackupError, redis.RedisError, OSError) as exc:
-        err_console.print(f"[red]error:[/red] backup failed: {exc}")
+        err_console.print(f"[red]error:[/red] backup failed: {esc(exc)}")
         raise typer.Exit(1) from None
     console.print(
-        f"backed up {info.keys} key(s) ({format_bytes(info.payload_bytes)}) to {info.path}"
+        f"backed up {info.keys} key(s) ({format_bytes(info.payload_bytes)}) to {esc(info.path)}"
     )
 
 
@@ -56,12 +57,12 @@ def restore(
     try:
         info = store_backup.restore(client, file, force=force)
     except store_backup.BackupError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(REJECTED) from None
     except (redis.RedisError, OSError) as exc:
-        err_console.print(f"[red]error:[/red] restore failed: {exc}")
+        err_console.print(f"[red]error:[/red] restore failed: {esc(exc)}")
         raise typer.Exit(1) from None
-    console.print(f"restored {info.keys} key(s) from {info.path}")
+    console.print(f"restored {info.keys} key(s) from {esc(info.path)}")
     for line in info.kept:
         console.print(f"kept: {line}", markup=False, highlight=False)
     for line in info.lost:

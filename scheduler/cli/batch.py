@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
 from scheduler.cli.output import console, err_console, print_json
+from scheduler.cli.text import esc
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import BatchOut
@@ -46,11 +45,11 @@ def report(answer: BatchOut, labels: Sequence[str], as_json: bool) -> int:
     for label, item in zip(labels, answer.items, strict=True):
         if as_json:
             continue
-        label = escape(label)
+        label = esc(label)
         if item.status == 201:
-            console.print(f"submitted job [bold]{', '.join(item.names)}[/bold] ({label})")
+            console.print(f"submitted job [bold]{esc(', '.join(item.names))}[/bold] ({label})")
             for warning in item.warnings:
-                err_console.print(f"[yellow]warning:[/yellow] {label}: {warning}")
+                err_console.print(f"[yellow]warning:[/yellow] {label}: {esc(warning)}")
         else:
             detail = item.detail
             if isinstance(detail, list):
@@ -58,5 +57,5 @@ def report(answer: BatchOut, labels: Sequence[str], as_json: bool) -> int:
                     f"{'.'.join(map(str, d.get('loc', []))) or '(top)'}: {d.get('msg')}"
                     for d in detail[:5]
                 )
-            err_console.print(f"[red]refused ({item.status}):[/red] {label}: {detail}")
+            err_console.print(f"[red]refused ({item.status}):[/red] {label}: {esc(detail)}")
     return 0 if answer.failed == 0 else 1

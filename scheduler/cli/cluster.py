@@ -7,7 +7,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient
 from scheduler.cli.complete import complete_nodes
@@ -20,6 +19,7 @@ from scheduler.cli.output import (
     PlainFormat,
     PlainOpt,
     WatchOpt,
+    cli_hints,
     console,
     emit,
     emit_plain,
@@ -33,6 +33,7 @@ from scheduler.cli.output import (
     styled,
     watch,
 )
+from scheduler.cli.text import Table, esc, markup_state, plain_text
 from scheduler.cli.views import node_allocation
 from scheduler.states import JobState
 
@@ -73,8 +74,12 @@ def node_list(
 
     def draw() -> None:
         nodes = client.nodes()
-        if not emit(nodes, fmt, (n.name for n in nodes)):
+        if emit(nodes, fmt, (n.name for n in nodes)):
+            return
+        if nodes:
             _node_table(nodes, wide=fmt is OutputFormat.wide)
+        else:  # a sentence, not an empty table
+            console.print("no nodes: none has registered (is an agent running?)")
 
     watch(draw, watch_, interval)
 
@@ -183,7 +188,7 @@ def _gpu_health_table(node: NodeOut) -> None:
     for g in gpus:
         table.add_row(
             str(g.get("index")),
-            "yes" if g.get("healthy", True) else "[red]no[/red]",
+            "yes" if g.get("healthy", True) else plain_text("no", "red"),
             "" if g.get("temperature_c") is None else f"{g['temperature_c']:g}",
             "" if g.get("power_w") is None else f"{g['power_w']:.0f}",
             "; ".join((g.get("problems") or []) + (g.get("warnings") or [])),
@@ -196,7 +201,7 @@ ReasonOpt = typer.Option(None, "--reason", help="why (kept in the node's event)"
 
 def _action(action: str, name: str, reason: str | None) -> None:
     node = ApiClient(load()).node_action(name, action, reason)
-    console.print(f"node {name}: {styled(node.state)}")
+    console.print(f"node {esc(name)}: {markup_state(node.state)}")
     verb = {"drain": "requeued", "cordon": "left running", "uncordon": "running"}[action]
     _print_affected(name, verb, node)
 
@@ -207,9 +212,10 @@ def _print_affected(name: str, verb: str, node: NodeOut) -> None:
     others = node.affected_other_jobs or 0
     if jobs or others:
         more = f" (and {others} of other VCs)" if others else ""
-        console.print(f"jobs with tasks on {name}, {verb}: {', '.join(jobs) or '-'}{more}")
+        listed = esc(", ".join(jobs) or "-")
+        console.print(f"jobs with tasks on {esc(name)}, {verb}: {listed}{more}")
     else:
-        console.print(f"no job has tasks on {name}")
+        console.print(f"no job has tasks on {esc(name)}")
 
 
 @node_app.command()
@@ -245,8 +251,9 @@ def delete(
 ) -> None:
     """Delete NAME, a node gone for good: it is lost now, its tasks are requeued without
     charge and its record removed. Refused while it heartbeated within its fence bound."""
-    node = ApiClient(load()).delete_node(name, force=force)
-    console.print(f"node {name}: deleted (its tasks are requeued)")
+    with cli_hints():
+        node = ApiClient(load()).delete_node(name, force=force)
+    console.print(f"node {esc(name)}: deleted (its tasks are requeued)")
     _print_affected(name, "requeued", node)
 
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.output import (
     JOB_NOT_SUCCEEDED,
@@ -24,6 +23,7 @@ from scheduler.cli.output import (
     err_console,
     handle_errors,
 )
+from scheduler.cli.text import Table, esc, plain_text
 from scheduler.units import format_bytes
 
 if TYPE_CHECKING:
@@ -64,13 +64,34 @@ def ssh_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except ValueError as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
+            err_console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(USAGE) from None
         except (paramiko.SSHException, OSError) as exc:
-            err_console.print(f"[red]error (ssh):[/red] {type(exc).__name__}: {exc}")
+            err_console.print(f"[red]error (ssh):[/red] {type(exc).__name__}: {esc(exc)}")
+            err_console.print(_why_ssh(kwargs), highlight=False)
             raise typer.Exit(UNAVAILABLE) from None
 
     return wrapper
+
+
+def _why_ssh(options: dict[str, object]) -> str:
+    """Why a data command went over SSH and how to change it (after an SSH failure)."""
+    from scheduler.cli.config import ConfigError, load
+
+    try:
+        in_use = load()
+        where = f"the cluster in use ({esc(in_use.source)}, {esc(in_use.endpoint)})"
+    except ConfigError:
+        where = "the cluster in use"
+    host = options.get("host") or "the API endpoint's host"
+    return (
+        f"[yellow]note:[/yellow] data commands copy over SSH to {esc(host)} port"
+        f" {esc(options.get('port', 22))} as {esc(options.get('user', 'root'))} because"
+        f" {where} is not a running `pasture dev up` cluster (whose share is a local"
+        " directory); --host/--port/--user/--key (or PASTURE_SSH_HOST, PASTURE_SSH_PORT,"
+        " PASTURE_SSH_USER, PASTURE_SSH_KEY) choose the master, `pasture context list`"
+        " shows which cluster is in use"
+    )
 
 
 def _progress() -> Progress:  # rich.progress, imported here (slow import)
@@ -110,9 +131,10 @@ def _master(
 
 def _dev_share(host: str | None) -> Path | None:
     """The share directory of the running ``pasture dev up`` cluster when it is the
-    cluster this command talks to (no ``--host`` given and the client config comes from
-    the dev cluster's state file): its share is a local directory, so data commands copy
-    files there instead of going over SSH. None otherwise."""
+    cluster this command talks to (no ``--host`` given, and the client config comes from
+    the dev cluster's state file or names its endpoint, as a ``pasture login`` to it
+    does): its share is a local directory, so data commands copy files there instead of
+    going over SSH. None otherwise."""
     if host is not None:
         return None
     import json
@@ -121,10 +143,14 @@ def _dev_share(host: str | None) -> Path | None:
     from scheduler.cli.config import ConfigError, load
 
     try:
-        if load().source != "pasture dev up":
-            return None
+        config = load()
         state = json.loads(devstate.state_file().read_text())
     except (ConfigError, OSError, ValueError):
+        return None
+    dev_endpoint = state.get("endpoint") if isinstance(state, dict) else None
+    if not config.source.startswith("pasture dev up") and (
+        not dev_endpoint or config.endpoint.rstrip("/") != str(dev_endpoint).rstrip("/")
+    ):
         return None
     share = state.get("share_dir") if isinstance(state, dict) else None
     return Path(share) if share and Path(share).is_dir() else None
@@ -150,6 +176,26 @@ def _local_files(local: Path) -> list[tuple[Path, str]]:
     return [(p, p.relative_to(local).as_posix()) for p in sorted(local.rglob("*")) if p.is_file()]
 
 
+def share_destination(remote: str) -> str:
+    """The share path ``data push`` writes REMOTE to: REMOTE itself, or for an HDFS path
+    (``hdfs://nn:9000/a/code``, ``$PAI_DEFAULT_FS_URI/a/code``, as an OpenPAI v1
+    ``codeDir`` names it) the share directory a translated job reads it from
+    (``hdfs/a/code``, :func:`scheduler.spec.formats.common.hdfs_share_path`), printed.
+    Raises typer.BadParameter for an HDFS path that maps to no share directory."""
+    from scheduler.spec.formats.common import hdfs_share_path, is_hdfs
+
+    if not is_hdfs(remote):
+        return remote
+    mapped = hdfs_share_path(remote)
+    if mapped is None:
+        raise typer.BadParameter(
+            f"REMOTE: HDFS path {remote!r} maps to no share directory"
+            " (expected hdfs://<name node>/<path> or $PAI_DEFAULT_FS_URI/<path>)"
+        )
+    console.print(f"HDFS path {remote} is the share's {mapped}", markup=False, highlight=False)
+    return mapped
+
+
 @data_app.command()
 @handle_errors
 @ssh_errors
@@ -169,11 +215,12 @@ def push(
     the master."""
     from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
 
+    remote = share_destination(remote)
     dev = _dev_share(host)
     if dev is not None:
         dest_dir = Path(ssh.remote_path(str(dev), remote))
         n, size = _copy_local(local, dest_dir, local.is_file())
-        console.print(f"copied {n} file(s), {format_bytes(size)} to {dest_dir} (dev cluster)")
+        console.print(f"copied {n} file(s), {format_bytes(size)}B to {esc(dest_dir)} (dev cluster)")
         return
     dest = ssh.remote_path(share_dir, remote)
     files = _local_files(local)
@@ -200,7 +247,7 @@ def push(
                 )
                 done += path.stat().st_size
             progress.update(bar, completed=total)
-    console.print(f"pushed {len(files)} file(s), {format_bytes(total)} to {dest}")
+    console.print(f"pushed {len(files)} file(s), {format_bytes(total)}B to {esc(dest)}")
 
 
 def _advance(progress: Progress, bar: TaskID, base: int, sent: int, _total: int) -> None:
@@ -242,15 +289,16 @@ def pull(
     against a `pasture dev up` cluster, as `data push`)."""
     from scheduler.cli import ssh  # loads paramiko (~0.5 s): on first use
 
+    remote = share_destination(remote)
     dev = _dev_share(host)
     if dev is not None:
         source = Path(ssh.remote_path(str(dev), remote))
         if not source.exists():
-            err_console.print(f"[red]error:[/red] {source} does not exist in the dev share")
+            err_console.print(f"[red]error:[/red] {esc(source)} does not exist in the dev share")
             raise typer.Exit(5)
         target = local / source.name if local.is_dir() and source.is_file() else local
         n, size = _copy_local(source, target, source.is_file())
-        console.print(f"copied {n} file(s), {format_bytes(size)} to {target}")
+        console.print(f"copied {n} file(s), {format_bytes(size)}B to {esc(target)}")
         return
     src = ssh.remote_path(share_dir, remote)
     with ssh.connect(_master(host, port, user, key, known_hosts)) as client:
@@ -258,7 +306,7 @@ def pull(
         try:
             files = _remote_files(sftp, src)
         except FileNotFoundError:
-            err_console.print(f"[red]error:[/red] {src} does not exist on the master")
+            err_console.print(f"[red]error:[/red] {esc(src)} does not exist on the master")
             raise typer.Exit(5) from None
         total = sum(size for _, _, size in files)
         with _progress() as progress:
@@ -279,7 +327,7 @@ def pull(
                 )
                 done += size
             progress.update(bar, completed=total)
-    console.print(f"pulled {len(files)} file(s), {format_bytes(total)} to {local}")
+    console.print(f"pulled {len(files)} file(s), {format_bytes(total)}B to {esc(local)}")
 
 
 def _inventory_nodes(path: Path) -> list[tuple[str, str, str | None]]:
@@ -330,12 +378,13 @@ def image_push(
     exe = _container_cli(cli)
     with tempfile.TemporaryDirectory(prefix="pasture-image-") as tmp:
         archive = Path(tmp) / "image.tar"
-        with console.status(f"{exe} save {image}"):
+        with console.status(plain_text(f"{exe} save {image}")):
             proc = subprocess.run(
                 [exe, "save", "-o", str(archive), image], capture_output=True, text=True
             )
         if proc.returncode != 0:
-            err_console.print(f"[red]error:[/red] {exe} save {image}: {proc.stderr.strip()}")
+            why = esc(proc.stderr.strip())
+            err_console.print(f"[red]error:[/red] {esc(exe)} save {esc(image)}: {why}")
             raise typer.Exit(JOB_NOT_SUCCEEDED)
         size = archive.stat().st_size
         results = []
@@ -360,7 +409,7 @@ def image_push(
                 )
     table = Table("node", "result")
     for name, ok, message in results:
-        table.add_row(name, f"[green]{message}[/green]" if ok else f"[red]{message}[/red]")
+        table.add_row(name, plain_text(message, "green" if ok else "red"))
     console.print(table)
     if not all(ok for _, ok, _ in results):
         raise typer.Exit(JOB_NOT_SUCCEEDED)

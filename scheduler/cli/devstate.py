@@ -30,3 +30,13 @@ def client_settings() -> dict[str, Any] | None:
     if not isinstance(state, dict) or not state.get("endpoint") or not state.get("token"):
         return None
     return {"endpoint": state["endpoint"], "token": state["token"]}
+
+
+def share_dir() -> Path | None:
+    """The running dev cluster's share directory, None when there is none."""
+    try:
+        state = json.loads(state_file().read_text())
+    except (OSError, ValueError):
+        return None
+    share = state.get("share_dir") if isinstance(state, dict) else None
+    return Path(share) if isinstance(share, str) and share else None

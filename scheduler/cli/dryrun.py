@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
 from scheduler.cli.client import ApiClient
 from scheduler.cli.output import OK, console, err_console, print_json
+from scheduler.cli.text import Table, esc
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import DryRunJobOut, DryRunOut
@@ -45,7 +44,7 @@ def dry_run_file(
     else:
         print_dry_run(answer)
     for warning in answer.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
     return OK
 
 
@@ -57,7 +56,7 @@ def print_dry_run(answer: DryRunOut) -> None:
 
 
 def _print_job(job: DryRunJobOut) -> None:
-    head = f"job [bold]{job.name}[/bold] (vc {job.vc}, priority {job.priority}) is valid"
+    head = f"job [bold]{esc(job.name)}[/bold] (vc {esc(job.vc)}, priority {job.priority}) is valid"
     if job.placed:
         console.print(f"{head}; it would be placed now:")
         table = Table("task", "node")
@@ -69,11 +68,11 @@ def _print_job(job: DryRunJobOut) -> None:
         return
     reason = job.pending_reason
     why = f"{reason.message} ({reason.kind})" if reason else "no reason given"
-    console.print(f"{head}; it would wait: [yellow]{why}[/yellow]")
+    console.print(f"{head}; it would wait: [yellow]{esc(why)}[/yellow]")
     rejected = [
         f"{role}: " + ", ".join(f"{n} by {f}" for f, n in sorted(counts.items()))
         for role, counts in job.rejected.items()
         if counts
     ]
     if rejected:
-        console.print(f"nodes rejected (of {job.nodes}): " + "; ".join(rejected))
+        console.print(f"nodes rejected (of {job.nodes}): " + esc("; ".join(rejected)))

@@ -43,7 +43,11 @@ def parse_task(task: str) -> tuple[str, int]:
 
 def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> int:
     """Run ``command`` in the task behind ``access``; its exit code (255 when the
-    connection failed, after a message on stderr)."""
+    connection failed, after a message on stderr).
+
+    Logs in as ``login``, else as the task's user (``access.user``: its VC's Unix user,
+    docs/runtime-env.md) and, when the node refuses that one (a node that runs tasks as
+    the agent's user), as the local user name."""
     import paramiko
 
     key = paramiko.ECDSAKey.from_private_key(io.StringIO(access.key))
@@ -51,16 +55,26 @@ def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> 
     host = access.address if access.port == 22 else f"[{access.address}]:{access.port}"
     client.get_host_keys().add(host, key.get_name(), key)  # the job's key, nothing else
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    names = (
+        [login] if login else list(dict.fromkeys(n for n in (access.user, getpass.getuser()) if n))
+    )
     try:
-        client.connect(
-            access.address,
-            port=access.port,
-            username=login or getpass.getuser(),
-            pkey=key,
-            timeout=CONNECT_TIMEOUT_S,
-            allow_agent=False,
-            look_for_keys=False,
-        )
+        for i, name in enumerate(names):
+            try:
+                client.connect(
+                    access.address,
+                    port=access.port,
+                    username=name,
+                    pkey=key,
+                    timeout=CONNECT_TIMEOUT_S,
+                    allow_agent=False,
+                    look_for_keys=False,
+                )
+                break
+            except paramiko.AuthenticationException:
+                if i == len(names) - 1:
+                    raise
+                client.close()
         transport = client.get_transport()
         if transport is None:
             raise paramiko.SSHException("the connection closed right after login")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scheduler.cli.client import ApiClient, ApiError
+from scheduler.cli.text import visible, visible_log_line
 from scheduler.cli.views import TERMINAL, WAITING, reason_text
 
 if TYPE_CHECKING:
@@ -140,9 +141,12 @@ class JobLogs:
         return out
 
     def _emit(self, task: TaskLog, lines: list[bytes]) -> None:
+        """Write ``lines`` with their task's prefix, control characters made visible
+        (:func:`scheduler.cli.text.visible_log_line`: a task's ESC sequences never reach
+        the terminal)."""
         prefix = self._prefix(task)
         if lines:
-            self.write(b"".join(prefix + line for line in lines))
+            self.write(b"".join(prefix + visible_log_line(line) for line in lines))
 
     def _read(self, f: LogFileOut, final: bool) -> tuple[TaskLog, list[bytes]]:
         key = (f.role, f.index)
@@ -224,5 +228,5 @@ def _stdout(data: bytes) -> None:
 
 
 def _stderr(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    sys.stderr.write(visible(text) + "\n")
     sys.stderr.flush()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -12,11 +11,11 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich import box
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.complete import complete_jobs, complete_vcs
 from scheduler.cli.config import load
+from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.joblogs import JobLogs, LogOptions
 from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt
 from scheduler.cli.output import (
@@ -29,6 +28,7 @@ from scheduler.cli.output import (
     OutputOpt,
     PlainFormat,
     WatchOpt,
+    cli_hints,
     console,
     emit,
     emit_plain,
@@ -37,10 +37,12 @@ from scheduler.cli.output import (
     fmt_age,
     fmt_time,
     handle_errors,
+    markup_state,
     output_format,
     styled,
     watch,
 )
+from scheduler.cli.text import Table, esc, plain_text
 from scheduler.cli.views import (
     TERMINAL,
     UNSUCCESSFUL,
@@ -59,45 +61,42 @@ if TYPE_CHECKING:
 
 NARROW = 100  # terminal columns below which the job table is laid out for narrow screens
 
-app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True)
-
 JobArg = typer.Argument(..., help="job name", autocompletion=complete_jobs)
 JobsArg = typer.Argument(None, help="job names", autocompletion=complete_jobs, show_default=False)
 
 
-def _client() -> ApiClient:
-    return ApiClient(load())
+def job_state(value: str | None) -> str | None:
+    """``--state``: a job state, checked before any request (the API's 422 showed no
+    given value).
 
-
-def similar_jobs(client: ApiClient, name: str, limit: int = 1000) -> list[str]:
-    """Up to 3 visible job names close to ``name`` (difflib ratio >= 0.6), best first."""
-    try:
-        page = client.jobs(limit=limit)
-    except ApiError:
-        return []
-    names = [j.name for j in page.items]
-    return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    Raises:
+        typer.BadParameter: not a job state (names the expected ones and the given).
+    """
+    if value is None or value in {s.value for s in JobState}:
+        return value
+    expected = ", ".join(s.value for s in JobState)
+    raise typer.BadParameter(f"expected one of {expected}; got {value!r}", param_hint="--state")
 
 
 @contextlib.contextmanager
-def job_hint(client: ApiClient, name: str) -> Iterator[None]:
-    """Re-raise a 404 about job ``name`` with "did you mean: ..." when the job does not
-    exist and similar names do (a 404 about something else, e.g. a log, passes as is)."""
+def name_taken_hint() -> Iterator[None]:
+    """Re-raise a 409 about a job name in use with what to do about it."""
     try:
         yield
     except ApiError as exc:
-        if exc.status != 404:
-            raise
-        try:
-            client.job(name)
-        except ApiError as again:
-            if again.status != 404:
-                raise exc from None
-            close = similar_jobs(client, name)
-            if close:
-                hint = f"{exc.message}; did you mean: {', '.join(close)}?"
-                raise ApiError(exc.status, hint, exc.errors) from None
+        taken = "exists already" in exc.message or "already exists" in exc.message
+        if exc.status == 409 and taken:
+            hint = (
+                f"{exc.message}: give another name (--name NEW), or replace it once it"
+                " has finished (pasture job delete NAME, or pasture job resubmit NAME"
+                " --replace)"
+            )
+            raise ApiError(exc.status, hint, exc.errors) from None
         raise
+
+
+def _client() -> ApiClient:
+    return ApiClient(load())
 
 
 def wait_for(
@@ -113,29 +112,31 @@ def wait_for(
         typer.Exit(1): ``timeout_s`` (> 0) passed first.
     """
     deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
-    with console.status(f"job {name}: waiting", spinner="dots") as status:
+    # a spinner parses str as markup with no console of ours: plain Text
+    with console.status(plain_text(f"job {name}: waiting"), spinner="dots") as status:
         while True:
             job = client.job(name)
             state = job.state
             if state in states:
                 return job
             reason = reason_text(job.pending_reason)
-            status.update(f"job {name}: {state}" + (f" ({reason})" if reason else ""))
+            why = f" ({reason})" if reason else ""
+            status.update(plain_text(f"job {name}: {state}{why}"))
             if deadline and time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
     # after the spinner has been cleared, so the message gets a line of its own
-    err_console.print(f"[red]timeout:[/red] job {name} still {state}")
+    err_console.print(f"[red]timeout:[/red] job {esc(name)} still {esc(state)}")
     raise typer.Exit(JOB_NOT_SUCCEEDED)
 
 
 def _final(job: JobOut) -> int:
     state = job.state
-    console.print(f"job {job.name}: {styled(state)}")
+    console.print(f"job {esc(job.name)}: {markup_state(state)}")
     if state != JobState.SUCCEEDED:
         reason = job_reason(job) or job.reason
         if reason:
-            console.print(f"  reason: {reason}")
+            console.print(f"  reason: {esc(reason)}")
     return OK if state == JobState.SUCCEEDED else JOB_NOT_SUCCEEDED
 
 
@@ -226,15 +227,15 @@ def submit(
         from scheduler.cli.dryrun import dry_run_file
 
         raise typer.Exit(dry_run_file(client, file, new_name, vc, env, sets, as_json))
-    job = submit_with_overrides(client, file, new_name, vc, env, sets, given) or client.submit(
-        file.read_bytes(), json_body=file.suffix.lower() == ".json"
-    )
+    with name_taken_hint():
+        job = submit_with_overrides(client, file, new_name, vc, env, sets, given)
+        job = job or client.submit(file.read_bytes(), json_body=file.suffix.lower() == ".json")
     name = job.name
     if not emit_plain(job, fmt):
         for other in job.jobs or [name]:
-            console.print(f"submitted job [bold]{other}[/bold] to vc {job.vc}")
+            console.print(f"submitted job [bold]{esc(other)}[/bold] to vc {esc(job.vc)}")
     for warning in job.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
     if follow:
         JobLogs(client, name, LogOptions()).follow()
     if wait or follow:
@@ -259,7 +260,9 @@ def _queue_text(job: JobOut, waiting: list[JobOut]) -> str:
 @handle_errors
 def list_jobs(
     vc: str | None = typer.Option(None, help="only this VC", autocompletion=complete_vcs),
-    state: str | None = typer.Option(None, help="only this state (queued, running, ...)"),
+    state: str | None = typer.Option(
+        None, help="only this state (queued, running, ...)", callback=lambda v: job_state(v)
+    ),
     user: str | None = typer.Option(
         None, "--user", "-u", help="only jobs submitted by this token name (Slurm's -u)"
     ),
@@ -287,10 +290,14 @@ def list_jobs(
         page = client.jobs(vc=vc, state=state, user=user, limit=limit, offset=offset)
         if emit(page, fmt, (j.name for j in page.items)):
             return
+        if not page.items:  # a sentence, not an empty table
+            console.print("no jobs" + (f" (of {page.total}: --offset)" if page.total else ""))
+            return
         _job_table(client, page.items, wide=fmt is OutputFormat.wide)
         shown = len(page.items)
         if page.total > shown:
-            console.print(f"{shown} of {page.total} jobs (--offset / --limit for more)")
+            more = f"{shown} of {page.total} jobs (--offset / --limit for more)"
+            console.print(more, markup=False)
 
     watch(draw, watch_, interval)
 
@@ -362,9 +369,9 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
         return
     now = time.time()
     console.print(
-        f"[bold]{job.name}[/bold]  vc={job.vc}"
-        f"  state={styled(job.state)}  attempt={job.attempt}"
-        f"  priority={job.priority}  user={job.user}"
+        f"[bold]{esc(job.name)}[/bold]  vc={esc(job.vc)}"
+        f"  state={markup_state(job.state)}  attempt={job.attempt}"
+        f"  priority={job.priority}  user={esc(job.user)}"
     )
     console.print(
         f"gpus={job_gpus(job)}  age={fmt_age(job.created, now) or '-'}"
@@ -373,19 +380,19 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
         f"  ended={fmt_time(job.end_time) or '-'}"
     )
     if events.pending_reason:
-        console.print(f"pending: [yellow]{reason_text(events.pending_reason)}[/yellow]")
+        console.print(f"pending: [yellow]{esc(reason_text(events.pending_reason))}[/yellow]")
     if queue is not None:
         console.print(
-            f"queue: {queue['position']} of {queue['length']} waiting in vc {job.vc}"
+            f"queue: {queue['position']} of {queue['length']} waiting in vc {esc(job.vc)}"
             " (by priority, then submit time)  estimated start: unknown (jobs declare no"
             " run time the scheduler could add up)",
             highlight=False,
         )
     elif job.state in UNSUCCESSFUL and job.reason:
-        console.print(f"reason: [red]{job.reason}[/red]")
+        console.print(f"reason: [red]{esc(job.reason)}[/red]")
     tasks = job.tasks or []
     if tasks:
-        from scheduler.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
+        from scheduler.rules.diagnosis import diagnosis_text  # not at import: keeps the CLI fast
 
         table = Table(
             "role",
@@ -472,7 +479,7 @@ def logs(
     if reader.waiting_reason(job) is None:
         which = f" matching --role {role}" if role else ""
         which += f" --index {index}" if index is not None else ""
-        err_console.print(f"job {name} ({job.state}) has no task logs{which}")
+        err_console.print(f"job {esc(name)} ({esc(job.state)}) has no task logs{esc(which)}")
         raise typer.Exit(NOT_FOUND)
 
 
@@ -513,12 +520,18 @@ def select_jobs(
     every: bool,
     yes: bool,
     verb: str,
+    can_take: Callable[[JobOut], bool] = lambda job: True,
+    cannot: str = "",
 ) -> list[str]:
     """The jobs a ``stop``/``delete`` acts on: the NAMEs given, or every visible job
     matching ``--user/--state/--vc`` (``--all``: no filter needed), newest first.
 
-    A selection by filter is listed and confirmed ("stop 3 jobs? [y/N]") unless ``--yes``;
-    with no terminal to ask, ``--yes`` is required.
+    A selection by filter keeps only the jobs that can still take the action
+    (``can_take``; the others are counted with ``cannot``, e.g. "already ended") and
+    that the caller may act on: its own, or every job when it is an admin or the
+    operator of the job's VC (``operates`` of ``GET /whoami``; the API enforces the
+    same rule). It is listed and confirmed ("stop 3 jobs? [y/N]") unless ``--yes``; with
+    no terminal to ask, ``--yes`` is required.
 
     Raises:
         typer.BadParameter: names and filters mixed, or neither given.
@@ -533,14 +546,31 @@ def select_jobs(
         raise typer.BadParameter(
             f"name the jobs to {verb}, or select with --user/--state/--vc/--all"
         )
-    chosen: list[str] = []
+    matched: list[JobOut] = []
     offset = 0
     while True:
         page = client.jobs(vc=vc, state=state, user=user, limit=1000, offset=offset)
-        chosen += [j.name for j in page.items]
+        matched += page.items
         offset += len(page.items)
         if not page.items or offset >= page.total:
             break
+    me = client.whoami()
+
+    def mine(job: JobOut) -> bool:
+        return me.role == "admin" or job.user == me.name or job.vc in me.operates
+
+    takes = [j for j in matched if can_take(j)]
+    chosen = [j.name for j in takes if mine(j)]
+    skipped = []
+    if len(takes) < len(matched):
+        skipped.append(f"{len(matched) - len(takes)} {cannot}")
+    if len(chosen) < len(takes):
+        skipped.append(
+            f"{len(takes) - len(chosen)} of other users (only an admin or the VC's operator"
+            f" may {verb} them)"
+        )
+    if skipped:
+        console.print(f"left out: {'; '.join(skipped)}", markup=False, highlight=False)
     if not chosen:
         console.print(f"no jobs match: nothing to {verb}")
         return []
@@ -548,7 +578,7 @@ def select_jobs(
         shown = ", ".join(chosen[:20]) + (
             f" and {len(chosen) - 20} more" if len(chosen) > 20 else ""
         )
-        console.print(f"{verb} {len(chosen)} job(s): {shown}", highlight=False)
+        console.print(f"{verb} {len(chosen)} job(s): {esc(shown)}", highlight=False)
         if not sys.stdin.isatty():
             err_console.print(f"[red]error:[/red] not a terminal: add --yes to {verb} them")
             raise typer.Exit(JOB_NOT_SUCCEEDED)
@@ -568,14 +598,20 @@ def _each(names: list[str], act: Callable[[str], None]) -> None:
         try:
             act(one)
         except ApiError as exc:
-            err_console.print(f"[red]error ({exc.status or 'connection'}):[/red] {exc.message}")
+            status = exc.status or "connection"
+            err_console.print(f"[red]error ({status}):[/red] {esc(exc.message)}")
             failed = exit_code_for(exc.status)
     if failed:
         raise typer.Exit(failed)
 
 
 UserSel = typer.Option(None, "--user", "-u", help="every job of this user (with a confirmation)")
-StateSel = typer.Option(None, "--state", help="every job in this state (with a confirmation)")
+StateSel = typer.Option(
+    None,
+    "--state",
+    help="every job in this state (with a confirmation)",
+    callback=lambda v: job_state(v),
+)
 VcSel = typer.Option(
     None, "--vc", help="every job of this VC (with a confirmation)", autocompletion=complete_vcs
 )
@@ -600,19 +636,28 @@ def stop(
     the exit code is that of the last failure."""
     client = _client()
     chosen = select_jobs(
-        client, names, user=user, state=state, vc=vc, every=every, yes=yes, verb="stop"
+        client,
+        names,
+        user=user,
+        state=state,
+        vc=vc,
+        every=every,
+        yes=yes,
+        verb="stop",
+        can_take=lambda job: job.state not in TERMINAL,
+        cannot="already ended",
     )
 
     def act(name: str) -> None:
         with job_hint(client, name):
             job = client.stop(name)
-        console.print(f"job {name}: stop requested (state {styled(job.state)})")
+        console.print(f"job {esc(name)}: stop requested (state {markup_state(job.state)})")
 
     _each(chosen, act)
     if wait:
         for name in chosen:
             job = wait_for(client, name, TERMINAL)
-            console.print(f"job {name}: {styled(job.state)}")
+            console.print(f"job {esc(name)}: {markup_state(job.state)}")
 
 
 @app.command()
@@ -635,7 +680,16 @@ def delete(
     then deletes it."""
     client = _client()
     chosen = select_jobs(
-        client, names, user=user, state=state, vc=vc, every=every, yes=yes, verb="delete"
+        client,
+        names,
+        user=user,
+        state=state,
+        vc=vc,
+        every=every,
+        yes=yes,
+        verb="delete",
+        can_take=lambda job: force or job.state in TERMINAL,
+        cannot="not finished (--force stops them first)",
     )
     stopping: list[str] = []
 
@@ -643,9 +697,10 @@ def delete(
         with job_hint(client, name), cli_hints():
             out = client.delete(name, force=force)
         if out.deleted:
-            console.print(f"job {name}: deleted")
+            console.print(f"job {esc(name)}: deleted")
         else:
-            console.print(f"job {name}: stopping before delete (state {styled(out.state)})")
+            state = markup_state(out.state)
+            console.print(f"job {esc(name)}: stopping before delete (state {state})")
             stopping.append(name)
 
     _each(chosen, act)
@@ -653,20 +708,6 @@ def delete(
     def finish(name: str) -> None:
         wait_for(client, name, TERMINAL, timeout_s=timeout)
         client.delete(name)
-        console.print(f"job {name}: deleted")
+        console.print(f"job {esc(name)}: deleted")
 
     _each(stopping, finish)
-
-
-@contextlib.contextmanager
-def cli_hints() -> Iterator[None]:
-    """Re-raise an API error whose hint names an API parameter (``force=true``) with the
-    CLI flag instead (``--force``)."""
-    try:
-        yield
-    except ApiError as exc:
-        if "force=true" in exc.message:
-            raise ApiError(
-                exc.status, exc.message.replace("force=true", "--force"), exc.errors
-            ) from None
-        raise

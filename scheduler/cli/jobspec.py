@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.config import load
-from scheduler.cli.jobs import app, job_hint
+from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt, attach, read_secrets
 from scheduler.cli.output import (
     REJECTED,
@@ -32,8 +31,8 @@ from scheduler.cli.output import (
     fmt_resources,
     handle_errors,
     output_format,
-    styled,
 )
+from scheduler.cli.text import Table, esc, markup_state
 from scheduler.services.records import spec_gpus
 
 if TYPE_CHECKING:
@@ -144,7 +143,7 @@ def spec_problems(exc: Exception) -> list[dict[str, Any]]:
 
 def print_problems(source: str, problems: list[dict[str, Any]]) -> None:
     """The field / problem / given table of an invalid spec, on stderr."""
-    err_console.print(f"[red]invalid job spec[/red] {source}:")
+    err_console.print(f"[red]invalid job spec[/red] {esc(source)}:")
     table = Table("field", "problem", "given", box=None)
     for e in problems:
         given = "" if e.get("input") is None else json.dumps(e["input"], default=str)
@@ -233,6 +232,26 @@ def submit_with_overrides(
     return client.submit(json.dumps(spec).encode(), json_body=True)
 
 
+def _code_dir_problems(code_dirs: list[str | None]) -> list[dict[str, Any]]:
+    """The ``code_dir`` problems of a job file when the CLI talks to a running dev
+    cluster, whose share is a local directory (:func:`scheduler.services.dryrun.
+    code_dir_problem`); [] otherwise (``job submit --dry-run`` checks any cluster's)."""
+    if not any(code_dirs):
+        return []
+    from scheduler.cli import config, devstate
+
+    try:
+        in_use = config.load().source
+    except config.ConfigError:
+        return []
+    share = devstate.share_dir()
+    if share is None or not in_use.startswith("pasture dev up"):
+        return []
+    from scheduler.services.dryrun import code_dir_problem
+
+    return [p for d in code_dirs if (p := code_dir_problem(d, share))]
+
+
 @app.command()
 @handle_errors
 def validate(
@@ -244,7 +263,9 @@ def validate(
     pasture, OpenPAI protocol v1 (JSON, comments allowed) and v2, MARO job or schedule,
     Volcano Job. Prints the warnings submit would answer. Exit 0 when valid, 6 with a
     field / problem / given table when not (the field as written in the file). What needs
-    the cluster (the VC exists, a node can hold the gang) is checked at submit.
+    the cluster (the VC exists, a node can hold the gang) is checked at submit; with a
+    running dev cluster in use, ``code_dir`` is checked on its share (else
+    ``job submit --dry-run`` checks it).
 
     -o json|yaml print the spec(s) as pasture will store them (other formats translated).
     """
@@ -255,16 +276,20 @@ def validate(
     except ValueError as exc:  # scheduler.spec.SpecError
         print_problems(str(file), spec_problems(exc))
         raise typer.Exit(REJECTED) from None
+    problems = _code_dir_problems([s.code_dir for s in parsed.specs])
+    if problems:
+        print_problems(str(file), problems)
+        raise typer.Exit(REJECTED)
     specs = [s.model_dump(mode="json") for s in parsed.specs]
     fmt = output_format(output, as_json)
     if emit(specs[0] if len(specs) == 1 else specs, fmt, [s["name"] for s in specs]):
         return
     for warning in parsed.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        err_console.print(f"[yellow]warning:[/yellow] {esc(warning)}")
     for spec in specs:
         console.print(
-            f"[green]valid[/green] ({parsed.format}): job [bold]{spec['name']}[/bold], vc "
-            f"{spec['vc']}, priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
+            f"[green]valid[/green] ({esc(parsed.format)}): job [bold]{esc(spec['name'])}[/bold],"
+            f" vc {esc(spec['vc'])}, priority {spec['priority']}, {spec_gpus(spec)} gpu(s) in all"
         )
     table = Table("role", "replicas", "per task", "command")
     table.columns[0].no_wrap = True
@@ -325,5 +350,6 @@ def resubmit(
     body = attach(apply_overrides(spec, target, vc, parse_env(env), sets), {}, given)
     job = client.submit(json.dumps(body).encode(), json_body=True)
     console.print(
-        f"resubmitted {name} as job [bold]{job.name}[/bold] to vc {job.vc} ({styled(job.state)})"
+        f"resubmitted {esc(name)} as job [bold]{esc(job.name)}[/bold] to vc {esc(job.vc)}"
+        f" ({markup_state(job.state)})"
     )

@@ -19,6 +19,7 @@ from scheduler.cli.output import (
     err_console,
     handle_errors,
 )
+from scheduler.cli.text import esc
 
 
 @handle_errors
@@ -49,9 +50,9 @@ def login(
     if check:
         who = ApiClient(config).whoami()
         vcs = ", ".join(who.vcs) or "-"
-        console.print(f"token {who.name!r}: role {who.role}, vcs {vcs}")
+        console.print(f"token {esc(repr(who.name))}: role {esc(who.role)}, vcs {esc(vcs)}")
     path = save_login(config.endpoint, token, config.ca_cert, context=context)
-    console.print(f"saved context {context!r} in {path} (current)")
+    console.print(f"saved context {esc(repr(context))} in {esc(path)} (current)")
 
 
 context_app = typer.Typer(
@@ -87,9 +88,10 @@ def context_list(output: PlainFormat = PlainOpt) -> None:
         console.print("no contexts: pasture login ENDPOINT --context NAME")
     for row in rows:
         mark = "*" if row["current"] else " "
-        console.print(f"{mark} {row['name']}\t{row['endpoint']}", highlight=False)
+        console.print(f"{esc(mark)} {esc(row['name'])}\t{esc(row['endpoint'])}", highlight=False)
     if in_use is not None:
-        console.print(f"in use: {in_use['endpoint']} ({in_use['source']})", highlight=False)
+        source = esc(in_use["source"])
+        console.print(f"in use: {esc(in_use['endpoint'])} ({source})", highlight=False)
 
 
 @context_app.command("use")
@@ -99,9 +101,9 @@ def context_use(name: str) -> None:
     try:
         path = cfg.use_context(name)
     except cfg.ConfigError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(NOT_CONFIGURED) from None
-    console.print(f"current context: {name} ({path})")
+    console.print(f"current context: {esc(name)} ({esc(path)})")
     if cfg.context_override or os.environ.get("PASTURE_CONTEXT"):
         err_console.print(
             "[yellow]note:[/yellow] PASTURE_CONTEXT / --context is set and wins over it"
@@ -127,4 +129,4 @@ def template_job(
         typer.echo(text, nl=False)
     else:
         output.write_text(text)
-        console.print(f"wrote {output}")
+        console.print(f"wrote {esc(output)}")

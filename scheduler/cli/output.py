@@ -16,19 +16,23 @@ Exit codes (scripts can rely on them; documented in docs/cli.md):
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
-from rich.table import Table
+from rich.text import Text
 
 from scheduler.cli.client import ApiError
 from scheduler.cli.config import ConfigError
+from scheduler.cli.text import Table, esc, restore, visible
+from scheduler.cli.text import markup_state as markup_state  # re-exported
+from scheduler.cli.text import styled as styled  # re-exported
 from scheduler.units import format_bytes, format_duration, format_resources
 
 OK, JOB_NOT_SUCCEEDED, USAGE, NOT_CONFIGURED, AUTH, NOT_FOUND, REJECTED, UNAVAILABLE = range(8)
@@ -40,7 +44,13 @@ PIPE_WIDTH = 10_000
 
 class _Console(Console):
     """A Rich console whose width is unbounded when its file is not a terminal (Rich
-    would otherwise lay tables out for 80 columns and cut cells)."""
+    would otherwise lay tables out for 80 columns and cut cells), and which shows the
+    values put into markup with :func:`scheduler.cli.text.esc` as the characters they
+    are."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Rich's, then :func:`scheduler.cli.text.restore` (after the markup is parsed)."""
+        return restore(super().render_str(text, **kwargs))
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -54,8 +64,9 @@ class _Console(Console):
         vars(Console)["size"].fset(self, new_size)  # rich's own setter
 
 
-console = _Console()
-err_console = Console(stderr=True)
+# emoji off: ":smile:" in a reason is text, not an emoji code (see scheduler.cli.text)
+console = _Console(emoji=False)
+err_console = _Console(stderr=True, emoji=False)
 
 
 class OutputFormat(enum.StrEnum):
@@ -136,7 +147,7 @@ def emit(data: Any, fmt: OutputFormat, names: Iterable[str] = ()) -> bool:
         sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False, allow_unicode=True))
     elif fmt is OutputFormat.name:
         for name in names:
-            sys.stdout.write(f"{name}\n")
+            sys.stdout.write(f"{visible(name)}\n")
     else:
         return False
     sys.stdout.flush()
@@ -196,10 +207,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
+            err_console.print(f"[red]error:[/red] {esc(exc)}")
             raise typer.Exit(NOT_CONFIGURED) from None
         except ApiError as exc:
-            err_console.print(f"[red]error ({exc.status or 'connection'}):[/red] {exc.message}")
+            status = exc.status or "connection"
+            err_console.print(f"[red]error ({status}):[/red] {esc(exc.message)}")
             if exc.errors:
                 table = Table("field", "problem", "given", box=None)
                 for e in exc.errors:
@@ -263,23 +275,15 @@ def fmt_time(t: Any) -> str:
     return "" if t is None else str(t)
 
 
-STATE_STYLE = {
-    "succeeded": "green",
-    "running": "cyan",
-    "scheduled": "cyan",
-    "queued": "yellow",
-    "submitted": "yellow",
-    "preempted": "magenta",
-    "failed": "red",
-    "stopped": "dim",
-    "ready": "green",
-    "cordoned": "yellow",
-    "draining": "yellow",
-    "lost": "red",
-}
-
-
-def styled(state: Any) -> str:
-    s = str(state or "")
-    style = STATE_STYLE.get(s)
-    return f"[{style}]{s}[/{style}]" if style else s
+@contextlib.contextmanager
+def cli_hints() -> Iterator[None]:
+    """Re-raise an API error whose hint names an API parameter (``force=true``) with the
+    CLI flag instead (``--force``)."""
+    try:
+        yield
+    except ApiError as exc:
+        if "force=true" in exc.message:
+            raise ApiError(
+                exc.status, exc.message.replace("force=true", "--force"), exc.errors
+            ) from None
+        raise

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from scheduler.cli.output import NOT_CONFIGURED, console, err_console
+from scheduler.cli.text import esc
 
 if TYPE_CHECKING:
     from scheduler.settings import SchedulerSettings
@@ -46,7 +47,7 @@ def _settings(config: Path | None) -> SchedulerSettings:
     try:
         return backend.load_scheduler_settings(config)
     except (OSError, ValueError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(NOT_CONFIGURED) from None
 
 
@@ -56,7 +57,8 @@ def _entry(module: str, function: str) -> Callable[..., Any]:
         entry: Callable[..., Any] = getattr(importlib.import_module(module), function)
         return entry
     except (ImportError, AttributeError) as exc:
-        err_console.print(f"[red]error:[/red] {module}.{function} is not available: {exc}")
+        where = esc(f"{module}.{function}")
+        err_console.print(f"[red]error:[/red] {where} is not available: {esc(exc)}")
         raise typer.Exit(1) from None
 
 
@@ -92,4 +94,4 @@ def vc_apply(config: Path | None = ConfigOpt) -> None:
 
     settings = _settings(config)
     names = backend.apply_vcs(settings, backend.open_store(settings))
-    console.print(f"applied {len(names)} vc(s): {', '.join(names)}")
+    console.print(f"applied {len(names)} vc(s): {esc(', '.join(names))}")

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.output import (
     REJECTED,
@@ -26,6 +25,7 @@ from scheduler.cli.output import (
     plain,
 )
 from scheduler.cli.server import ConfigOpt, _settings
+from scheduler.cli.text import Table, esc
 
 if TYPE_CHECKING:
     from scheduler.store.tokens import TokenStore
@@ -59,7 +59,7 @@ def _write_secret(token: str, output: Path | None, name: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     os.chmod(output, 0o600)
-    err_console.print(f"wrote token {name!r} to {output}")
+    err_console.print(f"wrote token {esc(repr(name))} to {esc(output)}")
 
 
 def _when(epoch: float) -> str:
@@ -73,6 +73,12 @@ def token_create(
     name: str = typer.Option(..., help="unique token name"),
     role: str = typer.Option(..., help="admin | user | agent"),
     vc: list[str] = typer.Option([], "--vc", help="a VC a user token may use (repeat)"),
+    operator: list[str] = typer.Option(
+        [],
+        "--operator",
+        help="a VC (one of --vc) where this user token is the operator: it may stop and"
+        " delete every user's jobs there, not only its own (repeat)",
+    ),
     output: Path | None = typer.Option(None, help="write the token to this file (0600)"),
     if_missing: bool = typer.Option(
         False,
@@ -89,12 +95,12 @@ def token_create(
     tokens = _tokens(config)
     try:
         ttl_s = None if ttl_days is None else ttl_days * DAY_S
-        token = tokens.create(name, role, vc, if_missing=if_missing, ttl_s=ttl_s)
+        token = tokens.create(name, role, vc, if_missing=if_missing, ttl_s=ttl_s, operates=operator)
     except TokenExistsError as exc:
-        err_console.print(f"[red]error:[/red] {exc} (or pass --if-missing)")
+        err_console.print(f"[red]error:[/red] {esc(exc)} (or pass --if-missing)")
         raise typer.Exit(REJECTED) from None
     except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(REJECTED) from None
     if token is not None:
         _write_secret(token, output, name)
@@ -104,7 +110,7 @@ def token_create(
 def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) -> None:
     """List token names, roles, VCs, creation and expiry (never the secrets).
 
-    -o json|yaml: ``[{name, role, vcs, created, expires, expired}]`` (times in epoch
+    -o json|yaml: ``[{name, role, vcs, created, expires, operates, expired}]`` (times in epoch
     seconds; ``expires`` null for a token that never expires).
     """
     now = time.time()
@@ -112,10 +118,11 @@ def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) 
     data = [{**plain(t), "expired": t.expired(now)} for t in tokens]
     if emit_plain(data, output):
         return
-    table = Table("name", "role", "vcs", "created", "expires")
+    table = Table("name", "role", "vcs", "operates", "created", "expires")
     for t in tokens:
         expires = _when(t.expires) + (" (expired)" if t.expired(now) else "")
-        table.add_row(t.name, t.role.value, ", ".join(t.vcs), _when(t.created), expires)
+        vcs, operates = ", ".join(t.vcs), ", ".join(t.operates)
+        table.add_row(t.name, t.role.value, vcs, operates, _when(t.created), expires)
     console.print(table)
 
 
@@ -123,9 +130,9 @@ def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) 
 def token_revoke(name: str, config: Path | None = ConfigOpt) -> None:
     """Revoke the token called NAME (exit 5 when there is none)."""
     if not _tokens(config).revoke(name):
-        err_console.print(f"[red]error:[/red] no token named {name!r}")
+        err_console.print(f"[red]error:[/red] no token named {esc(repr(name))}")
         raise typer.Exit(NOT_FOUND)
-    console.print(f"revoked {name!r}")
+    console.print(f"revoked {esc(repr(name))}")
 
 
 @token_app.command("rotate")
@@ -143,9 +150,9 @@ def token_rotate(
     try:
         token = _tokens(config).rotate(name, ttl_s=None if ttl_days is None else ttl_days * DAY_S)
     except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {esc(exc)}")
         raise typer.Exit(REJECTED) from None
     if token is None:
-        err_console.print(f"[red]error:[/red] no token named {name!r}")
+        err_console.print(f"[red]error:[/red] no token named {esc(repr(name))}")
         raise typer.Exit(NOT_FOUND)
     _write_secret(token, output, name)

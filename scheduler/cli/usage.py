@@ -13,22 +13,24 @@ import time
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from scheduler.cli.client import ApiClient, parse
 from scheduler.cli.config import load
 from scheduler.cli.output import (
+    IntervalOpt,
     JsonOpt,
     OutputFormat,
     OutputOpt,
+    WatchOpt,
     console,
     emit,
     fmt_bytes,
     fmt_time,
     handle_errors,
     output_format,
-    styled,
+    watch,
 )
+from scheduler.cli.text import Table, esc, markup_state
 from scheduler.units import format_gpu_hours
 
 if TYPE_CHECKING:
@@ -72,7 +74,8 @@ def job_usage(client: ApiClient, name: str, window_s: int = 300) -> JobUsageOut:
 def print_top(u: JobUsageOut) -> None:
     """The table of ``job top``: one row per task with its latest figures, then totals."""
     console.print(
-        f"job {u.job} ({styled(u.state)}, vc {u.vc}) uid {u.uid or '-'}; figures of the last "
+        f"job {esc(u.job)} ({markup_state(u.state)}, vc {esc(u.vc)}) uid {esc(u.uid or '-')};"
+        " figures of the last "
         f"sample (every 5 s), requests after '/'"
     )
     table = Table("task", "node", "CPU cores", "memory", "GPUs", "GPU util", "GPU memory")
@@ -110,28 +113,25 @@ def print_top(u: JobUsageOut) -> None:
 @handle_errors
 def top(
     name: str,
-    watch: float = typer.Option(
-        0.0, "--watch", "-w", help="refresh every this many seconds until Ctrl-C (0: once)"
-    ),
+    watch_: bool = WatchOpt,
+    interval: float = IntervalOpt,
     output: OutputFormat = OutputOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """What each task of NAME uses now: CPU cores and resident memory of its processes,
     utilisation and memory of the GPUs it holds (the agents measure every 5 s; GPU
     figures need NVML on the node). -o json|yaml print the API's answer with the last
-    5 minutes of samples."""
+    5 minutes of samples. --watch (-w) redraws every --interval seconds until Ctrl-C, as
+    on job list and node list."""
     client = ApiClient(load())
     fmt = output_format(output, as_json)
-    while True:
+
+    def draw() -> None:
         u = job_usage(client, name)
-        if emit(u, fmt, [t.task for t in u.tasks]):
-            return
-        if watch > 0:
-            console.clear()
-        print_top(u)
-        if watch <= 0:
-            return
-        time.sleep(watch)
+        if not emit(u, fmt, [t.task for t in u.tasks]):
+            print_top(u)
+
+    watch(draw, watch_, interval)
 
 
 def gpu_hours(client: ApiClient, since: float, until: float | None, by: str) -> GpuHoursOut:

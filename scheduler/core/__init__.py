@@ -4,8 +4,9 @@ Entry point: ``schedule(snapshot, policy, now) -> Decision`` (see :mod:`schedule
 for the types and :mod:`scheduler.core.policy` for the policy). No Redis, HTTP or clock.
 """
 
+from scheduler.core.adapt import adapt
 from scheduler.core.explain import Explanation, NodeVerdict, explain
-from scheduler.core.history import History, HistoryWindow, adapt
+from scheduler.core.history import History, HistoryWindow
 from scheduler.core.model import (
     Bind,
     Decision,

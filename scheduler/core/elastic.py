@@ -14,6 +14,11 @@ A role is elastic when ``TaskRole.elastic`` is set: ``replicas`` is its maximum 
 * **Grow** (after the pending jobs and the ``min_available`` growth of other jobs): idle
   capacity goes one replica at a time to the elastic job whose next replica gains the
   most, until nothing more fits or no job gains.
+* **Rebalance** (after grow, issue 36): while the job whose next replica gains most gains
+  more than the running job whose last spare replica loses least loses, that replica is
+  shrunk for it (:meth:`ElasticStage.rebalance`). AFS reallocates every GPU at each event;
+  growing into idle room only, the stage kept a long job's replicas while a new short one
+  ran at its minimum.
 
 Sizing policy, after AFS (Hwang et al., "Elastic Resource Sharing for Distributed Deep
 Learning", NSDI 2021): give the next GPU to the job with the highest marginal throughput
@@ -127,6 +132,7 @@ class ElasticStage:
                 rj, weight(rj.job, now, rj), elastic_replicas(rj), spare
             )
         self.shrinks: list[Shrink] = []
+        self.grown: dict[str, int] = {}  # elastic replicas after this cycle's grows
 
     @property
     def shrunk(self) -> set[str]:
@@ -250,7 +256,98 @@ class ElasticStage:
             scores.setdefault(name, {}).update(gp.scores)
             near[node_id] = near.get(node_id, 0) + 1
             n = counts[name] = counts[name] + 1
+            self.grown[name] = n
             g = (speedup(rj.job, n + 1) - speedup(rj.job, n)) * w
             if missing and g > 0:
                 heapq.heappush(heap, (-g, name))
         return [Bind(name, tuple(ps), scores.get(name, {})) for name, ps in sorted(added.items())]
+
+    def rebalance(
+        self,
+        jobs: Sequence[RunningJob],
+        index: NodeIndex,
+        placer: Placer,
+        admit: Callable[[RunningJob, Triple], bool],
+        cooldown_s: float = 0.0,
+    ) -> list[Shrink]:
+        """Move replicas between running elastic jobs when the move gains (AFS): while the
+        job whose next replica gains most (``gain = (speedup(n + 1) - speedup(n)) x
+        weight``) gains more than the job whose last spare replica loses least (same
+        measure, ``loss``) loses, stop that replica. Each move strictly raises
+        ``sum(weight x speedup)``, AFS' objective, so the moves end.
+
+        Runs after :meth:`grow` (idle capacity is gone first). The stopped replica's
+        capacity stays held this cycle for the gaining job (the replica's task still runs
+        until its agent stops it); the gaining job grows into it in a later cycle by
+        :meth:`grow`, where it then ranks first unless a pending job takes the room.
+        Donors are of priority <= the gaining job's, never below their minimum, and never
+        jobs grown this cycle; jobs shrunk this cycle do not gain.
+
+        Args:
+            jobs: elastic running jobs with replicas missing (``grow.growing``).
+            index, placer: the cycle's (allocations stay journaled).
+            admit: as in :func:`scheduler.core.grow.grow` (the taker's VC is charged for
+                the held replica this cycle).
+            cooldown_s: ``Policy.regrow_cooldown_s``: a job resized less than this long
+                ago gives no replica (each job is resized at most once per cool-down;
+                ``jobs`` are already filtered by it).
+
+        Returns:
+            The shrinks made (also appended to :attr:`shrinks`).
+        """
+        shrunk = self.shrunk
+        takers: dict[str, tuple[RunningJob, float, int]] = {}
+        for rj in jobs:
+            if rj.name in shrunk or rj.name not in self.jobs:
+                continue
+            n = self.grown.get(rj.name, elastic_replicas(rj))
+            if n < sum(r.replicas for r in rj.job.roles if r.elastic):
+                takers[rj.name] = (rj, self.jobs[rj.name].weight, n)
+        out: list[Shrink] = []
+        while takers:
+            name, (rj, w, n) = max(
+                takers.items(),
+                key=lambda kv: (
+                    (speedup(kv[1][0].job, kv[1][2] + 1) - speedup(kv[1][0].job, kv[1][2]))
+                    * kv[1][1],
+                    kv[0],
+                ),
+            )
+            gain = (speedup(rj.job, n + 1) - speedup(rj.job, n)) * w
+            donors = [
+                d
+                for d in self.jobs.values()
+                if d.spare
+                and d.rj.name != name
+                and d.rj.name not in self.grown
+                and d.rj.job.priority <= rj.job.priority
+                and (d.rj.resized_at is None or self.now >= d.rj.resized_at + cooldown_s)
+            ]
+            if not donors:
+                break
+            d = min(donors, key=lambda x: (x.loss(), x.rj.name))
+            if not gain > d.loss():
+                break
+            role = next(r for r in rj.job.roles if r.elastic)
+            mark = index.mark()
+            p = d.spare.pop()
+            i = index.id_of.get(p.node)
+            if i is not None:
+                r = p.resources
+                index.release(i, r.cpu_m, r.memory, r.gpu)
+            near = {i: 1} if i is not None else {}
+            gp = placer.place_extra(role, 1, near, partial(admit, rj))
+            if not gp.tasks:  # the freed room does not fit the taker's replica
+                index.rollback(mark)
+                d.spare.append(p)
+                del takers[name]
+                continue
+            d.count -= 1
+            d.taken.append(p)
+            sh = Shrink(d.rj.name, (p,), name, f"resized: replica moved to job {name} (gains more)")
+            out.append(sh)
+            self.shrinks.append(sh)
+            takers[name] = (rj, w, n + 1)
+            if n + 1 >= sum(r.replicas for r in rj.job.roles if r.elastic):
+                del takers[name]
+        return out

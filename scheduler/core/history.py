@@ -3,8 +3,8 @@
 The core stays pure: it never measures anything itself. Whoever drives it (the service's
 loop, the simulator) records each job that *finished* (completed, not preempted) in a
 :class:`HistoryWindow` and passes ``window.history()`` as ``Snapshot.history``. A policy with
-``adaptive=True`` then derives its thresholds from it with :func:`adapt`; every other policy
-ignores it.
+``adaptive=True`` then derives its thresholds from it with
+:func:`scheduler.core.adapt.adapt`; every other policy ignores it.
 
 Rules (each from a published system, none tuned on a trace):
 
@@ -12,10 +12,10 @@ Rules (each from a published system, none tuned on a trace):
   GPU-hours, the paper's, as the ``tiresias-las`` baseline uses them; no
   ``preemption_min_runtime_s`` floor). Where VC guarantees do not split the cluster
   (``Policy.vc_quota`` off, or fewer than two VCs with a guaranteed GPU share, see
-  :func:`tenants`) pasture's other rules have nothing to protect: there is no reclaim,
-  so neither the floor (which keeps a job just restarted after reclaim from being
-  evicted again by queue order) nor tail-only demotion has a reason to exist, and each
-  measurably moved the mean both ways against plain 2D-LAS (scheduler/sim/README.md,
+  :func:`scheduler.core.adapt.tenants`) pasture's other rules have nothing to protect:
+  there is no reclaim, so neither the floor (which keeps a job just restarted after
+  reclaim from being evicted again by queue order) nor tail-only demotion has a reason to
+  exist, and each measurably moved the mean both ways against plain 2D-LAS (scheduler/sim/README.md,
   "The adaptive policy"). EASY backfill is dropped too: with queue-order preemption a
   wide job is protected by its LAS rank, and the reservations EASY still took (for jobs
   with a bounded shadow time) only ever cost mean JCT against plain 2D-LAS (up to 1.6% on
@@ -60,17 +60,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
-from scheduler.core.policy import Backfill, Policy, PreemptionMode
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from scheduler.core.model import VirtualCluster
-
-LAS_QUANTILES = (0.9, 0.99)
 MIN_TAIL_COUNT = 5  # n * min(q, 1 - q) >= 5 before quantile q is trusted
 
 
@@ -117,50 +108,6 @@ def median_residual_s(history: History | None, elapsed_s: float) -> float | None
     if n < 2 * MIN_TAIL_COUNT:
         return None
     return xs[i + (n - 1) // 2] - elapsed_s
-
-
-def tenants(vcs: Iterable[VirtualCluster]) -> int:
-    """How many VCs hold a guaranteed GPU share (the tenants VC guarantees isolate)."""
-    return sum(1 for vc in vcs if vc.guarantee.gpu > 0)
-
-
-def adapt(policy: Policy, history: History | None, vcs: Iterable[VirtualCluster] = ()) -> Policy:
-    """The policy in force given the VCs and what has been observed.
-
-    For ``policy.adaptive`` policies:
-
-    * with at least two tenants (``policy.vc_quota`` and :func:`tenants` of ``vcs`` >= 2):
-      ``las_thresholds`` at the ``LAS_QUANTILES`` of finished jobs' attained service (those
-      estimable; strictly increasing, positive), the policy's static values until then;
-    * with one tenant (or none): plain Tiresias 2D-LAS: the policy's static thresholds, no
-      ``preemption_min_runtime_s`` floor and, for a ``las`` order with queue-order
-      preemption, no backfill (see the module docstring);
-
-    Other policies are returned unchanged, and so is a policy for which nothing changes.
-    """
-    if not policy.adaptive:
-        return policy
-    changes: dict[str, Any] = {}
-    shared = policy.vc_quota and tenants(vcs) >= 2
-    if not shared and policy.preemption_min_runtime_s:
-        changes["preemption_min_runtime_s"] = 0.0
-    if (
-        not shared
-        and policy.queue_order == "las"
-        and PreemptionMode.QUEUE_ORDER in policy.preemption
-        and policy.backfill is not Backfill.NONE
-    ):
-        changes["backfill"] = Backfill.NONE
-    if history is not None:
-        th: list[float] = []
-        if shared:
-            for q in LAS_QUANTILES:
-                v = quantile(history.services_gpu_s, q)
-                if v is not None and v > 0 and (not th or v > th[-1]):
-                    th.append(v)
-        if th:
-            changes["las_thresholds"] = tuple(th)
-    return replace(policy, **changes) if changes else policy
 
 
 class HistoryWindow:

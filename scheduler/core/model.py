@@ -16,7 +16,7 @@ home of all resource arithmetic, and are re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
@@ -210,12 +210,15 @@ class RunningJob:
             classification, and treats its capacity as coming free: a blocked job that
             fits once it is released waits for it (PREEMPTING, nominated) instead of
             preempting more. Default False (the simulator releases victims at once).
+        resized_at: seconds, when replicas of it were last stopped by an elastic resize
+            (None: never); ``Policy.regrow_cooldown_s`` counts from it.
     """
 
     job: Job
     start_time: float
     placements: tuple[TaskPlacement, ...]
     releasing: bool = False
+    resized_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -400,3 +403,21 @@ class Decision:
     nominations: Mapping[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)
     grows: tuple[Bind, ...] = ()
     shrinks: tuple[Shrink, ...] = ()
+
+
+def per_node(placements: Iterable[TaskPlacement], id_of: dict[str, int]) -> dict[int, list[int]]:
+    """{node id: [cpu_m, memory, gpu]} summed over ``placements`` (a running job's, or a
+    nomination's); placements on nodes ``id_of`` does not know are skipped."""
+    out: dict[int, list[int]] = {}
+    for p in placements:
+        i = id_of.get(p.node)
+        if i is None:
+            continue
+        v = out.get(i)
+        if v is None:
+            v = out[i] = [0, 0, 0]
+        r = p.resources
+        v[0] += r.cpu_m
+        v[1] += r.memory
+        v[2] += r.gpu
+    return out

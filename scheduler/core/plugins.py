@@ -19,7 +19,7 @@ order to draw candidates ("ascending" = tightest first, "descending" = emptiest 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -138,3 +138,21 @@ SCORERS: Mapping[str, Scorer] = MappingProxyType(
         "gang-locality": Scorer("gang-locality", _gang_locality, None),
     }
 )
+
+
+def check_plugin_names(filters: Iterable[str], scorers: Iterable[tuple[str, float]]) -> None:
+    """Check a policy's filter and scorer names against :data:`FILTERS` and :data:`SCORERS`.
+
+    Args:
+        filters: ``Policy.filters``; scorers: ``Policy.scorers`` ((name, weight) pairs).
+
+    Raises:
+        ValueError: naming ``Policy.filters`` or ``Policy.scorers``, the known names and the
+            unknown one given.
+    """
+    for f in filters:
+        if f not in FILTERS:
+            raise ValueError(f"Policy.filters: expected names from {sorted(FILTERS)}, got {f!r}")
+    for n, _ in scorers:
+        if n not in SCORERS:
+            raise ValueError(f"Policy.scorers: expected names from {sorted(SCORERS)}, got {n!r}")

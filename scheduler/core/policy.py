@@ -83,7 +83,7 @@ class Policy:
             time) no longer start around it: the head then starts no later than it would
             under strict FIFO from that moment on.
             None = no time guard.
-        adaptive: adapt to the cluster (:func:`scheduler.core.history.adapt`): plain
+        adaptive: adapt to the cluster (:func:`scheduler.core.adapt.adapt`): plain
             2D-LAS with one tenant, ``las_thresholds`` from ``Snapshot.history`` with more
             (static values until enough jobs have finished); EASY reservations ordered by
             learned residual run times, and starved once backfill alone blocks the head
@@ -98,6 +98,12 @@ class Policy:
             throughput per GPU (AFS, Hwang et al., NSDI'21). Jobs without elastic roles
             are unaffected. False: elastic roles grow like ``min_available`` gangs
             (:mod:`scheduler.core.grow`) and are never shrunk.
+        regrow_cooldown_s: with ``elastic``, a job shrunk at ``RunningJob.resized_at`` is
+            not grown again (nor given replicas by a rebalance) before this many seconds
+            have passed: its survivors must re-form their group first (torchrun: a stopped
+            agent stays in the rendezvous round until its keep-alive expires, 15 s, then the
+            round waits ``last_call_timeout``, 30 s; a replica joining before that joins a
+            round that cannot complete). 0 = no cool-down.
     """
 
     name: str = "default"
@@ -116,20 +122,21 @@ class Policy:
     adaptive: bool = False
     starve_limit: float | None = None
     elastic: bool = False
+    regrow_cooldown_s: float = 0.0
 
     def __post_init__(self) -> None:
-        """Validate names against the core's registries and coerce enum-valued strings.
+        """Validate the values and coerce enum-valued strings. The names of plugins and of
+        the queue order are checked against their registries where they are looked up
+        (:func:`scheduler.core.plugins.check_plugin_names`,
+        :func:`scheduler.core.queue.queue_order`, both called by
+        :func:`scheduler.core.scheduler.schedule`).
 
         Raises:
-            ValueError: an unknown queue order, filter, scorer or preemption mode; a policy
+            ValueError: an unknown backfill or preemption mode; a policy
                 without ``resource-fit``; a non-finite scorer weight; unsorted or negative
                 LAS thresholds; a negative aging rate or min runtime; max_jobs_per_cycle < 1.
         """
         import math
-
-        # Imported here: the registries import this module's enums.
-        from scheduler.core.plugins import FILTERS, SCORERS
-        from scheduler.core.queue import QUEUE_ORDERS
 
         def fail(field: str, expected: str, got: object) -> None:
             raise ValueError(f"Policy.{field}: expected {expected}, got {got!r}")
@@ -148,16 +155,9 @@ class Policy:
         object.__setattr__(self, "filters", tuple(self.filters))
         object.__setattr__(self, "scorers", tuple((n, float(w)) for n, w in self.scorers))
         object.__setattr__(self, "las_thresholds", tuple(float(t) for t in self.las_thresholds))
-        if self.queue_order not in QUEUE_ORDERS:
-            fail("queue_order", f"one of {sorted(QUEUE_ORDERS)}", self.queue_order)
-        for f in self.filters:
-            if f not in FILTERS:
-                fail("filters", f"names from {sorted(FILTERS)}", f)
         if "resource-fit" not in self.filters:
             fail("filters", "a list including 'resource-fit'", list(self.filters))
         for n, w in self.scorers:
-            if n not in SCORERS:
-                fail("scorers", f"names from {sorted(SCORERS)}", n)
             if not math.isfinite(w):
                 fail("scorers", "finite weights", (n, w))
         th = self.las_thresholds
@@ -173,5 +173,8 @@ class Policy:
         k = self.starve_limit
         if k is not None and not (k > 0 and math.isfinite(k)):
             fail("starve_limit", "None or a finite number > 0", k)
+        c = self.regrow_cooldown_s
+        if not (c >= 0 and math.isfinite(c)):
+            fail("regrow_cooldown_s", "finite seconds >= 0", c)
         if self.max_jobs_per_cycle is not None and self.max_jobs_per_cycle < 1:
             fail("max_jobs_per_cycle", "None or an int >= 1", self.max_jobs_per_cycle)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.core.index import NodeIndex
-from scheduler.core.model import RunningJob, TaskPlacement
-from scheduler.core.resources import ZERO3, Triple, iadd, isub, per_node, sub, take
+from scheduler.core.model import RunningJob, TaskPlacement, per_node
+from scheduler.core.resources import ZERO3, Triple, iadd, isub, sub, take
 
 
 class ReleasingPool:

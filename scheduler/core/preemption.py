@@ -46,7 +46,7 @@ from typing import Any
 
 from scheduler.core.gang import GangPlacement, Placer, gang_key
 from scheduler.core.index import NodeIndex
-from scheduler.core.model import Job, RunningJob
+from scheduler.core.model import Job, RunningJob, per_node
 from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.core.queue import OrderContext, QueueOrder, rank_key
 from scheduler.core.quota import VcLedger, borrowing_jobs, exceeds, governed_dims
@@ -57,7 +57,6 @@ from scheduler.core.resources import (
     add,
     fits,
     iadd,
-    per_node,
     sub,
     total,
 )

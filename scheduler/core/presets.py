@@ -96,6 +96,8 @@ PRESETS = MappingProxyType(
             preemption_min_runtime_s=300.0,
             adaptive=True,
             elastic=True,  # only jobs with elastic roles are resized (issue 29)
+            # torchrun re-forms a shrunk group within 15 s keep-alive + 30 s last call
+            regrow_cooldown_s=60.0,
         ),
         # Tiresias-LAS plus the elastic stage (issue 29): jobs with elastic roles are shrunk
         # before anyone is preempted and grown by marginal gain (AFS-style weights with

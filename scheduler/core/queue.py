@@ -148,6 +148,20 @@ QUEUE_ORDERS: Mapping[str, QueueOrder] = MappingProxyType(
 )
 
 
+def queue_order(name: str) -> QueueOrder:
+    """The registered order named ``name`` (``Policy.queue_order``).
+
+    Raises:
+        ValueError: naming ``Policy.queue_order``, the known names and ``name``.
+    """
+    try:
+        return QUEUE_ORDERS[name]
+    except KeyError:
+        raise ValueError(
+            f"Policy.queue_order: expected one of {sorted(QUEUE_ORDERS)}, got {name!r}"
+        ) from None
+
+
 def full_key(
     order: QueueOrder, job: Job, ctx: OrderContext, run: RunningJob | None = None
 ) -> tuple[object, ...]:

@@ -25,10 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from scheduler.core.model import TaskPlacement
 
 Triple = tuple[int, int, int]
 """(cpu millicores, memory bytes, GPUs)."""
@@ -174,24 +170,6 @@ def isub_floor(acc: list[int], v: Sequence[int]) -> None:
     acc[0] = max(acc[0] - v[0], 0)
     acc[1] = max(acc[1] - v[1], 0)
     acc[2] = max(acc[2] - v[2], 0)
-
-
-def per_node(placements: Iterable[TaskPlacement], id_of: dict[str, int]) -> dict[int, list[int]]:
-    """{node id: [cpu_m, memory, gpu]} summed over ``placements`` (a running job's, or a
-    nomination's); placements on nodes ``id_of`` does not know are skipped."""
-    out: dict[int, list[int]] = {}
-    for p in placements:
-        i = id_of.get(p.node)
-        if i is None:
-            continue
-        v = out.get(i)
-        if v is None:
-            v = out[i] = [0, 0, 0]
-        r = p.resources
-        v[0] += r.cpu_m
-        v[1] += r.memory
-        v[2] += r.gpu
-    return out
 
 
 class PrefixSums:

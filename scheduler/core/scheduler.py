@@ -33,11 +33,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterator
 
+from scheduler.core.adapt import adapt
 from scheduler.core.elastic import ElasticStage, is_elastic
 from scheduler.core.failure import failure_reason, invalid_job
 from scheduler.core.gang import GangFailure, GangPlacement, Placer, gang_key, gang_request
 from scheduler.core.grow import grow, growing
-from scheduler.core.history import adapt
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import (
     Bind,
@@ -52,11 +52,11 @@ from scheduler.core.model import (
     Snapshot,
     TaskPlacement,
 )
-from scheduler.core.plugins import FILTERS
+from scheduler.core.plugins import check_plugin_names
 from scheduler.core.policy import Backfill, Policy, PreemptionMode
 from scheduler.core.pool import ReleasingPool
 from scheduler.core.preemption import Preemptor
-from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
+from scheduler.core.queue import OrderContext, full_key, queue_order
 from scheduler.core.quota import VcLedger
 from scheduler.core.reasons import job_ref, jobs_ref, preempted_reason, preemption_phrase, reason
 from scheduler.core.reservation import Reservation, reserve, starved
@@ -91,20 +91,8 @@ class _Cycle:
         self.snapshot = snapshot
         self.policy = policy
         self.now = now
-        try:
-            self.order = QUEUE_ORDERS[policy.queue_order]
-        except KeyError:
-            raise ValueError(
-                f"Policy.queue_order: expected one of {sorted(QUEUE_ORDERS)}, "
-                f"got {policy.queue_order!r}"
-            ) from None
-        if "resource-fit" not in policy.filters:
-            raise ValueError(
-                f"Policy.filters must include 'resource-fit', got {list(policy.filters)}"
-            )
-        bad = [f for f in policy.filters if f not in FILTERS]
-        if bad:
-            raise ValueError(f"Policy.filters: unknown filter {bad[0]!r}; known: {sorted(FILTERS)}")
+        self.order = queue_order(policy.queue_order)
+        check_plugin_names(policy.filters, policy.scorers)
         names = set()
         for j in snapshot.pending:
             if j.name in names:
@@ -214,8 +202,16 @@ class _Cycle:
             plain = [rj for rj in to_grow if not is_elastic(rj.job)]
             grows = grow(plain, self.index, self.placer, self._admit_one)
             shrunk = el.shrunk
-            elastic = [rj for rj in to_grow if is_elastic(rj.job) and rj.name not in shrunk]
+            cool = self.policy.regrow_cooldown_s
+            elastic = [
+                rj
+                for rj in to_grow
+                if is_elastic(rj.job)
+                and rj.name not in shrunk
+                and (rj.resized_at is None or self.now >= rj.resized_at + cool)
+            ]
             grows += el.grow(elastic, self.index, self.placer, self._admit_one)
+            el.rebalance(elastic, self.index, self.placer, self._admit_one, cool)
         return Decision(
             binds=tuple(self.binds),
             grows=tuple(grows),

@@ -9,6 +9,11 @@ document -> JobService.admit (the one parse + validation, role, VC, never-fits, 
                                               verdicts of the policy's filters)
 ```
 
+A dry run also checks what would fail the job the moment a task starts: a ``code_dir``
+that is not a directory on the cluster share (:func:`code_dir_problem`; 422 naming
+``pasture data push``). A submit does not check it (the code may be pushed between submit
+and start).
+
 The answer is the core's own decision on the current state: the job would be placed
 there if the loop's next cycle saw the same state (other jobs may take the room first).
 What the loop alone knows is left out: the adaptive policy's learned thresholds (static
@@ -18,11 +23,12 @@ ones are used) and the nominations of preemptions under way.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.model import Bind
 from scheduler.services import backend
-from scheduler.services.errors import ConflictError
+from scheduler.services.errors import ConflictError, InvalidSpecError
 from scheduler.services.jobs import JobService
 from scheduler.services.principal import Principal
 
@@ -37,11 +43,16 @@ class DryRunService:
     Args:
         jobs: the job service whose checks a submit runs (:meth:`JobService.admit`).
         policy: the scheduling policy's name (``loop.policy``), as the loop loads it.
+        share: the cluster share as the API sees it (``share_dir``), for ``code_dir``;
+            None: not checked.
     """
 
-    def __init__(self, jobs: JobService, policy: str = "pasture") -> None:
+    def __init__(
+        self, jobs: JobService, policy: str = "pasture", share: Path | None = None
+    ) -> None:
         self.jobs = jobs
         self.policy = policy
+        self.share = share
 
     def dry_run(self, principal: Principal, document: dict[str, Any]) -> dict[str, Any]:
         """Validate ``document`` as a submit would and place it on a snapshot.
@@ -57,6 +68,9 @@ class DryRunService:
             :meth:`JobService.submit` would for the same document and caller.
         """
         parsed = self.jobs.admit(principal, document)
+        problems = [p for s in parsed.specs if (p := code_dir_problem(s.code_dir, self.share))]
+        if problems:
+            raise InvalidSpecError("; ".join(str(p["msg"]) for p in problems), problems)
         store = self.jobs.store
         for spec in parsed.specs:  # a single job's name is checked by the store's write
             if store.get_job(spec.name) is not None:
@@ -94,3 +108,32 @@ def _job_out(spec: JobSpec, explanation: Explanation, n_nodes: int) -> dict[str,
         "rejected": {role: dict(explanation.rejected_count(role)) for role in spec.roles},
         "nodes": n_nodes,
     }
+
+
+def code_dir_problem(code_dir: str | None, share: Path | None) -> dict[str, Any] | None:
+    """Why ``code_dir`` (a job spec's, relative to the share or absolute inside it) would
+    fail the job's tasks at start, as one 422 problem ``{"loc": ["code_dir"], "msg",
+    "input"}``; None when it is a directory of ``share`` (or there is nothing to check).
+
+    Directories under ``<share>/jobs/`` (jobs' own, scoped per VC) are not looked at, so
+    that no answer tells a tenant whether another VC's job directory exists; the agent
+    checks those at start as it checks every ``code_dir``
+    (``scheduler.agent.startup.code_dir_of``).
+    """
+    if not code_dir or share is None:
+        return None
+    raw = PurePosixPath(code_dir)
+    path = Path(raw) if raw.is_absolute() else share / raw
+    root = share.resolve()
+    resolved = path.resolve()
+    if resolved != root and root not in resolved.parents:
+        msg = f"code_dir {code_dir!r} is outside the cluster share {share}"
+        return {"loc": ["code_dir"], "msg": msg, "input": code_dir}
+    rel = resolved.relative_to(root)
+    if rel.parts[:1] == ("jobs",) or resolved.is_dir():
+        return None
+    msg = (
+        f"code_dir {code_dir!r}: no such directory on the cluster share, so every task would"
+        f" fail at start; copy your code there first: pasture data push ./DIR {rel.as_posix()}"
+    )
+    return {"loc": ["code_dir"], "msg": msg, "input": code_dir}

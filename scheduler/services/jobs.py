@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from scheduler.services import backend
 from scheduler.services.errors import (
     BadRequestError,
     ConflictError,
+    ForbiddenError,
     InvalidSpecError,
     NotFoundError,
     ServiceError,
@@ -219,23 +221,21 @@ class JobService:
             self._vcs, self._vcs_read = self.store.vcs(), now
         return self._vcs
 
-    def _check_vc(self, vc: str) -> None:
+    def _check_vc(self, vc: str, parsed: ParsedJob | None = None, index: int = 0) -> None:
         """Refuse a VC the store does not know (skipped while no VC is configured yet).
-        Only a "known" answer comes from the cache; an unknown VC is confirmed fresh."""
+        Only a "known" answer comes from the cache; an unknown VC is confirmed fresh. The
+        refusal names the file's own field (``spec.queue``) for a translated ``parsed``."""
         known = self._known_vcs()
         if known and vc not in known:
             known = self._known_vcs(fresh=True)
         if known and vc not in known:
+            msg = f"no virtual cluster {vc!r}; known: {sorted(known)}"
+            loc = "vc"
+            if parsed is not None:
+                loc, msg = parsed.source_error(index, loc, msg)
             raise InvalidSpecError(
-                f"invalid job spec: vc: no virtual cluster {vc!r}; known: {sorted(known)}",
-                [
-                    {
-                        "loc": ["vc"],
-                        "msg": f"no virtual cluster {vc!r}; known: {sorted(known)}",
-                        "type": "unknown_vc",
-                        "input": vc,
-                    }
-                ],
+                f"invalid job spec: {loc}: {msg}",
+                [{"loc": loc.split("."), "msg": msg, "type": "unknown_vc", "input": vc}],
             )
 
     def admit(self, principal: Principal, document: dict[str, Any]) -> ParsedJob:
@@ -249,14 +249,17 @@ class JobService:
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         parsed = self.validate(document)
-        for spec in parsed.specs:
+        for index, spec in enumerate(parsed.specs):
             require_vc(principal, spec.vc)
-            self._check_vc(spec.vc)
+            self._check_vc(spec.vc, parsed, index)
             reason = self.fit_reason(spec)
             if reason is not None:
+                role = re.match(r"role (\S+?):", reason)
+                loc = f"roles.{role.group(1)}.resources" if role else "roles"
+                loc, msg = parsed.source_error(index, loc, f"can never be placed: {reason}")
                 raise InvalidSpecError(
                     f"job can never be placed: {reason}",
-                    [{"loc": ["roles"], "msg": f"can never be placed: {reason}", "type": "no_fit"}],
+                    [{"loc": loc.split("."), "msg": msg, "type": "no_fit"}],
                 )
         if len(parsed.specs) > 1:
             for spec in parsed.specs:
@@ -468,8 +471,14 @@ class JobService:
         """Ask for the job to be stopped (the loop and agents carry it out).
 
         Stopping a finished job is a no-op that returns its record.
+
+        Raises:
+            NotFoundError: unknown job, or one the caller may not see.
+            ForbiddenError: another user's job, and the caller is neither an admin nor
+                the VC's operator (:meth:`TokenInfo.may_control`).
         """
         job = self._visible(principal, name)
+        _require_control(principal, job, "stop")
         if JobState(job.state).terminal:
             ended: dict[str, Any] = as_dict(job)
             return ended
@@ -489,8 +498,10 @@ class JobService:
         Raises:
             NotFoundError: unknown job, or one the caller may not see.
             ConflictError: the job has not finished and ``force`` is false.
+            ForbiddenError: as :meth:`stop`.
         """
         job = self._visible(principal, name)
+        _require_control(principal, job, "delete")
         state = job.state
         if not JobState(state).terminal:
             if not force:
@@ -507,3 +518,14 @@ class JobService:
         except backend.job_active_error() as exc:
             raise ConflictError(str(exc)) from None
         return {"name": name, "deleted": True, "state": state}
+
+
+def _require_control(principal: Principal, job: JobRecord, verb: str) -> None:
+    """Raise ForbiddenError (403) unless ``principal`` may stop/delete ``job``: its
+    owner, an admin, or the operator of its VC (``operates`` of the token)."""
+    if not principal.may_control(job.vc, job.user):
+        raise ForbiddenError(
+            f"job {job.name!r} was submitted by {job.user!r}: only its owner, an admin or"
+            f" an operator of vc {job.vc!r} may {verb} it (token {principal.name!r}"
+            " operates no such vc)"
+        )

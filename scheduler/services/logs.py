@@ -6,7 +6,7 @@ Agents write the files (conventions.md, "Logs"); this service only reads them fr
 share as mounted on the master (``share_dir``). Following polls the file, because the
 share may be a network file system where inotify sees no remote writes.
 
-Tasks write to the share too, so every open goes through :mod:`scheduler.services.sharefs`:
+Tasks write to the share too, so every open goes through :mod:`scheduler.sharefs`:
 nothing beneath the share is followed out of the job's directory (a symbolic link, a hard
 link, ``..``, a FIFO are refused with :class:`LogRefusedError`, 403).
 """
@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from scheduler import sharefs
 from scheduler.logpaths import job_log_dir
-from scheduler.services import sharefs
 from scheduler.services.errors import ForbiddenError, NotFoundError
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

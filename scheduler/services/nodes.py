@@ -178,14 +178,17 @@ class NodeService:
         requeued without charge, and the loop removes its record (:meth:`Store.delete_node`).
 
         Refused while the node may still run tasks: its last heartbeat is younger than its
-        fence bound (:func:`scheduler.health.fenced_after_s`) or :data:`DELETE_SILENCE_S`,
+        fence bound (:func:`scheduler.rules.health.fenced_after_s`) or :data:`DELETE_SILENCE_S`,
         whichever is longer, unless ``force`` (the operator knows the machine is gone).
+        A forced delete of a node heard from within its fence bound revokes its lease: its
+        agent renews nothing more, its tasks are fenced by their lease, and the loop
+        requeues them once the fence bound since the revoke has passed.
 
         Raises:
             ForbiddenError: not an admin token. NotFoundError: unknown node.
             ConflictError: the node heartbeated too recently (the message says when).
         """
-        from scheduler.health import fenced_after_s
+        from scheduler.rules.health import fenced_after_s
 
         require_role(principal, TokenRole.ADMIN)
         node = self.store.get_node(name)
@@ -197,12 +200,19 @@ class NodeService:
             raise ConflictError(
                 f"node {name!r} heartbeated {silent:.0f} s ago; delete needs {need:.0f} s "
                 "of silence (its tasks may still run): stop or drain its agent first, or "
-                "pass force when the machine is gone"
+                "delete with force=true when the machine is gone"
             )
         jobs = self._jobs_on(name)
         event = {"action": "delete", "by": principal.name, "why": "", "jobs": jobs}
+        # forced while it may still run tasks: revoke its lease and let the loop requeue
+        # its tasks only once they are surely fenced (no retry beside a running task)
+        fencing = node.state != "lost" and silent < fenced_after_s(node.fence_s)
+        # a heartbeat answered just before the revoke renewed the lease at most now
+        fence_until = self.store.now() + fenced_after_s(node.fence_s) if fencing else None
         try:
-            self.store.delete_node(name, f"deleted by {principal.name}", event=event)
+            self.store.delete_node(
+                name, f"deleted by {principal.name}", event=event, fence_until=fence_until
+            )
         except backend.not_found_errors():
             raise NotFoundError(f"node {name!r} not found") from None
         view = self._event_view(principal, {"jobs": jobs})

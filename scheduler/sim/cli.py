@@ -275,10 +275,13 @@ def suite_cmd(
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
     else:
+        vs_t = "tiresias-las" in names
+        unit = "/ Tiresias-LAS's" if vs_t else "x mean-JCT lower bound"
         t = Table(
-            title=f"robustness suite: {jobs} jobs per case; mean / p99 JCT x mean-JCT lower bound",
+            title=f"robustness suite: {jobs} jobs per case; mean / p99 JCT {unit}",
             caption="ratios on mean JCT unless p99; criteria: pasture/tiresias <= 1, "
-            "pasture p99/best <= 1.5, backfill/fifo <= 1",
+            "pasture p99/best (rigid) <= 1.5, backfill/fifo <= 1, elastic/tiresias <= 0.67, "
+            "elastic/afs-like <= 1, p99 elastic/tiresias <= 1",
         )
         for col in ("case", "load", "GPUs", *names):
             t.add_column(col, justify="left" if col == "case" else "right")
@@ -290,19 +293,21 @@ def suite_cmd(
             "elastic/tiresias",
             "p99 elastic/tiresias",
             "afs-like/tiresias",
+            "elastic/afs-like",
+            "p99 elastic/best",
         ):
             t.add_column(col, justify="right")
         for r in rows:
             if "error" in r:
                 t.add_row(r["case"], str(r["target_load"]), "-", f"failed: {r['error']}")
                 continue
-            pol = r["policies"]
+            pol = r["vs_tiresias"] if vs_t and r.get("vs_tiresias") else r["policies"]
             ra = r["ratios"]
             t.add_row(
                 r["case"],
                 f"{r['load']:.2f}",
                 str(r["gpus"]),
-                *(f"{pol[n]['mean']:.2f}/{pol[n]['p99']:.1f}" for n in names),
+                *(f"{pol[n]['mean']:.2f}/{pol[n]['p99']:.2f}" for n in names),
                 *("-" if v is None else f"{v:.2f}" for v in ra.values()),
             )
         Console(width=220).print(t)

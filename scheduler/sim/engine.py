@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from scheduler.core.history import HistoryWindow, adapt
+from scheduler.core.adapt import adapt
+from scheduler.core.history import HistoryWindow
 from scheduler.core.model import (
     Decision,
     Job,
@@ -129,9 +130,9 @@ class _Live:
     epoch: int = 0
     start: float = 0.0
     running: RunningJob | None = None
-    profile: Profile | None = None  # elastic jobs only
-    n: int = 0  # elastic: replicas held now
-    attempt_start: float = 0.0  # elastic: when this attempt began (start moves at resizes)
+    profile: Profile | None = None  # elastic jobs only (a rigid job progresses at rate 1)
+    n: int = 0  # GPUs held now (an elastic job's 1-GPU replicas)
+    attempt_start: float = 0.0  # when this attempt began (start moves at resizes)
 
 
 def _default_decide() -> Decide:
@@ -305,80 +306,64 @@ class Simulator:
             self._alloc_gpus += sign * p.resources.gpu
         self._node_tuple = None
 
-    def _start(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
-        gpus = sum(p.resources.gpu for p in placements)
-        if live.profile is not None:
-            self._start_elastic(live, placements, now)
-            return
-        if gpus != live.record.gpus or len(placements) != live.job.roles[0].replicas:
-            raise SimulationError(
-                f"job {live.job.name}: bound {len(placements)} tasks / {gpus} GPUs, "
-                f"expected {live.job.roles[0].replicas} / {live.record.gpus}"
-            )
-        self._allocate(placements, +1)
-        del self._pending[live.job.name]
-        live.start = now
-        live.epoch += 1
-        live.running = RunningJob(live.job, now, placements)
-        self._running[live.job.name] = live.running
-        if live.record.first_start is None:
-            live.record.first_start = now
-        self._push(now + live.remaining, _DONE, live.job.name, live.epoch)
-        if self._las:
-            g = max(gpus, 1)
-            # thresholds in force now (adaptive ones move as jobs finish; a move between
-            # events takes effect at the next event)
-            hist = self._history.history() if self._history is not None else None
-            # a job started promoted (starve_limit) is served anew from 0, in seconds
-            # of this attempt (scheduler.core.starvation)
-            if promoted(live.job, now, self.policy.starve_limit, None):
-                g, base = 1, 0.0
-            else:
-                base = live.job.attained_service
-            for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
-                if threshold > base:
-                    self._push(now + (threshold - base) / g, _TICK, "", 0)
+    # -- one start/stop path: a rigid job is an elastic job of fixed width --------------
+    @staticmethod
+    def _rate(live: _Live, gpus: int) -> float:
+        """Work per second on ``gpus`` GPUs: the elastic profile's speedup, 1 for a rigid
+        job (whose remaining work is its remaining run time)."""
+        return live.profile.speedup(gpus) if live.profile is not None else 1.0
 
-    # -- elastic jobs -----------------------------------------------------------------------
-    def _start_elastic(
-        self, live: _Live, placements: tuple[TaskPlacement, ...], now: float
-    ) -> None:
+    def _start(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
+        """Begin an attempt of ``live`` on ``placements`` (checked against its role: a
+        rigid job's ``min_available`` is all its replicas, so only that width passes)."""
         role = live.job.roles[0]
-        if not role.gang_min <= len(placements) <= role.replicas:
+        per_task = role.resources.gpu
+        if not role.gang_min <= len(placements) <= role.replicas or any(
+            p.resources.gpu != per_task for p in placements
+        ):
+            gpus = sum(p.resources.gpu for p in placements)
             raise SimulationError(
-                f"elastic job {live.job.name}: bound {len(placements)} replicas, expected "
-                f"{role.gang_min}..{role.replicas}"
+                f"job {live.job.name}: bound {len(placements)} tasks / {gpus} GPUs, expected "
+                f"{role.gang_min}..{role.replicas} tasks of {per_task} GPUs"
             )
         self._allocate(placements, +1)
         del self._pending[live.job.name]
         live.attempt_start = now
         if live.record.first_start is None:
             live.record.first_start = now
-        self._run_elastic(live, placements, now)
+        self._run(live, placements, now)
 
-    def _run_elastic(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
+    def _run(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
         """(Re)start ``live``'s segment at ``now`` on ``placements``: its completion event
-        and, under LAS, its threshold crossings at the new width."""
-        assert live.profile is not None
-        live.n = len(placements)
+        and, under LAS, its threshold crossings at this width."""
+        live.n = sum(p.resources.gpu for p in placements)
         live.start = now
         live.epoch += 1
         live.running = RunningJob(live.job, now, placements)
         self._running[live.job.name] = live.running
-        rate = live.profile.speedup(live.n)
-        self._push(now + live.remaining / rate, _DONE, live.job.name, live.epoch)
-        if self._las:
-            base, g = live.job.attained_service, max(live.n, 1)
-            hist = self._history.history() if self._history is not None else None
-            for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
-                if threshold > base:
-                    self._push(now + (threshold - base) / g, _TICK, "", 0)
+        self._push(
+            now + live.remaining / self._rate(live, live.n), _DONE, live.job.name, live.epoch
+        )
+        if not self._las:
+            return
+        g = max(live.n, 1)
+        # thresholds in force now (adaptive ones move as jobs finish; a move between
+        # events takes effect at the next event)
+        hist = self._history.history() if self._history is not None else None
+        # a job started promoted (starve_limit) is served anew from 0, in seconds of this
+        # attempt (scheduler.core.starvation)
+        if promoted(live.job, now, self.policy.starve_limit, None):
+            g, base = 1, 0.0
+        else:
+            base = live.job.attained_service
+        for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
+            if threshold > base:
+                self._push(now + (threshold - base) / g, _TICK, "", 0)
 
     def _settle(self, live: _Live, now: float) -> None:
-        """Fold an elastic job's progress and service since its segment began."""
-        assert live.profile is not None
+        """Fold a running job's progress and service since its segment began."""
         ran = now - live.start
-        live.remaining = max(live.remaining - live.profile.speedup(live.n) * ran, 0.0)
+        live.remaining = max(live.remaining - self._rate(live, live.n) * ran, 0.0)
         live.job = replace(live.job, attained_service=live.job.attained_service + live.n * ran)
         live.start = now
 
@@ -406,10 +391,13 @@ class Simulator:
         self._allocate(remove, -1)
         self._allocate(add, +1)
         self._settle(live, now)
-        self._run_elastic(live, kept, now)
+        self._run(live, kept, now)
 
-    def _stop_elastic(self, live: _Live, now: float, finished: bool) -> None:
-        assert live.running is not None and live.profile is not None
+    def _stop(self, live: _Live, now: float, finished: bool) -> None:
+        """End ``live``'s attempt at ``now``: completed, or preempted (its remaining work
+        grows by the restart cost and the work since its checkpoint, at its width's rate;
+        it is requeued keeping its submit time)."""
+        assert live.running is not None
         self._settle(live, now)
         self._allocate(live.running.placements, -1)
         del self._running[live.job.name]
@@ -427,49 +415,11 @@ class Simulator:
             return
         ckpt = live.record.trace.checkpoint_s or self.checkpoint_s
         lost = self.restart_cost_s + (ran % ckpt if ckpt else 0.0)
-        live.remaining += live.profile.speedup(live.n) * lost
+        live.remaining += self._rate(live, live.n) * lost
         live.record.lost_gpu_s += live.n * lost
         live.record.preemptions += 1
         live.job = replace(
             live.job, attempt=live.job.attempt + 1, executed_s=live.record.run_s, requeued_at=now
-        )
-        self._pending[live.job.name] = live.job
-        at = promotion_time(live.job, self.policy.starve_limit) if self._las else None
-        if at is not None and at > now:
-            self._push(at, _TICK, "", 0)
-
-    def _stop(self, live: _Live, now: float, finished: bool) -> None:
-        assert live.running is not None
-        if live.profile is not None:
-            self._stop_elastic(live, now, finished)
-            return
-        self._allocate(live.running.placements, -1)
-        del self._running[live.job.name]
-        ran = now - live.start
-        live.record.run_s += ran
-        live.running = None
-        live.epoch += 1
-        if finished:
-            live.record.end = now
-            live.record.completions += 1
-            live.remaining = 0.0
-            self._done += 1
-            if self._history is not None:
-                self._history.record(
-                    live.record.run_s, live.job.attained_service + live.record.gpus * ran
-                )
-            return
-        ckpt = live.record.trace.checkpoint_s or self.checkpoint_s
-        lost_ckpt = ran % ckpt if ckpt else 0.0
-        live.remaining = live.remaining - (ran - lost_ckpt) + self.restart_cost_s
-        live.record.lost_gpu_s += live.record.gpus * (self.restart_cost_s + lost_ckpt)
-        live.record.preemptions += 1
-        live.job = replace(
-            live.job,
-            attempt=live.job.attempt + 1,
-            attained_service=live.job.attained_service + live.record.gpus * ran,
-            executed_s=live.record.run_s,
-            requeued_at=now,
         )
         self._pending[live.job.name] = live.job
         at = promotion_time(live.job, self.policy.starve_limit) if self._las else None

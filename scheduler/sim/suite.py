@@ -14,14 +14,18 @@ Cases (each at every load; the cluster is sized so that the window load is the t
     syn-big-gangs  synthetic: 64 GPUs (8 x 8); 15% of jobs are gangs of 50-90% of the
                    cluster (32, 40, 48 or 56 GPUs: whole nodes), the rest 1-4 GPUs.
     syn-16gpu      synthetic: a 16-GPU cluster (2 x 8), jobs of 1-16 GPUs.
+    syn-1gpu-flood synthetic: 64 GPUs (8 x 8); 95% of jobs take 1 GPU, 5% a whole node.
 
 Synthetic jobs arrive as a Poisson process whose rate gives the target load on the fixed
 cluster (rate = load x GPUs / E[GPUs x run time]); the table reports the window load
 actually reached. Seeds are fixed (the case's name), so the suite is reproducible.
 
 Per case the suite reports each policy's mean and p99 JCT divided by the case's mean-JCT
-lower bound, and the issue's criteria: pasture / tiresias-las (mean), pasture p99 / the best
-other policy's p99, fifo-backfill / fifo (mean), pasture / srtf-oracle (mean).
+lower bound (and, with tiresias-las run, as ratios to Tiresias'), and the issues'
+criteria: pasture / tiresias-las (mean), pasture p99 / the best other rigid policy's p99,
+fifo-backfill / fifo (mean), pasture / srtf-oracle (mean); elastic / tiresias-las (mean,
+p99), afs-like / tiresias-las, elastic / afs-like (mean), elastic p99 / the best baseline's
+(every policy but pasture and elastic).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.presets import ELASTIC_REPLAY
 from scheduler.sim.cluster import homogeneous, vc_guarantees, window_load_gpus
 from scheduler.sim.engine import SimulationError
 from scheduler.sim.scenario import Scenario, build_scenario, lower_bounds, run_many, traces_dir
@@ -120,12 +125,18 @@ def _small(rng: random.Random) -> tuple[int, float]:
     return rng.choices((1, 2, 4, 8, 16), (50, 20, 15, 10, 5))[0], _lognormal(rng)
 
 
+def _flood(rng: random.Random) -> tuple[int, float]:
+    # a flood of 1-GPU jobs with a few whole-node ones among them (rule fixed before any run)
+    return (1 if rng.random() < 0.95 else 8), _lognormal(rng)
+
+
 def cases() -> list[Case]:
     """All suite cases, real traces first (see the module docstring)."""
     itp = "itp/cluster{}.csv"
     heavy_g = (1 * 60 + 2 * 15 + 4 * 12 + 8 * 9 + 16 * 4) / 100
     gang_g = 0.15 * (32 + 40 + 48 + 56) / 4 + 0.85 * (1 + 1 + 2 + 4) / 4
     small_g = (1 * 50 + 2 * 20 + 4 * 15 + 8 * 10 + 16 * 5) / 100
+    flood_g = 0.95 * 1 + 0.05 * 8
     return [
         Case("philly-A", _real("philly", 10_000)),
         Case("philly-B", _real("philly", 40_000)),
@@ -136,6 +147,7 @@ def cases() -> list[Case]:
         Case("syn-heavy-tail", _synthetic("syn-heavy-tail", 8, _heavy, heavy_g * _pareto_mean())),
         Case("syn-big-gangs", _synthetic("syn-big-gangs", 8, _big_gangs, gang_g * _LOGN_MEAN)),
         Case("syn-16gpu", _synthetic("syn-16gpu", 2, _small, small_g * _LOGN_MEAN)),
+        Case("syn-1gpu-flood", _synthetic("syn-1gpu-flood", 8, _flood, flood_g * _LOGN_MEAN)),
     ]
 
 
@@ -148,18 +160,38 @@ def ratios(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
             return results[a][k] / results[b][k]
         return None
 
-    others = [v["p99"] for n, v in results.items() if n != "pasture"]
+    def best(name: str, pool: list[float]) -> float | None:
+        if name in results and pool and min(pool) > 0:
+            return results[name]["p99"] / min(pool)
+        return None
+
+    # pasture replays the trace rigidly: its best is among the other rigid policies; the
+    # elastic policy's among every baseline (rigid and afs-like)
+    rigid = [v["p99"] for n, v in results.items() if n != "pasture" and n not in ELASTIC_REPLAY]
+    baselines = [v["p99"] for n, v in results.items() if n not in ("pasture", "elastic")]
     return {
         "pasture_vs_tiresias": r("pasture", "tiresias-las"),
-        "pasture_p99_vs_best": (
-            results["pasture"]["p99"] / min(others) if "pasture" in results and others else None
-        ),
+        "pasture_p99_vs_best": best("pasture", rigid),
         "backfill_vs_fifo": r("fifo-backfill", "fifo"),
         "pasture_vs_srtf": r("pasture", "srtf-oracle"),
         # issue 29: elastic jobs (scheduler.sim.profiles) under the elastic stage
         "elastic_vs_tiresias": r("elastic", "tiresias-las"),
         "elastic_p99_vs_tiresias": r("elastic", "tiresias-las", "p99"),
         "afs_like_vs_tiresias": r("afs-like", "tiresias-las"),
+        # issue 36: the elastic stage against AFS with known lengths, and its tail
+        "elastic_vs_afs_like": r("elastic", "afs-like"),
+        "elastic_p99_vs_best": best("elastic", baselines),
+    }
+
+
+def vs_tiresias(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]] | None:
+    """Each policy's mean and p99 JCT as ratios to ``tiresias-las``' (None when it was not
+    run): ``{name: {"mean", "p99"}}``."""
+    t = results.get("tiresias-las")
+    if t is None or t["mean"] <= 0 or t["p99"] <= 0:
+        return None
+    return {
+        n: {"mean": v["mean"] / t["mean"], "p99": v["p99"] / t["p99"]} for n, v in results.items()
     }
 
 
@@ -174,7 +206,8 @@ def run_suite(
 ) -> list[dict[str, Any]]:
     """Run every case x load x policy; one dict per (case, load): ``{"case", "load"
     (reached), "target_load", "jobs", "gpus", "lb_mean_s", "policies": {name: {"mean",
-    "p99"}} (x the mean-JCT lower bound), "ratios": ratios(...)}``. Cases whose trace file
+    "p99"}} (x the mean-JCT lower bound), "ratios": ratios(...), "vs_tiresias":
+    vs_tiresias(...)}``. Cases whose trace file
     is missing are skipped (logged)."""
     rows = []
     for case in cases():
@@ -210,6 +243,7 @@ def run_suite(
                     "lb_mean_s": lb,
                     "policies": pol,
                     "ratios": ratios(pol),
+                    "vs_tiresias": vs_tiresias(pol),
                 }
             )
     return rows

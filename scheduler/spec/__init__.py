@@ -88,11 +88,27 @@ class ParsedJob:
     specs: list[JobSpec]
     warnings: list[str] = field(default_factory=list)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    origins: list[dict[str, str]] = field(default_factory=list)
+    """per spec, translated pasture path -> the source field (empty for a pasture spec)."""
 
     @property
     def spec(self) -> JobSpec:
         """The first (usually only) job."""
         return self.specs[0]
+
+    def source_error(self, index: int, loc: str, msg: str) -> tuple[str, str]:
+        """A check made after translation (the submit's VC and fit checks) as the
+        ``(loc, msg)`` of the field the user wrote: for a translated file the source
+        field of pasture path ``loc`` of spec ``index`` (``spec.queue`` for ``vc``,
+        ``taskRoles.worker.resourcePerInstance`` for ``roles.worker.resources``) and
+        ``"<format> field <source>: <msg> (checked as pasture's <loc>)"``; a pasture spec,
+        or a path with no recorded source, keeps ``(loc, msg)``."""
+        origins = self.origins[index] if index < len(self.origins) else {}
+        source = source_loc(loc, origins) if origins else None
+        if source is None:
+            return loc, msg
+        fmt = FORMATS.get(self.format, self.format)
+        return source.split(" (")[0], f"{fmt} field {source}: {msg} (checked as pasture's {loc})"
 
 
 def _loc(parts: tuple[object, ...]) -> str:
@@ -164,7 +180,8 @@ def parse_job(
         d, values = split_secrets(d, prefix, require_values=require_secret_values)
         secrets.update(values)
         specs.append(_validate(d, None if result.fmt == "pasture" else (result, i)))
-    return ParsedJob(result.fmt, specs, result.warnings, secrets)
+    origins = [] if result.fmt == "pasture" else [result.origins_of(i) for i in range(len(specs))]
+    return ParsedJob(result.fmt, specs, result.warnings, secrets, origins)
 
 
 def load_job(

@@ -183,7 +183,11 @@ def _load_json(text: str) -> object:
 
 MAX_DOCUMENTS = 64
 """YAML documents in one file: several only as Kubernetes objects (``---``-separated
-manifests, read as a ``kind: List``); anything else must be one document."""
+manifests, read as a ``kind: List``) or OpenPAI v2 jobs (read as ``{OPENPAI_JOBS: [...]}``);
+anything else must be one document."""
+
+OPENPAI_JOBS = "openpai_v2_jobs"
+"""The key several ``---``-separated OpenPAI v2 jobs of one file are read under."""
 
 
 def load_document(text: str | bytes, *, as_json: bool = False) -> object:
@@ -231,6 +235,9 @@ def load_document(text: str | bytes, *, as_json: bool = False) -> object:
                 # Kubernetes manifests (kubectl apply -f takes several): read as the
                 # List kind kubectl also takes, whose items the Volcano translation reads
                 return {"apiVersion": "v1", "kind": "List", "items": docs}
+            if all(isinstance(d, dict) and str(d.get("protocolVersion")) == "2" for d in docs):
+                # several OpenPAI v2 jobs (as a MARO schedule or Volcano manifests)
+                return {OPENPAI_JOBS: docs}
             raise DocumentError.one(
                 "", "several YAML documents in one file; submit one job per file"
             )

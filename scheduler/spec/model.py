@@ -33,6 +33,7 @@ docs/compat.md for what each field means at run time and which format fields map
 
 from __future__ import annotations
 
+import math
 import re
 
 from pydantic import (
@@ -54,6 +55,7 @@ from scheduler.spec.policies import (
     PoliciesSpec,
     RetrySpec,
     RoleCompletionSpec,
+    VolumeSpec,
     check_env,
     check_name,
     check_share_path,
@@ -200,6 +202,7 @@ class RoleSpec(_Model):
     shm: int | None = Field(None, description="bytes of /dev/shm; accepts '64Mi'")
     depends_on: list[str] = Field(default_factory=list, max_length=64)
     elastic: bool = False
+    throughput: dict[int, float] | None = Field(None, max_length=64)
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +318,26 @@ class RoleSpec(_Model):
             raise ValueError(
                 f"min_available ({self.min_available}) exceeds replicas ({self.replicas})"
             )
+        tp = self.throughput
+        if tp is not None:
+            if not self.elastic:
+                raise ValueError(
+                    "throughput: only for an elastic role (replicas: {min, max}); got it on "
+                    f"a role of {self.replicas} fixed replicas"
+                )
+            if 1 not in tp:
+                raise ValueError(
+                    f"throughput: expected the rate at 1 replica among the keys, got {sorted(tp)}"
+                )
+            for k, x in tp.items():
+                if not 1 <= k <= self.replicas:
+                    raise ValueError(
+                        f"throughput: expected replica counts 1..{self.replicas} as keys, got {k}"
+                    )
+                if not (x > 0 and math.isfinite(x)):
+                    raise ValueError(
+                        f"throughput: expected a finite rate > 0 at {k} replicas, got {x!r}"
+                    )
         c = self.completion
         for what, n in (
             ("min_succeeded", c.min_succeeded if c else None),
@@ -341,6 +364,7 @@ class JobSpec(_Model):
     retry: RetrySpec = RetrySpec()
     policies: PoliciesSpec = PoliciesSpec()
     mounts: list[MountSpec] = Field(default_factory=list, max_length=MAX_MOUNTS)
+    volumes: list[VolumeSpec] = Field(default_factory=list, max_length=MAX_MOUNTS)
     code_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     mpi: bool = False
@@ -376,6 +400,14 @@ class JobSpec(_Model):
     def _priority_range(cls, v: int) -> int:
         if not 0 <= v <= 100:
             raise ValueError(f"expected 0..100, got {v}")
+        return v
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, v: list[VolumeSpec]) -> list[VolumeSpec]:
+        names = [x.name for x in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"volume names must be unique, got {names}")
         return v
 
     @field_validator("vc")
@@ -419,9 +451,35 @@ class JobSpec(_Model):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         return check_env(v)
 
+    def scaling(self) -> tuple[float, ...]:
+        """The core's ``Job.scaling`` from the elastic role's declared ``throughput``
+        (issue 36): ``(speedup(1), ..., speedup(K))`` with K its largest declared replica
+        count, speedup(n) = rate(n) / rate(1), linear between declared counts (the core
+        repeats the last step beyond K). () when no role declares it: the core then
+        treats the job as scaling linearly."""
+        for r in self.roles.values():
+            tp = r.throughput
+            if not tp:
+                continue
+            pts = sorted(tp.items())
+            base = tp[1]
+            out: list[float] = []
+            for (n0, x0), (n1, x1) in zip(pts, pts[1:], strict=False):
+                for n in range(n0, n1):
+                    out.append((x0 + (x1 - x0) * (n - n0) / (n1 - n0)) / base)
+            out.append(pts[-1][1] / base)
+            return tuple(out)
+        return ()
+
     @model_validator(mode="after")
     def _references(self) -> JobSpec:
         roles = list(self.roles)
+        declared = [n for n, r in self.roles.items() if r.throughput]
+        if len(declared) > 1:
+            raise ValueError(
+                "throughput: expected it on one elastic role (the job's speedup table), got "
+                f"it on {declared}"
+            )
         c = self.policies.completion
         if c is not None and c.role not in self.roles:
             raise ValueError(
@@ -557,4 +615,5 @@ class JobSpec(_Model):
             estimated_duration_s=self.estimated_duration_s,
             attained_service=attained_service,
             preemptible=self.preemptible,
+            scaling=self.scaling(),
         )

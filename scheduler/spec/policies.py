@@ -73,9 +73,17 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+RESERVED_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+"""Variables a job may not set: the executor gives each task its own GPUs through them
+(on a node with the NVIDIA runtime, ``NVIDIA_VISIBLE_DEVICES=all`` in a task would expose
+every GPU of the node, other tenants' included: the NVIDIA device plugin's documented
+warning)."""
+
+
 def check_env(env: dict[str, str]) -> dict[str, str]:
     """Validate an environment mapping: at most 256 names matching ``[A-Za-z_][A-Za-z0-9_]*``
-    of at most 128 characters, values of at most 32 KiB, 256 KiB in all. Raises ValueError."""
+    of at most 128 characters, values of at most 32 KiB, 256 KiB in all, none of
+    :data:`RESERVED_ENV`. Raises ValueError naming the variable."""
     if len(env) > MAX_ENV_VARS:
         raise ValueError(f"at most {MAX_ENV_VARS} environment variables, got {len(env)}")
     total = 0
@@ -84,6 +92,11 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(
                 "environment variable names must match [A-Za-z_][A-Za-z0-9_]* "
                 f"(at most {MAX_ENV_KEY} characters), got {key[:140]!r}"
+            )
+        if key.upper() in RESERVED_ENV:
+            raise ValueError(
+                f"environment variable {key}: set by pasture to the task's own GPUs; "
+                f"a job may not set it (expected no {key}, got {value[:40]!r})"
             )
         check_text(value, f"environment variable {key}")
         if len(value) > MAX_ENV_VALUE:
@@ -122,7 +135,7 @@ class RetrySpec(StrictModel):
         retry_on_exit_codes is given). Node loss is always retryable.
     Exit-code lists hold at most 256 codes, each 0..255.
     retry_on: when given, only failures of these diagnosis classes are retried
-        (``[node_lost, nccl_error]``: scheduler/diagnosis_rules.yaml, docs/operations.md);
+        (``[node_lost, nccl_error]``: scheduler/rules/diagnosis_rules.yaml, docs/operations.md);
         a failure also retries when retry_on_exit_codes names its code (issue 19).
     """
 
@@ -143,7 +156,7 @@ class RetrySpec(StrictModel):
 
     def retryable(self, exit_code: int | None, diagnosis: str | None = None) -> bool:
         """Whether a failure with ``exit_code`` (None = infrastructure failure) and
-        diagnosis class ``diagnosis`` (:mod:`scheduler.diagnosis`) may retry."""
+        diagnosis class ``diagnosis`` (:mod:`scheduler.rules.diagnosis`) may retry."""
         if exit_code is None:
             return True
         if self.retry_on is not None:
@@ -190,6 +203,10 @@ ActionName = Literal[
 ]
 
 
+MAX_AFTER_S = 30 * 86400.0
+"""The longest ``EventRule.after_s`` (30 days, s)."""
+
+
 class EventRule(StrictModel):
     """``on_events`` entry: when ``event`` happens to a task (of ``role``, or of any role),
     do ``action`` (Volcano ``LifecyclePolicy``: event -> action).
@@ -201,11 +218,15 @@ class EventRule(StrictModel):
     ``max_task_retries``), restart_role (restart every task of that task's role in place,
     running ones included; one retry of ``retry`` like restart_job), fail_job (fail now, no
     retry), terminate_job (stop every task; the job ends stopped).
+    ``after_s``: the action happens once the event has lasted this long (seconds since the
+    task ended; for task_completed, since the role's last task ended), Volcano's policy
+    ``timeout``; the job is held meanwhile (an event says until when). None: at once.
     """
 
     event: EventName
     action: ActionName
     role: str | None = None
+    after_s: float | None = Field(default=None, gt=0, le=MAX_AFTER_S)
 
 
 class PoliciesSpec(StrictModel):
@@ -242,6 +263,42 @@ class MountSpec(StrictModel):
             raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
         _no_option_chars(v, "target")
         return v
+
+
+class VolumeSpec(StrictModel):
+    """A fresh directory of the job on the cluster share (Volcano ``volumeClaim``: a new
+    PersistentVolumeClaim per job): ``jobs/<job>/volumes/<uid>/<name>`` (:func:`volume_dir`),
+    created empty when a task of the job first starts, mounted at ``target`` (container
+    executors) and named by ``PASTURE_VOLUME_<NAME>`` in every task's environment;
+    removed when the loop deletes the finished job (its ttl) unless ``keep``. ``size``
+    (bytes) is what the claim asked for: the share is one file system without per-directory
+    quotas, so it is recorded, not enforced. ``name``: [a-z0-9-], 1..63."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    target: str
+    size: int | None = Field(default=None, ge=0)
+    keep: bool = False
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"expected an absolute path, got {v!r}")
+        if ".." in v.split("/") or len(v) > MAX_PATH:
+            raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
+        _no_option_chars(v, "target")
+        return v
+
+
+def volume_dir(job: str, name: str, uid: str = "") -> str:
+    """The share-relative directory of volume ``name`` of the submission ``uid`` of
+    ``job``: ``jobs/<job>/volumes/<uid>/<name>`` (``jobs/<job>/volumes/<name>`` for a job
+    stored before uids existed). The uid makes a claim fresh per submission: a job deleted
+    and submitted again under its name, by anyone, never sees the old claim's files. A job
+    name and a volume name are [a-z0-9-] and a uid is hex, so the path holds nothing else."""
+    if uid and not re.fullmatch(r"[0-9a-f]{1,64}", uid):
+        raise ValueError(f"job uid: expected hex digits, got {uid!r}")
+    return f"jobs/{job}/volumes/{uid}/{name}" if uid else f"jobs/{job}/volumes/{name}"
 
 
 class MpiHostSpec(StrictModel):

@@ -143,6 +143,9 @@ class NodeStore:
         nk = self._s.k("node", node.name)
         now = self.now()
         old = self.r.hgetall(nk)
+        if old.get("revoked") == "1":  # force-deleted (NodesMixin.delete_node): stays so
+            node.revoked = True
+            return node
         state = old.get("state", "ready")
         if state == "lost" or state not in ("ready", "cordoned", "draining"):
             state = "ready"
@@ -165,6 +168,8 @@ class NodeStore:
             # fence has surely run out (scheduler/store/lease.py, docs/faults.md)
             "lease_s": str(node.lease_s),
             "fence_s": str(node.fence_s),
+            # heartbeats further apart than two intervals are a gap (lua.HEARTBEAT)
+            "heartbeat_interval_s": str(node.heartbeat_interval_s),
         }
         changed = any(old.get(k) != fields[k] for k in _VERSIONED)
         pipe = self.r.pipeline(transaction=True)
@@ -221,7 +226,7 @@ class NodeStore:
             "message": message,
             "handle": handle,
             "cause": cause,
-            # issue 19: the failure's class (scheduler.diagnosis), JSON
+            # issue 19: the failure's class (scheduler.rules.diagnosis), JSON
             "diagnosis": json.dumps(diagnosis) if diagnosis else "",
         }
         args = [self.p, self.node, REPORTS_MAXLEN]

@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from scheduler import jobkey
 from scheduler.states import JobState
 from scheduler.store.base import JobActiveError, JobExistsError, JobNotFoundError, StoreBase
 from scheduler.store.codec import as_float, as_int, as_json, encode_fields, event
@@ -35,6 +36,7 @@ _JOB_FIELDS_NO_SPEC = [
     "ending",
     "exit_code",
     "attained_service",
+    "resized_at",
     "attempts",
     "uid",
 ]
@@ -106,6 +108,9 @@ class JobsMixin(StoreBase):
         )
         if sealed_secrets:  # a hash field of its own, never part of the record's answers
             fields["sealed_secrets"] = sealed_secrets
+        spec = rec.spec
+        if spec.get("ssh") or spec.get("mpi"):  # this submission's own key (jobkey.py)
+            fields["ssh_key"] = jobkey.generate()
         return [
             self.p,
             rec.name,
@@ -140,6 +145,7 @@ class JobsMixin(StoreBase):
             ending=as_json(h.get("ending")),
             exit_code=as_int(h.get("exit_code")),
             attained_service=float(h.get("attained_service") or 0),
+            resized_at=as_float(h.get("resized_at")),
             attempts=as_json(h.get("attempts")) or [],
             uid=h.get("uid", ""),
         )
@@ -147,6 +153,15 @@ class JobsMixin(StoreBase):
     def sealed_secrets(self, name: str) -> str | None:
         """The job's sealed secrets token, None when it has none."""
         return self.r.hget(self.k("job", name), "sealed_secrets") or None
+
+    def ssh_key(self, name: str, uid: str) -> str | None:
+        """The private key (PEM) of submission ``uid`` of job ``name``
+        (:mod:`scheduler.jobkey`); None when the job of that name now has another uid or
+        no key (no ssh, or stored before keys were made per submission)."""
+        stored_uid, key = self.r.hmget(self.k("job", name), ["uid", "ssh_key"])
+        if not uid or stored_uid != uid:
+            return None
+        return key or None
 
     def get_job(self, name: str) -> JobRecord | None:
         """The job, or None."""

@@ -99,12 +99,12 @@ local function place(b)
     task['scheduled'] = now
     redis.call('HSET', jk .. ':tasks', t.key, cjson.encode(task))
     if launch == nil then
-      launch = redis.call('HMGET', jk, 'spec', 'user', 'sealed_secrets', 'uid')
+      launch = redis.call('HMGET', jk, 'spec', 'user', 'sealed_secrets', 'uid', 'ssh_key')
     end
     redis.call('HSET', p .. 'node:' .. t.node .. ':launch:' .. b.job, 'job', b.job,
                'attempt', tostring(b.attempt), 'spec', launch[1] or '',
                'user', launch[2] or '', 'sealed_secrets', launch[3] or '',
-               'uid', launch[4] or '')
+               'uid', launch[4] or '', 'ssh_key', launch[5] or '')
     notify[t.node] = true
   end
   return jk
@@ -223,7 +223,7 @@ return tostring(now)
 
 # ARGV: prefix, job, task key, attempt, node, new state, exit code ('' = none), message, pid,
 #       cause ('' = the task's own outcome, else an infrastructure cause: records.Cause)
-#       diagnosis JSON ('' = none: scheduler.diagnosis), 'quiet' to not wake the loop (the
+#       diagnosis JSON ('' = none: scheduler.rules.diagnosis), 'quiet' to not wake the loop (the
 #       loop applying its nodes' reports itself; a flood of self-notifications cost it
 #       most of a cycle at 500 jobs/s)
 # Applies an agent's report when it is about the task's current attempt on that node and
@@ -273,12 +273,16 @@ return id
 """
 
 # ARGV: prefix, node, usage JSON, usage sample JSON ('' = none), sample interval s, samples
-# kept. Returns the node's state after the heartbeat, or '' when the node is not
-# registered. A lost node that heartbeats again becomes ready. The usage history
-# (``node:<node>:usage``) gets the sample (with ``t`` = now) when the last one is at least
-# the interval old, and is trimmed to the newest ``samples`` entries (bounded window); the
-# sample is also added to the cluster's per-minute sums ``usage:cluster:<minute start>``
-# (``cpu_sum``, ``cpu_n``, ... ; expire after 2 h).
+# kept. Returns the node's state after the heartbeat, '' when the node is not
+# registered, or 'revoked' when an operator force-deleted it (its lease is revoked: the
+# agent does not renew it). A heartbeat more than two of the node's heartbeat intervals
+# (``heartbeat_interval_s``, 5 s when unknown) after the previous one records
+# the gap as ``gap_from`` / ``gap_to`` (store clock; lifecycle.PeerWatch). A lost node
+# that heartbeats again becomes ready. The usage history (``node:<node>:usage``) gets
+# the sample (with ``t`` = now) when the last one is at least the interval old, and is
+# trimmed to the newest ``samples`` entries (bounded window); the sample is also added to
+# the cluster's per-minute sums ``usage:cluster:<minute start>`` (``cpu_sum``, ``cpu_n``,
+# ... ; expire after 2 h).
 _HEARTBEAT = r"""
 local p = ARGV[1]
 local nk = p .. 'node:' .. ARGV[2]
@@ -286,6 +290,18 @@ local st = redis.call('HGET', nk, 'state')
 if not st then return '' end
 local now_t = redis.call('TIME')
 local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1e6
+if redis.call('HGET', nk, 'revoked') == '1' then
+  -- an operator force-deleted the node: its lease is revoked, nothing is recorded, and
+  -- the agent must not renew its lease (its tasks are fenced before the loop requeues)
+  return 'revoked'
+end
+local prev = tonumber(redis.call('HGET', nk, 'heartbeat') or '') or 0
+local every = tonumber(redis.call('HGET', nk, 'heartbeat_interval_s') or '') or 0
+if every <= 0 then every = DEFAULT_INTERVAL end
+if prev > 0 and now - prev > 2 * every then
+  -- a heartbeat gap of more than two intervals: the peer-loss rule reads it
+  redis.call('HSET', nk, 'gap_from', prev, 'gap_to', now)
+end
 redis.call('HSET', nk, 'heartbeat', now, 'usage', ARGV[3])
 if ARGV[4] and ARGV[4] ~= '' then
   local last = tonumber(redis.call('HGET', nk, 'usage_sampled') or '0')
@@ -320,6 +336,7 @@ end
 return st
 """
 # A direct caller (the loop's tests, the bench's simulated agents) bumps the version itself.
+_HEARTBEAT = _HEARTBEAT.replace("DEFAULT_INTERVAL", "5")  # the agent's default interval (s)
 HEARTBEAT = _HEARTBEAT.replace("ON_READY", "redis.call('INCR', p .. 'version')")
 # An agent may not bump the version (its ACL user, acl.py): it leaves a ``{kind: node}``
 # report (ARGV[7]: the stream's MAXLEN) on which the loop bumps it (reports.py).

@@ -35,11 +35,13 @@ def heartbeat_args(prefix: str, node: str, usage: dict[str, Any]) -> list[Any]:
 
 NODE_STATES = ("ready", "cordoned", "draining", "lost")
 
-# ARGV: prefix, node names. Each node's heartbeat field ('' when none), in order.
+# ARGV: prefix, node names. Each node's heartbeat, gap_from and gap_to fields ('' when
+# none), in order: three entries per node.
 _HEARTBEATS = r"""
 local out = {}
 for i = 2, #ARGV do
-  out[i - 1] = redis.call('HGET', ARGV[1] .. 'node:' .. ARGV[i], 'heartbeat') or ''
+  local v = redis.call('HMGET', ARGV[1] .. 'node:' .. ARGV[i], 'heartbeat', 'gap_from', 'gap_to')
+  for j = 1, 3 do out[#out + 1] = v[j] or '' end
 end
 return out
 """
@@ -104,6 +106,11 @@ _NODE_FIELDS_NO_USAGE = [
     "fence_s",
     "state_reason",
     "deleted",
+    "heartbeat_interval_s",
+    "gap_from",
+    "gap_to",
+    "revoked",
+    "fence_until",
 ]
 
 
@@ -116,6 +123,8 @@ class NodesMixin(StoreBase):
         nk = self.k("node", node.name)
         now = self.now()
         old = self.r.hgetall(nk)
+        if old.get("revoked") == "1":  # force-deleted: no agent registers it back
+            return self._node_from_hash(old)
         state = old.get("state", "ready")
         if state == "lost" or state not in NODE_STATES:
             state = "ready"
@@ -139,6 +148,7 @@ class NodesMixin(StoreBase):
                 "executor": node.executor,
                 "lease_s": node.lease_s,
                 "fence_s": node.fence_s,
+                "heartbeat_interval_s": node.heartbeat_interval_s,
             }
         )
         changed = any(
@@ -195,6 +205,11 @@ class NodesMixin(StoreBase):
             fence_s=float(h.get("fence_s") or 0),
             state_reason=h.get("state_reason", ""),
             deleted=h.get("deleted") == "1",
+            heartbeat_interval_s=float(h.get("heartbeat_interval_s") or 0),
+            gap_from=float(h.get("gap_from") or 0),
+            gap_to=float(h.get("gap_to") or 0),
+            revoked=h.get("revoked") == "1",
+            fence_until=float(h.get("fence_until") or 0),
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
@@ -210,8 +225,20 @@ class NodesMixin(StoreBase):
         without one); the loop's per-cycle read, lighter than :meth:`list_nodes`."""
         if not names:
             return {}
+        return {n: beat for n, (beat, _, _) in self.heartbeats_and_gaps(names).items()}
+
+    def heartbeats_and_gaps(self, names: list[str]) -> dict[str, tuple[float, float, float]]:
+        """``{node: (last heartbeat, gap_from, gap_to)}`` (s, store clock; 0.0 when none)
+        of ``names`` in one round trip: the loop's per-cycle read. The gap is the node's
+        last heartbeat gap longer than two heartbeat intervals (:class:`NodeRecord`)."""
+        if not names:
+            return {}
         values = self.r.eval(_HEARTBEATS, 0, self.p, *names)  # one reply, not one per node
-        return {n: float(v or 0) for n, v in zip(names, values, strict=True)}
+        out = {}
+        for i, n in enumerate(names):
+            beat, gap_from, gap_to = values[3 * i : 3 * i + 3]
+            out[n] = (float(beat or 0), float(gap_from or 0), float(gap_to or 0))
+        return out
 
     def get_node(self, name: str) -> NodeRecord | None:
         h = self.r.hgetall(self.k("node", name))
@@ -250,15 +277,26 @@ class NodesMixin(StoreBase):
         return node
 
     def delete_node(
-        self, name: str, reason: str, event: dict[str, Any] | None = None
+        self,
+        name: str,
+        reason: str,
+        event: dict[str, Any] | None = None,
+        *,
+        fence_until: float | None = None,
     ) -> NodeRecord:
         """Delete node ``name`` for an operator (``pasture node delete``): it is ``lost``
         now with ``reason`` and a node event (the loop requeues its tasks without charge),
         and the loop removes its record at its next heartbeat check
-        (:class:`scheduler.health.NodeHealth`). An agent that heartbeats again makes it a
+        (:class:`scheduler.rules.health.NodeHealth`). An agent that heartbeats again makes it a
         ready node again. The caller checks that the node is silent (fenced). ``event``:
         fields added to the node event (the operator's ``action``, ``by``, ``jobs``:
         :meth:`add_node_event`).
+
+        ``fence_until`` (s, store clock; a forced delete of a node that may still run
+        tasks): its lease is *revoked* instead: the node is ``cordoned`` now, its agent's
+        heartbeats are answered ``revoked`` and renew nothing (lua.HEARTBEAT), so its tasks
+        are fenced by their own lease; the loop declares it lost (and requeues its tasks)
+        once the store clock passes ``fence_until`` (:class:`scheduler.rules.health.NodeHealth`).
 
         Raises:
             NodeNotFoundError: no such node.
@@ -267,7 +305,11 @@ class NodesMixin(StoreBase):
         if not self.r.exists(nk):
             raise NodeNotFoundError(f"no node named {name!r}")
         pipe = self.r.pipeline(transaction=True)
-        pipe.hset(nk, mapping={"state": "lost", "state_reason": reason, "deleted": "1"})
+        if fence_until is not None:
+            fields = {"state": "cordoned", "revoked": "1", "fence_until": str(fence_until)}
+            pipe.hset(nk, mapping={**fields, "state_reason": reason, "deleted": "1"})
+        else:
+            pipe.hset(nk, mapping={"state": "lost", "state_reason": reason, "deleted": "1"})
         pipe.incr(self.k("version"))
         pipe.publish(self.loop_channel, "node")
         pipe.execute()
@@ -286,6 +328,23 @@ class NodesMixin(StoreBase):
         pipe.incr(self.k("version"))
         pipe.publish(self.loop_channel, "node")
         pipe.execute()
+
+    FORGOTTEN = 100  # forgotten-node events kept
+
+    def record_forgotten(self, name: str, reason: str) -> None:
+        """Append ``{time (s), node, reason}`` to the events of forgotten nodes (newest
+        :attr:`FORGOTTEN` kept): the record of a node whose own record and events
+        :meth:`forget_node` removes (a node gone for good, or deleted by an operator)."""
+        key = self.k("nodes", "forgotten")
+        entry = {"time": self.now(), "node": name, "reason": reason}
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps(entry))
+        pipe.ltrim(key, -self.FORGOTTEN, -1)
+        pipe.execute()
+
+    def forgotten_nodes(self) -> list[dict[str, Any]]:
+        """Events of forgotten nodes, oldest first (:meth:`record_forgotten`)."""
+        return [json.loads(e) for e in self.r.lrange(self.k("nodes", "forgotten"), 0, -1)]
 
     # ---- node events (automatic cordons, operators' actions) ---------------------------
     NODE_EVENTS = 100  # events kept per node

@@ -29,11 +29,20 @@ class Cause(StrEnum):
     - ``fenced``: its agent killed it (or its watchdog did) because the agent could not
       renew its lease in time (docs/faults.md).
     - ``agent_restart``: its agent restarted without a record of it.
+    - ``evicted``: Kubernetes evicted its pod (a ``DisruptionTarget`` condition: a drain,
+      an AKS Spot auto-drain or upgrade, the taint manager; the kubelet's node-pressure
+      eviction).
+    - ``node_shutdown``: the kubelet's graceful node shutdown ended its pod.
+    - ``admission_rejected``: the kubelet refused its pod at admission
+      (``UnexpectedAdmissionError``, ``OutOfcpu``, ``OutOfmemory``...).
     """
 
     NODE_LOST = "node_lost"
     FENCED = "fenced"
     AGENT_RESTART = "agent_restart"
+    EVICTED = "evicted"
+    NODE_SHUTDOWN = "node_shutdown"
+    ADMISSION_REJECTED = "admission_rejected"
 
 
 _CAUSES = frozenset(c.value for c in Cause)
@@ -58,7 +67,7 @@ class TaskRecord:
         cause: '' when the task ended by itself (its exit code counts), else the
             infrastructure fault that ended it (:class:`Cause`).
         restarts: times this task was restarted in place within its attempt (role
-            ``max_task_retries``; :mod:`scheduler.lifecycle`).
+            ``max_task_retries``; :mod:`scheduler.rules.lifecycle`).
     """
 
     role: str
@@ -81,7 +90,7 @@ class TaskRecord:
     handle: str = ""
     cause: str = ""
     restarts: int = 0
-    # failure diagnosis {kind, summary, retry, hint} from scheduler.diagnosis (issue 19)
+    # failure diagnosis {kind, summary, retry, hint} from scheduler.rules.diagnosis (issue 19)
     diagnosis: dict[str, Any] | None = None
 
     @property
@@ -136,6 +145,8 @@ class JobRecord:
             state.
         exit_code: the exit code that decided a failure, when any.
         attained_service: GPU-seconds (or core-seconds) its attempts held so far.
+        resized_at: when replicas of its elastic roles were last stopped by a resize
+            (s, the loop's clock; None: never). The core's regrow cool-down counts from it.
         attempts: one entry per ended attempt, oldest first: ``{attempt, state (what the
             attempt ended in: queued = requeued), reason, cause ('' = the task's own
             outcome, else node_lost | fenced | agent_restart | preempted | drained),
@@ -164,6 +175,7 @@ class JobRecord:
     attained_service: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
     uid: str = ""
+    resized_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,6 +197,11 @@ class NodeRecord:
             renew the lease by a heartbeat within that time. fence_s: seconds (agent clock)
             from a heartbeat's send until its tasks are surely dead when no renewal
             follows (lease + the executor's kill bound). 0 for agents without a lease.
+        heartbeat_interval_s: the agent's heartbeat interval (s; 0: unknown, taken as 5).
+        gap_from, gap_to: the last heartbeat gap longer than two intervals (s, Redis clock:
+            the heartbeat before it and the one that ended it; 0 when none).
+        revoked: an operator force-deleted the node while it heartbeated; its lease is
+            revoked and the loop declares it lost at ``fence_until`` (s, Redis clock).
     """
 
     name: str
@@ -205,8 +222,13 @@ class NodeRecord:
     # why the node is in its state (cordoned by whom / by the GPU health probe; issue 19)
     state_reason: str = ""
     # an operator deleted it (``pasture node delete``): lost now, its record removed by the
-    # loop once its tasks were requeued (scheduler/health.py)
+    # loop once its tasks were requeued (scheduler/rules/health.py)
     deleted: bool = False
+    heartbeat_interval_s: float = 0.0
+    gap_from: float = 0.0
+    gap_to: float = 0.0
+    revoked: bool = False
+    fence_until: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -258,8 +280,9 @@ class Launch:
     """What a node's agent needs to start a job's tasks, from its launch record
     ``node:<n>:launch:<job>`` (written by the commit's binds and grows, deleted by the
     job's release): the job's name, the attempt bound, its spec (dict, as submitted), the
-    submitting user, its sealed secrets token ("" when it has none) and the job's uid
-    (:attr:`JobRecord.uid`; "" for a job stored before uids existed)."""
+    submitting user, its sealed secrets token ("" when it has none), the job's uid
+    (:attr:`JobRecord.uid`; "" for a job stored before uids existed) and the submission's
+    ssh private key in PEM (:mod:`scheduler.jobkey`; "" for a job without ssh)."""
 
     job: str
     attempt: int
@@ -267,3 +290,4 @@ class Launch:
     user: str
     sealed_secrets: str
     uid: str = ""
+    ssh_key: str = field(default="", repr=False)  # never in a log line

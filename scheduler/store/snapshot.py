@@ -23,8 +23,7 @@ from scheduler.core.model import (
     VirtualCluster,
 )
 from scheduler.core.resources import Resources
-from scheduler.discovery import port_names
-from scheduler.lifecycle import initial_desired
+from scheduler.spec.facts import initial_desired, port_names
 from scheduler.spec.model import JobSpec
 from scheduler.states import JobState
 from scheduler.store.records import JobRecord, NodeRecord
@@ -127,6 +126,7 @@ def take_snapshot(
                     job=core_job,
                     start_time=j.scheduled_time or j.created,
                     placements=placements,
+                    resized_at=j.resized_at,
                 )
             )
         elif j.state == JobState.QUEUED and not j.stop_requested:

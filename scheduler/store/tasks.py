@@ -29,7 +29,7 @@ class TasksMixin(StoreBase):
 
     def tasks_of(self, jobs: Iterable[str]) -> dict[str, list[TaskRecord]]:
         """Task records of many jobs in one round trip: ``{job: [TaskRecord]}`` (unordered;
-        see :func:`scheduler.discovery.ordered_tasks`)."""
+        see :func:`scheduler.rules.discovery.ordered_tasks`)."""
         jobs = list(jobs)
         pipe = self.r.pipeline(transaction=False)
         for j in jobs:
@@ -84,7 +84,7 @@ class TasksMixin(StoreBase):
         attempt or node, or the task already finished. Wakes the loop. ``cause``: an
         infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
         task) ended it (then the attempt is not charged). ``diagnosis``:
-        :func:`scheduler.diagnosis.diagnose_report` of a failed task, kept in the record."""
+        :func:`scheduler.rules.diagnosis.diagnose_report` of a failed task, kept in the record."""
         return bool(
             self._report(
                 args=[
@@ -150,6 +150,7 @@ class TasksMixin(StoreBase):
             user=h.get("user", ""),
             sealed_secrets=h.get("sealed_secrets", ""),
             uid=h.get("uid", ""),
+            ssh_key=h.get("ssh_key", ""),
         )
 
     def release(self, job: str) -> int:
@@ -185,12 +186,16 @@ class TasksMixin(StoreBase):
         written: int = self.r.transaction(tx, ledger, value_from_callable=True)
         return written
 
-    def remove_tasks(self, job: str, attempt: int, keys: Iterable[str]) -> int:
+    def remove_tasks(
+        self, job: str, attempt: int, keys: Iterable[str], now: float | None = None
+    ) -> int:
         """Take tasks of a running job away (an elastic resize, issue 29): their ledger
         entries, node bindings and records go, so their agents stop them ("no longer bound
         to this node") and their replicas count as missing again (a later grow places them
         anew under the same key). Nothing happens when the job is on another attempt.
-        Bumps the version when anything changed. Returns the tasks removed."""
+        With ``now`` (s) the job's ``resized_at`` is set to it in the same transaction
+        (the core's regrow cool-down counts from there). Bumps the version when anything
+        changed. Returns the tasks removed."""
         lks = [f"{job}/{k}" for k in keys]
         if not lks:
             return 0
@@ -209,6 +214,8 @@ class TasksMixin(StoreBase):
                 pipe.srem(jk + ":alloc", lk)
                 pipe.hdel(ledger, lk)
                 pipe.hdel(jk + ":tasks", lk.split("/", 1)[1])
+            if now is not None:
+                pipe.hset(jk, "resized_at", repr(float(now)))
             pipe.incr(self.k("version"))
             return len(found)
 

@@ -14,12 +14,16 @@ existed (no ``expires`` field) expires ``max_ttl_s`` after its creation.
 
 Keys (prefix ``pasture:`` by default)::
 
-    pasture:token:<sha256 hex>   hash  {name, role, vcs (JSON list), created, expires (epoch s)}
+    pasture:token:<sha256 hex>   hash  {name, role, vcs (JSON list), operates (JSON list),
+                                        created, expires (epoch s)}
     pasture:token-names          hash  name -> sha256 hex   (names are unique)
 
 Roles:
     admin  every endpoint, every VC.
-    user   job endpoints for the VCs listed in ``vcs``; read-only cluster views.
+    user   job endpoints for the VCs listed in ``vcs``; read-only cluster views. A user
+           stops and deletes only the jobs it submitted, except in the VCs listed in
+           ``operates`` (a subset of ``vcs``): there it is the VC's operator and may stop
+           and delete every job (as ``scancel`` lets only the owner or an operator).
     agent  node endpoints only (the agents themselves talk to Redis directly; agent tokens
            are for automation such as the on-prem Pulumi stack draining a node).
 """
@@ -65,6 +69,8 @@ class TokenInfo:
         vcs: virtual clusters a ``user`` token may use; ignored for admin and agent.
         created: epoch seconds (reset by a rotation).
         expires: epoch seconds after which the token no longer verifies.
+        operates: VCs (of ``vcs``) whose every job a ``user`` token may stop and delete,
+            not only its own: the VC's operator role.
     """
 
     name: str
@@ -72,6 +78,14 @@ class TokenInfo:
     vcs: tuple[str, ...] = field(default_factory=tuple)
     created: float = 0.0
     expires: float = float("inf")
+    operates: tuple[str, ...] = field(default_factory=tuple)
+
+    def may_control(self, vc: str, owner: str) -> bool:
+        """True when this token may stop or delete a job of ``vc`` submitted by token
+        ``owner``: an admin, the job's owner (in a VC it may use), or the VC's operator."""
+        if self.role is TokenRole.ADMIN:
+            return True
+        return self.may_use_vc(vc) and (owner == self.name or vc in self.operates)
 
     def may_use_vc(self, vc: str) -> bool:
         """True when this token may submit to / read jobs of ``vc``."""
@@ -167,6 +181,7 @@ class TokenStore:
         *,
         if_missing: bool = False,
         ttl_s: float | None = None,
+        operates: list[str] | tuple[str, ...] = (),
     ) -> str | None:
         """Create a token and return its secret (shown once, never stored).
 
@@ -177,9 +192,13 @@ class TokenStore:
             if_missing: when a live token of that name exists, do nothing and return None
                 (idempotent playbooks); an expired one is replaced by a new token.
             ttl_s: lifetime in seconds (``default_ttl_s`` when None, at most ``max_ttl_s``).
+            operates: VCs (each one of ``vcs``) where a user token is the operator: it
+                may stop and delete other users' jobs there.
 
         Raises:
-            ValueError: bad name, unknown role, a user token without VCs, a bad lifetime.
+            ValueError: bad name, unknown role, a user token without VCs, ``operates``
+                naming a VC not in ``vcs`` or given to a role other than user, a bad
+                lifetime.
             TokenExistsError: the name is taken and ``if_missing`` is False.
         """
         check_name(name)
@@ -191,6 +210,17 @@ class TokenStore:
         vcs = tuple(dict.fromkeys(vcs))
         if role is TokenRole.USER and not vcs:
             raise ValueError("token vcs: a user token needs at least one VC (--vc NAME)")
+        operates = tuple(dict.fromkeys(operates))
+        if operates and role is not TokenRole.USER:
+            raise ValueError(
+                f"token operates: only a user token operates VCs (an {role.value} token"
+                f" may already do what its role allows), got {list(operates)}"
+            )
+        if not set(operates) <= set(vcs):
+            raise ValueError(
+                f"token operates: expected VCs of the token's vcs {list(vcs)},"
+                f" got {sorted(set(operates) - set(vcs))}"
+            )
         now = self._clock()
         expires = self._expiry(now, ttl_s)
         if if_missing:
@@ -210,6 +240,7 @@ class TokenStore:
                 "name": name,
                 "role": role.value,
                 "vcs": json.dumps(list(vcs)),
+                "operates": json.dumps(list(operates)),
                 "created": repr(now),
                 "expires": repr(expires),
             },
@@ -314,6 +345,7 @@ class TokenStore:
                     "name": info.name,
                     "role": info.role.value,
                     "vcs": json.dumps(list(info.vcs)),
+                    "operates": json.dumps(list(info.operates)),
                     "created": repr(now),
                     "expires": repr(expires),
                 },
@@ -333,6 +365,7 @@ class TokenStore:
             vcs=tuple(json.loads(d.get("vcs") or "[]")),
             created=created,
             expires=float(expires) if expires else created + self.max_ttl_s,
+            operates=tuple(json.loads(d.get("operates") or "[]")),
         )
 
 

@@ -75,10 +75,12 @@ class LedgerView:
         return version
 
     def nodes_now(self, store: Store) -> dict[str, NodeRecord]:
-        """The cached node records with their current heartbeat times (read now)."""
-        beats = store.heartbeats(list(self.nodes))
+        """The cached node records with their current heartbeat times and heartbeat gaps
+        (read now)."""
+        beats = store.heartbeats_and_gaps(list(self.nodes))
         for name, rec in self.nodes.items():
-            rec.heartbeat = beats.get(name, rec.heartbeat)
+            if name in beats:
+                rec.heartbeat, rec.gap_from, rec.gap_to = beats[name]
         return dict(self.nodes)
 
     def committed(self, before: int, after: int, payload: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@
                               DaemonSet pasture-agent-<pool> per GPU pool
             device_plugin.py  DaemonSet nvidia-device-plugin-<pool> per GPU pool
 
-Tolerations everywhere come from one parser (scheduler.agent.taints): a pool's taints plus
+Tolerations everywhere come from one parser (scheduler.k8s.taints): a pool's taints plus
 the AKS Spot taint for Spot pools, on its agent and device plugin DaemonSets and (through
 ``PASTURE_K8S_TOLERATIONS``) on the task pods its agents bind.
 

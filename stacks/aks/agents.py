@@ -8,14 +8,15 @@ pool), and giving the same tolerations to the task pods it binds (env
                                  (no Redis secret: each agent exchanges its pod's token
                                   for its node's own Redis user, stacks/aks/nodecred.py)
                                  └─ ClusterRole <namespace>-agent-nodes: nodes get
-                                    (capacity from the node object, scheduler.agent.k8s_capacity)
+                                    (capacity from the node object, scheduler.k8s.capacity)
     DaemonSet pasture-agent-<pool> (hostNetwork, node affinity pasture/pool In [<pool>],
                                     work dir /var/lib/pasture a hostPath: the lease file
                                     the task pods' fence sidecars read, and the state an
                                     agent restarted in a new pod adopts its tasks from)
 
 Upgrades never fence running tasks: the DaemonSet rolls with ``maxSurge: 1,
-maxUnavailable: 0``, so the new agent pod pulls its image and starts while the old one
+maxUnavailable: 0``, its pods in PriorityClass ``pasture-agent`` (above tasks, so the surge
+pod starts on a full node), so the new agent pod pulls its image and starts while the old one
 still renews the lease; the new one then waits on a node-local ``flock`` of
 ``/var/lib/pasture/agent.lock`` (never two agents of one node at once), which the old
 agent releases when SIGTERM ends it (it exits at once and leaves its tasks running,
@@ -36,8 +37,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from scheduler.agent.k8s_capacity import NODE_ENV
-from scheduler.agent.taints import pool_taints, tolerations
+from scheduler.k8s.capacity import NODE_ENV
+from scheduler.k8s.taints import pool_taints, tolerations
 from stacks.aks.common import (
     SHARE_CLAIM,
     Workloads,
@@ -47,6 +48,7 @@ from stacks.aks.common import (
     pool_affinity,
 )
 from stacks.aks.nodecred import (
+    AGENT_CLUSTER_RULES,
     FETCH_CREDENTIAL,
     URL_ENV,
     agent_mounts,
@@ -83,6 +85,12 @@ HOLD_LOCK = f"exec 9>{LOCK_FILE} && flock 9"
 START_AGENT = f"{FETCH_CREDENTIAL} && {HOLD_LOCK} && {WRITE_CONFIG}"
 AGENT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 """The agent container's requests and limit (Burstable: evicted after BestEffort pods)."""
+AGENT_PRIORITY_CLASS = "pasture-agent"
+AGENT_PRIORITY = 1_000_000
+"""Priority of agent pods: above task pods (0, no class) and placeholders (negative),
+below Kubernetes' system-critical classes (2e9), so an upgrade's surge pod that finds its
+node full still starts (the scheduler preempts a placeholder, else a task pod, which the
+executor reports as a disruption and pasture requeues free)."""
 LEASE_PROBE_S = 300
 """The agent's liveness limit: seconds its lease file may go without a renewal."""
 
@@ -116,8 +124,21 @@ def agent_rbac(w: Workloads) -> k8s.core.v1.ServiceAccount:
         subjects=subjects,
         opts=w.opts,
     )
-    node_reader(w, "agent", subjects)
+    node_reader(w, "agent", subjects, AGENT_CLUSTER_RULES)
     return sa
+
+
+def agent_priority_class(w: Workloads) -> k8s.scheduling.v1.PriorityClass:
+    """PriorityClass :data:`AGENT_PRIORITY_CLASS` of the agent DaemonSets' pods."""
+    return k8s.scheduling.v1.PriorityClass(
+        f"{w.prefix}-agent-priority",
+        metadata={"name": AGENT_PRIORITY_CLASS},
+        value=AGENT_PRIORITY,
+        preemption_policy="PreemptLowerPriority",
+        global_default=False,
+        description="pasture: node agents (an upgrade's surge pod must start on a full node)",
+        opts=w.opts,
+    )
 
 
 def _field(name: str, path: str) -> dict[str, Any]:
@@ -186,6 +207,7 @@ def agent_daemonset(
                 "metadata": {"labels": labels},
                 "spec": {
                     "service_account_name": AGENT_NAME,
+                    "priority_class_name": AGENT_PRIORITY_CLASS,
                     "termination_grace_period_seconds": 30,
                     "host_network": True,
                     "dns_policy": "ClusterFirstWithHostNet",

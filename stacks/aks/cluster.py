@@ -18,7 +18,7 @@ from pulumi_azure_native import (
 )
 
 from stacks.aks import names
-from stacks.aks.agents import agent_daemonset, agent_rbac
+from stacks.aks.agents import agent_daemonset, agent_priority_class, agent_rbac
 from stacks.aks.common import Workloads, pool_labels
 from stacks.aks.device_plugin import device_plugin_daemonset
 from stacks.aks.image import builds_image, pasture_image
@@ -31,7 +31,6 @@ from stacks.aks.scheduler import (
     placeholder_priority_class,
     scheduler_deployment,
     settings_config_map,
-    task_disruption_budget,
 )
 from stacks.aks.sealkey import secrets_key_secret
 from stacks.aks.share import cluster_share
@@ -101,7 +100,8 @@ class AksCluster(pulumi.ComponentResource):
             opts=child,
         )
         cluster = self._managed_cluster(name, cfg, rg, scope, child)
-        gpu_pools = [self._gpu_pool(name, pool, rg, cluster) for pool in cfg.gpu_pools]
+        for pool in cfg.gpu_pools:
+            self._gpu_pool(name, pool, rg, cluster)
         self._acr_pull(name, cluster, registry, child)
         account, share, account_key = self._share(name, cfg, scope, rg, child)
         self.image = pasture_image(name, cfg, rg.name, registry, child)
@@ -112,10 +112,12 @@ class AksCluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(
             creds.kubeconfigs[0].value.apply(lambda v: base64.b64decode(v).decode())
         )
+        # Depends on the cluster only (through the kubeconfig), never on the GPU pools: one
+        # pool's quota or Spot capacity error must not hold back every workload.
         provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=gpu_pools),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns",
@@ -209,6 +211,12 @@ class AksCluster(pulumi.ComponentResource):
             max_count=pool.max_count,
             node_taints=list(pool.taints),  # AKS adds the Spot taint itself
             node_labels=pool_labels(pool),
+            # AKS upgrades surge new nodes and drain the old ones within the timeout;
+            # no PodDisruptionBudget blocks them (docs/platforms.md "Upgrades").
+            upgrade_settings={
+                "max_surge": pool.upgrade_max_surge,
+                "drain_timeout_in_minutes": pool.upgrade_drain_timeout_min,
+            },
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["count"]),
             **_spot(pool),
         )
@@ -282,8 +290,10 @@ def deploy_workloads(
 ) -> k8s.core.v1.Service:
     """Every pasture object in the namespace; returns the API Service. Per GPU pool: an
     agent DaemonSet, a device plugin DaemonSet and (``monitoring``) a DCGM exporter
-    DaemonSet (none without GPU pools); the autoscaler placeholders' PriorityClass, the
-    task pods' PodDisruptionBudget, and (``monitoring``) kube-prometheus-stack."""
+    DaemonSet (none without GPU pools); the autoscaler placeholders' and the agents'
+    PriorityClasses and (``monitoring``) kube-prometheus-stack. No PodDisruptionBudget
+    covers task pods: one with ``maxUnavailable: 0`` made AKS refuse upgrades
+    (UnsatisfiablePDB); an upgrade's drain evicts them and pasture requeues their jobs."""
     redis_password_secret(w, secrets.redis_password)
     secrets_key_secret(w, secrets.redis_password)
     cluster_share(w, cfg, account_name, account_key, share)
@@ -295,10 +305,11 @@ def deploy_workloads(
     agent_rbac(w)
     if not cfg.gpu_pools:
         pulumi.log.warn("gpuPools is empty: no agent runs, so no task can be placed")
+    else:
+        agent_priority_class(w)
     for pool in cfg.gpu_pools:
         agent_daemonset(w, pool, image, credentials_url(w.namespace, cfg.api_port))
         device_plugin_daemonset(w, cfg, pool)
     placeholder_priority_class(w)
-    task_disruption_budget(w)
     monitoring(w, cfg, API_SERVICE)
     return api

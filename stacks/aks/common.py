@@ -19,7 +19,7 @@ CONFIG_MAP = "pasture-config"
 CONFIG_DIR = "/etc/pasture/config"
 POOL_LABEL = "pasture/pool"
 # Read by the agent when the node has no nvidia.com/gpu.product label
-# (scheduler.agent.k8s_capacity.GPU_MODEL_LABEL).
+# (scheduler.k8s.capacity.GPU_MODEL_LABEL).
 GPU_MODEL_LABEL = "pasture/gpu-model"
 SYSTEM_NODES = {"kubernetes.azure.com/mode": "system"}
 

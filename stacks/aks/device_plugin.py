@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pulumi_kubernetes as k8s
 
-from scheduler.agent.taints import pool_taints, tolerations
+from scheduler.k8s.taints import pool_taints, tolerations
 from stacks.aks.common import Workloads, app_labels, pool_affinity
 from stacks.config import GpuPool, StackConfig
 

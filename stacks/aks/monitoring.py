@@ -32,7 +32,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from scheduler.agent.taints import pool_taints, tolerations
+from scheduler.k8s.taints import pool_taints, tolerations
 from stacks.aks.common import Workloads, app_labels, pool_affinity
 from stacks.config import GpuPool, StackConfig
 
@@ -121,6 +121,44 @@ def dcgm_exporter_daemonset(w: Workloads, cfg: StackConfig, pool: GpuPool) -> k8
     )
 
 
+MANAGED_CONTROL_PLANE: dict[str, Any] = {
+    "kubeScheduler": {"enabled": False},
+    "kubeControllerManager": {"enabled": False},
+    "kubeEtcd": {"enabled": False},
+    "defaultRules": {
+        "rules": {
+            "kubeSchedulerAlerting": False,
+            "kubeSchedulerRecording": False,
+            "kubeControllerManager": False,
+            "etcd": False,
+        }
+    },
+}
+"""Chart values that turn off what a managed (AKS) control plane does not expose."""
+
+
+def alertmanager_config(cfg: StackConfig) -> dict[str, Any]:
+    """``alertmanager.config`` values: every alert to the first of ``alertReceivers``
+    (the chart's ``null`` receiver kept for its Watchdog route); {} when none is set (the
+    chart's default: alerts only shown in Alertmanager)."""
+    if not cfg.alert_receivers:
+        return {}
+    first = cfg.alert_receivers[0]["name"]
+    return {
+        "config": {
+            "route": {
+                "receiver": first,
+                "group_by": ["alertname", "namespace", "node"],
+                "group_wait": "30s",
+                "group_interval": "5m",
+                "repeat_interval": "4h",
+                "routes": [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}],
+            },
+            "receivers": [{"name": "null"}, *cfg.alert_receivers],
+        }
+    }
+
+
 def prometheus_values(cfg: StackConfig, namespace: str, api_service: str) -> dict[str, Any]:
     """Values of the kube-prometheus-stack chart: scrape configs for the pasture API and
     the DCGM exporters, pasture's rules, requests for Prometheus and Alertmanager."""
@@ -170,8 +208,12 @@ def prometheus_values(cfg: StackConfig, namespace: str, api_service: str) -> dic
             "alertmanagerSpec": {
                 "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
                 "nodeSelector": {"kubernetes.azure.com/mode": "system"},
-            }
+            },
+            **alertmanager_config(cfg),
         },
+        # AKS runs the control plane: kube-scheduler, kube-controller-manager and etcd
+        # cannot be scraped, so their "Down" alerts would fire for good
+        **MANAGED_CONTROL_PLANE,
         "additionalPrometheusRulesMap": {"pasture": alert_rules()},
     }
 

@@ -68,6 +68,19 @@ def agent_mounts() -> list[dict[str, Any]]:
     ]
 
 
+SCHEDULER_CLUSTER_RULES: list[dict[str, Any]] = [
+    {"api_groups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"api_groups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+]
+"""The loop's cluster-wide rights: Node objects and the pods of every namespace (DaemonSets
+and kube-system pods hold capacity the kubelet counts)."""
+AGENT_CLUSTER_RULES: list[dict[str, Any]] = [
+    {"api_groups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+]
+"""The agent's cluster-wide rights: read its Node's allocatable and label it
+``pasture.io/registered`` so that placeholders keep off it."""
+
+
 def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
     """The scheduler pod's ServiceAccount, allowed to review tokens, read pods, manage the
     autoscaler's placeholder pods and read node objects."""
@@ -90,18 +103,21 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
         f"{w.prefix}-scheduler-role",
         metadata=w.meta(SCHEDULER_SA),
         # get: agents' pods (token review); create/list/delete: the autoscaler's
-        # placeholder pods (scheduler/agent/k8s_autoscale.py)
+        # placeholder pods (scheduler/k8s/autoscale.py)
         rules=[
             {
                 "api_groups": [""],
                 "resources": ["pods"],
                 "verbs": ["get", "list", "create", "delete"],
-            }
+            },
+            # the cluster autoscaler's NotTriggerScaleUp events reach a job's reason
+            {"api_groups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
         ],
         opts=w.opts,
     )
-    # is a silent node's Node object gone? (scheduler/health.py, node_gone)
-    node_reader(w, "scheduler", subjects)
+    # is a silent node's Node object gone? (scheduler/rules/health.py, node_gone); what
+    # every pod on a node holds (scheduler/k8s/nodes.py's informers list and watch both)
+    node_reader(w, "scheduler", subjects, SCHEDULER_CLUSTER_RULES)
     k8s.rbac.v1.RoleBinding(
         f"{w.prefix}-scheduler-binding",
         metadata=w.meta(SCHEDULER_SA),
@@ -112,15 +128,19 @@ def scheduler_identity(w: Workloads) -> k8s.core.v1.ServiceAccount:
     return sa
 
 
-def node_reader(w: Workloads, who: str, subjects: list[dict[str, Any]]) -> None:
-    """A ClusterRole ``<namespace>-<who>-nodes`` that may ``get`` Node objects, bound to
-    ``subjects``: Nodes are cluster-scoped, so a namespaced Role cannot grant it (the loop
-    asks whether a silent node's Node is gone; the agent reads its node's allocatable)."""
+def node_reader(
+    w: Workloads, who: str, subjects: list[dict[str, Any]], rules: list[dict[str, Any]]
+) -> None:
+    """A ClusterRole ``<namespace>-<who>-nodes`` with ``rules`` over cluster-scoped views
+    (Node objects, pods of every namespace), bound to ``subjects``: a namespaced Role cannot
+    grant them. The loop's informers list and watch Nodes and every pod (capacity net of
+    DaemonSets and other pods, scheduler/k8s/nodes.py); the agent reads its Node and
+    labels it registered (agent/kubernetes.py)."""
     nodes_role = f"{w.namespace}-{who}-nodes"  # cluster-wide: named after the namespace
     k8s.rbac.v1.ClusterRole(
         f"{w.prefix}-{who}-nodes",
         metadata={"name": nodes_role},
-        rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        rules=rules,
         opts=w.opts,
     )
     k8s.rbac.v1.ClusterRoleBinding(

@@ -9,6 +9,12 @@ of scheduler.yaml and agent.yaml; env of the Redis server).
          first primary, the others its replicas) + a Redis Sentinel each (native sidecar;
          quorum 2): a primary silent for 5 s is replaced by a replica within seconds
 
+Each pod requests what it needs (:data:`REDIS_RESOURCES`, :data:`SENTINEL_RESOURCES`),
+has readiness and liveness probes (:func:`redis_probe`, :func:`sentinel_probe`), lands on
+a node of its own (required pod anti-affinity on the hostname; config asks for at least
+three system nodes), and a PodDisruptionBudget (``maxUnavailable: 1``) lets a drain take
+only one at a time, so two sentinels (the quorum) always remain.
+
 Clients (API, loop, agents) are given the three sentinels (``redis.sentinels``) and
 follow the primary they name (redis-py ``Sentinel.master_for``, scheduler/settings.py). A
 restarted pod asks the sentinels for the primary first and starts as its replica, so an
@@ -51,6 +57,26 @@ SENTINEL_FAILOVER_TIMEOUT_MS = 60000
 PASSWORD_KEY = "redis-password"
 SECRETS_DIR = "/etc/pasture/secrets"
 PASSWORD_FILE = f"{SECRETS_DIR}/{PASSWORD_KEY}"
+REDIS_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+SENTINEL_RESOURCES = {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+
+
+def redis_probe(port: int = 6379, *, live: bool) -> list[str]:
+    """Exec probe of the redis container (password from ``$REDIS_PASSWORD``): ready when
+    it answers PONG; alive when it answers at all (a replica still loading or cut off from
+    its primary is alive, restarting it would not help)."""
+    replies = "PONG|LOADING|MASTERDOWN" if live else "PONG"
+    return [
+        "sh",
+        "-c",
+        f'redis-cli -p {port} --no-auth-warning -a "$REDIS_PASSWORD" ping 2>&1 '
+        f"| grep -qE '^({replies})'",
+    ]
+
+
+def sentinel_probe(port: int = SENTINEL_PORT) -> list[str]:
+    """Exec probe of the sentinel sidecar: it answers PING (anonymous, read-only user)."""
+    return ["sh", "-c", f"redis-cli -p {port} ping 2>&1 | grep -q '^PONG'"]
 
 
 def server_host(namespace: str, i: int) -> str:
@@ -167,8 +193,8 @@ exec redis-server "$conf" --sentinel
 
 def redis_server(w: Workloads, cfg: StackConfig) -> k8s.apps.v1.StatefulSet:
     """Headless Service + StatefulSet of :data:`REDIS_SERVERS` Redis pods, each with a
-    sentinel (system nodes, append-only file on a PVC of ``redisStorageGb`` each; see the
-    module docstring for the failover)."""
+    sentinel (system nodes, one per node, append-only file on a PVC of ``redisStorageGb``
+    each; see the module docstring for the failover) + their PodDisruptionBudget."""
     labels = app_labels(REDIS_NAME)
     k8s.core.v1.Service(
         f"{w.prefix}-redis-svc",
@@ -196,6 +222,19 @@ def redis_server(w: Workloads, cfg: StackConfig) -> k8s.apps.v1.StatefulSet:
         "env": [password_env],
         "ports": [{"container_port": 6379, "name": "redis"}],
         "volume_mounts": [{"name": "data", "mount_path": "/data"}],
+        "resources": REDIS_RESOURCES,
+        "readiness_probe": {
+            "exec": {"command": redis_probe(live=False)},
+            "period_seconds": 5,
+            "timeout_seconds": 3,
+        },
+        "liveness_probe": {
+            "exec": {"command": redis_probe(live=True)},
+            "initial_delay_seconds": 30,
+            "period_seconds": 15,
+            "timeout_seconds": 5,
+            "failure_threshold": 4,
+        },
     }
     sentinel: dict[str, Any] = {
         "name": "sentinel",
@@ -205,6 +244,19 @@ def redis_server(w: Workloads, cfg: StackConfig) -> k8s.apps.v1.StatefulSet:
         "env": [password_env],
         "ports": [{"container_port": SENTINEL_PORT, "name": "sentinel"}],
         "volume_mounts": [{"name": "data", "mount_path": "/data"}],
+        "resources": SENTINEL_RESOURCES,
+        "readiness_probe": {
+            "exec": {"command": sentinel_probe()},
+            "period_seconds": 5,
+            "timeout_seconds": 3,
+        },
+        "liveness_probe": {
+            "exec": {"command": sentinel_probe()},
+            "initial_delay_seconds": 30,
+            "period_seconds": 15,
+            "timeout_seconds": 5,
+            "failure_threshold": 4,
+        },
     }
     claim = {
         "metadata": {"name": "data"},
@@ -213,6 +265,12 @@ def redis_server(w: Workloads, cfg: StackConfig) -> k8s.apps.v1.StatefulSet:
             "resources": {"requests": {"storage": f"{cfg.redis_storage_gb}Gi"}},
         },
     }
+    k8s.policy.v1.PodDisruptionBudget(
+        f"{w.prefix}-redis-pdb",
+        metadata=w.meta(REDIS_NAME),
+        spec={"max_unavailable": 1, "selector": {"match_labels": labels}},
+        opts=w.opts,
+    )
     return k8s.apps.v1.StatefulSet(
         f"{w.prefix}-redis",
         metadata=w.meta(REDIS_NAME),
@@ -225,6 +283,17 @@ def redis_server(w: Workloads, cfg: StackConfig) -> k8s.apps.v1.StatefulSet:
                 "metadata": {"labels": labels},
                 "spec": {
                     "node_selector": SYSTEM_NODES,
+                    # one pod per node: a node lost takes one sentinel, two keep the quorum
+                    "affinity": {
+                        "pod_anti_affinity": {
+                            "required_during_scheduling_ignored_during_execution": [
+                                {
+                                    "label_selector": {"match_labels": labels},
+                                    "topology_key": "kubernetes.io/hostname",
+                                }
+                            ]
+                        }
+                    },
                     "init_containers": [sentinel],
                     "containers": [container],
                 },

@@ -3,11 +3,13 @@
 balancer open to ``allowedCidrs``, else internal to the vnet).
 
 The loop gets the GPU pools (``PASTURE_K8S_POOLS``: what one node offers, ``max_count``,
-taints, labels) for its autoscaler placeholders (scheduler/agent/k8s_autoscale.py), whose
-PriorityClass :func:`placeholder_priority_class` makes; task pods get a
-PodDisruptionBudget (:func:`task_disruption_budget`). Both containers have requests and
-liveness probes (the API: ``/healthz``; the loop: its cycle counter moved within
-:data:`LOOP_STALL_S`, scheduler/agent/k8s_probe.py).
+taints, labels) for its autoscaler placeholders (scheduler/k8s/autoscale.py), whose
+PriorityClass :func:`placeholder_priority_class` makes. Task pods have no
+PodDisruptionBudget: ``maxUnavailable: 0`` made AKS refuse upgrades (UnsatisfiablePDB);
+an upgrade drains nodes and pasture requeues the evicted tasks (docs/platforms.md). Both
+containers have requests and liveness probes (the API: any HTTP answer on ``/healthz``,
+:func:`api_liveness_command`, so a Redis outage does not restart it; the loop: its cycle
+counter moved within :data:`LOOP_STALL_S`, scheduler/agent/k8s_probe.py).
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from scheduler.agent.k8s_autoscale import (
+from scheduler.k8s.autoscale import (
     NAMESPACE_ENV,
     PLACEHOLDER_PRIORITY,
     POOLS_ENV,
     PRIORITY_CLASS,
 )
-from scheduler.agent.taints import pool_taints
+from scheduler.k8s.taints import pool_taints
 from stacks.aks.common import (
     CONFIG_DIR,
     CONFIG_MAP,
@@ -51,17 +53,34 @@ LOOP_STALL_S = 300
 answers (it cycles at least every loop.interval_s)."""
 MIB = 1024 * 1024
 
+_API_ALIVE = """import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(f"http://127.0.0.1:{int(sys.argv[1])}/healthz", timeout=5)
+except urllib.error.HTTPError:
+    pass  # 503 while Redis is away: the API itself answers, it is alive
+"""
+
+
+def api_liveness_command(port: int) -> list[str]:
+    """Exec liveness probe of the API container: succeeds when the API answers
+    ``/healthz`` with any HTTP status (200, or 503 while Redis is unreachable), fails when
+    nothing answers within 5 s (connection refused, hung server). A restart cures neither a
+    Redis outage nor a slow failover, and CrashLoopBackOff would delay the API's return."""
+    return ["python3", "-c", _API_ALIVE, str(port)]
+
 
 def autoscaled_pools(cfg: StackConfig) -> str:
-    """``PASTURE_K8S_POOLS`` of the loop: the GPU pools as JSON (what one node offers, from
-    the pool's ``cpu``, ``memory_mib``, ``gpu_count``, ``gpu_model``; ``max_count``; the
-    taints task pods tolerate, Spot included; node labels)."""
+    """``PASTURE_K8S_POOLS`` of the loop: the GPU pools as JSON (one node's VM size as
+    ``vm_cpu`` cores and ``vm_memory`` bytes from the pool's ``cpu`` and ``memory_mib``,
+    which the loop turns into allocatable by AKS's node reservations,
+    :func:`scheduler.k8s.autoscale.aks_allocatable`; ``gpu_count``, ``gpu_model``;
+    ``max_count``; the taints task pods tolerate, Spot included; node labels)."""
     return json.dumps(
         [
             {
                 "name": p.name,
-                "cpu_m": p.cpu * 1000,
-                "memory": p.memory_mib * MIB,
+                "vm_cpu": p.cpu,
+                "vm_memory": p.memory_mib * MIB,
                 "gpu": p.gpu_count,
                 "gpu_model": p.gpu_model,
                 "max_count": p.max_count,
@@ -83,24 +102,6 @@ def placeholder_priority_class(w: Workloads) -> k8s.scheduling.v1.PriorityClass:
         preemption_policy="Never",
         global_default=False,
         description="pasture: placeholder pods that make the cluster autoscaler add nodes",
-        opts=w.opts,
-    )
-
-
-def task_disruption_budget(w: Workloads) -> k8s.policy.v1.PodDisruptionBudget:
-    """No voluntary eviction of a running task pod (a node drain of an upgrade, a manual
-    ``kubectl drain``): pasture moves tasks itself (``pasture node drain``). Deletions by
-    pasture and Spot evictions are not evictions a budget stops."""
-    return k8s.policy.v1.PodDisruptionBudget(
-        f"{w.prefix}-tasks-pdb",
-        metadata=w.meta("pasture-tasks"),
-        spec={
-            "max_unavailable": 0,
-            "selector": {
-                "match_labels": {"app.kubernetes.io/managed-by": "pasture"},
-                "match_expressions": [{"key": "pasture/job", "operator": "Exists"}],
-            },
-        },
         opts=w.opts,
     )
 
@@ -135,9 +136,10 @@ def scheduler_deployment(
         "resources": API_RESOURCES,
         "readiness_probe": {"tcp_socket": {"port": cfg.api_port}, "period_seconds": 5},
         "liveness_probe": {
-            "http_get": {"path": "/healthz", "port": cfg.api_port},
+            "exec": {"command": api_liveness_command(cfg.api_port)},
             "initial_delay_seconds": 30,
             "period_seconds": 20,
+            "timeout_seconds": 10,
             "failure_threshold": 3,
         },
     }

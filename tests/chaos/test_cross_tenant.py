@@ -5,8 +5,9 @@ cluster with the real API process:
   directory replaced by a link (to another tenant's log, the Redis password, the cluster's
   secrets key); that tenant's token asks the API for every one of them and through ``..``
   paths: every answer is 4xx, none carries another tenant's data
-  (:func:`scheduler.bench.chaos.cross_tenant_reads`, which ``python -m scheduler.bench
-  chaos`` prints too);
+  (:func:`scheduler.bench.chaos_tenants.cross_tenant_reads`, which ``python -m
+  scheduler.bench chaos`` prints too); and as a task, alice's task tries every path of
+  bob's it is told, ``/proc`` and ssh into bob's sshd, and reads none of bob's secrets;
 - a VC-reclaim preemption across two VCs: each side reads its job, its events and the
   job list through the API, and no reason or event names the other tenant's job.
 """
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from scheduler import dev
-from scheduler.bench.chaos import cross_tenant_reads
+from scheduler.bench.chaos_tenants import cross_tenant_reads
 from scheduler.store.tokens import TokenStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
@@ -40,6 +41,10 @@ def test_planted_links_serve_nothing_outside_the_job(tmp_path):
     assert out["cross_tenant_planted"] >= 8, out
     assert out["cross_tenant_reads"] == 0, out
     assert out["cross_tenant_5xx"] == 0, out
+    # as a task (issue 32): alice's task tried bob's files, log, node-side ssh key, every
+    # /proc environ and cmdline, and ssh into bob's sshd, and read none of his secrets
+    assert out["cross_tenant_task_tries"] >= 20, out
+    assert out["cross_tenant_task_reads"] == 0, out
 
 
 def _wait(what: str, check, timeout: float = 60.0) -> None:

@@ -64,6 +64,8 @@ def test_restore_force_while_the_agent_runs_keeps_a_stop_issued_after_the_backup
     cli = CliRunner()
     store = cluster.store()
     marks = Path(cluster.share_dir) / "marks"
+    marks.mkdir(mode=0o1777)  # the task runs as its VC's user: a measuring point it may write
+    marks.chmod(0o1777)
     store.create_job(_spec("long", f"python3 -S {chaos_task.__file__} {marks} 40 100"))
     _wait("long running", lambda: len(read_runs(marks, ["long"])) == 1)
     file = tmp_path / "store.backup"

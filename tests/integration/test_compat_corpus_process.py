@@ -119,6 +119,8 @@ def test_every_accepted_corpus_file_starts_or_is_refused_at_submit(cluster):
         for label, doc, need in jobs:
             for m in doc.get("mounts") or []:  # the share directories the mounts name
                 (share / m["source"]).mkdir(parents=True, exist_ok=True)
+            if doc.get("code_dir"):  # as `pasture data push` would (hdfs/<path> for HDFS)
+                (share / doc["code_dir"]).mkdir(parents=True, exist_ok=True)
             tasks = need[0]
             body = json.dumps(doc).encode()
             headers = {"content-type": "application/json"}

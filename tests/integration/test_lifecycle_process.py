@@ -2,7 +2,7 @@
 processes): completion rules, Volcano event policies, min_available, per-task restart,
 depends_on, job delete and clean-up after ``ttl_after_finished``.
 
-Jobs are written in pasture's own spec with the lifecycle fields (scheduler/lifecycle.py).
+Jobs are written in pasture's own spec with the lifecycle fields (scheduler/rules/lifecycle.py).
 One cluster (2 nodes x 2 cores) serves the module; each test waits for its jobs to end.
 """
 

@@ -1,4 +1,4 @@
-"""Scale AKS pools with the queue (scheduler/agent/k8s_autoscale.py): the real loop over a
+"""Scale AKS pools with the queue (scheduler/k8s/autoscale.py): the real loop over a
 real redis-server with the autoscaler's placeholder pods kept in an in-memory
 ``CoreV1Api`` (no cluster on the build machine); the pods it creates are checked with
 kubernetes-validate and the client's own models."""
@@ -9,7 +9,7 @@ import pytest
 import redis
 from kubernetes import client as k8s
 
-from scheduler.agent.k8s_autoscale import (
+from scheduler.k8s.autoscale import (
     PLACEHOLDER_LABEL,
     PRIORITY_CLASS,
     Autoscaler,
@@ -140,7 +140,11 @@ def test_a_job_only_a_pool_at_zero_fits_asks_the_autoscaler_and_lands_on_the_new
         ("nvidia.com/gpu", "present", "NoSchedule"),
         ("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule"),
     }
-    assert "affinity" not in spec  # no node of the pool registered yet
+    # kept off nodes pasture schedules by the label their agents set, even those that
+    # register later (no node of the pool is registered yet: no names)
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (expr,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert expr == {"key": "pasture.io/registered", "operator": "DoesNotExist"}
     assert wire["metadata"]["labels"][PLACEHOLDER_LABEL] == "train"
     # no duplicates while it waits
     loop.cycle()
@@ -200,8 +204,9 @@ def test_registered_nodes_of_the_pool_are_kept_off(env):
     (pod,) = cluster.pods.values()
     spec = API.sanitize_for_serialization(pod)["spec"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    (expr,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
-    assert expr == {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["aks-a100-0"]}
+    live, named = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert live == {"key": "pasture.io/registered", "operator": "DoesNotExist"}
+    assert named == {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["aks-a100-0"]}
 
 
 def test_placeholders_go_when_the_queue_empties(env):

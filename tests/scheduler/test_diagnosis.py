@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.diagnosis import (
+from scheduler.rules.diagnosis import (
     TAIL_BYTES,
     RulesError,
     diagnose,
@@ -235,11 +235,14 @@ def test_every_shipped_rule_is_reachable():
         diagnose(125, "Error: docker.io/library/nope: image not known").kind,
         diagnose(127, "").kind,
         diagnose(126, "").kind,
+        diagnose(126, "pasture: working_dir /data/x does not exist").kind,
         diagnose(1, "Traceback (most recent call last):\nKeyError: 'x'").kind,
         diagnose(2, "python3: can't open file '/x.py': [Errno 2] No such file or directory").kind,
         diagnose(139, "").kind,
         diagnose(143, "").kind,
         diagnose(None, "", message="cannot write to the cluster share at /mnt: EIO").kind,
+        diagnose(None, "", message="could not start: code_dir 'c': no such directory").kind,
+        diagnose(125, "", evidence={"k8s_reason": "Pending", "k8s_not_running": True}).kind,
         diagnose(3, "").kind,
         # the kubernetes executor's evidence (tests/scheduler/agent/test_kubernetes_start.py)
         *(
@@ -250,6 +253,8 @@ def test_every_shipped_rule_is_reachable():
                 "CreateContainerConfigError",
                 "Evicted",
                 "UnexpectedAdmissionError",
+                "TerminationByKubelet",
+                "OutOfcpu",
             )
         ),
     }

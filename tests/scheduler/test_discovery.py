@@ -1,14 +1,14 @@
-from scheduler.discovery import (
-    env_name,
+from scheduler.rules.discovery import (
     local_volcano_paths,
     main_port,
     mpi_hostfile,
-    port_names,
     shell_name,
     task_env,
     volcano_host_files,
 )
 from scheduler.spec import parse_job_spec
+from scheduler.spec.facts import port_names
+from scheduler.spec.model import env_name
 from scheduler.store import TaskRecord
 
 SPEC = parse_job_spec(

@@ -1,6 +1,6 @@
 """torchrun's elastic rendezvous variables for elastic roles (issue 29)."""
 
-from scheduler.discovery import task_env
+from scheduler.rules.discovery import task_env
 from scheduler.spec import parse_job_spec
 from scheduler.store import TaskRecord
 

@@ -1,4 +1,4 @@
-"""scheduler.lifecycle.decide: task-state combinations -> the job's next step."""
+"""scheduler.rules.lifecycle.decide: task-state combinations -> the job's next step."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.lifecycle import WAIT, Ending, decide, expired, initial_desired
+from scheduler.rules.lifecycle import Ending, decide, expired
 from scheduler.spec import parse_job_spec
+from scheduler.spec.facts import WAIT, initial_desired
 from scheduler.store.records import JobState, TaskRecord
 
 S, R, OK, F, X, L = "scheduled", "running", "succeeded", "failed", "stopped", "lost"

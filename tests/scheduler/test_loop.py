@@ -252,11 +252,22 @@ def test_most_nodes_silent_at_once_raise_a_condition_instead_of_losing_them(env)
     )
     cond = store.cluster_status()["condition"]
     assert cond["kind"] == "disruption" and cond["nodes"] == ["n1", "n2", "n3"]
-    # n1 and n2 come back; n3 alone is a node failure, declared lost; condition cleared
+    # n1 and n2 come back: n3, still silent, stays held (issue 32 item 7: the guard holds
+    # until every node it names returned or was silent past the disruption limit)
     for n in ("n1", "n2", "n4"):
         store.heartbeat(n, {})
     clock.t += 1.0
     loop.cycle()
+    states = {n.name: n.state for n in store.list_nodes()}
+    assert states == dict.fromkeys(("n1", "n2", "n3", "n4"), "ready")
+    assert store.cluster_status()["condition"] is not None
+    # past the disruption limit n3 is lost, and the condition is cleared
+    hold = loop._health.disruption_lost_after_s
+    while clock.t < 1000.0 + hold + 8.0:
+        for n in ("n1", "n2", "n4"):
+            store.heartbeat(n, {})
+        clock.t += 1.0
+        loop.cycle()
     states = {n.name: n.state for n in store.list_nodes()}
     assert states == {"n1": "ready", "n2": "ready", "n3": "lost", "n4": "ready"}
     assert store.cluster_status()["condition"] is None
@@ -392,3 +403,42 @@ def test_the_loop_learns_from_succeeded_jobs_and_hands_the_history_to_the_core(e
     history = seen[-1]
     assert len(history.runtimes_s) == 1  # the failed job taught nothing
     assert history.runtimes_s[0] >= 0 and len(history.services_gpu_s) == 1
+
+
+def test_a_shrink_is_recorded_and_the_core_regrows_only_after_the_cool_down(env):
+    """Real store: the loop's shrink sets the job's ``resized_at`` (one transaction with
+    the tasks' removal), the snapshot hands it to the core, and with the ``pasture`` policy
+    (``regrow_cooldown_s``) the job is not grown back before the cool-down ends even though
+    the room is free again at once."""
+    store, loop = env
+    cool = loop.policy.regrow_cooldown_s
+    assert loop.policy.elastic and cool > 0
+    one = {"cpu": 4}
+    el = {"w": {"replicas": {"min": 1, "max": 2}, "command": "x", "resources": one}}
+    submit(store, "el", roles=el)
+    loop.cycle()
+    report_all(store, "el", TaskState.RUNNING)
+    loop.cycle()
+    assert sorted(t.key for t in store.tasks("el")) == ["w-0", "w-1"]
+    submit(store, "hi", roles={"w": {"command": "x", "resources": one}}, priority="high")
+    t0 = time.time()
+    loop.cycle()  # shrink el for hi
+    rec = store.get_job("el")
+    assert rec.resized_at is not None and t0 - 1 <= rec.resized_at <= time.time() + 1
+    assert [t.key for t in store.tasks("el")] == ["w-0"]
+    snap, _ = take_snapshot(store)
+    (rj,) = [r for r in snap.running if r.name == "el"]
+    assert rj.resized_at == rec.resized_at
+    loop.cycle()  # hi binds into the room
+    report_all(store, "hi", TaskState.RUNNING, only=None)
+    loop.cycle()
+    report_all(store, "hi", TaskState.SUCCEEDED, 0)
+    loop.cycle()  # hi is done: the room is free, but el is inside its cool-down
+    loop.cycle()
+    assert store.get_job("hi").state == "succeeded"
+    assert [t.key for t in store.tasks("el")] == ["w-0"]
+    # the same cycle once the cool-down is over (the core's clock is an argument)
+    real = loop.schedule
+    loop.schedule = lambda snapshot, policy, now: real(snapshot, policy, now + cool)
+    loop.cycle()
+    assert sorted(t.key for t in store.tasks("el")) == ["w-0", "w-1"]

@@ -4,7 +4,7 @@ core; the agent's report is played by the test with real diagnoses of recorded l
 
 from pathlib import Path
 
-from scheduler.diagnosis import diagnose, read_tail
+from scheduler.rules.diagnosis import diagnose, read_tail
 from scheduler.store import TaskState
 from tests.scheduler.test_loop import env, submit  # noqa: F401
 

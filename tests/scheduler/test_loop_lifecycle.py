@@ -1,4 +1,4 @@
-"""The loop applying scheduler.lifecycle against a real redis-server and the real core;
+"""The loop applying scheduler.rules.lifecycle against a real redis-server and the real core;
 agents are played by the test through ``store.report_task``."""
 
 from __future__ import annotations

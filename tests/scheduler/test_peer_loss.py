@@ -1,10 +1,10 @@
-"""The peer-loss rule (scheduler.lifecycle.PeerWatch): a gang's own failure after a peer's
+"""The peer-loss rule (scheduler.rules.lifecycle.PeerWatch): a gang's own failure after a peer's
 node went silent is held, then requeued free when the node is lost, charged when the node
 is heard from again (docs/faults.md "Bounds")."""
 
 from __future__ import annotations
 
-from scheduler.lifecycle import Ending, PeerWatch, decide
+from scheduler.rules.lifecycle import Ending, PeerWatch, decide
 from scheduler.spec import parse_job_spec
 from scheduler.store.records import JobState, TaskRecord, TaskState
 

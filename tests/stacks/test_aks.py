@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from inventory_checks import check_inventory_listing, run_preflight
 
 from scheduler.agent.executor import TaskLaunch
-from scheduler.agent.k8s_capacity import NODE_ENV
 from scheduler.agent.kubernetes import PodSettings, build_pod
-from scheduler.agent.taints import SPOT_TAINT
 from scheduler.inventory import parse_stack_output, write_inventory
+from scheduler.k8s.capacity import NODE_ENV
+from scheduler.k8s.taints import SPOT_TAINT
 from scheduler.nodecred import AUDIENCE
 from scheduler.sealed import load_key, seal, unseal
 from scheduler.settings import AgentSettings, SchedulerSettings
@@ -82,7 +82,7 @@ def aks():
     return stack(
         {
             "clusterName": "aks-dev",
-            "allowedCidrs": ["203.0.113.0/24"],
+            "allowedCidrs": ["20.61.0.0/24"],
             "gpuPools": POOLS,
             "systemPool": {"vm_size": "Standard_D8s_v5", "count": 3},
         }
@@ -142,7 +142,7 @@ def test_system_pool_and_api_server_access(aks, aks_default):
     assert system["mode"] == "System" and system["count"] == 3
     assert system["vmSize"] == "Standard_D8s_v5"
     assert cluster.inputs["enableRBAC"] is True
-    assert cluster.inputs["apiServerAccessProfile"]["authorizedIPRanges"] == ["203.0.113.0/24"]
+    assert cluster.inputs["apiServerAccessProfile"]["authorizedIPRanges"] == ["20.61.0.0/24"]
     (default,) = aks_default.of_type("azure-native:containerservice:ManagedCluster")
     assert "apiServerAccessProfile" not in default.inputs
 
@@ -150,7 +150,7 @@ def test_system_pool_and_api_server_access(aks, aks_default):
 def test_no_service_is_open_to_the_world_unless_configured(aks, aks_default):
     api = k8s_resource(aks, "aks-dev-api")
     assert api["spec"]["type"] == "LoadBalancer"
-    assert api["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+    assert api["spec"]["loadBalancerSourceRanges"] == ["20.61.0.0/24"]
     default = k8s_resource(aks_default, "pasture-api")
     assert "loadBalancerSourceRanges" not in default["spec"]
     annotations = default["metadata"]["annotations"]
@@ -389,7 +389,7 @@ def test_agents_may_read_their_node_object(aks):
     """The agent reads its capacity from the node object: a ClusterRole with get on nodes
     bound to the agents' service account; the DaemonSet gives it the node's name."""
     role = k8s_resource(aks, "aks-dev-agent-nodes")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
     binding = k8s_resource(aks, "aks-dev-agent-nodes-binding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "pasture-agent-nodes"
     assert binding["subjects"] == [
@@ -521,8 +521,9 @@ def test_each_agent_gets_its_own_nodes_redis_user_for_its_pod_token(aks):
         {"kind": "ServiceAccount", "name": "pasture-scheduler", "namespace": "pasture"}
     ]
     role = k8s_resource(aks, "aks-dev-scheduler-role")
-    (rule,) = role["rules"]  # pods only: agents' pods, the autoscaler's placeholders
-    assert rule["resources"] == ["pods"] and "secrets" not in json.dumps(role["rules"])
+    # pods (agents' pods, the autoscaler's placeholders) and the autoscaler's events
+    assert [r["resources"] for r in role["rules"]] == [["pods"], ["events"]]
+    assert "secrets" not in json.dumps(role["rules"])
 
 
 def workload_images(built) -> set[str]:

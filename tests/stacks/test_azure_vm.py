@@ -58,7 +58,7 @@ def by_count():
 def exposed():
     """A build with a public master IP and an allowed CIDR."""
     return build_stack(
-        azure_config(2, masterPublicIp=True, allowedCidrs=["203.0.113.0/24", "2001:db8::/32"])
+        azure_config(2, masterPublicIp=True, allowedCidrs=["20.61.0.0/24", "2a01:110::/32"])
     )
 
 
@@ -101,7 +101,7 @@ def test_nsg_admits_only_configured_cidrs_on_ssh_and_api_port(exposed):
     (nsg,) = exposed.of_type(NSG)
     rules = nsg.inputs["securityRules"]
     sources = sorted(r["sourceAddressPrefix"] for r in rules)
-    assert sources == ["2001:db8::/32", "203.0.113.0/24"]
+    assert sources == ["20.61.0.0/24", "2a01:110::/32"]
     for rule in rules:
         assert rule["access"] == "Allow" and rule["direction"] == "Inbound"
         assert rule["sourceAddressPrefix"] not in ("0.0.0.0/0", "*", "Internet", "::/0")

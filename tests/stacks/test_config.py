@@ -53,11 +53,36 @@ def test_every_key_is_declared_with_description_and_the_programs_default():
 
 @pytest.mark.parametrize("stack", ["azure-dev", "aks-dev", "onprem-lab"])
 def test_sample_stack_files_validate(stack):
+    """Valid once the user put their own ``allowedCidrs`` in place of the sample's
+    documentation range (see the next test)."""
     doc = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())
     raw = {k.removeprefix("pasture:"): v for k, v in doc["config"].items()}
+    if "allowedCidrs" in raw:
+        raw["allowedCidrs"] = ["20.61.0.0/24"]
     cfg = parse_config(raw)
     assert cfg.platform == {"azure-dev": "azure", "aks-dev": "aks", "onprem-lab": "onprem"}[stack]
     assert "0.0.0.0/0" not in cfg.allowed_cidrs
+
+
+@pytest.mark.parametrize("stack", ["azure-dev", "aks-dev"])
+def test_sample_stacks_make_the_user_set_allowed_cidrs(stack):
+    """Issue 35 item 9: the samples' documentation range reached authorizedIPRanges and
+    nobody could reach the cluster; it is refused with the key and the command to set it."""
+    doc = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())
+    raw = {k.removeprefix("pasture:"): v for k, v in doc["config"].items()}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert str(err.value).startswith("pasture:allowedCidrs: 203.0.113.0/24 lies in")
+    assert "pulumi config set --path 'pasture:allowedCidrs[0]'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "cidr", ["192.0.2.0/24", "198.51.100.7/32", "203.0.113.128/25", "2001:db8:1::/48"]
+)
+def test_documentation_ranges_are_refused_naming_the_key(cidr):
+    with pytest.raises(ConfigError, match=r"^pasture:allowedCidrs: .* documentation range"):
+        parse_config({"platform": "aks", "allowedCidrs": ["20.61.0.0/24", cidr]})
+    assert parse_config({"platform": "aks", "allowedCidrs": ["0.0.0.0/0"]}).allowed_cidrs
 
 
 def test_config_is_frozen():

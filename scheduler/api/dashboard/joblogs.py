@@ -6,8 +6,10 @@ bounded memory and time whatever the logs' sizes; ``q`` keeps only the lines hol
 text (case-insensitive; matches highlighted) within what is shown. ``GET
 /dashboard/jobs/{name}/logs/download`` streams one task's whole log (``role``, ``index``)
 or, without them, every task's log one after the other with each line prefixed
-``role-index | `` (as ``pasture job logs`` prints them), as a text attachment. Both need a
-session and the job's visibility (another VC's job is "not found").
+``role-index | `` (as ``pasture job logs`` prints them), as a text attachment; a file
+that a task removed or swapped for a link after the listing is skipped with one line
+``role-index | (log not read: why)``. Both need a session and the job's visibility
+(another VC's job is "not found").
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from scheduler.api.dashboard.pages import error, render, router, session, to_login
 from scheduler.api.schemas import JobOut
-from scheduler.services.errors import NotFoundError
+from scheduler.services.errors import NotFoundError, ServiceError
 
 PER_TASK_BYTES = 128 * 1024  # the most of one task's log a page shows (its end)
 PAGE_BYTES = 2 * 1024 * 1024  # the most of all tasks' logs one page shows
@@ -85,7 +87,7 @@ def all_logs(
         start = max(0, size - per_task)
         try:
             data = services.logs.read(name, f["role"], f["index"], start, per_task, job.uid)
-        except (NotFoundError, FileNotFoundError):
+        except (ServiceError, FileNotFoundError):  # gone, or swapped for a link meanwhile
             data = b""
         view = task_view(data.decode("utf-8", errors="replace"), q, cut=start > 0)
         tasks.append({"role": f["role"], "index": f["index"], "size": size, **view})
@@ -108,12 +110,17 @@ def _prefixed(
     line of at most :data:`MAX_LINE_BYTES` at a time)."""
     for f in files:
         prefix = f"{f['role']}-{f['index']} | ".encode()
+        # the task may swap its log between file and link (or remove it) after the
+        # listing: the response has started, so the file is skipped with one line that
+        # says why, never an exception (issue 32 item 7)
         try:
             path = services.logs.path(name, f["role"], f["index"], uid)
-        except NotFoundError:
+            chunks = services.logs.stream(path)
+        except ServiceError as exc:
+            yield prefix + f"(log not read: {exc.message})".encode() + b"\n"
             continue
         partial = b""
-        for chunk in services.logs.stream(path):
+        for chunk in chunks:
             lines = (partial + chunk).split(b"\n")
             partial = lines.pop()
             if lines:

@@ -14,18 +14,26 @@ tasks and nodes are parsed with the API's response models before a view sees the
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import yaml
-from fastapi import APIRouter, Form, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from scheduler.api.auth import failed, refuse_if_blocked
+from scheduler.api.auth import (
+    client_address,
+    failed,
+    limit_request,
+    refuse_if_address_blocked,
+    refuse_if_blocked,
+)
 from scheduler.api.dashboard import views
 from scheduler.api.dashboard.sessions import (
     COOKIE,
@@ -34,6 +42,7 @@ from scheduler.api.dashboard.sessions import (
     SessionStore,
     csrf_ok,
 )
+from scheduler.api.fairness import TokenGate
 from scheduler.api.schemas import (
     VC_NAME,
     JobEventsOut,
@@ -66,8 +75,6 @@ templates.env.filters["clock"] = views.clock
 templates.env.filters["limit"] = views.limit_text
 templates.env.globals["consequences"] = views.CONSEQUENCES
 
-router = APIRouter(prefix="/dashboard", include_in_schema=False)
-
 
 def sessions(request: Request) -> SessionStore:
     """The app's session store (``app.state.dashboard_sessions``, made by ``create_app``)."""
@@ -75,8 +82,71 @@ def sessions(request: Request) -> SessionStore:
     return kept
 
 
+KNOWN_SESSIONS = 4096
+"""Session cookies this process saw valid, kept (as digests) so that an address over its
+failure limit does not lock out its users who are logged in."""
+
+
+def _digest(sid: str) -> str:
+    return hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def known_sessions(request: Request) -> dict[str, str]:
+    """``{digest of a session cookie: its token's name}`` of the sessions this process
+    saw valid (at most :data:`KNOWN_SESSIONS`, oldest dropped first)."""
+    known: dict[str, str] = request.app.state.__dict__.setdefault("dashboard_known_sessions", {})
+    return known
+
+
+async def fair_share(request: Request) -> AsyncIterator[None]:
+    """Router dependency of every dashboard route: a known session's request waits for
+    its token's slot of the process (:class:`scheduler.api.fairness.TokenGate`), so one
+    tenant's page flood takes at most that share; unknown cookies are not gated (they
+    are refused or redirected cheaply, and limited per address)."""
+    sid = request.cookies.get(COOKIE)
+    token = known_sessions(request).get(_digest(sid)) if sid and len(sid) <= 100 else None
+    if token is None:
+        yield
+        return
+    gate: TokenGate = request.app.state.token_gate
+    async with gate.hold(token):
+        yield
+
+
+router = APIRouter(
+    prefix="/dashboard",
+    include_in_schema=False,
+    dependencies=[Depends(fair_share, scope="function")],  # gate given back before bodies
+)
+
+
 def session(request: Request) -> Session | None:
-    return sessions(request).get(request.cookies.get(COOKIE))
+    """The request's dashboard session (None: none or unknown), counted like an API
+    request: against the token's ``api.request_limit``, and an unknown session cookie as a
+    failed authentication of the client's address (issue 32 item 5).
+
+    Raises:
+        HTTPException 429: the session's token is over its request limit, or the address
+            over its failure limit (for a cookie not seen valid before).
+    """
+    sid = request.cookies.get(COOKIE)
+    if not sid:
+        return None
+    state = request.app.state
+    known = known_sessions(request)
+    digest = _digest(sid)
+    if digest not in known:
+        refuse_if_address_blocked(request)
+    s = sessions(request).get(sid)
+    if s is None:
+        known.pop(digest, None)
+        state.auth_limiter.failed_address(client_address(request))
+        return None
+    known[digest] = s.who.name
+    while len(known) > KNOWN_SESSIONS:
+        known.pop(next(iter(known)))
+    limit_request(request, s.who)
+    return s
 
 
 def to_login(request: Request) -> RedirectResponse:
@@ -151,6 +221,7 @@ def login(
         return error(request, None, 403, "The login form's CSRF token is missing or wrong.")
     try:
         refuse_if_blocked(request, token)
+        refuse_if_address_blocked(request)
     except HTTPException as exc:
         resp = error(request, None, exc.status_code, str(exc.detail))
         resp.headers.update(exc.headers or {})
@@ -402,6 +473,19 @@ def job_usage_series(
         {**series, "now": got["now"], "window_s": got["window_s"]},
         headers={"Cache-Control": "no-store"},
     )
+
+
+@router.get("/schedules")
+def schedules_page(request: Request) -> Response:
+    """The scheduled jobs of the caller's VCs (:mod:`scheduler.services.schedules`), each
+    with its runs linked to their job pages."""
+    from scheduler.api.routers.schedules import schedule_service
+
+    s = session(request)
+    if s is None:
+        return to_login(request)
+    items = schedule_service(request).list(s.who)["items"]
+    return render(request, "schedules.html", s, items=items)
 
 
 @router.get("/gpu-hours")

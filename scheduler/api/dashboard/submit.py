@@ -6,7 +6,9 @@ same text; ``action=submit`` submits it and redirects to the new job's page. Bot
 the session's CSRF token (:func:`scheduler.api.dashboard.actions.acting_session`); the
 spec goes through the API's own path (:func:`scheduler.api.routers.jobs.on_spec_body`:
 size and depth bounds, YAML or JSON, the same errors), so the form can do nothing the
-REST API would refuse. A spec over ``api.max_body_bytes`` is refused unread."""
+REST API would refuse. A spec over ``api.max_body_bytes`` is refused unread. Each check
+or submit counts against the token's ``api.submit_limit`` (429 with ``Retry-After``), every
+page against its ``api.request_limit``, like the REST API's."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from urllib.parse import quote
 from fastapi import Form, Request
 from fastapi.responses import RedirectResponse, Response
 
+from scheduler.api.auth import limit_submit
 from scheduler.api.dashboard.actions import acting_session
 from scheduler.api.dashboard.pages import render, router, session, to_login
 from scheduler.api.routers.jobs import on_spec_body
@@ -65,6 +68,7 @@ def submit_form(
         return _form(
             request, s, spec, 400, error=f"action: expected check or submit, got {action!r}"
         )
+    limit_submit(request, s.who)  # a check is a dry run: both count, as in the REST API
     body = spec.encode()
     services = request.app.state
     try:

@@ -112,8 +112,8 @@ def task_diagnosis(task: TaskOut) -> dict[str, Any] | None:
     """The failure class of a task record for the job page's task table:
     ``{"kind", "summary", "retry" (bool), "hint", "retry_text"}``, None for a task that did
     not fail. The same diagnosis as ``pasture job show``
-    (:func:`scheduler.diagnosis.diagnose_task`: the agent's, else one from the state)."""
-    from scheduler.diagnosis import diagnose_task  # loads the rules once, on first use
+    (:func:`scheduler.rules.diagnosis.diagnose_task`: the agent's, else one from the state)."""
+    from scheduler.rules.diagnosis import diagnose_task  # loads the rules once, on first use
 
     d = diagnose_task(task)
     if d is None:

@@ -86,5 +86,11 @@ def cluster_status(request: Request, who: TokenInfo = Depends(principal)) -> dic
 
 @router.get("/whoami", tags=["cluster"], response_model=WhoAmI, responses=errors())
 def whoami(who: TokenInfo = Depends(principal)) -> dict[str, Any]:
-    """The calling token's name, role and VCs (``pasture login`` checks a token with it)."""
-    return {"name": who.name, "role": who.role.value, "vcs": list(who.vcs)}
+    """The calling token's name, role, VCs and the VCs it operates (``pasture login``
+    checks a token with it)."""
+    return {
+        "name": who.name,
+        "role": who.role.value,
+        "vcs": list(who.vcs),
+        "operates": list(who.operates),
+    }

@@ -229,8 +229,7 @@ def exec_access(
     the job or is an admin; 409 when the job has no ssh or the task is not running."""
     from scheduler.services.jobexec import exec_access as access
 
-    logs: LogService = request.app.state.logs
-    return access(request.app.state.jobs, who, logs.share_dir, name, role, index)
+    return access(request.app.state.jobs, who, name, role, index)
 
 
 @router.get(

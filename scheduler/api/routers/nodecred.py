@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.api.auth import failed, refuse_if_blocked
+from scheduler.api.auth import failed, refuse_if_address_blocked, refuse_if_blocked
 from scheduler.api.responses import BAD_JSON, INVALID, TOO_LARGE, TOO_MANY, UNAVAILABLE, _r
 from scheduler.nodecred import CredentialRefused, KubeReviewer, NodeCredential, exchange
 
@@ -82,6 +82,7 @@ def node_credentials(body: CredentialIn, request: Request) -> dict[str, Any]:
     if run is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "node credentials are not enabled")
     refuse_if_blocked(request, body.token)
+    refuse_if_address_blocked(request)
     try:
         cred = run(body.token)
     except CredentialRefused as exc:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano
+from scheduler.spec.bounded import OPENPAI_JOBS
+from scheduler.spec.formats import maro, openpai_v1, openpai_v2, volcano, volcano_cronjob
 from scheduler.spec.formats.common import Context, TranslateError, source_loc
 
 __all__ = ["FORMATS", "TranslateError", "Translation", "detect", "source_loc", "translate"]
@@ -53,9 +54,15 @@ def detect(doc: dict[str, Any]) -> str:
     of them, saying what was looked for."""
     if "roles" in doc and "taskRoles" not in doc:
         return "pasture"
+    if list(doc) == [OPENPAI_JOBS] and isinstance(doc[OPENPAI_JOBS], list):
+        return "openpai-v2-list"
     if "apiVersion" in doc or "kind" in doc:
         if volcano.is_volcano(doc):
             return "volcano"
+        if doc.get("kind") == "CronJob" and str(doc.get("apiVersion", "")).startswith(
+            "batch.volcano.sh/"
+        ):
+            _refuse_cronjob(doc)
         if volcano.is_list(doc):
             return "volcano-list"
         kind = doc.get("kind")
@@ -115,6 +122,8 @@ def translate(doc: dict[str, Any], fmt: str | None = None) -> Translation:
     if fmt == "volcano-list":
         docs, warnings, origins = volcano.translate_list(doc)
         return Translation("volcano", docs, warnings, doc_origins=origins)
+    if fmt == "openpai-v2-list":
+        return _openpai_v2_list(doc[OPENPAI_JOBS])
     if fmt not in FORMATS:
         raise TranslateError("", f"unknown format {fmt!r}; expected one of {list(FORMATS)}", fmt)
     ctx = Context(FORMATS[fmt])
@@ -129,3 +138,52 @@ def translate(doc: dict[str, Any], fmt: str | None = None) -> Translation:
     else:
         docs = [volcano.translate(doc, ctx)]
     return Translation(fmt, docs, ctx.warnings, ctx.origins)
+
+
+def _openpai_v2_list(items: list[Any]) -> Translation:
+    """Several ``---``-separated OpenPAI v2 jobs of one file: one pasture job each, stored
+    together (as a MARO schedule's); fields are named ``items[i].<path>`` (document i + 1).
+    Raises TranslateError for a refused field or two jobs of the same name."""
+    fmt = FORMATS["openpai-v2"]
+    docs: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    origins: list[dict[str, str]] = []
+    for i, item in enumerate(items):
+        where = f"items[{i}]"
+        ctx = Context(fmt)
+        try:
+            docs.append(openpai_v2.translate(item, ctx))
+        except TranslateError as exc:
+            loc = f"{where}.{exc.loc}" if exc.loc else where
+            message = exc.message.replace(f"{fmt} field {exc.loc}", f"{fmt} field {loc}", 1)
+            raise TranslateError(loc, message, exc.given) from None
+        warnings += [w.replace(f"{fmt} field ", f"{fmt} field {where}.", 1) for w in ctx.warnings]
+        origins.append({k: f"{where}.{v}" for k, v in ctx.origins.items()})
+    names = [d["name"] for d in docs]
+    if len(set(names)) != len(names):
+        raise TranslateError("items", f"{fmt} field items: two jobs named alike: {names}", names)
+    return Translation("openpai-v2", docs, warnings, doc_origins=origins)
+
+
+def _refuse_cronjob(doc: dict[str, Any]) -> None:
+    """A Volcano CronJob is translated and checked (:mod:`scheduler.spec.schedule`), then
+    refused naming ``kind``: a scheduled job goes to ``/api/v1/schedules``. Raises
+    TranslateError (the CronJob's own refused field, or ``kind`` with the how-to)."""
+    from pydantic import ValidationError
+
+    try:
+        schedule, _ = volcano_cronjob.parse_volcano_cronjob(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        where = {"schedule": "spec.schedule", "name": "metadata.name"}.get(loc, loc)
+        raise TranslateError(
+            where, f"Volcano field {where}: {first['msg'].removeprefix('Value error, ')}"
+        ) from None
+    raise TranslateError(
+        "kind",
+        f"Volcano field kind: CronJob {schedule.name} ({schedule.schedule!r}, "
+        f"{schedule.concurrency_policy}) is a scheduled job, not a job: submit it with "
+        "`pasture schedule submit FILE` (POST /api/v1/schedules)",
+        "CronJob",
+    )

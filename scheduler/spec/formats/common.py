@@ -9,6 +9,7 @@ apply to every format) and a list of warnings for fields accepted but meaningles
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,14 +145,57 @@ def is_hdfs(path: str) -> bool:
     return bool(_HDFS.match(path.strip()))
 
 
+HDFS_SHARE_DIR = "hdfs"
+"""The share directory under which HDFS paths are read (see :func:`hdfs_share_path`)."""
+
+_HDFS_PREFIX = re.compile(
+    r"^(?:(?:web)?hdfs://[^/]*|\$\{?PAI_DEFAULT_FS_URI\}?)(?P<path>/.*)?$", re.IGNORECASE
+)
+
+
+def hdfs_share_path(path: str) -> str | None:
+    """The cluster-share directory that stands for an HDFS path: ``hdfs/`` followed by the
+    path inside HDFS, the scheme and the name node dropped
+    (``hdfs://10.0.0.1:9000/folder/mnist`` and ``$PAI_DEFAULT_FS_URI/folder/mnist`` ->
+    ``hdfs/folder/mnist``). ``pasture data push`` applies the same rule to an HDFS
+    destination, so the files pushed there are the ones the job reads. None when ``path``
+    is not HDFS or has no such directory (the name node alone, ``..``, another ``$``
+    variable, ``:`` or ``,``, which a share path cannot hold)."""
+    m = _HDFS_PREFIX.match(path.strip())
+    if not m or not m.group("path"):
+        return None
+    parts = [p for p in m.group("path").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    rel = "/".join([HDFS_SHARE_DIR, *parts])
+    if any(c in rel for c in "$:,") or any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        return None
+    return rel
+
+
 def code_dir(value: object, ctx: Context, loc: str, job: str = "") -> str:
     """A ``codeDir``: a directory of the cluster share (as given to ``pasture data push``),
-    copied into each task's working directory as ``./code``. Refuses HDFS and URLs, saying
-    what to push and what to write with the file's own directory name
-    (``hdfs://host:9000/folder/mnist`` -> ``pasture data push ./mnist code/mnist``)."""
+    copied into each task's working directory as ``./code``. An HDFS directory is read
+    from the share directory :func:`hdfs_share_path` gives (a warning names the push
+    command; the task fails at start with that command while the directory is missing).
+    Refuses URLs and HDFS paths that map to no share path, saying what to push and what
+    to write with the file's own directory name
+    (``http://host/a/mnist`` -> ``pasture data push ./mnist code/mnist``)."""
     if not isinstance(value, str) or not value.strip():
         raise ctx.refuse(loc, "expected a directory of the cluster share", value)
     path = value.strip()
+    if is_hdfs(path):
+        mapped = hdfs_share_path(path)
+        if mapped is not None:
+            base = mapped.rsplit("/", 1)[-1]
+            ctx.warn(
+                loc,
+                f"HDFS directory {path} is read from the cluster share's {mapped}: push the"
+                f" code there with `pasture data push {shlex.quote('./' + base)}"
+                f" {shlex.quote(mapped)}` before the job"
+                " starts (a task fails at start with that command while it is missing)",
+            )
+            return mapped
     if is_hdfs(path) or "://" in path:
         base = push_name(path)
         # OpenPAI's examples end in .../<project>/code: name the share directory after
@@ -162,7 +206,12 @@ def code_dir(value: object, ctx: Context, loc: str, job: str = "") -> str:
             f"{loc} to {remote} (a path inside the share)"
         )
         if is_hdfs(path):
-            raise ctx.refuse(loc, f"pasture has the cluster share, not HDFS: {how}", value)
+            raise ctx.refuse(
+                loc,
+                "pasture has the cluster share, not HDFS, and this path maps to no share"
+                f" directory (hdfs/<path inside HDFS>): {how}",
+                value,
+            )
         raise ctx.refuse(loc, f"URLs are not fetched; {how}", value)
     return path.removeprefix("./")
 

@@ -46,6 +46,7 @@ _CMD_PLUGIN = "com.microsoft.pai.runtimeplugin.cmd"
 _CALLBACK_EVENTS = ["taskStarts", "taskSucceeds"]
 _ROLE_ORIGINS = {
     "replicas": "instances",
+    "resources": "resourcePerInstance",
     "resources.cpu": "resourcePerInstance.cpu",
     "resources.memory": "resourcePerInstance.memoryMB",
     "resources.gpu": "resourcePerInstance.gpu",
@@ -145,6 +146,11 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
         ctx.origin(
             f"roles.{name}.resources.gpu_model", f"extras.hivedScheduler.taskRoles.{name}.skuType"
         )
+        deploy = dict(deployment.get(name, {}))
+        for roles, pre, post in hived.get("cmd", []):  # the cmd runtime plugin
+            if roles is None or name in roles:
+                deploy["preCommands"] = [*(deploy.get("preCommands") or []), *pre]
+                deploy["postCommands"] = [*post, *(deploy.get("postCommands") or [])]
         role = _role(
             str(name),
             ctx.mapping(tr, loc),
@@ -152,7 +158,7 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
             ctx,
             {"parameters": params, "secrets": secrets},
             prereqs,
-            deployment.get(name, {}),
+            deploy,
         )
         sku = hived.get("sku", {}).get(name)
         if sku:

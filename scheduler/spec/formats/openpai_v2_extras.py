@@ -8,6 +8,19 @@ from typing import Any
 from scheduler.spec.formats.common import Context
 
 _PRIORITY = {"crit": "critical", "prod": "high", "test": "low", "oppo": "opportunistic"}
+_HIVED_WARNED = {
+    "affinityGroupName": "HiveD affinity group {value}: pasture places every task of the job "
+    "as one gang (all or none), but not inside one HiveD cell: the tasks of {role} may land "
+    "on any nodes that fit, not on one rack or buddy cell",
+    "pinnedCellId": "HiveD pinned cell {value} is not known here: the tasks of {role} run on "
+    "any node of the job's virtual cluster that fits (to keep them on given nodes, label "
+    "the nodes and use a pasture spec's node_selector)",
+    "reservationId": "HiveD reservation {value} (the older name of a pinned cell) is not "
+    "known here: the tasks of {role} run on any node of the job's virtual cluster that fits "
+    "(a pasture spec's node_selector keeps them on labelled nodes)",
+}
+"""HiveD task-role fields accepted with a warning saying what changes
+(microsoft/hivedscheduler doc/user-manual.md, example/request/design/request.yaml)."""
 
 
 def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -41,16 +54,12 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                 ctx.check_fields(
                     r,
                     rloc,
-                    honoured={"skuType", "gpuType"},
+                    honoured={"skuType", "gpuType", *_HIVED_WARNED},
                     ignored={"skuNum": "HiveD SKU count; resourcePerInstance is what is requested"},
-                    refused={
-                        "affinityGroupName": "HiveD affinity groups are not supported: drop "
-                        "affinityGroupName (pasture places a job's tasks as one gang)",
-                        "pinnedCellId": "HiveD pinned cells are not known here: drop "
-                        "pinnedCellId (to keep the role on given nodes, label them and use "
-                        "a pasture spec's node_selector)",
-                    },
                 )
+                for key, what in _HIVED_WARNED.items():
+                    if r.get(key) not in (None, ""):
+                        ctx.warn(f"{rloc}.{key}", what.format(value=r[key], role=rname))
                 model = r.get("skuType") or r.get("gpuType")
                 if model:
                     sku[str(rname)] = str(model)
@@ -80,6 +89,8 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                             f"{ploc}.parameters.userssh",
                             "user ssh keys are not installed; use `pasture job ssh`",
                         )
+                elif name == "cmd":
+                    _cmd_plugin(plugin, ploc, out, ctx)
                 elif name == "tensorboard":
                     ctx.warn(ploc, "the tensorboard runtime plugin is not run here")
                 elif name == "teamwise_storage":
@@ -99,8 +110,8 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                 else:
                     raise ctx.refuse(
                         f"{ploc}.plugin",
-                        "only the ssh, teamwise_storage and tensorboard runtime plugins are "
-                        "known here: drop this one (and do what it did in the commands)",
+                        "only the ssh, cmd, teamwise_storage and tensorboard runtime plugins "
+                        "are known here: drop this one (and do what it did in the commands)",
                         name,
                     )
         elif key in ("submitFrom", "jobStatusChangeNotification", "virtualGroup"):
@@ -114,3 +125,47 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                 value,
             )
     return out
+
+
+def _cmd_plugin(plugin: dict[str, Any], loc: str, out: dict[str, Any], ctx: Context) -> None:
+    """OpenPAI's ``cmd`` runtime plugin (microsoft/openpai-runtime src/plugins/cmd/init.py):
+    ``parameters.preCommands`` / ``postCommands``, or ``parameters.callbacks`` with events
+    ``containerStarts`` (pre) and ``containerEnds`` (post), never both forms; optional
+    ``taskroles`` (the roles it applies to, default all). Adds ``{"cmd": [(roles or None,
+    pre, post)]}`` to ``out``. Raises TranslateError for another shape."""
+    ctx.check_fields(plugin, loc, honoured={"plugin", "parameters", "taskroles"})
+    params = ctx.mapping(plugin.get("parameters"), f"{loc}.parameters")
+    ctx.check_fields(
+        params, f"{loc}.parameters", honoured={"preCommands", "postCommands", "callbacks"}
+    )
+    pre: list[str] = []
+    post: list[str] = []
+    if params.get("callbacks") is not None:
+        if params.get("preCommands") is not None or params.get("postCommands") is not None:
+            raise ctx.refuse(
+                f"{loc}.parameters.callbacks",
+                "callbacks and preCommands/postCommands together (OpenPAI's runtime refuses "
+                "both): keep one form",
+            )
+        for j, cb in enumerate(ctx.sequence(params["callbacks"], f"{loc}.parameters.callbacks")):
+            cloc = f"{loc}.parameters.callbacks[{j}]"
+            cb = ctx.mapping(cb, cloc)
+            ctx.check_fields(cb, cloc, honoured={"event", "commands"})
+            event = cb.get("event")
+            if event not in ("containerStarts", "containerEnds"):
+                raise ctx.refuse(
+                    f"{cloc}.event", "expected containerStarts or containerEnds", event
+                )
+            commands = [str(c) for c in ctx.sequence(cb.get("commands"), f"{cloc}.commands")]
+            (pre if event == "containerStarts" else post).extend(commands)
+    else:
+        pre = [
+            str(c) for c in ctx.sequence(params.get("preCommands"), f"{loc}.parameters.preCommands")
+        ]
+        post = [
+            str(c)
+            for c in ctx.sequence(params.get("postCommands"), f"{loc}.parameters.postCommands")
+        ]
+    roles = plugin.get("taskroles")
+    names = None if roles is None else [str(r) for r in ctx.sequence(roles, f"{loc}.taskroles")]
+    out.setdefault("cmd", []).append((names, pre, post))

@@ -32,6 +32,8 @@ import shlex
 from typing import Any
 
 from scheduler.spec.formats.common import Context, TranslateError, as_int, job_name
+from scheduler.spec.model import env_name
+from scheduler.spec.quantity import parse_memory
 
 FORMAT = "Volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -125,26 +127,31 @@ def translate_list(
     items = doc["items"]
     if not items:
         raise TranslateError("items", f"{FORMAT} field items: expected at least one Job")
-    specs, warnings, origins = [], [], []
+    specs: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    origins: list[dict[str, str]] = []
+    classes = priority_classes(items, warnings)
     for i, item in enumerate(items):
         where = f"items[{i}]"
         if not isinstance(item, dict) or not is_volcano(item):
             kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+            if kind == "PriorityClass":
+                continue  # read by priority_classes; named by the Jobs that use it
             how = (
                 "a Queue's counterpart is a virtual cluster, which the cluster's admin "
-                "configures (docs/operations.md); remove the document"
+                "configures (docs/operations.md); jobs naming it in spec.queue run in the VC "
+                "of that name"
                 if kind == "Queue"
-                else "remove the document (only Volcano Jobs are submitted here)"
+                else "only Volcano Jobs (and the PriorityClasses they name) are read here"
             )
-            raise TranslateError(
-                f"{where}.kind",
-                f"{FORMAT} field {where}.kind (document {i + 1} of the file): {kind} is not a "
-                f"{API_VERSION} Job; {how}",
-                kind,
+            warnings.append(
+                f"{FORMAT} field {where}.kind (document {i + 1} of the file): {kind} is not "
+                f"created: {how}"
             )
+            continue
         ctx = Context(FORMAT)
         try:
-            spec = translate(item, ctx)
+            spec = translate(item, ctx, classes)
         except TranslateError as exc:
             loc = f"{where}.{exc.loc}" if exc.loc else where
             message = exc.message.replace(f"{FORMAT} field {exc.loc}", f"{FORMAT} field {loc}", 1)
@@ -154,14 +161,65 @@ def translate_list(
             w.replace(f"{FORMAT} field ", f"{FORMAT} field {where}.", 1) for w in ctx.warnings
         ]
         origins.append({k: f"{where}.{v}" for k, v in ctx.origins.items()})
+    if not specs:
+        kinds = [it.get("kind") if isinstance(it, dict) else type(it).__name__ for it in items]
+        raise TranslateError(
+            "items",
+            f"{FORMAT} field items: no {API_VERSION} Job among the file's documents "
+            f"(kinds {kinds}); a Queue's counterpart is a virtual cluster, which the cluster's "
+            "admin configures: submit a Job",
+            kinds,
+        )
     names = [s["name"] for s in specs]
     if len(set(names)) != len(names):
         raise TranslateError("items", f"{FORMAT} field items: two Jobs named alike: {names}", names)
     return specs, warnings, origins
 
 
-def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    """Volcano Job -> pasture spec dict. Raises TranslateError naming the Volcano field."""
+def priority_classes(items: list[Any], warnings: list[str]) -> dict[str, tuple[int, str]]:
+    """The ``scheduling.k8s.io`` PriorityClasses among a file's documents: ``{name:
+    (value, field path)}``; fields meaning nothing here are added to ``warnings``. Raises
+    TranslateError for one without a name or a whole ``value`` (Kubernetes requires
+    both), or with an unknown field."""
+    out: dict[str, tuple[int, str]] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("kind") != "PriorityClass":
+            continue
+        where = f"items[{i}]"
+        ctx = Context(FORMAT)
+        name = ctx.mapping(item.get("metadata"), f"{where}.metadata").get("name")
+        if not isinstance(name, str) or not name:
+            raise ctx.refuse(f"{where}.metadata.name", "expected the PriorityClass's name", name)
+        value = as_int(item.get("value"), ctx, f"{where}.value")
+        ctx.check_fields(
+            item,
+            where,
+            honoured={"apiVersion", "kind", "metadata", "value"},
+            ignored={
+                "description": "a note for people",
+                "globalDefault": "pasture's default priority is normal (50), whatever a class says",
+                "preemptionPolicy": "pasture has no per-class preemption policy: a job of "
+                "this priority may preempt jobs of a lower one (docs/jobs.md)",
+            },
+        )
+        out[name] = (value, f"{where}.value")
+        warnings += ctx.warnings
+    return out
+
+
+def class_priority(value: int) -> int:
+    """A Kubernetes PriorityClass value as a pasture priority (0..100, larger first): the
+    value itself within 0..100, else the nearest end (a negative value 0, opportunistic;
+    above 100, 100, critical). Kubernetes also runs larger values first."""
+    return max(0, min(100, value))
+
+
+def translate(
+    doc: dict[str, Any], ctx: Context, classes: dict[str, tuple[int, str]] | None = None
+) -> dict[str, Any]:
+    """Volcano Job -> pasture spec dict. ``classes``: the PriorityClasses defined beside
+    it in the same file (:func:`priority_classes`). Raises TranslateError naming the
+    Volcano field."""
     if doc.get("apiVersion") != API_VERSION:
         raise ctx.refuse(
             "apiVersion",
@@ -210,7 +268,7 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     if spec.get("queue"):
         out["vc"] = str(spec["queue"])
     if spec.get("priorityClassName"):
-        out["priority"] = _priority(spec["priorityClassName"], ctx)
+        out["priority"] = _priority(spec["priorityClassName"], ctx, classes or {})
     for key, src in (
         ("name", "metadata.name" if meta.get("name") is not None else "metadata.generateName"),
         ("vc", "spec.queue"),
@@ -225,7 +283,11 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     ):
         ctx.origin(key, src)
     rules = _policies(spec.get("policies"), "spec.policies", None, ctx)
-    mounts = _job_volumes(spec.get("volumes"), ctx)
+    volumes: list[dict[str, Any]] = []
+    mounts = _job_volumes(spec.get("volumes"), ctx, volumes)
+    if volumes:
+        out["volumes"] = volumes
+        ctx.origin("volumes", "spec.volumes")
     tasks = ctx.sequence(spec.get("tasks"), "spec.tasks")
     if not tasks:
         raise ctx.refuse("spec.tasks", "expected at least one task")
@@ -264,13 +326,27 @@ def translate(doc: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return out
 
 
-def _priority(value: object, ctx: Context) -> str:
+def _priority(value: object, ctx: Context, classes: dict[str, tuple[int, str]]) -> str | int:
+    """``spec.priorityClassName``: a PriorityClass of the same file (its value, see
+    :func:`class_priority`), else a pasture class name. Raises TranslateError otherwise."""
+    if isinstance(value, str) and value in classes:
+        number, where = classes[value]
+        priority = class_priority(number)
+        if priority != number:
+            ctx.warn(
+                "spec.priorityClassName",
+                f"PriorityClass {value} has value {number} ({where}); pasture priorities are "
+                f"0..100, so the job's priority is {priority}",
+            )
+        return priority
     name = str(value).lower().removesuffix("-priority").removesuffix("priority").strip("-")
     if name in _PRIORITIES:
         return name
     raise ctx.refuse(
         "spec.priorityClassName",
-        f"pasture priority classes are {list(_PRIORITIES)} (a '-priority' suffix is allowed)",
+        f"pasture priority classes are {list(_PRIORITIES)} (a '-priority' suffix is allowed), "
+        "or give a PriorityClass of that name in the same file (its value, 0..100, is the "
+        "job's priority)",
         value,
     )
 
@@ -289,13 +365,14 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
         ctx.check_fields(
             p,
             ploc,
-            honoured={"event", "events", "action"},
+            honoured={"event", "events", "action", "timeout"},
             refused={
                 "exitCode": "exit-code policies are not supported; write event: PodFailed "
                 "(any non-zero exit) with the same action instead",
-                "timeout": "policy timeouts are not supported; drop timeout (the action then "
-                "happens at once)",
             },
+        )
+        after = (
+            None if p.get("timeout") is None else go_duration(p["timeout"], ctx, f"{ploc}.timeout")
         )
         raw = p.get("events")
         events = [raw] if isinstance(raw, str) else list(ctx.sequence(raw, f"{ploc}.events"))
@@ -338,12 +415,38 @@ def _policies(value: object, loc: str, role: str | None, ctx: Context) -> list[d
                     )
                 names = [_EVENTS[event]]
             for e in names:
-                rule = {"event": e, "action": _ACTIONS[action]}
+                rule: dict[str, Any] = {"event": e, "action": _ACTIONS[action]}
                 if role is not None:
                     rule["role"] = role
+                if after is not None:
+                    rule["after_s"] = after
                 if rule not in rules:
                     rules.append(rule)
     return rules
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration(value: object, ctx: Context, loc: str) -> float:
+    """A Kubernetes ``metav1.Duration`` (Go's ``time.ParseDuration``: ``10m``, ``1h30m``,
+    ``90s``, ``1.5h``) in seconds. Raises TranslateError for anything else, or a duration
+    that is not positive or above 30 days (pasture's ``after_s`` bound)."""
+    text = str(value).strip() if isinstance(value, str | int | float) else ""
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_S[m.group(2)]
+        pos = m.end()
+    if not text or pos != len(text):
+        raise ctx.refuse(
+            loc, f"expected a duration such as 10m, 90s or 1h30m, got {value!r}", value
+        )
+    if not 0 < total <= 30 * 86400:
+        raise ctx.refuse(loc, f"expected a duration above 0 and at most 720h, got {value!r}")
+    return total
 
 
 def _name(meta: dict[str, Any], ctx: Context) -> str:
@@ -365,26 +468,146 @@ def _name(meta: dict[str, Any], ctx: Context) -> str:
     return name
 
 
-_RAY = (
-    "the ray plugin replaces the head and worker containers' commands with `ray start` on "
-    "fixed ports (6379, 8265, 10001) and adds a Kubernetes Service, which pasture does not "
-    "do for you; drop the plugin and give the commands yourself with pasture's ports: head "
-    "ports [gcs, dashboard, client_server] and command [sh, -c, 'ray start --head --block "
-    "--dashboard-host=0.0.0.0 --port=$PASTURE_PORT_GCS --dashboard-port=$PASTURE_PORT_DASHBOARD "
-    "--ray-client-server-port=$PASTURE_PORT_CLIENT_SERVER'], worker command [sh, -c, "
-    "'ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS'] (docs/compat.md)"
-)
-"""Why ``plugins.ray`` is refused (volcano-sh/volcano pkg/controllers/job/plugins/
-distributed-framework/ray/ray.go: OnPodCreate sets the commands, OnJobAdd the Service)."""
+def _pytorch(args: list[Any], loc: str, out: dict[str, Any], ctx: Context) -> None:
+    """Volcano's pytorch plugin (volcano-sh/volcano pkg/controllers/job/plugins/
+    distributed-framework/pytorch/pytorch.go): MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK are
+    always given; RANK 0 is the master's task and the workers follow, so the master and
+    worker roles go first. ``--wait-master-enabled`` (an init container in each worker pod
+    that waits for the master's port, docs/user-guide/how_to_use_pytorch_plugin.md): the
+    worker role ``depends_on`` the master role, so workers start once the master runs."""
+    roles = list(out["roles"])
+    flags = _flags(
+        args,
+        loc,
+        {
+            "master": "master",
+            "worker": "worker",
+            "port": "23456",
+            "wait-master-enabled": "false",
+            "wait-master-timeout": "300",
+            "wait-master-image": "busybox:1.36.1",
+        },
+        ctx,
+        booleans={"wait-master-enabled"},
+    )
+    for which in ("master", "worker"):
+        if flags[which] not in roles:
+            ctx.warn(loc, f"--{which}={flags[which]} names no task of this job")
+    first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
+    out["roles"] = {
+        **{r: out["roles"][r] for r in first},
+        **{r: v for r, v in out["roles"].items() if r not in first},
+    }
+    if any(str(a).lstrip("-").startswith("port") for a in args):
+        ctx.warn(
+            f"{loc} --port",
+            f"MASTER_PORT is the master task's own port here, not {flags['port']}",
+        )
+    wait = flags["wait-master-enabled"].lower()
+    if wait not in ("true", "false", "1", "0", "t", "f"):
+        raise ctx.refuse(loc, f"--wait-master-enabled expects true or false, got {wait!r}")
+    if wait in ("true", "1", "t"):
+        master, worker = flags["master"], flags["worker"]
+        if master in out["roles"] and worker in out["roles"]:
+            deps = out["roles"][worker].setdefault("depends_on", [])
+            if master not in deps:
+                deps.append(master)
+        ctx.warn(
+            f"{loc} --wait-master-enabled",
+            f"the {worker} tasks start once the {master} tasks run (depends_on), without an "
+            "init container: --wait-master-timeout and --wait-master-image have no effect "
+            "(a worker waits as long as the master is not running)",
+        )
+
+
+_RAY_PORTS = ("gcs", "dashboard", "client_server")
+"""The head role's ports for the ray plugin (ray.go's gcs, dashboard, client-server)."""
+
+
+def _ray(args: list[Any], loc: str, out: dict[str, Any], ctx: Context) -> None:
+    """Volcano's ray plugin (volcano-sh/volcano pkg/controllers/job/plugins/
+    distributed-framework/ray/ray.go; docs/user-guide/how_to_use_ray_plugin.md): the head
+    task's command becomes ``ray start --head --block`` on its GCS, dashboard and client
+    server ports, each worker's ``ray start --block --address=<head>:<GCS port>``. Here the
+    ports are the head task's own (``ports: [gcs, dashboard, client_server]``, the GCS port
+    first, so ``$PASTURE_ROLE_<HEAD>_HOSTS`` is the head's ``address:gcs-port``); the
+    workers depend on the head (started once it runs, as ``ray start`` needs it). The
+    plugin's Service is not made (tasks reach the head by that address). Raises
+    TranslateError for a --head task that is not in the job."""
+    roles = list(out["roles"])
+    flags = _flags(
+        args,
+        loc,
+        {
+            "head": "head",
+            "worker": "worker",
+            "headContainer": "head",
+            "workerContainer": "worker",
+            "port": "6379",
+            "dashboardPort": "8265",
+            "clientPort": "10001",
+        },
+        ctx,
+    )
+    head, worker = flags["head"], flags["worker"]
+    if head not in roles:
+        raise ctx.refuse(
+            loc,
+            f"--head={head} names no task of this job (tasks: {roles}); Volcano refuses to "
+            "create its pods: write --head=<the head task's name>",
+            head,
+        )
+    ports = {p: f"$PASTURE_PORT_{env_name(p)}" for p in _RAY_PORTS}
+    head_role = out["roles"][head]
+    head_role["ports"] = [
+        *_RAY_PORTS,
+        *(p for p in head_role.get("ports", []) if p not in _RAY_PORTS),
+    ]
+    head_role["command"] = (
+        f"ray start --head --block --dashboard-host=0.0.0.0 --port={ports['gcs']} "
+        f"--dashboard-port={ports['dashboard']} "
+        f"--ray-client-server-port={ports['client_server']}"
+    )
+    head_role.pop("entrypoint", None)
+    head_role.pop("args", None)
+    if worker in out["roles"]:
+        w = out["roles"][worker]
+        w["command"] = f"ray start --block --address=$PASTURE_ROLE_{env_name(head)}_HOSTS"
+        w.pop("entrypoint", None)
+        w.pop("args", None)
+        deps = w.setdefault("depends_on", [])
+        if head not in deps:
+            deps.append(head)
+    else:
+        ctx.warn(loc, f"--worker={worker} names no task of this job: only the head starts")
+    fixed = [a for a in ("port", "dashboardPort", "clientPort") if flags[a] != _RAY_DEFAULTS[a]]
+    ctx.warn(
+        loc,
+        "the head's ray ports are its own task ports here ($PASTURE_PORT_GCS, "
+        "$PASTURE_PORT_DASHBOARD, $PASTURE_PORT_CLIENT_SERVER), not "
+        f"{flags['port']}/{flags['dashboardPort']}/{flags['clientPort']}; workers reach it at "
+        f"$PASTURE_ROLE_{env_name(head)}_HOSTS; no Kubernetes Service is made"
+        + (f" (arguments {fixed} ignored)" if fixed else ""),
+    )
+
+
+_RAY_DEFAULTS = {"port": "6379", "dashboardPort": "8265", "clientPort": "10001"}
 
 
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)(?:=(.*))?$")
 
 
-def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> dict[str, str]:
+def _flags(
+    args: list[Any],
+    loc: str,
+    known: dict[str, str],
+    ctx: Context,
+    booleans: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, str]:
     """A plugin's arguments parsed as Go's ``flag`` package does (``--name=value``,
-    ``-name=value``, ``--name value``) into ``known`` (name -> default). Volcano logs and
-    ignores a flag it does not know; here that is refused, naming the plugin's flags."""
+    ``-name=value``, ``--name value``; a boolean flag of ``booleans`` alone is "true")
+    into ``known`` (name -> default). Volcano logs and ignores a flag it does not know;
+    here that is refused, naming the plugin's flags."""
     out = dict(known)
     items = [str(a) for a in args]
     i = 0
@@ -395,6 +618,8 @@ def _flags(args: list[Any], loc: str, known: dict[str, str], ctx: Context) -> di
                 loc, f"unknown argument {items[i]!r}; this plugin takes {sorted(known)}", items[i]
             )
         value = m.group(2)
+        if value is None and m.group(1) in booleans:
+            value = "true"
         if value is None:
             if i + 1 >= len(items):
                 raise ctx.refuse(loc, f"{items[i]} needs a value", items[i])
@@ -413,7 +638,7 @@ def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None
         if name not in known:
             raise ctx.refuse(
                 loc,
-                "only the env, svc, ssh, mpi and pytorch plugins are known here; drop it "
+                "only the env, svc, ssh, mpi, pytorch and ray plugins are known here; drop it "
                 "(and give what it would set in the tasks' env or commands)",
                 name,
             )
@@ -443,26 +668,9 @@ def _plugins(plugins: dict[str, Any], out: dict[str, Any], ctx: Context) -> None
                     "the job's ssh configuration reaches it ($PASTURE_SSH_PORT names it)",
                 )
         elif name == "pytorch":
-            flags = _flags(
-                args, loc, {"master": "master", "worker": "worker", "port": "23456"}, ctx
-            )
-            for which in ("master", "worker"):
-                if flags[which] not in roles:
-                    ctx.warn(loc, f"--{which}={flags[which]} names no task of this job")
-            # Volcano's pytorch plugin: RANK 0 is the master's task, workers follow; here
-            # ranks follow the roles' order, so the master and worker tasks go first.
-            first = [r for r in (flags["master"], flags["worker"]) if r in out["roles"]]
-            out["roles"] = {
-                **{r: out["roles"][r] for r in first},
-                **{r: v for r, v in out["roles"].items() if r not in first},
-            }
-            if flags["port"] != "23456" or args:
-                ctx.warn(
-                    f"{loc} --port",
-                    f"MASTER_PORT is the master task's own port here, not {flags['port']}",
-                )
+            _pytorch(args, loc, out, ctx)
         elif name == "ray":
-            raise ctx.refuse(loc, _RAY, name)
+            _ray(args, loc, out, ctx)
         else:
             raise ctx.refuse(
                 loc,
@@ -582,10 +790,51 @@ def _task(
     return name, role, rules, mounts
 
 
-def _job_volumes(value: object, ctx: Context) -> list[dict[str, str]]:
+def _new_claim(value: object, path: str, i: int, loc: str, ctx: Context) -> dict[str, Any]:
+    """``spec.volumes[i].volumeClaim`` (a PersistentVolumeClaimSpec Volcano creates for the
+    job, named ``<job>-volume-<random>``, deleted with it): a fresh share directory of the
+    job, pasture's ``volumes`` entry ``volume-<i>`` mounted at ``path``, sized as
+    ``resources.requests.storage`` asks (recorded: the share enforces no per-directory
+    quota, warned). ``accessModes`` and ``storageClassName`` warned. Raises TranslateError
+    for a claim that is not a mapping or a storage size that is not a quantity."""
+    claim = ctx.mapping(value, loc)
+    ctx.check_fields(
+        claim,
+        loc,
+        honoured={"resources"},
+        ignored={
+            "accessModes": "the share directory is read-write for every task of the job",
+            "storageClassName": "the directory is on the cluster share",
+            "volumeMode": "the directory is on the cluster share",
+        },
+    )
+    out: dict[str, Any] = {"name": f"volume-{i}", "target": path}
+    res = ctx.mapping(claim.get("resources"), f"{loc}.resources")
+    requests = ctx.mapping(res.get("requests"), f"{loc}.resources.requests")
+    storage = requests.get("storage")
+    if storage is not None:
+        try:
+            out["size"] = parse_memory(storage)
+        except ValueError as exc:
+            raise ctx.refuse(f"{loc}.resources.requests.storage", str(exc), storage) from None
+    size = f" of {storage}" if storage is not None else ""
+    ctx.warn(
+        loc,
+        f"a new claim{size} is a fresh directory of the job on the cluster share "
+        f"(jobs/<job>/volumes/<uid>/volume-{i}, $PASTURE_VOLUME_VOLUME_{i}), mounted at {path} and "
+        "removed when the finished job is deleted by its ttl; the share has no "
+        "per-directory quota, so the size is not enforced",
+    )
+    return out
+
+
+def _job_volumes(
+    value: object, ctx: Context, volumes: list[dict[str, Any]]
+) -> list[dict[str, str]]:
     """``spec.volumes`` (Volcano VolumeSpec: ``mountPath`` + ``volumeClaimName`` of an
     existing PVC, or ``volumeClaim`` to create one) as share mounts: the claim is the share
-    directory of the same name (a warning says so), mounted at ``mountPath`` in every task."""
+    directory of the same name (a warning says so), mounted at ``mountPath`` in every task;
+    a new claim is appended to ``volumes`` (:func:`_new_claim`)."""
     out: list[dict[str, str]] = []
     for i, v in enumerate(ctx.sequence(value, "spec.volumes")):
         loc = f"spec.volumes[{i}]"
@@ -596,13 +845,13 @@ def _job_volumes(value: object, ctx: Context) -> list[dict[str, str]]:
             raise ctx.refuse(f"{loc}.mountPath", "expected an absolute path", path)
         claim = v.get("volumeClaimName")
         if not claim:
-            base = path.rstrip("/").rsplit("/", 1)[-1] or "data"
-            raise ctx.refuse(
+            volumes.append(_new_claim(v.get("volumeClaim"), path, i, f"{loc}.volumeClaim", ctx))
+            continue
+        if v.get("volumeClaim") is not None:
+            ctx.warn(
                 f"{loc}.volumeClaim",
-                "a new PersistentVolumeClaim is not created here: put the data in the cluster "
-                f"share (`pasture data push ./{base} {base}`) and write volumeClaimName: {base} "
-                "instead of volumeClaim (the share directory of that name is mounted)",
-                v.get("volumeClaim"),
+                f"beside volumeClaimName: the share directory {claim} is used as it is (Volcano "
+                "would create the claim only when none of that name exists)",
             )
         ctx.warn(
             f"{loc}.volumeClaimName",

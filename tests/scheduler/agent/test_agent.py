@@ -301,3 +301,73 @@ def test_a_task_the_executor_refuses_fails_with_the_reason_in_task_and_log(
         "=== attempt 1 on n1 ===",
         "pasture: could not start the task: podman run failed: image not known",
     ]
+
+
+def test_a_force_deleted_nodes_agent_renews_nothing_and_its_task_is_fenced(
+    store, tmp_path, redis_url
+):
+    """Issue 32 item 7: ``node delete --force`` on a node whose agent still runs revokes
+    its lease: the agent keeps heartbeating, is answered ``revoked``, renews nothing, and
+    its real task dies by its lease before the loop may requeue it (``fence_until``)."""
+    import psutil
+
+    from scheduler.services.nodes import NodeService
+    from scheduler.services.principal import Principal
+    from scheduler.store.tokens import TokenRole
+
+    agent = make_agent(store, tmp_path, redis_url, heartbeat_interval_s=0.2, lease_s=1.0)
+    agent.register()
+    assert store.get_node("n1").heartbeat_interval_s == 0.2
+    place(store, "j", "sleep 60")
+    agent.reconcile()
+    pid = json.loads(store.task("j", "w-0").handle)["pid"]
+    agent.heartbeat()
+    NodeService(store).delete(Principal(name="root", role=TokenRole.ADMIN), "n1", force=True)
+    node = store.get_node("n1")
+    assert node.revoked and node.state == "cordoned"
+
+    def gone() -> bool:
+        agent.heartbeat()  # the agent runs on and keeps asking
+        agent.reconcile()
+        return not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+    until(gone, timeout=5.0, step=0.2)
+    assert store.now() <= node.fence_until  # dead before the loop may start a retry
+    assert not agent.lease_held()
+    until(lambda: agent.reconcile() or store.task("j", "w-0").done)
+    t = store.task("j", "w-0")
+    assert t.state == "lost" and t.cause == "fenced", t
+
+
+def test_a_missing_working_dir_is_diagnosed_as_such(store, tmp_path, redis_url):
+    """Issue 32 item 7: a role whose working_dir does not exist failed with exit 126 and
+    was diagnosed ``not_executable``; a real task of the process executor now says so."""
+    agent = make_agent(store, tmp_path, redis_url)
+    agent.register()
+    missing = tmp_path / "no" / "such" / "dir"
+    store.create_job(
+        parse_job_spec(
+            {
+                "name": "wd",
+                "roles": {
+                    "w": {
+                        "command": "echo never",
+                        "working_dir": str(missing),
+                        "resources": {"cpu": 1},
+                    }
+                },
+            }
+        )
+    )
+    store.transition("wd", "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    job = next(j for j in snap.pending if j.name == "wd")
+    bind = Bind("wd", (TaskPlacement("w", 0, "n1", job.roles[0].resources),))
+    ok, why = store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))
+    assert ok, why
+    agent.reconcile()
+    until(lambda: agent.reconcile() or store.task("wd", "w-0").done)
+    t = store.task("wd", "w-0")
+    assert t.state == "failed" and t.exit_code == 126, t
+    assert t.diagnosis["kind"] == "working_dir_missing", t.diagnosis
+    assert str(missing) in t.diagnosis["summary"]

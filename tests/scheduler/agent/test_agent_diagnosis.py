@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from scheduler.agent.container import ContainerExecutor
-from scheduler.diagnosis import diagnose_report
+from scheduler.rules.diagnosis import diagnose_report
 from scheduler.store import Store
 from tests.scheduler.agent.test_agent import make_agent, place, until
 from tests.scheduler.agent.test_container_executor import IMAGE, launch

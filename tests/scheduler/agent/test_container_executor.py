@@ -1,6 +1,8 @@
 """The container executor with the real podman CLI and the base image (no mocks)."""
 
+import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler import tenants
 from scheduler.agent.container import ContainerExecutor
 from scheduler.agent.executor import ExecutorError, TaskLaunch
 from scheduler.logpaths import job_log_dir
@@ -193,3 +196,41 @@ def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
         check=True,
     ).stdout.split()
     assert left == []
+
+
+def test_a_task_run_as_its_tenant_sees_its_job_directory_and_not_the_share(ex, tmp_path):
+    """Issue 32 items 1 and 4 in container mode: the task runs as its VC's uid:gid (named
+    in the container's passwd, HOME writable), and of the share it sees its job's
+    directory only: not the share root's files, not another job's directory."""
+    share = tmp_path / "share"
+    (share / "jobs" / "other").mkdir(parents=True)
+    (share / "jobs" / "other" / "secret").write_text("bob's")
+    (share / "root.txt").write_text("the share root")
+    user = tenants.planned("default")
+    spec = dataclasses.replace(
+        launch(
+            tmp_path,
+            'id -u; id -g; id -un; echo "jobs: $(ls -A "$SHARE/jobs")";'
+            ' echo "root: $(ls -A "$SHARE")"; cat "$SHARE/jobs/other/secret" 2>/dev/null;'
+            ' cat "$SHARE/root.txt" 2>/dev/null; touch "$HOME/x" && echo home ok;'
+            ' echo mine > "$PASTURE_JOB_DIR/own"',
+        ),
+        user=user,
+    )
+    spec.env["SHARE"] = str(share)
+    job_dir = share / "jobs" / "j"
+    os.chown(job_dir, user.uid, user.gid)  # as the agent leaves it (startup.own_job_dir)
+    spec.log_path.touch()
+    os.chown(spec.log_path, user.uid, user.gid)
+    h = ex.start(spec)
+    ex.started.append(h)
+    assert wait_exit(ex, h) == 0, spec.log_path.read_text()
+    assert spec.log_path.read_text().splitlines() == [
+        str(user.uid),
+        str(user.gid),
+        user.name,
+        "jobs: j",
+        "root: jobs",
+        "home ok",
+    ]
+    assert (job_dir / "own").stat().st_uid == user.uid

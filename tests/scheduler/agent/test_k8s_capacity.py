@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.agent import k8s_capacity
-from scheduler.agent.k8s_capacity import (
+from scheduler.agent.resources import detect_capacity
+from scheduler.k8s import capacity as k8s_capacity
+from scheduler.k8s.capacity import (
+    Capacity,
     NodeCapacityError,
     expects_gpus,
     fetch_node,
     node_capacity,
     read_capacity,
 )
-from scheduler.agent.resources import Capacity, detect_capacity
 from scheduler.settings import NodeResourceOverrides
 
 NODES = Path(__file__).parent / "data" / "aks-nodes"
@@ -210,7 +211,7 @@ def test_agent_in_a_pod_registers_the_node_object_not_its_container(
 
 
 def test_nodes_gone_are_the_ones_the_api_server_no_longer_knows(api_server, token_file):
-    """The loop's probe (scheduler/health.py): a 404 is a node the cloud removed; any
+    """The loop's probe (scheduler/rules/health.py): a 404 is a node the cloud removed; any
     other refusal is an error, so that the loop assumes nothing is gone."""
     url, seen = api_server
     names = ["aks-a100-38541297-vmss000000", "aks-gone-1"]

@@ -131,7 +131,8 @@ def test_a_drained_task_is_reported_running_until_the_node_is_gone(after_drain):
     assert ex.poll(HANDLE) is None  # ended by the drain: held, no failure reported
     clock.now += 119
     assert ex.poll(HANDLE) is None
-    # Had the node not gone (a drain without deletion), its exit code counts after 120 s.
+    # Had the node not gone (a drain without deletion), its exit code is reported after
+    # 120 s, and the agent reports the task lost with the cause the pod shows.
     clock.now += 1
     assert ex.poll(HANDLE) == (
         -1
@@ -153,3 +154,34 @@ def test_a_pod_the_agent_stopped_is_not_held():
     ex.stop(HANDLE, grace_s=0)
     assert api.deleted == [HANDLE.split("/")[1]]
     assert ex.poll(HANDLE) == -1
+
+
+@pytest.mark.parametrize(
+    ("after", "want"),
+    [
+        (
+            pod("Failed", exit_code=143, disrupted="EvictionByEvictionAPI"),
+            ("evicted", "EvictionByEvictionAPI"),
+        ),
+        (
+            pod("Failed", exit_code=143, disrupted="TerminationByKubelet"),
+            ("node_shutdown", "TerminationByKubelet"),
+        ),
+        (pod("Failed", exit_code=3), None),
+    ],
+    ids=["evicted", "node-shutdown", "own-failure"],
+)
+def test_a_pod_the_platform_ended_is_named_after_the_hold(after, want):
+    """Issue 35 item 5: once the hold is over, the executor names what ended the pod so
+    that the agent reports it lost (requeued free), never the task's own failure; a task's
+    own exit is not the platform's."""
+    clock = Clock()
+    ex = executor(RecordedPods(pod("Running"), after), clock)
+    assert ex.poll(HANDLE) is None
+    code = ex.poll(HANDLE)
+    if want is not None:
+        assert code is None
+        clock.now += 120
+        code = ex.poll(HANDLE)
+    assert code == after["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+    assert ex.infrastructure_ending(HANDLE) == want

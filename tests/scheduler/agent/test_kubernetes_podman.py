@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from scheduler import jobkey
 from scheduler.agent import startup
 from scheduler.agent.k8s_secrets import build_secret
 from scheduler.agent.kubernetes import PodSettings, build_pod
@@ -103,6 +104,7 @@ def test_two_task_pods_reach_each_other_over_ssh_and_read_their_secret(tmp_path)
         namespace="pasture", default_image=IMAGE, agent_dir=str(agent_dir), tolerations=()
     )
     tag = uuid.uuid4().hex[:8]
+    key = jobkey.generate()  # the submission's key, as the launch record carries it
     names, procs = [], []
     try:
         for me in reversed(tasks):  # b first: its sshd must be up for a's barrier
@@ -118,6 +120,7 @@ def test_two_task_pods_reach_each_other_over_ssh_and_read_their_secret(tmp_path)
                 task_dir=agent_dir / "tasks" / tid,
                 task_id=tid,
                 executor_kind="kubernetes",
+                ssh_key=key,
             )
             env = {**boot.env, "PASTURE_SECRET_HF_TOKEN": TOKEN}
             task = launch(

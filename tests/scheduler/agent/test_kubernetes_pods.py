@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from scheduler.agent.executor import TaskLaunch, log_redirect, make_executor
+from scheduler.agent.agent import make_executor
+from scheduler.agent.executor import TaskLaunch, log_redirect
 from scheduler.agent.kubernetes import (
     KubernetesExecutor,
     PodSettings,
@@ -211,3 +212,20 @@ def test_agent_factory_builds_the_kubernetes_executor():
     executor = make_executor("kubernetes", cli="podman", network="host", api=api, settings=SETTINGS)
     assert isinstance(executor, KubernetesExecutor)
     assert executor.kind == "kubernetes" and executor.settings is SETTINGS
+
+
+def test_a_gpu_less_task_pod_sees_no_gpu_and_no_task_picks_its_own():
+    """Issue 35 item 7: AKS GPU nodes run the NVIDIA runtime, which exposes every GPU to a
+    container that asks for none unless NVIDIA_VISIBLE_DEVICES=void (the container
+    executor's isolation); a job's own GPU variables never reach a pod (on main a
+    GPU-less pod had neither, and a job's NVIDIA_VISIBLE_DEVICES=all went through)."""
+    hostile = {**DISCOVERY, "NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1"}
+    wire, _ = round_trip(build_pod(launch(gpus=[], env=hostile), PodSettings()))
+    env = {e["name"]: e.get("value") for e in wire["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "nvidia.com/gpu" not in wire["spec"]["containers"][0]["resources"]["limits"]
+    wire, _ = round_trip(build_pod(launch(env=hostile), PodSettings()))
+    env = {e["name"]: e.get("value") for e in wire["spec"]["containers"][0]["env"]}
+    # the device plugin sets both to the pod's allocated devices at admission
+    assert "NVIDIA_VISIBLE_DEVICES" not in env and "CUDA_VISIBLE_DEVICES" not in env
+    assert wire["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from scheduler import jobkey
 from scheduler.agent import startup
 from scheduler.agent.executor import ExecutorError
 from scheduler.agent.k8s_secrets import build_secret, secret_name
 from scheduler.agent.kubernetes import KubernetesExecutor, build_pod, pod_of
-from scheduler.agent.ssh import job_key_path
 from scheduler.spec import parse_job_spec
 from scheduler.store import TaskRecord
 from tests.k8s_manifests import validate
@@ -125,6 +125,9 @@ SSH_SPEC = parse_job_spec(
 )
 
 
+KEY = jobkey.generate()
+
+
 def ssh_boot(tmp_path: Path):
     tasks = [
         TaskRecord("worker", i, 1, f"n{i}", f"10.224.0.{5 + i}", {"main": 31000, "ssh": 31001 + i})
@@ -143,6 +146,7 @@ def ssh_boot(tmp_path: Path):
         task_dir=task_dir,
         task_id="hvd-worker-1-a1",
         executor_kind="kubernetes",
+        ssh_key=KEY,
     )
     return boot, share, task_dir
 
@@ -154,7 +158,8 @@ def test_the_startup_script_of_a_pod_starts_sshd_on_the_tasks_ssh_port(tmp_path)
     assert 'cp /run/pasture/ssh/config "$HOME/.ssh/config"' in boot.command  # own filesystem
     assert "not available with the kubernetes executor" not in boot.command
     assert "Port 31002\n" in (task_dir / "ssh" / "sshd_config").read_text()
-    assert job_key_path(share / "jobs" / "hvd", 1).is_file()  # the job's key, on the share
+    assert (task_dir / "ssh" / "id_job").read_text() == KEY  # the submission's, not the share's
+    assert not (share / "jobs" / "hvd" / ".ssh").exists()
     config = (task_dir / "ssh" / "config").read_text()
     assert "Host worker-0 " in config and "HostName 10.224.0.5\n  Port 31001" in config
     assert boot.env["PASTURE_SSH_PORT"] == "31002"

@@ -1,5 +1,5 @@
 """Task pods that never start, and what the kubelet saw of a finished pod, reach the
-failure diagnosis (scheduler/agent/kubernetes.py, scheduler/diagnosis_rules.yaml).
+failure diagnosis (scheduler/agent/kubernetes.py, scheduler/rules/diagnosis_rules.yaml).
 
 Pods are constructed as the API server returns them (V1Pod through the client's own
 deserializer); the executor reads them through an in-memory stand-in of ``CoreV1Api``
@@ -21,7 +21,7 @@ from scheduler.agent.kubernetes import (
     pod_evidence,
     start_failure,
 )
-from scheduler.diagnosis import diagnose_report
+from scheduler.rules.diagnosis import diagnose_report
 from scheduler.store import Store
 from tests.scheduler.agent.test_agent import make_agent, place, until
 

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 
 from scheduler.agent.executor import TaskLaunch
 from scheduler.agent.kubernetes import PodSettings, build_pod
-from scheduler.agent.taints import SPOT_TAINT
+from scheduler.k8s.taints import SPOT_TAINT
 from tests.k8s_manifests import validate
 
 API = k8s.ApiClient()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import redis
 import yaml
 
 from scheduler.agent import startup
-from scheduler.agent.ssh import job_key_path
 from scheduler.core.model import Bind, Decision, TaskPlacement
 from scheduler.logpaths import job_log_dir
 from scheduler.spec import parse_job_spec
@@ -172,9 +170,9 @@ def test_tasks_reach_each_other_over_ssh_by_alias(store, tmp_path, redis_url):
     ).strip()
     # the connection ended at b-0's sshd, on the port the discovery environment names
     assert (job_dir / "conn").read_text().split()[3] == str(tasks["b-0"].ports["ssh"])
-    key = job_key_path(job_dir, 1)
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    # the submission's key never lay on the share, and left the node with the attempt
+    assert not (job_dir / ".ssh").exists()
+    assert not list((tmp_path / "work-n1" / "tasks").glob("*/ssh"))
     # each task's sshd was stopped with its command: nothing listens on the ports any more
     for t in tasks.values():
         out = subprocess.run(["ss", "-ltnH", f"sport = :{t.ports['ssh']}"], capture_output=True)

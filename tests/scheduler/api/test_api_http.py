@@ -315,7 +315,7 @@ def test_metrics(api, http):
     assert 'pasture_nodes{state="ready"} 2.0' in text
     assert 'pasture_cluster_condition{kind="disruption"} 0.0' in text
     assert c.get("/api/v1/status").json()["condition"] is None
-    # what the loop raises when most nodes go silent at once (scheduler/health.py)
+    # what the loop raises when most nodes go silent at once (scheduler/rules/health.py)
     env.store.set_condition(
         {"kind": "disruption", "since": 1.0, "message": "3 of 4", "nodes": ["a", "b", "c"]}
     )

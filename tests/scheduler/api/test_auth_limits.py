@@ -50,8 +50,9 @@ def test_500_wrong_tokens_answer_401_or_429_never_500(api):
         codes = Counter(pool.map(attempt, range(500)))
     assert set(codes) <= {401, 429}, codes
     # 50 distinct wrong tokens, each sent 10 times: under the default 20 failures per
-    # token and address, none of them is blocked yet
-    assert codes[401] == 500, codes
+    # token and address none is blocked by itself, but past the default 200 failures per
+    # address (issue 32 item 5) the address is (401s beyond 200: requests in flight)
+    assert codes[401] >= 200 and codes[429] >= 100, codes
 
 
 @pytest.mark.parametrize(
@@ -224,3 +225,99 @@ def test_admin_token_routes(api, http):
     assert admin.delete("/api/v1/admin/tokens/bob").status_code == 204
     assert admin.delete("/api/v1/admin/tokens/bob").status_code == 404
     assert http(new_bob).get("/api/v1/whoami").status_code == 401
+
+
+# -- issue 32 item 5: limits everywhere a tenant can send load ----------------------------
+def dashboard_login(c: httpx.Client, token: str) -> str:
+    """Log ``c`` in to the dashboard with ``token``; returns the session cookie header."""
+    import re
+
+    page = c.get("/dashboard/login")
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+    r = c.post(
+        "/dashboard/login",
+        data={"token": token, "csrf_token": csrf},
+        headers={"Cookie": f"pasture_login_csrf={csrf}"},
+    )
+    assert r.status_code == 303, r.text
+    sid = r.cookies.get("pasture_session") or next(
+        h.split("=", 1)[1].split(";", 1)[0]
+        for h in r.headers.get_list("set-cookie")
+        if h.startswith("pasture_session=")
+    )
+    return f"pasture_session={sid}"
+
+
+def test_dashboard_pages_count_against_the_request_limit(limited):
+    url, env = limited
+    with client(url, None) as c:
+        cookie = dashboard_login(c, env.alice)
+        codes = Counter(
+            c.get("/dashboard/jobs", headers={"Cookie": cookie}).status_code for _ in range(40)
+        )
+        assert codes[200] <= 30 and codes[429] >= 10, codes
+        r = c.get("/dashboard/", headers={"Cookie": cookie})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        # the same token's API requests share the count; another tenant's are not affected
+        assert (
+            c.get("/api/v1/whoami", headers={"Authorization": f"Bearer {env.alice}"}).status_code
+            == 429
+        )
+        assert (
+            c.get("/api/v1/whoami", headers={"Authorization": f"Bearer {env.bob}"}).status_code
+            == 200
+        )
+
+
+def test_dashboard_submits_count_against_the_submit_limit(limited):
+    url, env = limited
+    import re
+
+    with client(url, None) as c:
+        cookie = dashboard_login(c, env.bob)
+        page = c.get("/dashboard/submit", headers={"Cookie": cookie})
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+        codes = []
+        for i in range(8):
+            spec = f"name: d{i}\nvc: research\nroles:\n  w:\n    command: 'true'\n"
+            r = c.post(
+                "/dashboard/submit",
+                data={"csrf_token": csrf, "spec": spec, "action": "submit"},
+                headers={"Cookie": cookie},
+            )
+            codes.append(r.status_code)
+        assert codes[:4] == [303] * 4 and codes[4:] == [429] * 4, codes
+        stored = [
+            n for n in ("d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7") if env.store.get_job(n)
+        ]
+        assert len(stored) == 4, stored
+
+
+def test_a_spray_of_distinct_wrong_tokens_is_limited_per_address(env):
+    """3,962 distinct wrong tokens in 10 s were all answered 401 after a Redis read: past
+    ``auth_failures_per_address`` they answer 429 unread, while a token this process
+    verified recently still works from that address and other addresses are untouched."""
+    api = env.settings.api.model_copy(
+        # a token in use stays verified for token_cache_s (long here: a loaded machine)
+        update={"auth_failures_per_address": 30, "auth_failure_window_s": 5, "token_cache_s": 60}
+    )
+    env = dataclasses.replace(env, settings=env.settings.model_copy(update={"api": api}))
+    with serve(env) as url:
+        with client(url, env.alice) as alice:
+            assert alice.get("/api/v1/whoami").status_code == 200  # verified: cached
+            codes = Counter()
+            with client(url, None) as spray:
+                for i in range(60):
+                    r = spray.get("/api/v1/jobs", headers={"Authorization": f"Bearer w{i}"})
+                    codes[r.status_code] += 1
+                    # unknown dashboard sessions count too
+                    if i % 2:
+                        spray.get("/dashboard/jobs", headers={"Cookie": f"pasture_session=s{i}"})
+                r = spray.get("/api/v1/jobs", headers={"Authorization": "Bearer fresh"})
+                assert r.status_code == 429 and "this address" in r.json()["detail"]
+                r = spray.get("/dashboard/", headers={"Cookie": "pasture_session=fresh"})
+                assert r.status_code == 429
+            assert codes[401] <= 30 and codes[429] >= 30, codes
+            assert alice.get("/api/v1/whoami").status_code == 200
+        with client(url, env.bob, address="127.0.0.2") as bob:
+            assert bob.get("/api/v1/whoami").status_code == 200

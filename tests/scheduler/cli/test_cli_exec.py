@@ -124,17 +124,13 @@ def test_exec_runs_in_the_task_and_returns_its_exit_code(cluster):
     assert _api(c, carol, "POST", "/jobs/with-ssh/tasks/main/0/exec").status_code == 403
     ok = _api(c, alice, "POST", "/jobs/with-ssh/tasks/main/0/exec").json()
     assert ok["key"].startswith("-----BEGIN") and ok["port"] > 0
-    # the job's tasks can write its directory: a link planted at the key's path (as a
-    # task would plant it) hands the caller nothing else
-    key_path = f"{c.share_dir}/jobs/with-ssh/.ssh/attempt-1.key"
-    secret = f"{c.share_dir}/../not-alice.txt"
-    with open(secret, "w") as f:
-        f.write("bob's secret")
-    os.replace(key_path, key_path + ".real")
-    os.symlink(secret, key_path)
-    r = _api(c, alice, "POST", "/jobs/with-ssh/tasks/main/0/exec")
-    assert r.status_code == 403 and "secret" not in r.text, r.text
-    os.unlink(key_path)
-    os.replace(key_path + ".real", key_path)
+    # the job's tasks can write its directory: a key planted where keys lay on the share
+    # before (as a task would plant it) is never read; the answer is the submission's key
+    planted = f"{c.share_dir}/jobs/with-ssh/.ssh/attempt-1.key"
+    os.makedirs(os.path.dirname(planted), exist_ok=True)
+    with open(planted, "w") as f:
+        f.write("-----BEGIN EC PRIVATE KEY-----\nplanted\n-----END EC PRIVATE KEY-----\n")
+    again = _api(c, alice, "POST", "/jobs/with-ssh/tasks/main/0/exec").json()
+    assert again["key"] == ok["key"] and "planted" not in again["key"]
     for name in ("with-ssh", "no-ssh"):
         _api(c, alice, "POST", f"/jobs/{name}/stop")

@@ -36,6 +36,11 @@ roles:
 def _pty_answer(*args: str, answer: bytes) -> str:
     """The real command on a pseudo-terminal (stdin and stdout), ``answer`` typed once it
     asks (a line ending in '?'); its output without colours."""
+    return _pty_run(*args, answer=answer)[0]
+
+
+def _pty_run(*args: str, answer: bytes) -> tuple[str, int]:
+    """:func:`_pty_answer` with the command's exit code: ``(output, exit code)``."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "scheduler.cli", *args],
@@ -60,7 +65,7 @@ def _pty_answer(*args: str, answer: bytes) -> str:
             answered = True
     proc.wait(timeout=60)
     os.close(leader)
-    return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
+    return ANSI.sub("", b"".join(chunks).decode(errors="replace")), proc.returncode
 
 
 def _submit(cli, tmp_path, name: str, **fields: object) -> None:
@@ -162,7 +167,7 @@ def test_watch_redraws_until_interrupted(logged_in, tmp_path):
     _submit_path = tmp_path / "w.yaml"
     _submit_path.write_text(job_yaml("watched"))
     assert _pasture("job", "submit", str(_submit_path)).returncode == 0
-    for args in (["job", "list"], ["node", "list"]):
+    for args in (["job", "list"], ["node", "list"], ["job", "top", "watched"]):
         out_path = tmp_path / f"{args[0]}.out"
         with out_path.open("w") as out_file:
             proc = subprocess.Popen(
@@ -297,3 +302,31 @@ def test_reason_column_keeps_its_width_at_80_columns(logged_in, cli, tmp_path):
             break
         parts.append(line[column:].strip())
     assert " ".join(p for p in parts if p) == reason, out
+
+
+def test_empty_results_print_a_sentence_not_an_empty_table(logged_in, cli):
+    """Issue 34, item 8: `job list` with no jobs printed an empty box."""
+    r = cli("job", "list")
+    assert r.exit_code == 0 and r.output == "no jobs\n"
+    r = cli("job", "list", "--state", "running")
+    assert r.output == "no jobs\n"
+
+
+def test_an_unknown_state_is_a_usage_error_naming_what_was_given(logged_in, cli):
+    """Issue 34, item 8: `--state pending` got the API's 422 with an empty `given`."""
+    for args in (["job", "list"], ["job", "stop", "--yes"], ["job", "delete", "--yes"]):
+        r = cli(*args, "--state", "pending")
+        assert r.exit_code == USAGE, r.output
+        assert "'pending'" in r.output and "queued" in r.output and "--state" in r.output
+
+
+def test_a_taken_name_says_what_to_do(logged_in, cli, tmp_path):
+    """Issue 34, item 8: a 409 on a reused name gave no hint."""
+    _submit(cli, tmp_path, "taken")
+    r = cli("job", "submit", str(tmp_path / "taken.yaml"))
+    assert r.exit_code == REJECTED
+    assert "'taken' exists already; job names are unique: give another name" in r.output
+    assert "(--name NEW)" in r.output
+    assert "pasture job resubmit NAME --replace" in r.output
+    r = cli("job", "submit", str(tmp_path / "taken.yaml"), "--vc", "default")  # overrides path
+    assert r.exit_code == REJECTED and "--name NEW" in r.output

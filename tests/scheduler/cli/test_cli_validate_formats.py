@@ -24,15 +24,24 @@ def test_a_json_file_with_comments_is_read_as_submit_reads_it(cli, tmp_path):
 
 
 def test_the_refusal_is_submits_and_names_the_source_field(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    shutil.copy(CORPUS / "volcano" / "ringsconfigmap-job.yaml", path)
+    r = cli("job", "validate", str(path))
+    assert r.exit_code == REJECTED
+    assert "spec.plugins.ringsconfigmap" in r.output and "drop it" in r.output
+    try:
+        load_job(path.read_bytes())
+    except SpecError as exc:
+        assert exc.errors[0]["loc"] == "spec.plugins.ringsconfigmap"
+
+
+def test_the_seed_with_its_code_on_hdfs_validates_with_the_push_command(cli, tmp_path):
     path = tmp_path / "seed.json"
     shutil.copy(CORPUS / "openpai-v1" / "seed-mnist_024.json", path)
     r = cli("job", "validate", str(path))
-    assert r.exit_code == REJECTED
-    assert "codeDir" in r.output and "pasture data push ./mnist code/mnist" in r.output
-    try:
-        load_job(path.read_bytes(), as_json=True)
-    except SpecError as exc:
-        assert exc.errors[0]["loc"] == "codeDir"
+    assert r.exit_code == 0, r.output
+    assert "warning: OpenPAI v1 field codeDir" in r.output
+    assert "pasture data push ./mnist hdfs/folder/mnist" in " ".join(r.output.split())
 
 
 def test_volcano_and_maro_schedules_validate_with_their_warnings(cli):

@@ -101,3 +101,70 @@ def test_spec_replicas_range_is_an_elastic_role_in_the_core():
     for bad, word in (({"min": 4, "max": 3}, "1 <= min <= max"), ({"min": 1}, "{min: M")):
         with pytest.raises(ValidationError, match=word):
             JobSpec.model_validate({"name": "e", "roles": {"w": {"replicas": bad, "command": "x"}}})
+
+
+def test_replicas_move_to_the_job_that_gains_more():
+    """AFS reallocates at each event: a full cluster where "old" (served 4 GPU-hours)
+    holds 3 replicas and "new" (just started) 1 of its 3; each of new's next replicas
+    gains 1 x 1/(1 + ~0), more than old loses per replica, 1 x 1/(1 + 14,400): old gives
+    its two spare replicas (highest first), new grows into them next cycle."""
+    old = replace(elastic("old", 1, 3), attained_service=4 * 3600.0)
+    new = elastic("new", 1, 3)
+    s = snapshot(
+        [node("n0", gpu=4)],
+        running=[on(old, {0: "n0", 1: "n0", 2: "n0"}, 100.0), on(new, {0: "n0"}, 100.0)],
+    )
+    d = schedule(s, ELASTIC, 100.0)
+    assert d.grows == () and d.preemptions == () and d.binds == ()
+    moved = [(x.job, x.for_job, [p.index for p in x.placements]) for x in d.shrinks]
+    assert moved == [("old", "new", [2]), ("old", "new", [1])]
+    # the next cycle, with old's replicas gone, new grows into the room; nothing moves
+    after = snapshot(
+        [node("n0", gpu=4)],
+        running=[on(old, {0: "n0"}, 100.0), on(new, {0: "n0"}, 100.0)],
+    )
+    d2 = schedule(after, ELASTIC, 100.0)
+    assert [(b.job, [p.index for p in b.placements]) for b in d2.grows] == [("new", [1, 2])]
+    assert d2.shrinks == ()
+    # equally served jobs: no move (a move must strictly gain)
+    twin = replace(elastic("twin", 1, 3), attained_service=4 * 3600.0)
+    same = snapshot(
+        [node("n0", gpu=4)],
+        running=[on(old, {0: "n0", 1: "n0", 2: "n0"}, 100.0), on(twin, {0: "n0"}, 100.0)],
+    )
+    assert schedule(same, ELASTIC, 100.0).shrinks == ()
+
+
+def test_no_regrow_within_the_cool_down_after_a_shrink():
+    """A shrunk torchrun group needs time to re-form (docs/jobs.md): with
+    ``regrow_cooldown_s`` the job is not grown until that long after ``resized_at``."""
+    policy = replace(ELASTIC, regrow_cooldown_s=60.0)
+    e = elastic("e", 1, 3)
+    shrunk = replace(on(e, {0: "n0"}, 0.0), resized_at=1000.0)
+    s = snapshot([node("n0", gpu=4)], running=[shrunk])
+    assert schedule(s, policy, 1005.0).grows == ()  # 5 s after the shrink: not yet
+    assert schedule(s, policy, 1059.9).grows == ()
+    (b,) = schedule(s, policy, 1060.0).grows
+    assert (b.job, sorted(p.index for p in b.placements)) == ("e", [1, 2])
+    assert len(schedule(s, ELASTIC, 1005.0).grows) == 1  # no cool-down: at once
+    # nor does a job in its cool-down give a replica away
+    new = elastic("new", 1, 3)
+    full = snapshot(
+        [node("n0", gpu=3)],
+        running=[
+            replace(
+                on(replace(e, attained_service=1e5), {0: "n0", 1: "n0"}, 0.0), resized_at=1000.0
+            ),
+            on(new, {0: "n0"}, 1000.0),
+        ],
+    )
+    assert schedule(full, policy, 1005.0).shrinks == ()
+    assert [s.job for s in schedule(full, policy, 1060.0).shrinks] == ["e"]
+
+
+def test_regrow_cooldown_must_be_finite_and_non_negative():
+    import pytest
+
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="regrow_cooldown_s: expected finite seconds"):
+            Policy(regrow_cooldown_s=bad)

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from scheduler.core import Backfill, Policy, ReasonKind, schedule
-from scheduler.core.history import History, HistoryWindow, adapt, median_residual_s, quantile
+from scheduler.core.adapt import adapt
+from scheduler.core.history import History, HistoryWindow, median_residual_s, quantile
 from scheduler.core.presets import PRESETS
 from tests.factories import job, node, running, snapshot, vc
 

@@ -1,11 +1,15 @@
-"""Policy is data, validated against the registries when it is built."""
+"""Policy is data: its values are validated when it is built, its plugin and queue-order
+names against the registries where they are looked up (once, by schedule())."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.core import Backfill, Policy, PreemptionMode
+from scheduler.core import Backfill, Policy, PreemptionMode, schedule
+from scheduler.core.plugins import check_plugin_names
 from scheduler.core.presets import PRESETS
+from scheduler.core.queue import queue_order
+from tests.factories import job, node, snapshot
 
 
 @pytest.mark.parametrize(
@@ -26,7 +30,7 @@ from scheduler.core.presets import PRESETS
 )
 def test_bad_policies_name_the_field_and_the_value(kwargs, field):
     with pytest.raises(ValueError, match=rf"Policy\.{field}: expected .*, got"):
-        Policy(**kwargs)
+        schedule(snapshot([node("a")], [job("j")]), Policy(**kwargs), 0.0)
 
 
 def test_strings_are_coerced_to_enums():
@@ -39,3 +43,5 @@ def test_strings_are_coerced_to_enums():
 def test_every_preset_is_a_valid_policy():
     for name, policy in PRESETS.items():
         assert Policy(**{f: getattr(policy, f) for f in policy.__slots__}) == policy, name
+        check_plugin_names(policy.filters, policy.scorers)
+        queue_order(policy.queue_order)

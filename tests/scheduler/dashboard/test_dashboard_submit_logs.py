@@ -154,3 +154,44 @@ def test_vcs_page_shows_no_cap(browser, env):
     b.login(env.admin)
     page = b.get("/dashboard/vcs").text
     assert '<td class="max">no cap</td>' in page
+
+
+def test_all_logs_download_survives_a_task_swapping_its_log(browser, base, env):
+    """Issue 32 item 7: a task swapping its own log between a file and a link (a real
+    process racing the downloads) broke the all-logs download (44 of 150) with a
+    traceback: every download now completes, with the other tasks' logs whole."""
+    import subprocess
+    import sys
+
+    submit(base, env.alice, "racy")
+    d = _logs(env, "racy")
+    (d / "worker-1.log").write_text("steady line\n" * 50)
+    swapper = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys\n"
+            "d = sys.argv[1]\n"
+            "f, t = os.path.join(d, 'ps-0.log'), os.path.join(d, 'tmp')\n"
+            "while True:\n"
+            "    with open(t, 'w') as out: out.write('mine\\n')\n"
+            "    os.replace(t, f)\n"
+            "    os.symlink('/etc/hostname', t); os.replace(t, f)\n",
+            str(d),
+        ]
+    )
+    try:
+        b = browser()
+        b.login(env.alice)
+        for _ in range(60):
+            r = b.get("/dashboard/jobs/racy/logs/download")
+            assert r.status_code == 200
+            lines = r.text.splitlines()
+            assert lines.count("worker-1 | steady line") == 50, lines[:5]
+            assert all(line.startswith(("ps-0 | ", "worker-1 | ")) for line in lines)
+            assert not any("hostname" in line for line in lines)
+            page = b.get("/dashboard/jobs/racy/logs")
+            assert page.status_code == 200
+    finally:
+        swapper.kill()
+        swapper.wait()

@@ -350,4 +350,6 @@ def test_operator_actions_leave_events_and_drain_lists_the_jobs(base, env, clust
     r = pasture("node", "delete", "gpu-1", "--force", token=env.admin)
     assert r.exit_code == 0, r.output
     last = env.store.node_events("gpu-1")[-1]
-    assert (last["action"], last["by"], last["state"]) == ("delete", "root", "lost")
+    # forced while it beats: its lease is revoked, lost once fenced (issue 32 item 7)
+    assert (last["action"], last["by"], last["state"]) == ("delete", "root", "cordoned")
+    assert env.store.get_node("gpu-1").revoked

@@ -47,3 +47,28 @@ def test_a_preempted_job_is_promoted_after_waiting_limit_x_its_executed_time():
         assert r.end == second + 1520
         # it waited for running jobs to end: no short job was preempted for it
         assert all(rec.preemptions == 0 for name, rec in recs.items() if name != "L")
+
+
+def test_an_elastic_job_of_fixed_width_is_promoted_as_a_rigid_one():
+    """One start/stop path (issue 33): on one GPU every elastic trace job runs 1 replica at
+    speedup 1, so the elastic replay must give the rigid replay's figures exactly, the
+    promoted attempt's LAS crossing (served anew, in seconds) included: L, promoted at
+    10,000, is demoted 3,600 s later, when X (arrived at 10,050 behind it in queue 0) takes
+    the GPU; no arrival or completion happens then, only the crossing event."""
+    jobs = (
+        [TraceJob("L", 0, 10_000, 1)]
+        + [TraceJob(f"S{i:03d}", 5000 + 100 * i, 100, 1) for i in range(50)]
+        + [TraceJob("X", 10_050, 100, 1)]
+    )
+    nodes = homogeneous(1, 1)
+    policy = replace(PRESETS["tiresias-las"], starve_limit=1.0)
+    out = []
+    for elastic in (False, True):
+        sim = Simulator(
+            [n.to_node() for n in nodes], vc_guarantees(jobs, nodes), jobs, policy, elastic=elastic
+        )
+        out.append({r.trace.name: (r.end, r.preemptions, r.run_s) for r in sim.run().records})
+    rigid, elastic_ = out
+    assert rigid["X"][0] == 10_000 + 3600 + 100
+    assert rigid["L"][1] == 2
+    assert elastic_ == rigid

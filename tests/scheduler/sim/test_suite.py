@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.sim.cli import app
-from scheduler.sim.suite import cases, ratios, run_suite
+from scheduler.sim.suite import cases, ratios, run_suite, vs_tiresias
 
 
 def test_ratios_are_the_issue_criteria():
@@ -27,7 +27,27 @@ def test_ratios_are_the_issue_criteria():
     assert ratios({"pasture": pol["pasture"]})["pasture_vs_tiresias"] is None
 
 
-@pytest.mark.parametrize("name", ["syn-heavy-tail", "syn-big-gangs", "syn-16gpu"])
+def test_rigid_and_elastic_tails_are_judged_against_their_own_baselines():
+    """pasture replays rigidly: its p99 is compared with the other rigid policies' (an
+    elastic replay's tail is not a bound a rigid schedule can reach); the elastic policy's
+    with every baseline's, afs-like included."""
+    pol = {
+        "tiresias-las": {"mean": 1.2, "p99": 8.0},
+        "srtf-oracle": {"mean": 1.0, "p99": 6.0},
+        "pasture": {"mean": 1.1, "p99": 9.0},
+        "elastic": {"mean": 0.7, "p99": 4.0},
+        "afs-like": {"mean": 0.8, "p99": 2.0},
+    }
+    r = ratios(pol)
+    assert r["pasture_p99_vs_best"] == pytest.approx(9.0 / 6.0)
+    assert r["elastic_p99_vs_best"] == pytest.approx(4.0 / 2.0)
+    assert r["elastic_vs_afs_like"] == pytest.approx(0.7 / 0.8)
+    vt = vs_tiresias(pol)
+    assert vt is not None and vt["elastic"] == pytest.approx({"mean": 0.7 / 1.2, "p99": 0.5})
+    assert vs_tiresias({"pasture": pol["pasture"]}) is None
+
+
+@pytest.mark.parametrize("name", ["syn-heavy-tail", "syn-big-gangs", "syn-16gpu", "syn-1gpu-flood"])
 def test_synthetic_cases_have_their_shape(name):
     case = next(c for c in cases() if c.name == name)
     sc = case.build(400, 0.8)
@@ -35,6 +55,9 @@ def test_synthetic_cases_have_their_shape(name):
     assert [j.submit_s for j in sc.jobs] == sorted(j.submit_s for j in sc.jobs)
     assert sc.gpus == (16 if name == "syn-16gpu" else 64)
     assert 0.2 < sc.load < 2.0  # Poisson arrivals at the target rate, cut at the window
+    if name == "syn-1gpu-flood":
+        assert {j.gpus for j in sc.jobs} == {1, 8}
+        assert sum(j.gpus == 1 for j in sc.jobs) > 0.9 * len(sc.jobs)
     if name == "syn-big-gangs":
         wide = [j for j in sc.jobs if j.gpus >= 0.5 * sc.gpus]
         assert wide and all(j.gpus <= 0.9 * sc.gpus for j in wide)

@@ -65,6 +65,8 @@ def test_deep_nesting_is_a_document_error(text, as_json):
 def test_several_documents_are_refused_but_a_trailing_separator_is_not():
     with pytest.raises(DocumentError, match="several YAML documents"):
         load_document("a: 1\n---\nb: 2\n")
+    with pytest.raises(DocumentError, match="several YAML documents"):  # one v2 job only
+        load_document("protocolVersion: 2\n---\nb: 2\n")
     assert load_document("a: 1\n---\n") == {"a": 1}
 
 

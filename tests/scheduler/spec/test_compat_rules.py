@@ -114,7 +114,7 @@ def test_completion_counts_above_the_instances_mean_all_as_in_frameworkcontrolle
 
 
 def test_code_dir_how_to_uses_the_files_own_directory():
-    error = _error({**V1, "codeDir": "hdfs://10.0.0.1:9000/user/me/cifar10/"})
+    error = _error({**V1, "codeDir": "https://10.0.0.1:9000/user/me/cifar10/"})
     assert error["loc"] == "codeDir"
     assert "pasture data push ./cifar10 code/cifar10" in error["msg"]
     assert "codeDir to code/cifar10" in error["msg"]
@@ -234,14 +234,20 @@ def test_maro_project_root_is_the_share_and_host_container_targets_mount_it():
     assert any("pasture data push /home/admin/data ." in w for w in parsed.warnings)
 
 
-def test_several_job_manifests_are_several_jobs_and_other_kinds_refused_by_document():
+def test_several_job_manifests_are_several_jobs_and_other_kinds_warned_by_document():
     job = MPI.strip()
     parsed = load_job(job + "\n---\n" + job.replace("lm-mpi-job", "second"))
     assert [s.name for s in parsed.specs] == ["lm-mpi-job", "second"]
     assert parsed.specs[1].mpi_host is not None
     queue = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\n"
-    error = _error(queue + "---\n" + job)
-    assert error["loc"] == "items[0].kind" and "virtual cluster" in error["msg"]
+    parsed = load_job(queue + "---\n" + job)  # issue 37: the Jobs are submitted
+    assert [s.name for s in parsed.specs] == ["lm-mpi-job"]
+    assert any(
+        w.startswith("Volcano field items[0].kind") and "virtual cluster" in w
+        for w in parsed.warnings
+    )
+    error = _error(queue + "---\n" + queue.replace("q}", "r}"))  # no Job at all
+    assert error["loc"] == "items" and "no batch.volcano.sh/v1alpha1 Job" in error["msg"]
     bad = job.replace("replicas: 2", "replicas: 20000")
     error = _error(job.replace("lm-mpi-job", "first") + "\n---\n" + bad)
     assert error["loc"] == "items[1].spec.tasks[1].replicas"
@@ -287,3 +293,19 @@ def test_files_that_are_not_jobs_say_what_they_are_and_what_to_submit():
     create = "mode: grass\nname: c\ncloud: {infra: azure}\nmaster: {node_size: x}\n"
     error = _error(create)
     assert error["loc"] == "mode" and "start-job" in error["msg"]
+
+
+def test_a_priority_class_of_the_file_is_the_jobs_priority():
+    """Issue 37: the value of the PriorityClass the Job names, within pasture's 0..100
+    (beyond it the nearest end, warned); a name neither in the file nor pasture's refused."""
+    job = MPI.strip()
+    pc = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: %s}\nvalue: %d\n"
+    named = job.replace("spec:\n", "spec:\n  priorityClassName: team-high\n", 1)
+    parsed = load_job(pc % ("team-high", 80) + "---\n" + named)
+    assert parsed.specs[0].priority == 80
+    parsed = load_job(pc % ("team-high", 1000000) + "---\n" + named)
+    assert parsed.specs[0].priority == 100
+    assert any("value 1000000" in w and "priority is 100" in w for w in parsed.warnings)
+    error = _error(pc % ("other", 80) + "---\n" + named)
+    assert error["loc"] == "items[1].spec.priorityClassName"
+    assert "PriorityClass of that name in the same file" in error["msg"]

@@ -76,12 +76,14 @@ def test_openpai_v1_fields_map_to_the_spec():
 @pytest.mark.parametrize(
     ("code_dir", "says"),
     [
-        ("hdfs://10.0.0.1:9000/folder/mnist", "pasture data push"),
-        ("$PAI_DEFAULT_FS_URI/path/code", "not HDFS"),
+        ("hdfs://10.0.0.1:9000", "pasture data push ./code code/mnist-024"),
+        ("$PAI_DEFAULT_FS_URI/$PAI_USER_NAME/code", "not HDFS"),
         ("https://example.com/code.tar", "URLs are not fetched"),
     ],
 )
 def test_openpai_v1_code_dir_outside_the_share_is_refused_by_name(code_dir, says):
+    """An HDFS codeDir with a path maps to the share (tests/compat/test_hdfs_code_dir.py);
+    one that names no directory, or holds another variable, cannot."""
     err = refused({**V1, "codeDir": code_dir})
     assert err["loc"] == "codeDir" and says in err["msg"]
     assert err["msg"].startswith("OpenPAI v1 field codeDir")
@@ -173,7 +175,7 @@ spec:
           containers: [{name: c, image: busybox, command: [sh, -c, "true"]}]
 """
     (job,) = load_job(doc).specs
-    rule = {"event": "task_failed", "action": "restart_role", "role": "worker"}
+    rule = {"event": "task_failed", "action": "restart_role", "role": "worker", "after_s": None}
     assert [r.model_dump() for r in job.policies.on_events] == [rule]
     assert job.retry.max_attempts == 4  # Volcano's default maxRetry (3) + 1
 
@@ -499,23 +501,29 @@ def test_job_wide_min_available_reaches_the_core_as_role_minima(roles, job_min, 
         assert sum(core.values()) == job_min
 
 
-def test_volcano_ray_plugin_refusal_gives_a_recipe_that_is_accepted():
-    """The ray plugin rewrites commands (Volcano's ray.go), so it is refused; the message's
-    replacement, applied to Volcano's own ray example, translates."""
+def test_volcano_ray_plugin_gives_the_commands_of_rays_own_recipe():
+    """Issue 37: the ray plugin is honoured (Volcano's ray.go OnPodCreate): the plugin's
+    translation is the job a user would write by hand without it (head on its own gcs,
+    dashboard and client-server ports, workers at the head's gcs address), plus the
+    workers waiting for the head; --head naming no task is refused as Volcano does."""
     path = Path(__file__).parents[2] / "compat/corpus/volcano/ray-example.yaml"
     doc = load_document(path.read_text())
-    with pytest.raises(SpecError) as info:
-        parse_job(doc)
-    msg = info.value.errors[0]["msg"]
-    head_cmd = msg.split("head ports [gcs, dashboard, client_server] and command [sh, -c, '")[1]
-    head_cmd = head_cmd.split("']")[0]
-    worker_cmd = msg.split("worker command [sh, -c, '")[1].split("']")[0]
-    del doc["spec"]["plugins"]
+    (job,) = parse_job(doc).specs
+    head_cmd = (
+        "ray start --head --block --dashboard-host=0.0.0.0 --port=$PASTURE_PORT_GCS "
+        "--dashboard-port=$PASTURE_PORT_DASHBOARD "
+        "--ray-client-server-port=$PASTURE_PORT_CLIENT_SERVER"
+    )
+    worker_cmd = "ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS"
+    del doc["spec"]["plugins"]["ray"]
     head, worker = (t["template"]["spec"]["containers"][0] for t in doc["spec"]["tasks"])
     head["command"] = ["sh", "-c", head_cmd]
     head["ports"] = [{"name": n} for n in ("gcs", "dashboard", "client-server")]
     worker["command"] = ["sh", "-c", worker_cmd]
-    (job,) = parse_job(doc).specs
-    assert job.roles["head"].ports == ["gcs", "dashboard", "client_server"]
-    assert "--port=$PASTURE_PORT_GCS" in job.roles["head"].command
-    assert job.roles["worker"].command == "ray start --block --address=$PASTURE_ROLE_HEAD_HOSTS"
+    doc["spec"]["tasks"][1]["dependsOn"] = {"name": ["head"]}
+    (by_hand,) = parse_job(doc).specs
+    assert job.roles == by_hand.roles
+    doc = load_document(path.read_text())
+    doc["spec"]["plugins"]["ray"] = ["--head=ray-head"]
+    err = refused(doc)
+    assert err["loc"] == "spec.plugins.ray" and "--head=ray-head names no task" in err["msg"]

@@ -113,3 +113,15 @@ def test_shm_is_parsed_in_bytes():
     assert spec.roles["w"].shm == 64 * 2**20
     again = parse_job_spec(spec.model_dump(mode="json"))
     assert again == spec
+
+
+@pytest.mark.parametrize("name", ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"])
+def test_a_job_may_not_choose_its_gpus_through_the_environment(name):
+    """Issue 35 item 7: with the NVIDIA runtime on the node, NVIDIA_VISIBLE_DEVICES=all in
+    a task would show it every GPU of its node, other tenants' included; both variables
+    are pasture's (and the device plugin's) to set, at job and at role level."""
+    ((loc, msg),) = locs_and_msgs(job(env={name: "all"}))
+    assert loc == "env" and name in msg and "'all'" in msg
+    role_env = {"w": {"command": "true", "env": {name: "0"}}}
+    ((loc, msg),) = locs_and_msgs(job(roles=role_env))
+    assert loc == "roles.w.env" and name in msg

@@ -292,3 +292,44 @@ def test_a_cpu_only_role_with_a_gpu_model_needs_a_node_of_that_model():
     )
     assert "H100" in unfittable_reason(spec, [node("n1", 4, 8, 2, model="A100")])
     assert unfittable_reason(spec, [node("n1", 4, 8, 0, model="H100")]) is None
+
+
+def _elastic_doc(**role):
+    return {
+        "name": "el",
+        "roles": {"w": {"replicas": {"min": 1, "max": 8}, "command": "x", **role}},
+    }
+
+
+def test_declared_throughput_becomes_the_jobs_speedup_table():
+    """issue 36: an elastic role's measured rates (steps/s at replica counts) size it in the
+    core: speedup(n) = rate(n) / rate(1), linear between the counts given."""
+    spec = parse_job_spec(_elastic_doc(throughput={1: 10.0, 2: 18.0, 4: 30.0}))
+    assert spec.to_core().scaling == pytest.approx((1.0, 1.8, 2.4, 3.0))
+    # from JSON (the API) the keys are strings
+    spec = parse_job_spec(_elastic_doc(throughput={"1": 4, "3": 9}))
+    assert spec.to_core().scaling == pytest.approx((1.0, 1.625, 2.25))
+    assert parse_job_spec(_elastic_doc()).to_core().scaling == ()  # linear
+
+
+@pytest.mark.parametrize(
+    ("throughput", "role", "message"),
+    [
+        ({2: 10.0}, {}, "expected the rate at 1 replica among the keys, got [2]"),
+        ({1: 10.0, 9: 50.0}, {}, "expected replica counts 1..8 as keys, got 9"),
+        ({1: 0.0}, {}, "expected a finite rate > 0 at 1 replicas, got 0.0"),
+        ({1: float("inf")}, {}, "expected a finite rate > 0 at 1 replicas, got inf"),
+        ({1: 1.0}, {"replicas": 2}, "only for an elastic role"),
+    ],
+)
+def test_declared_throughput_is_checked_by_field(throughput, role, message):
+    with pytest.raises(ValueError, match="throughput: ") as exc:
+        parse_job_spec(_elastic_doc(throughput=throughput, **role))
+    assert message in str(exc.value)
+
+
+def test_throughput_on_two_roles_is_refused():
+    doc = _elastic_doc(throughput={1: 1.0})
+    doc["roles"]["v"] = {"replicas": {"min": 1, "max": 2}, "command": "y", "throughput": {1: 2.0}}
+    with pytest.raises(ValueError, match=r"throughput: expected it on one elastic role"):
+        parse_job_spec(doc)

@@ -24,13 +24,24 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from scheduler.agent.resources import Capacity
 from scheduler.spec.quantity import parse_cpu, parse_memory
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Node capacity: cpu_m millicores, memory bytes, gpu devices, gpu_model name."""
+
+    cpu_m: int
+    memory: int
+    gpu: int
+    gpu_model: str | None
+
 
 NODE_ENV = "PASTURE_K8S_NODE_NAME"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -176,7 +187,7 @@ def nodes_gone(
 ) -> set[str]:
     """The names among ``names`` whose Kubernetes Node object no longer exists (the API
     answers 404): the cloud removed the machine (a Spot eviction with policy Delete, an
-    autoscaler scale-down). The loop's :class:`scheduler.health.NodeHealth` asks this about
+    autoscaler scale-down). The loop's :class:`scheduler.rules.health.NodeHealth` asks this about
     silent nodes only. Arguments as :func:`fetch_node`.
 
     Raises:

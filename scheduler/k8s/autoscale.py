@@ -44,12 +44,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from scheduler.agent import taints
-from scheduler.agent.kubernetes import SAFE_TO_EVICT
-from scheduler.core.model import Decision, Job, PendingReason, ReasonKind, Snapshot
+from scheduler.core.model import Decision, Job, NodeState, PendingReason, ReasonKind, Snapshot
+from scheduler.k8s import taints
+from scheduler.k8s.nodes import FENCE_RESOURCES, REGISTERED_LABEL, Held, KubeNodes, NodeFacts
+from scheduler.spec.quantity import parse_cpu, parse_memory
 
 log = logging.getLogger("pasture.autoscale")
 
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+"""Pod annotation the cluster autoscaler reads: "false" on task pods, "true" on placeholders."""
 POOLS_ENV = "PASTURE_K8S_POOLS"
 NAMESPACE_ENV = "PASTURE_K8S_NAMESPACE"
 PAUSE_IMAGE_ENV = "PASTURE_K8S_PAUSE_IMAGE"
@@ -59,13 +62,62 @@ PRIORITY_CLASS = "pasture-placeholder"
 Never, created by the aks stack): any real pod may preempt them, they preempt nothing."""
 PLACEHOLDER_PRIORITY = -10
 POOL_LABEL = "pasture/pool"
-PLACEHOLDER_LABEL = "pasture/placeholder"
+PLACEHOLDER_LABEL = "pasture/placeholder"  # = scheduler.k8s.nodes.PLACEHOLDER_LABEL
 JOB_ANNOTATION = "pasture/job"
 WAITING = (ReasonKind.NO_FIT_EVER, ReasonKind.INSUFFICIENT_RESOURCES, ReasonKind.GANG_INCOMPLETE)
 """Pending kinds a new node can cure (not quota, queue order or reservations)."""
 RECONCILE_EVERY_S = 5.0
 """At most one LIST of placeholders per this many seconds (deletions of placed jobs'
 placeholders are not delayed)."""
+
+
+AKS_CPU_RESERVED_M = ((1, 60), (2, 100), (4, 140), (8, 180), (16, 260), (32, 420), (64, 740))
+"""AKS kube-reserved CPU (millicores) by the VM's cores (Microsoft, "Node resource
+reservations in AKS", https://learn.microsoft.com/azure/aks/node-resource-reservations);
+between two rows linear, above 64 cores 10 m per core more (the slope of the last rows)."""
+AKS_EVICTION_MI = 100
+"""The kubelet's ``memory.available<100Mi`` hard eviction threshold on AKS >= 1.29."""
+AKS_MAX_PODS = 250
+"""Pods per node of AKS' default network (Azure CNI Overlay); the memory reservation
+grows with it."""
+DAEMONSET_CPU_M = 160
+DAEMONSET_MEMORY = 576 * 2**20
+"""Requests of pasture's own DaemonSets on a GPU node (agent, NVIDIA device plugin, log
+shipper): what a pool's node offers to tasks is its allocatable less these."""
+
+
+def aks_allocatable(vm_cpu: int, vm_memory: int, max_pods: int = AKS_MAX_PODS) -> tuple[int, int]:
+    """What a node of an AKS (>= 1.29) Linux pool offers to pods (its ``allocatable``).
+
+    Args:
+        vm_cpu: the VM size's cores. vm_memory: its memory in bytes.
+        max_pods: the pool's maximum pods per node.
+
+    Returns:
+        ``(cpu_m millicores, memory bytes)``: the VM less kube-reserved CPU
+        (:data:`AKS_CPU_RESERVED_M`), less kube-reserved memory ``min(20 MiB * max_pods +
+        50 MiB, 25 % of the VM's memory)`` and the 100 MiB eviction threshold (same source).
+        E.g. 24 cores -> 23,660 m.
+
+    Raises:
+        ValueError: a size that is not positive.
+    """
+    if vm_cpu < 1 or vm_memory <= 0 or max_pods < 1:
+        raise ValueError(
+            f"expected a VM of >= 1 core, > 0 bytes and >= 1 pod per node, "
+            f"got {vm_cpu} cores, {vm_memory} bytes, {max_pods} pods"
+        )
+    table = AKS_CPU_RESERVED_M
+    if vm_cpu >= table[-1][0]:
+        reserved = table[-1][1] + 10 * (vm_cpu - table[-1][0])
+    else:
+        (c0, r0), (c1, r1) = next(
+            (a, b) for a, b in zip(table, table[1:], strict=False) if b[0] > vm_cpu
+        )
+        reserved = r0 + (r1 - r0) * (vm_cpu - c0) // (c1 - c0)
+    mi = 2**20
+    kube_memory = min(20 * mi * max_pods + 50 * mi, vm_memory // 4)
+    return vm_cpu * 1000 - reserved, vm_memory - kube_memory - AKS_EVICTION_MI * mi
 
 
 @dataclass(frozen=True)
@@ -79,6 +131,8 @@ class Pool:
         max_count: the autoscaler's upper bound of nodes.
         taints: ``key[=value]:Effect`` taints of the pool's nodes (Spot included).
         labels: the pool's node labels.
+        daemonset_cpu_m / daemonset_memory: what the DaemonSets take on each node
+            (default pasture's own: :data:`DAEMONSET_CPU_M`, :data:`DAEMONSET_MEMORY`).
     """
 
     name: str
@@ -89,21 +143,36 @@ class Pool:
     max_count: int = 0
     taints: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    daemonset_cpu_m: int = DAEMONSET_CPU_M
+    daemonset_memory: int = DAEMONSET_MEMORY
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Pool:
-        """A pool from its ``PASTURE_K8S_POOLS`` entry. Raises ValueError naming the
-        missing or mistyped field."""
+        """A pool from its ``PASTURE_K8S_POOLS`` entry: what one node offers to pods as
+        ``cpu_m`` and ``memory`` (its allocatable), or as the VM size ``vm_cpu`` (cores)
+        and ``vm_memory`` (bytes) with optional ``max_pods``, turned into allocatable by
+        :func:`aks_allocatable`; optional ``daemonset_cpu_m`` / ``daemonset_memory``.
+        Raises ValueError naming the missing or mistyped field."""
         try:
+            if "vm_cpu" in raw:
+                cpu_m, memory = aks_allocatable(
+                    int(raw["vm_cpu"]),
+                    int(raw["vm_memory"]),
+                    int(raw.get("max_pods") or AKS_MAX_PODS),
+                )
+            else:
+                cpu_m, memory = int(raw["cpu_m"]), int(raw["memory"])
             return cls(
                 name=str(raw["name"]),
-                cpu_m=int(raw["cpu_m"]),
-                memory=int(raw["memory"]),
+                cpu_m=cpu_m,
+                memory=memory,
                 gpu=int(raw["gpu"]),
                 gpu_model=raw.get("gpu_model") or None,
                 max_count=int(raw["max_count"]),
                 taints=tuple(str(t) for t in raw.get("taints") or ()),
                 labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
+                daemonset_cpu_m=int(raw.get("daemonset_cpu_m", DAEMONSET_CPU_M)),
+                daemonset_memory=int(raw.get("daemonset_memory", DAEMONSET_MEMORY)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(
@@ -113,9 +182,13 @@ class Pool:
 
     def fits(self, role_resources: Any, gpu_model: str | None, selector: Mapping[str, str]) -> bool:
         """Whether one task (core ``Resources``, GPU model, node selector) fits one empty
-        node of this pool."""
+        node of this pool: its requests plus its pod's fence sidecar
+        (:data:`~scheduler.k8s.nodes.FENCE_RESOURCES`) within the node's allocatable
+        less the DaemonSets'."""
         r = role_resources
-        if r.cpu_m > self.cpu_m or r.memory > self.memory or r.gpu > self.gpu:
+        cpu_m = self.cpu_m - self.daemonset_cpu_m - parse_cpu(FENCE_RESOURCES["cpu"])
+        memory = self.memory - self.daemonset_memory - parse_memory(FENCE_RESOURCES["memory"])
+        if r.cpu_m > cpu_m or r.memory > memory or r.gpu > self.gpu:
             return False
         if gpu_model is not None and gpu_model != self.gpu_model:
             return False
@@ -183,8 +256,11 @@ def placeholder_pods(
         job: the pending job (core model): each role's replicas and per-task resources.
         pool: the pool that can fit it.
         namespace: namespace of the pods.
-        registered: names of nodes already registered with pasture (kept off by a node
-            anti-affinity, so that a placeholder only ever asks for a new node).
+        registered: names of nodes already registered with pasture. A placeholder only
+            ever asks for a new node: node affinity requires the absence of
+            :data:`~scheduler.k8s.nodes.REGISTERED_LABEL` (set by each agent before
+            it registers its node, so it holds for nodes that register later) and, in
+            case an agent could not set it, ``NotIn`` these names.
         image: the pause image.
 
     Returns:
@@ -195,19 +271,25 @@ def placeholder_pods(
     Raises:
         ValueError: a malformed taint in ``pool.taints``.
     """
+    # kept off every node pasture schedules, by a label its agent sets before it registers
+    # the node (live: a node that registers after this pod was made is avoided too)
+    terms = [
+        k8s.V1NodeSelectorRequirement(key=REGISTERED_LABEL, operator="DoesNotExist"),
+    ]
     avoid = sorted(set(registered))
-    affinity = None
-    if avoid:  # an empty NotIn list is refused by the API server
-        term = k8s.V1NodeSelectorRequirement(
-            key="kubernetes.io/hostname", operator="NotIn", values=avoid
-        )
-        affinity = k8s.V1Affinity(
-            node_affinity=k8s.V1NodeAffinity(
-                required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
-                    node_selector_terms=[k8s.V1NodeSelectorTerm(match_expressions=[term])]
-                )
+    if avoid:  # and the nodes registered now, should an agent lack the right to label
+        terms.append(
+            k8s.V1NodeSelectorRequirement(
+                key="kubernetes.io/hostname", operator="NotIn", values=avoid
             )
         )
+    affinity = k8s.V1Affinity(
+        node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
+                node_selector_terms=[k8s.V1NodeSelectorTerm(match_expressions=terms)]
+            )
+        )
+    )
     tolerations = [
         k8s.V1Toleration(
             key=t.get("key"), operator=t.get("operator"), value=t.get("value"), effect=t["effect"]
@@ -263,13 +345,40 @@ def placeholder_name_of(pod: k8s.V1Pod) -> str:
     return str(pod.metadata.name or "") if pod.metadata is not None else ""
 
 
-def waiting_reason(pool: Pool, reason: PendingReason) -> PendingReason:
-    """``reason`` rewritten to say the job waits for the autoscaler to grow ``pool``."""
-    return PendingReason(
-        reason.kind,
-        f"waiting for the autoscaler to add a node to pool {pool.name} ({reason.message})",
-        {**reason.details, "autoscaler_pool": pool.name},
-    )
+def waiting_reason(pool: Pool, reason: PendingReason, said: str = "") -> PendingReason:
+    """``reason`` rewritten to say the job waits for the autoscaler to grow ``pool``, and
+    what the autoscaler last ``said`` about the job's placeholders ('' for nothing: a
+    ``NotTriggerScaleUp`` event, e.g. "1 in backoff after failed scale-up" on a quota or
+    Spot-capacity error, "max node group size reached")."""
+    message = f"waiting for the autoscaler to add a node to pool {pool.name} ({reason.message})"
+    details = {**reason.details, "autoscaler_pool": pool.name}
+    if said:
+        message += f"; the cluster autoscaler says: {said}"
+        details["autoscaler_says"] = said
+    return PendingReason(reason.kind, message, details)
+
+
+AUTOSCALER_REASONS = ("NotTriggerScaleUp", "FailedScaleUp", "FailedToScaleUpGroup")
+"""Reasons of the Events the cluster autoscaler records on a pod it could not add a node
+for (cluster-autoscaler ``EventingScaleUpStatusProcessor``)."""
+
+
+def autoscaler_says(events: Iterable[Any], pods: Iterable[str]) -> str:
+    """The message of the newest autoscaler Event (:data:`AUTOSCALER_REASONS`) about one of
+    ``pods`` (names), '' when none. ``events`` are ``CoreV1Event`` objects; newest by
+    ``last_timestamp``, else ``event_time``, else resourceVersion."""
+    names = set(pods)
+    best: tuple[str, str] | None = None
+    for ev in events:
+        obj = ev.involved_object
+        if ev.reason not in AUTOSCALER_REASONS or obj is None or obj.name not in names:
+            continue
+        when = str(ev.last_timestamp or ev.event_time or "")
+        rv = str(ev.metadata.resource_version if ev.metadata else "").zfill(20)
+        key = f"{when}|{rv}"
+        if best is None or key > best[0]:
+            best = (key, str(ev.message or ev.reason)[:300])
+    return best[1] if best else ""
 
 
 class Autoscaler:
@@ -282,6 +391,9 @@ class Autoscaler:
         namespace: namespace of the placeholders.
         image: the pause image.
         clock: monotonic clock (s).
+        nodes: the pod and node informers (:class:`~scheduler.k8s.nodes.KubeNodes`);
+            None: placeholders are listed every :data:`RECONCILE_EVERY_S` and no node
+            facts are given to the core.
     """
 
     def __init__(
@@ -291,15 +403,18 @@ class Autoscaler:
         namespace: str,
         image: str = PAUSE_IMAGE,
         clock: Callable[[], float] = time.monotonic,
+        nodes: KubeNodes | None = None,
     ) -> None:
         self.pools = pools
         self.api = api
         self.namespace = namespace
         self.image = image
         self.clock = clock
+        self.nodes = nodes
         self._listed_at: float | None = None
         self._pods: dict[str, dict[str, str]] = {}  # job -> {pod name: node name or ""}
         self._registered: set[str] = set()
+        self._made: dict[tuple[str, str], float] = {}  # (job, pod) -> when this loop made it
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Autoscaler | None:
@@ -312,32 +427,49 @@ class Autoscaler:
         from kubernetes import config as k8s_config
 
         k8s_config.load_incluster_config()
+        api = k8s.CoreV1Api()
         return cls(
             pools,
-            k8s.CoreV1Api(),
+            api,
             env.get(NAMESPACE_ENV, "pasture"),
             env.get(PAUSE_IMAGE_ENV) or PAUSE_IMAGE,
+            nodes=KubeNodes(api, events_namespace=env.get(NAMESPACE_ENV, "pasture")),
         )
 
     # ---- the loop's two calls --------------------------------------------------------
-    def before_core(self, registered: Iterable[str]) -> None:
-        """Delete the placeholders sitting on nodes registered with pasture (their node
-        has come: the core may now place the job there), before the core runs. A newly
-        registered node makes the placeholders be listed again at once. Errors of the API
-        server are logged (the loop goes on)."""
+    def before_core(self, registered: Iterable[str]) -> dict[str, NodeFacts]:
+        """Before the core runs: delete the placeholders of every job whose placeholders
+        all sit on nodes registered with pasture (the whole gang's nodes have come: the
+        core may now place the job there; a job whose other nodes are still coming keeps
+        them, so that nothing else takes its nodes and no node is asked for twice), and
+        return the node facts (:class:`~scheduler.k8s.nodes.NodeFacts`: what other
+        pods hold, placeholders still in place included; cordons) for the core. A newly
+        registered node makes the placeholders be listed again at once (without
+        informers). Errors of the API server are logged (the loop goes on, with the
+        facts it has)."""
         known = set(registered)
         try:
-            self._list(force=bool(known - self._registered))
+            self._refresh(force=bool(known - self._registered))
             self._registered = known
             self._free(known)
         except Exception as exc:  # the API server is one more thing that can be down
             log.warning("placeholders not reconciled: %s", exc)
+        if self.nodes is None or not self.nodes.synced:
+            return {}
+        facts = self.nodes.facts()
+        for name in known - set(facts):  # registered, but the cloud removed the machine
+            facts[name] = NodeFacts(Held(), False, "its Kubernetes Node object is gone")
+        return facts
 
     def _free(self, known: set[str]) -> None:
         for job, pods in list(self._pods.items()):
-            for name, node in list(pods.items()):
-                if node and node in known:
-                    log.info("node %s registered: placeholder %s of %s deleted", node, name, job)
+            if pods and all(node and node in known for node in pods.values()):
+                log.info(
+                    "every node of job %s registered (%s): its placeholders deleted",
+                    job,
+                    ", ".join(sorted(set(pods.values()))),
+                )
+                for name in list(pods):
                     self._delete(job, name)
 
     def after_core(self, snapshot: Snapshot, decision: Decision) -> Decision:
@@ -359,9 +491,12 @@ class Autoscaler:
         registered: dict[str, list[str]] = {}
         for node in snapshot.nodes:
             label = node.labels.get(POOL_LABEL)
-            if label:
+            if label and node.state != NodeState.LOST:  # a lost node counts toward nothing
                 in_pool[label] = in_pool.get(label, 0) + 1
                 registered.setdefault(label, []).append(node.name)
+        if self.nodes is not None and self.nodes.synced:
+            # the Node objects the pool has now (ready or cordoned): what maxCount bounds
+            in_pool = self.nodes.pool_sizes(POOL_LABEL)
         jobs = {j.name: j for j in snapshot.pending}
         reasons = dict(decision.pending)
         waiting: dict[str, Pool] = {}
@@ -374,7 +509,12 @@ class Autoscaler:
             )
             if pool is not None and job is not None:
                 waiting[name] = pool
-                reasons[name] = waiting_reason(pool, reason)
+                said = ""
+                if self.nodes is not None and self.nodes.events is not None:
+                    said = autoscaler_says(
+                        self.nodes.events.objects(), self._pods.get(name, {}).keys()
+                    )
+                reasons[name] = waiting_reason(pool, reason, said)
         for job_name in [j for j in self._pods if j not in waiting]:
             for name in list(self._pods.get(job_name, {})):
                 self._delete(job_name, name)
@@ -383,18 +523,43 @@ class Autoscaler:
         return replace(decision, pending=reasons)
 
     # ---- Kubernetes ------------------------------------------------------------------
-    def _list(self, force: bool = False) -> None:
+    def _refresh(self, force: bool = False) -> None:
+        """The placeholders as they are now: from the pod informer (every cycle), else a
+        LIST at most every :data:`RECONCILE_EVERY_S` (``force``: now)."""
+        if self.nodes is not None:
+            if self.nodes.synced:
+                pods = [
+                    p
+                    for p in self.nodes.pods.objects()
+                    if p.metadata is not None
+                    and p.metadata.namespace == self.namespace
+                    and PLACEHOLDER_LABEL in (p.metadata.labels or {})
+                ]
+                self._index(pods, keep_unseen=True)
+            return
         now = self.clock()
         if not force and self._listed_at is not None and now - self._listed_at < RECONCILE_EVERY_S:
             return
         self._listed_at = now
         found = self.api.list_namespaced_pod(self.namespace, label_selector=PLACEHOLDER_LABEL)
+        self._index(found.items, keep_unseen=False)
+
+    def _index(self, found: Iterable[k8s.V1Pod], *, keep_unseen: bool) -> None:
+        """``self._pods`` from the placeholder pods ``found``; ``keep_unseen``: keep those
+        this loop created that the informer has not shown yet."""
         pods: dict[str, dict[str, str]] = {}
-        for pod in found.items:
+        for pod in found:
             meta = pod.metadata
             job = str(((meta.annotations if meta else None) or {}).get(JOB_ANNOTATION, ""))
             node = str((pod.spec.node_name if pod.spec else None) or "")
             pods.setdefault(job, {})[placeholder_name_of(pod)] = node
+        if keep_unseen:
+            now = self.clock()
+            for (job, name), made in list(self._made.items()):
+                if now - made > RECONCILE_EVERY_S:
+                    del self._made[(job, name)]
+                elif name not in pods.get(job, {}):
+                    pods.setdefault(job, {})[name] = ""
         self._pods = pods
 
     def _ensure(self, job: Job, pool: Pool, registered: list[str]) -> None:
@@ -413,6 +578,7 @@ class Autoscaler:
                     log.warning("cannot create placeholder %s: %s", name, exc.reason)
                     continue
             have[name] = ""
+            self._made[(job.name, name)] = self.clock()
             log.info("placeholder %s asks pool %s for a node (job %s)", name, pool.name, job.name)
 
     def _delete(self, job: str, name: str) -> None:
@@ -422,6 +588,9 @@ class Autoscaler:
             if exc.status != 404:
                 log.warning("cannot delete placeholder %s: %s", name, exc.reason)
                 return
+        self._made.pop((job, name), None)
+        if self.nodes is not None:  # gone now for this loop, before its DELETED event
+            self.nodes.pods.forget(self.namespace, name)
         pods = self._pods.get(job, {})
         pods.pop(name, None)
         if not pods:

@@ -1,6 +1,6 @@
 """Failure diagnosis: why a task failed, and whether a retry can help.
 
-Rules are data (``scheduler/diagnosis_rules.yaml``, plus an operator's file named by the
+Rules are data (``scheduler/rules/diagnosis_rules.yaml``, plus an operator's file named by the
 agent setting ``diagnosis_rules``), modelled on OpenPAI's job exit spec (microsoft/pai,
 ``src/k8s-job-exit-spec/config/k8s-job-exit-spec.yaml``: ordered exit-code / log-regex
 patterns; any pattern of a rule may match, all fields of a pattern must hold; the first
@@ -190,13 +190,13 @@ def read_tail(path: str | Path | None, limit: int = TAIL_BYTES) -> str:
     """The last ``limit`` bytes of a file as text ('' when missing); never reads more.
 
     The file is a task's log on the share, which the task could have replaced: it is
-    opened through :mod:`scheduler.services.sharefs` beneath the share (the directory
+    opened through :mod:`scheduler.sharefs` beneath the share (the directory
     above the path's last ``jobs`` component), so a symbolic or hard link, a FIFO or a
     linked directory gives '' instead of another file's bytes or a blocked agent.
     """
     if path is None:
         return ""
-    from scheduler.services import sharefs
+    from scheduler import sharefs
 
     p = Path(path)
     parts = p.parts

@@ -37,38 +37,17 @@ import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from scheduler import lifecycle
-from scheduler.spec.model import JobSpec
+from scheduler.spec.facts import min_failed, min_succeeded, port_names
+from scheduler.spec.model import JobSpec, env_name
 from scheduler.store.records import TaskRecord
 
 SHELL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def env_name(role: str) -> str:
-    """``worker-a.b`` -> ``WORKER_A_B`` (pasture's variables)."""
-    return re.sub(r"[^A-Za-z0-9]", "_", role).upper()
 
 
 def shell_name(role: str) -> str:
     """``worker-a.b`` -> ``worker_a_b``: the role as written with every character a shell
     variable name may not hold replaced by ``_`` (OpenPAI aliases)."""
     return re.sub(r"[^A-Za-z0-9_]", "_", role)
-
-
-def wants_ssh(spec: JobSpec) -> bool:
-    """Whether the job's tasks get sshd, a key pair and host aliases: job-level ``ssh`` or
-    ``mpi``."""
-    return spec.ssh or spec.mpi
-
-
-def port_names(spec: JobSpec, role: str) -> list[str]:
-    """The named ports every task of ``role`` gets, in order: the role's declared ports
-    (``main`` when none), plus ``ssh`` when :func:`wants_ssh` and not declared. The first
-    is the main port. The loop assigns one port of the node's range per name."""
-    names = list(spec.roles[role].ports) or ["main"]
-    if wants_ssh(spec) and "ssh" not in names:
-        names.append("ssh")
-    return names
 
 
 def main_port(spec: JobSpec, t: TaskRecord) -> int:
@@ -130,8 +109,8 @@ def _by_role(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, list[TaskR
 
 def _completion_counts(spec: JobSpec, role: str) -> tuple[int, int]:
     """(min failed, min succeeded) task counts of ``role`` in OpenPAI's terms (-1: not a
-    rule), as :mod:`scheduler.lifecycle` applies them."""
-    return lifecycle.min_failed(spec, role), lifecycle.min_succeeded(spec, role) or -1
+    rule), as :mod:`scheduler.rules.lifecycle` applies them."""
+    return min_failed(spec, role), min_succeeded(spec, role) or -1
 
 
 def _with_shell_alias(env: dict[str, str], name: str, role: str, value: str) -> None:

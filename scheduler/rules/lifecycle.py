@@ -46,7 +46,9 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
 - A task on a draining node requeues the job (not a failure).
 
 ``on_events`` actions (Volcano Job policies; the first rule whose event matches and whose
-``role`` is the task's, or None, wins):
+``role`` is the task's, or None, wins; a rule with ``after_s``, Volcano's ``timeout``,
+acts only once the event has lasted that long since the task ended, the job held
+meanwhile with the time it acts at):
 
 - ``complete_job``: the job succeeds (Volcano CompleteJob); other tasks are stopped.
 - ``fail_job``: the job fails (Volcano AbortJob; no retry).
@@ -74,21 +76,26 @@ succeeded) (Volcano ``dependsOn``: a task starts after the tasks it depends on r
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scheduler.core.model import TaskPlacement
-from scheduler.diagnosis import Diagnosis, diagnose_task
+from scheduler.rules.diagnosis import Diagnosis, diagnose_task
+from scheduler.spec.facts import (
+    WAIT,
+    min_failed,
+    min_succeeded,
+    role_target,
+    task_retry_limit,
+)
 from scheduler.spec.model import JobSpec
 from scheduler.spec.policies import EventRule
 from scheduler.states import JobState, TaskState
 from scheduler.store.records import Cause, TaskRecord
 
 Event = Literal["task_completed", "task_failed", "task_evicted", "unknown"]
-WAIT = "wait"
-"""``TaskRecord.desired`` of a task bound but held back until its role's dependencies run
-(the agent starts only ``desired: run`` tasks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,18 +199,24 @@ class PeerWatch:
     node has not heartbeated since the task ended, the failure is held: the loop decides
     nothing until the node heartbeats (the failure is then the task's own) or is declared
     lost (then the job is requeued, not charged), or ``grace_s`` passed since the task
-    ended (then it is the task's own).
+    ended (then it is the task's own). A node that heartbeats again after a gap of more
+    than two heartbeat intervals (``gaps``) during which the task ended frees the failure
+    too (issue 32 item 6): a peer stalled (frozen, partitioned) for less than the lost-node
+    timeout still broke the collective, whether or not its node is later lost.
 
     Attributes:
         heartbeats: ``{node: last heartbeat time}`` (s, store clock), the nodes of the
             job's tasks; a node missing here counts as never heard from.
         now: the store's time (s).
         grace_s: the grace period (s, ``loop.peer_loss_grace_s``).
+        gaps: ``{node: (gap_from, gap_to)}`` (s, store clock): the node's last heartbeat
+            gap longer than two heartbeat intervals (``NodeRecord.gap_from/gap_to``).
     """
 
     heartbeats: Mapping[str, float]
     now: float
     grace_s: float
+    gaps: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def verdict(self, t: TaskRecord, tasks: Sequence[TaskRecord]) -> Ending | str | None:
         """For the own failure of ``t``: an infrastructure :class:`Ending` (a peer's node
@@ -232,6 +245,16 @@ class PeerWatch:
                         infrastructure=True,
                         cause=cause,
                     )
+            elif p.node in self.gaps and _within(t.finished, self.gaps[p.node]):
+                gap_from, gap_to = self.gaps[p.node]
+                return Ending(
+                    JobState.QUEUED,
+                    f"{_failure_why(t)} while its peer {p.key}'s node {p.node} was silent "
+                    f"({gap_to - gap_from:.0f} s without a heartbeat); requeued, not charged "
+                    "to the retry budget",
+                    infrastructure=True,
+                    cause=NODE_SILENT,
+                )
             elif not p.done and beat < t.finished and self.now - t.finished <= self.grace_s:
                 hold = hold or (
                     f"task {t.key} ended; waiting for the verdict on node {p.node} (task "
@@ -240,15 +263,17 @@ class PeerWatch:
         return hold or None
 
 
+NODE_SILENT = "node_silent"
+"""The cause of an attempt ended by a task's failure during a peer node's heartbeat gap
+(:class:`PeerWatch`)."""
+
+
+def _within(t: float, gap: tuple[float, float]) -> bool:
+    """Whether time ``t`` lies in the heartbeat gap ``(gap_from, gap_to)`` (s)."""
+    return gap[0] <= t <= gap[1]
+
+
 # -- elastic resize (issue 29) ------------------------------------------------------------
-def role_target(spec: JobSpec, role: str) -> int:
-    """Replicas of ``role`` the attempt must hold to be whole: ``replicas``, or for an
-    elastic role (``replicas: {min, max}``) its minimum, since the scheduler may shrink it
-    there at any time (then the job ends when the replicas it holds have ended)."""
-    r = spec.roles[role]
-    return (r.min_available or 1) if r.elastic else r.replicas
-
-
 def shrink_keys(placements: Iterable[TaskPlacement]) -> tuple[str, ...]:
     """Task keys (``<role>-<index>``) of a :class:`scheduler.core.model.Shrink`'s
     placements, highest index first (the order they are stopped in)."""
@@ -284,37 +309,8 @@ def rule_for(spec: JobSpec, event: Event, role: str) -> EventRule | None:
     return None
 
 
-def task_retry_limit(spec: JobSpec, role: str, explicit: bool) -> int:
-    """In-place restarts a task of ``role`` may have: ``max_task_retries``; when the role
-    sets none, 0 by default and ``retry.max_attempts - 1`` for an explicit ``restart_task``
-    rule."""
-    limit = spec.roles[role].max_task_retries
-    if limit:
-        return limit
-    return spec.retry.max_attempts - 1 if explicit else 0
-
-
-def min_succeeded(spec: JobSpec, role: str) -> int | None:
-    """Successes of ``role`` that end the job early (role ``completion.min_succeeded``, or
-    the legacy ``policies.completion`` of that role), None when none."""
-    r = spec.roles[role]
-    if r.completion is not None and r.completion.min_succeeded is not None:
-        return r.completion.min_succeeded
-    legacy = spec.policies.completion
-    if legacy is not None and legacy.role == role:
-        return 1 if legacy.when == "any" else r.replicas
-    return None
-
-
-def min_failed(spec: JobSpec, role: str) -> int:
-    """Failures of ``role`` that end the attempt (role ``completion.min_failed``, default 1;
-    -1: never, OpenPAI's -1)."""
-    c = spec.roles[role].completion
-    return c.min_failed if c is not None and c.min_failed is not None else 1
-
-
 def _diagnosis(t: TaskRecord) -> Diagnosis | None:
-    """The failure class of ``t`` (issue 19, scheduler/diagnosis.py): the agent's, or
+    """The failure class of ``t`` (issue 19, scheduler/rules/diagnosis.py): the agent's, or
     ``node_lost`` for a lost task; None otherwise."""
     return diagnose_task(t) if t.diagnosis or t.state == TaskState.LOST else None
 
@@ -324,6 +320,9 @@ def _failure_why(t: TaskRecord) -> str:
         why = f"task {t.key} lost: {t.message}"
     elif t.state == TaskState.STOPPED:
         why = f"task {t.key} stopped on {t.node} without a stop request"
+    elif t.exit_code is None and t.message.startswith("could not start"):
+        # never ran: its message says why, once (not "exited with code None")
+        return f"task {t.key} on {t.node} {t.message}"
     else:
         why = f"task {t.key} exited with code {t.exit_code} on {t.node}"
     d = _diagnosis(t)
@@ -436,6 +435,7 @@ def decide(
     stop_requested: str = "",
     draining: Iterable[str] = (),
     peers: PeerWatch | None = None,
+    now: float | None = None,
 ) -> Step:
     """What happens next to a placed job (see the module docstring for the rules).
 
@@ -447,6 +447,8 @@ def decide(
         draining: names of nodes being drained.
         peers: the nodes' heartbeats for the peer-loss rule (:class:`PeerWatch`); None:
             the rule is off (every own failure is charged as it comes).
+        now: the store clock (s), for rules with ``after_s`` (Volcano ``timeout``); None:
+            such rules act at once.
 
     Returns:
         A :class:`Step`. Pure and deterministic: tasks are looked at in role declaration
@@ -476,6 +478,9 @@ def decide(
             continue
         why = _failure_why(t)
         rule = rule_for(spec, event, t.role)
+        wait = _waiting(rule, t.finished, now, why)
+        if wait:
+            return Step(missing=missing, held=wait)
         if rule is not None and rule.action == "restart_role" and event != "unknown":
             out = _restart_role(spec, failures, t.role, by_role, t, why)
             if isinstance(out, Ending):
@@ -537,6 +542,10 @@ def decide(
         ok = sum(1 for t in ts if t.state == TaskState.SUCCEEDED)
         if ok == spec.roles[role].replicas:
             rule = rule_for(spec, "task_completed", role)
+            ended = max((t.finished for t in ts if t.finished is not None), default=None)
+            wait = _waiting(rule, ended, now, f"every task of role {role} succeeded")
+            if wait:
+                return Step(missing=missing, held=wait)
             if rule is not None and rule.action == "restart_role":
                 why = f"every task of role {role} succeeded"
                 out = _restart_role(spec, failures, role, by_role, None, why)
@@ -578,17 +587,26 @@ def decide(
     return Step(restart=tuple(restarts), release=release, missing=missing, free=free)
 
 
+def _waiting(rule: EventRule | None, since: float | None, now: float | None, why: str) -> str:
+    """Why the job is held while ``rule``'s ``after_s`` has not passed since the event
+    (``since``, s), else "" (no rule, no delay, no clock, or the time has come)."""
+    if rule is None or rule.after_s is None or now is None or since is None:
+        return ""
+    due = since + rule.after_s
+    if now >= due:
+        return ""
+    return (
+        f"{why}; the {rule.event} policy ({rule.action}) acts after {rule.after_s:g} s, "
+        f"at {dt.datetime.fromtimestamp(due, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
 def _deps_running(spec: JobSpec, t: TaskRecord, by_role: dict[str, list[TaskRecord]]) -> bool:
     for dep in spec.roles[t.role].depends_on:
         ts = by_role.get(dep, [])
         if not ts or any(x.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) for x in ts):
             return False
     return True
-
-
-def initial_desired(spec: JobSpec, role: str) -> str:
-    """``desired`` of a newly bound task of ``role``: ``wait`` when it has dependencies."""
-    return WAIT if spec.roles[role].depends_on else "run"
 
 
 def expired(end_time: float | None, ttl: float | None, now: float) -> bool:

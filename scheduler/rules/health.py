@@ -17,8 +17,10 @@ The loop calls :meth:`NodeHealth.check` once per cycle with the nodes it read an
   (:func:`~scheduler.store.lease.is_disruption`, Kubernetes' unhealthy-zone rule) the
   cluster condition ``disruption`` is raised (``Store.cluster_status()["condition"]``,
   ``GET /status``) and nodes are not declared lost at the ordinary limit; the condition is
-  cleared when it ends. Staggered heartbeats no longer let the nodes of one outage be
-  declared lost one cycle apart, each alone a minority;
+  cleared when every node it names has heartbeated again or was declared lost (one node
+  coming back does not release the others at the ordinary limit). Staggered heartbeats
+  no longer let the nodes of one outage be declared lost one cycle apart, each alone a
+  minority;
 - a disruption only delays: a node silent for longer than ``disruption_lost_after_s`` is
   declared lost even in a disruption, at most one node every ``disruption_interval_s``
   (Kubernetes' secondary eviction rate, ``--secondary-node-eviction-rate``, which is
@@ -28,12 +30,18 @@ The loop calls :meth:`NodeHealth.check` once per cycle with the nodes it read an
   ``disruption_lost_after_s + (k - 1) * disruption_interval_s`` (+ one reading interval)
   after it went silent;
 - a node whose Kubernetes Node object is gone (``node_gone``; the loop in a Kubernetes pod
-  asks the API server, :mod:`scheduler.agent.k8s_capacity`) is lost as soon as its fence
+  asks the API server, :mod:`scheduler.k8s.capacity`) is lost as soon as its fence
   has surely run out, disruption or not: the cloud removed the machine (such nodes count
   toward no disruption; the API server is asked about a node at most every
   :data:`GONE_RECHECK_S`);
 - a node an operator deleted (``pasture node delete``, :meth:`Store.delete_node`) is lost
-  at once; its record is removed at the next check, after the loop requeued its tasks.
+  at once; its record is removed at the next check, after the loop requeued its tasks. A
+  forced delete of a node that may still run tasks revokes its lease instead: it is lost
+  (and its tasks requeued) only once its ``fence_until`` passed, so no retry starts while
+  the old tasks may still run. A node whose Kubernetes Node object is gone is deleted the
+  same way (a scale-down or a Spot eviction: VMSS instances never come back under the
+  same name), so that its lost record counts toward no pool's maxCount and no alert; the
+  store keeps an event of each forgotten node (:meth:`Store.forgotten_nodes`).
 
 Each declaration leaves a node event and a log line saying why.
 """
@@ -139,7 +147,11 @@ class NodeHealth:
         mono = self.clock()
         self._forget_deleted(nodes)
         silent = self._watch.silences({n: r.heartbeat for n, r in nodes.items()}, mono)
-        watched = [r for r in nodes.values() if r.state != "lost"]
+        lost: dict[str, str] = {}
+        for r in nodes.values():  # force-deleted: lost once the revoked lease surely ran out
+            if r.revoked and r.state != "lost" and now >= r.fence_until:
+                lost[r.name] = f"{r.state_reason}; its lease was revoked and its fence has run out"
+        watched = [r for r in nodes.values() if r.state != "lost" and not r.revoked]
         self._recent_lost = {
             n: t
             for n, t in self._recent_lost.items()
@@ -147,7 +159,6 @@ class NodeHealth:
         }
         suspects = [r for r in watched if silent[r.name] > self._window_s(r)]
         stale = [r for r in suspects if silent[r.name] > lost_after_s(self.timeout, r.fence_s)]
-        lost: dict[str, str] = {}
         gone = self._gone(suspects, silent)
         for name in gone:
             lost[name] = "its Kubernetes Node object is gone (the cloud removed the machine)"
@@ -157,7 +168,11 @@ class NodeHealth:
         stale = [r for r in stale if r.name not in lost]
         counted = len(suspects) + len(self._recent_lost)
         total = len(watched) + len(self._recent_lost)
-        disrupted = bool(suspects) and is_disruption(counted, total)
+        # a raised condition holds while any node it names is still silent: one node
+        # coming back does not release the others at the ordinary limit (issue 32 item 7)
+        named = set(self._condition.get("nodes", [])) if self._condition is not None else set()
+        holding = any(r.name in named for r in suspects)
+        disrupted = bool(suspects) and (is_disruption(counted, total) or holding)
         if disrupted and stale:
             self._raise(suspects, counted, total, now)
         elif not disrupted and self._condition is not None:
@@ -175,6 +190,9 @@ class NodeHealth:
                 )
         for name, reason in lost.items():
             log.warning("node %s lost: %s", name, reason)
+            if name in gone:  # gone for good: forgotten once its tasks are requeued
+                nodes[name] = self.store.delete_node(name, f"lost: {reason}")
+                continue
             nodes[name] = self.store.set_node_state(name, "lost", reason)
             self.store.add_node_event(name, f"lost: {reason}")
             if name not in gone:
@@ -249,6 +267,12 @@ class NodeHealth:
         lost (their tasks were marked lost in the cycle that read them so)."""
         for name in [n for n, r in nodes.items() if r.deleted and r.state == "lost"]:
             if name in self._deleted_seen:
+                log.warning(
+                    "node %s forgotten: %s; its tasks were requeued",
+                    name,
+                    nodes[name].state_reason or "deleted",
+                )
+                self.store.record_forgotten(name, nodes[name].state_reason or "deleted")
                 self.store.forget_node(name)
                 del nodes[name]
                 self._deleted_seen.discard(name)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from scheduler.services import sharefs
+from scheduler import sharefs
 
 
 @pytest.fixture(params=["openat2", "walk"])
