@@ -13,6 +13,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 export ANSIBLE_ROLES_PATH="$PWD/roles"
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+# Each task's time in every scenario's log (.state/molecule/<role>.log) and the slowest
+# tasks at the end of each playbook: where a scenario spends its time.
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 
 failed=()
 step() { echo "==> $*"; }

@@ -1,5 +1,19 @@
 """Shared fixtures: a real redis-server on a free port in a temp dir; a session-end check
-that no process a test started (directly or through a dev cluster's agents) is left."""
+that no process a test started (directly or through a dev cluster's agents) is left; and the
+groups that keep tests correct when pytest-xdist runs them on several workers.
+
+Parallel runs (``make test-python``: ``-n N --dist loadgroup``, issue 33): tests with the
+same ``xdist_group`` run on one worker, one after another; the rest go to any worker.
+- A test that uses a module- or class-scoped fixture (a dev cluster, a Pulumi program, a
+  built image, a browser) is grouped with its module, so that fixture is set up once, as in
+  a serial run, not once per worker (:func:`pytest_collection_modifyitems`).
+- Tests that run containers with the real podman and the base image are marked
+  ``xdist_group("podman")`` in their files: one at a time, as before.
+- Tests marked ``serial`` (chaos and fault rounds whose leases are scaled down to seconds)
+  are left out of the parallel run and run after it, alone (``make test-python``).
+Each worker is its own session: it starts its own redis-server and its leftover check
+(:func:`no_leftover_processes`) looks only for the processes of that worker's tests.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +22,17 @@ import time
 import uuid
 from collections.abc import Iterator
 
-import psutil
-import pytest
+# The CLI's Rich consoles fix their width from COLUMNS when they are created (at import):
+# pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment, which would
+# pin every CLI test's output to 80 columns whatever the test sets. Without them the width
+# is read when output is written, as in a serial run (the CLI tests set COLUMNS themselves).
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 
-from scheduler.dev import redis_server as redis_server_process
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+from scheduler.dev import redis_server as redis_server_process  # noqa: E402
 
 # Every process started during the session inherits this variable (the process executor
 # drops only PASTURE_* and REDIS* from a task's environment), so leftovers can be found
@@ -43,6 +64,27 @@ def _marked(mark: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return out
+
+
+_SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group (``xdist_group``) each test that uses a module-, class- or package-scoped
+    fixture with the other tests of its module, unless the test names a group itself.
+
+    Runs before pytest-xdist turns the marks into the node ids its ``loadgroup`` scheduler
+    reads (``tryfirst``); without ``-n`` the mark changes nothing."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
+        if scopes & _SHARED_SCOPES:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session", autouse=True)

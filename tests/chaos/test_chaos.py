@@ -19,7 +19,7 @@ import pytest
 
 from scheduler.bench.chaos import HEARTBEAT_TIMEOUT_S, Chaos, chaos_cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 WORK_S = 12.0  # long enough that every job of a test runs when the fault hits
 

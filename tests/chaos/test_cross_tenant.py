@@ -24,7 +24,7 @@ from scheduler import dev
 from scheduler.bench.chaos_tenants import cross_tenant_reads
 from scheduler.store.tokens import TokenStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture(autouse=True)

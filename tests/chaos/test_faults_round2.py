@@ -29,7 +29,7 @@ from scheduler.bench.chaos_round2 import (
     sentinel_failover,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def needs_redis() -> None:

@@ -25,7 +25,7 @@ from scheduler.cli import app
 from scheduler.cli.output import REJECTED
 from scheduler.spec import parse_job_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def _wait(what: str, check, timeout: float = 60.0) -> None:

@@ -1,6 +1,7 @@
 """A fresh local podman cluster ("e2e": network pasture-e2e, 10.77.2.0/24, 1 master + 2
 nodes) created by playbooks/local-cluster.yml and converged by site.yml, exactly as
-`make demo` does with the "local" cluster, and removed at the end even when a test fails.
+`make demo` does with the "local" cluster, once per session for all e2e modules, and removed
+at the end even when a test fails.
 PASTURE_E2E_CLUSTER / PASTURE_E2E_SUBNET (a DNS label, a /24 in 10.77.0.0/16) give the
 cluster another name and subnet, so that two checkouts on one machine do not remove each
 other's cluster.
@@ -133,9 +134,17 @@ def _teardown(tmp: Path) -> None:
     run_playbook("playbooks/local-cluster.yml", tmp, extravars={**CLUSTER_VARS, "state": "absent"})
 
 
-@pytest.fixture(scope="module")
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests marked ``e2e_last`` (they stop a node of the shared cluster) after all
+    the others, in their collected order: the cluster is built once for the whole e2e run."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e_last") is not None)
+
+
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Create, converge and log in to the e2e cluster; remove it afterwards."""
+    """Create, converge and log in to the e2e cluster once for the whole session (every e2e
+    module shares it; tests that break a node are marked ``e2e_last``); remove it
+    afterwards."""
     for tool in ("podman", "ansible-playbook"):
         if not (shutil.which(tool) or (VENV_BIN / tool).exists()):
             pytest.fail(f"{tool} is missing: run `make deps venv` first")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,6 +143,7 @@ def test_demo_job_script_trains_across_two_nodes(cluster):
     assert '"workers": 2' in result.stdout
 
 
+@pytest.mark.e2e_last  # stops a node of the shared cluster for good
 def test_losing_a_node_mid_job_retries_on_the_remaining_node(cluster):
     # Half a core per task: the whole gang fits on one node once the other is gone. Workers
     # sleep 0.1 s per step, so an attempt trains for about 40 s.

@@ -34,6 +34,7 @@ from scheduler.spec import parse_job_spec
 from scheduler.store import Store
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.snapshot import commit_payload, take_snapshot
+from tests.ports import task_ports
 
 IMAGE = "localhost/pasture-base:bookworm"
 NODE = "fence-c1"
@@ -41,6 +42,7 @@ LEASE_S = 10.0  # long enough for a second agent to start on a loaded machine
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.xdist_group("podman"),
     pytest.mark.skipif(
         shutil.which("podman") is None
         or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
@@ -106,7 +108,7 @@ def test_a_dead_agents_container_stops_by_itself_and_a_restart_adopts_or_reports
                 "work_dir": str(work),
                 "heartbeat_interval_s": 0.5,
                 "lease_s": LEASE_S,
-                "port_range": [33100, 33199],
+                "port_range": task_ports(33100, 33199),
                 "resources": {"cpu": 2, "memory": "2Gi"},
                 "stop_grace_s": 1,
             }

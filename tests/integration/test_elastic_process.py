@@ -213,6 +213,7 @@ while step < steps:
 """
 
 
+@pytest.mark.serial  # shrink/regrow on a dev cluster with 1.5 s leases: alone
 def test_elastic_job_grows_shrinks_for_a_higher_priority_job_and_regrows(cluster):
     """The scheduler's side, without torch: 1 -> 3 -> 1 -> 3 replicas, one attempt, a
     'resized' event, and replica 0 (never stopped) counts to the end without restarting.

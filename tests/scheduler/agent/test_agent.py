@@ -16,6 +16,7 @@ from scheduler.settings import AgentSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import Store
 from scheduler.store.snapshot import commit_payload, take_snapshot
+from tests.ports import task_ports
 
 
 @pytest.fixture()
@@ -32,7 +33,7 @@ def make_agent(store, tmp_path, redis_url, name="n1", **extra):
             "share_dir": str(tmp_path / "share"),
             "executor": "process",
             "work_dir": str(tmp_path / f"work-{name}"),
-            "port_range": [32000, 32099],
+            "port_range": task_ports(32000, 32099),
             "resources": {"cpu": 4, "memory": "8Gi", "gpu": 2, "gpu_model": "fake"},
             "labels": {"pool": "test"},
             "stop_grace_s": 1,
@@ -86,7 +87,7 @@ def test_register_reports_capacity_labels_and_usage(store, tmp_path, redis_url):
         "pool": "test",
         "pasture.io/executor": "process",
         **agent.executor.node_labels(),  # what it enforces here (memory limit, kill unit)
-    } and node.port_range == (32000, 32099)
+    } and node.port_range == tuple(task_ports(32000, 32099))
     assert set(agent.executor.node_labels()) == {
         "pasture.io/memory-limit",
         "pasture.io/task-kill",

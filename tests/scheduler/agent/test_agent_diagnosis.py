@@ -48,6 +48,7 @@ def test_failed_task_record_carries_the_diagnosis(store, tmp_path, redis_url):
     or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
     reason=f"podman or {IMAGE} missing",
 )
+@pytest.mark.xdist_group("podman")
 def test_real_container_oom_kill_is_diagnosed(tmp_path):
     """A container over its --memory limit is killed by the cgroup OOM killer: exit 137
     and inspect's OOMKilled; the diagnosis uses that evidence."""

@@ -15,6 +15,7 @@ import redis
 import yaml
 
 from scheduler.store import Store
+from tests.ports import task_ports
 from tests.scheduler.agent.test_agent import place, until
 
 
@@ -31,7 +32,7 @@ def test_sigterm_ends_the_agent_and_leaves_its_tasks_running(redis_url, tmp_path
                 "share_dir": str(tmp_path / "share"),
                 "executor": "process",
                 "work_dir": str(tmp_path / "work"),
-                "port_range": [32100, 32199],
+                "port_range": task_ports(32100, 32199),
                 "resources": {"cpu": 4, "memory": "8Gi", "gpu": 2, "gpu_model": "fake"},
                 "heartbeat_interval_s": 0.5,
             }

@@ -15,14 +15,18 @@ from scheduler import tenants
 from scheduler.agent.container import ContainerExecutor
 from scheduler.agent.executor import ExecutorError, TaskLaunch
 from scheduler.logpaths import job_log_dir
+from tests.ports import task_ports
 
 IMAGE = "localhost/pasture-base:bookworm"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("podman") is None
-    or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
-    reason=f"podman or {IMAGE} missing (scripts build the base image)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("podman") is None
+        or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
+        reason=f"podman or {IMAGE} missing (scripts build the base image)",
+    ),
+    pytest.mark.xdist_group("podman"),
+]
 
 
 def launch(tmp_path: Path, command: str, image: str | None = IMAGE) -> TaskLaunch:
@@ -141,7 +145,7 @@ def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
                 "share_dir": str(tmp_path / "share"),
                 "executor": "container",
                 "work_dir": str(tmp_path / "work"),
-                "port_range": [33000, 33099],
+                "port_range": task_ports(33000, 33099),
                 "resources": {"cpu": 2, "memory": "2Gi"},
                 "stop_grace_s": 2,
             }

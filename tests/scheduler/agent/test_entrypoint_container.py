@@ -13,15 +13,19 @@ import uuid
 import pytest
 
 from scheduler.logpaths import job_log_dir
+from tests.ports import task_ports
 
 BASE = "localhost/pasture-base:bookworm"
 IMAGE = f"localhost/volcano-ep-test:{uuid.uuid4().hex[:8]}"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("podman") is None
-    or subprocess.run(["podman", "image", "exists", BASE], check=False).returncode != 0,
-    reason=f"podman or {BASE} missing (scripts build the base image)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("podman") is None
+        or subprocess.run(["podman", "image", "exists", BASE], check=False).returncode != 0,
+        reason=f"podman or {BASE} missing (scripts build the base image)",
+    ),
+    pytest.mark.xdist_group("podman"),
+]
 
 CONTAINERFILE = f"""FROM {BASE}
 WORKDIR /opt/app
@@ -87,7 +91,7 @@ def test_agent_runs_image_entrypoints_from_a_volcano_job(image, redis_url, tmp_p
                 "share_dir": str(tmp_path / "share"),
                 "executor": "container",
                 "work_dir": str(tmp_path / "work"),
-                "port_range": [33100, 33199],
+                "port_range": task_ports(33100, 33199),
                 "resources": {"cpu": 2, "memory": "2Gi"},
                 "stop_grace_s": 2,
             }

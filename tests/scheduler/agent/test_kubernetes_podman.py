@@ -30,11 +30,14 @@ from tests.scheduler.agent.test_kubernetes_pods import launch
 IMAGE = "localhost/pasture-base:bookworm"
 TOKEN = "k8s-podman-s3cr3t"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("podman") is None
-    or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
-    reason=f"podman or {IMAGE} missing (scripts build the base image)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("podman") is None
+        or subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0,
+        reason=f"podman or {IMAGE} missing (scripts build the base image)",
+    ),
+    pytest.mark.xdist_group("podman"),
+]
 
 
 def free_port() -> int:

@@ -296,6 +296,7 @@ BASE_IMAGE = "localhost/pasture-base:bookworm"
     or subprocess.run(["podman", "image", "exists", BASE_IMAGE], check=False).returncode != 0,
     reason=f"podman or {BASE_IMAGE} missing (scripts/build-base-image.sh)",
 )
+@pytest.mark.xdist_group("podman")
 def test_container_tasks_reach_each_other_over_ssh_and_see_volcano_hosts(
     store, tmp_path, redis_url
 ):
@@ -353,6 +354,7 @@ def test_container_tasks_reach_each_other_over_ssh_and_see_volcano_hosts(
     or subprocess.run(["podman", "image", "exists", BASE_IMAGE], check=False).returncode != 0,
     reason=f"podman or {BASE_IMAGE} missing (scripts/build-base-image.sh)",
 )
+@pytest.mark.xdist_group("podman")
 def test_volcano_mpi_commands_that_start_their_own_sshd_serve_the_jobs_ssh(
     store, tmp_path, redis_url
 ):

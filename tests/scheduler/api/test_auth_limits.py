@@ -73,6 +73,7 @@ def test_odd_authorization_headers_answer_401(api, header):
     assert r.status_code == 401, r.text
 
 
+@pytest.mark.serial  # 8 failed logins must fit in the 2 s window
 def test_429_with_retry_after_for_the_wrong_token_only_then_it_may_try_again(strict):
     url, env = strict
     with client(url, "guess") as bad:
@@ -113,6 +114,7 @@ def limited(env):
         yield url, env
 
 
+@pytest.mark.serial  # 60 requests must fit in the limit's 2 s window
 def test_per_token_request_and_submit_limits(limited):
     url, env = limited
     with client(url, env.alice) as alice:
@@ -139,6 +141,7 @@ def test_per_token_request_and_submit_limits(limited):
         assert bob.get("/api/v1/whoami").status_code == 200  # other requests still served
 
 
+@pytest.mark.serial  # 8 failed logins must fit in the 2 s window
 def test_dashboard_login_failures_are_rate_limited_too(strict):
     url, env = strict
     with client(url, None) as c:

@@ -22,6 +22,7 @@ from scheduler.loop import Loop
 from scheduler.settings import AgentSettings
 from scheduler.store.agent_store import NodeStore
 from scheduler.store.records import TERMINAL_JOB_STATES
+from tests.ports import task_ports
 
 NVML = Path(__file__).parents[2] / "fixtures" / "nvml" / "a100x4_utilisation.json"
 GIB = 1 << 30
@@ -67,7 +68,7 @@ class Cluster:
                 "share_dir": str(env.share),
                 "executor": "process",
                 "work_dir": str(tmp_path / "work-gpu-1"),
-                "port_range": [33000, 33099],
+                "port_range": task_ports(33000, 33099),
                 "resources": {"cpu": 4, "memory": "8Gi", "gpu": 4, "gpu_model": "A100"},
                 "stop_grace_s": 1,
                 "nvml_recording": str(NVML),

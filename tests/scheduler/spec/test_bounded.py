@@ -21,6 +21,7 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.serial  # times CPU-bound parsing: alone, not beside other workers
 def test_alias_bomb_is_refused_fast_with_bounded_memory():
     bomb = alias_bomb()
     assert len(bomb) < 600  # 9**9 = 387M leaves once expanded
@@ -102,6 +103,7 @@ def test_json_infinity_and_huge_memory_are_spec_errors():
         )
 
 
+@pytest.mark.serial  # times CPU-bound parsing: alone, not beside other workers
 @pytest.mark.parametrize("as_json", [True, False])
 def test_a_flat_document_of_too_many_nodes_is_refused(as_json):
     text = "[" + ",".join(["1"] * 50_000) + "]"
