@@ -36,6 +36,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scheduler.spec.model import JobSpec
+from scheduler.states import TERMINAL_JOB_STATES, JobState
 
 MAX_SCHEDULE_NAME = 52
 """A schedule's name leaves room for ``-<minutes>`` (11 chars) in a 63-char job name."""
@@ -121,7 +122,7 @@ class Decision:
     why: str = ""
 
 
-_ACTIVE = {"submitted", "queued", "scheduled", "running", "preempted"}
+_ACTIVE = frozenset(s for s in JobState if not s.terminal)  # a run still holding its turn
 
 
 def decide(spec: ScheduleSpec, last: float, runs: list[Run], now: float) -> Decision:
@@ -135,8 +136,8 @@ def decide(spec: ScheduleSpec, last: float, runs: list[Run], now: float) -> Deci
     finished = [r for r in runs if r.state not in _ACTIVE]
     delete: list[str] = []
     for states, limit in (
-        ({"succeeded"}, spec.successful_jobs_history_limit),
-        ({"failed", "stopped"}, spec.failed_jobs_history_limit),
+        ({JobState.SUCCEEDED}, spec.successful_jobs_history_limit),
+        (TERMINAL_JOB_STATES - {JobState.SUCCEEDED}, spec.failed_jobs_history_limit),
     ):
         done = sorted((r for r in finished if r.state in states), key=lambda r: r.scheduled)
         delete += [r.name for r in done[: max(0, len(done) - limit)]]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,13 @@ def test_dev_up_announces_the_gpus_nvml_reports_by_default(tmp_path):
         agent0 = yaml.safe_load(Path(cluster.agent_configs[0]).read_text())
         assert agent0["resources"]["gpu"] is None  # detected by the agent, not written
         assert _nodes(cluster) == {"dev-node-0": (1, "NVIDIA H200"), "dev-node-1": (0, None)}
+        # the per-GPU health comes with the agent's first usage report, a heartbeat or two
+        # after registration (seconds on a loaded machine)
+        deadline = time.monotonic() + 60
         node = cluster.store().get_node("dev-node-0")
+        while "gpu_health" not in node.usage and time.monotonic() < deadline:
+            time.sleep(0.5)
+            node = cluster.store().get_node("dev-node-0")
         assert [g["name"] for g in node.usage["gpu_health"]] == ["NVIDIA H200"]
         settings = yaml.safe_load(Path(cluster.scheduler_config).read_text())
         assert settings["virtual_clusters"][0]["guarantee"]["gpu"] == 1

@@ -41,6 +41,12 @@ ENDPOINTS = [
     ("DELETE", "/api/v1/admin/tokens/alice"),
     ("POST", "/api/v1/admin/tokens/alice/rotate"),
     ("GET", "/openapi.json"),
+    ("POST", "/api/v1/schedules"),
+    ("GET", "/api/v1/schedules"),
+    ("GET", "/api/v1/schedules/hello"),
+    ("DELETE", "/api/v1/schedules/hello"),
+    ("POST", "/api/v1/schedules/hello/suspend"),
+    ("POST", "/api/v1/schedules/hello/resume"),
 ]
 
 
@@ -264,6 +270,7 @@ def test_whoami(api, http):
         "name": "bob",
         "role": "user",
         "vcs": ["research"],
+        "operates": [],
     }
 
 

@@ -73,47 +73,55 @@ def tls_files(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture()
 def tls_api(redis_url, tmp_path, tls_files):
-    """The API as ``python -m scheduler.api`` with TLS; yields (url, admin token, ca path)."""
-    port = free_port()
-    config = {
-        "cluster_name": "tls",
-        "redis": {"url": redis_url},
-        "share_dir": str(tmp_path),
-        "api": {
-            "host": "127.0.0.1",
-            "port": port,
-            "tls_cert": str(tls_files["cert"]),
-            "tls_key": str(tls_files["key"]),
-        },
-    }
-    cfg = tmp_path / "scheduler.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    token = TokenStore(SchedulerSettings.model_validate(config).redis.client()).create(
-        "root", "admin"
-    )
-    log = (tmp_path / "api.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scheduler.api", "--config", str(cfg)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"https://127.0.0.1:{port}"
-    try:
+    """The API as ``python -m scheduler.api`` with TLS; yields (url, admin token, ca path).
+    A port taken between :func:`free_port` and the API's bind (another xdist worker's
+    connection) is retried with a new port, at most 3 times."""
+    for attempt in range(3):
+        port = free_port()
+        config = {
+            "cluster_name": "tls",
+            "redis": {"url": redis_url},
+            "share_dir": str(tmp_path),
+            "api": {
+                "host": "127.0.0.1",
+                "port": port,
+                "tls_cert": str(tls_files["cert"]),
+                "tls_key": str(tls_files["key"]),
+            },
+        }
+        cfg = tmp_path / "scheduler.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        if attempt == 0:
+            token = TokenStore(SchedulerSettings.model_validate(config).redis.client()).create(
+                "root", "admin"
+            )
+        log = (tmp_path / "api.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.api", "--config", str(cfg)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"https://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
-        while True:
+        healthy = False
+        while not healthy:
             try:
-                if (
-                    httpx.get(
-                        url + "/healthz", verify=ssl.create_default_context(cafile=tls_files["ca"])
-                    ).status_code
-                    == 200
-                ):
-                    break
+                context = ssl.create_default_context(cafile=tls_files["ca"])
+                healthy = httpx.get(url + "/healthz", verify=context).status_code == 200
             except httpx.TransportError:
                 pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((tmp_path / "api.log").read_text())
+            if healthy or proc.poll() is not None or time.monotonic() > deadline:
+                break
             time.sleep(0.1)
+        if healthy:
+            break
+        proc.kill()
+        proc.wait()
+        log.close()
+        text = (tmp_path / "api.log").read_text()
+        if "address already in use" not in text or attempt == 2:
+            raise RuntimeError(text)
+    try:
         yield url, token, tls_files["ca"]
     finally:
         proc.terminate()
