@@ -257,12 +257,7 @@ class MountSpec(StrictModel):
     @field_validator("target")
     @classmethod
     def _target(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"expected an absolute path, got {v!r}")
-        if ".." in v.split("/") or len(v) > MAX_PATH:
-            raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
-        _no_option_chars(v, "target")
-        return v
+        return check_target(v)
 
 
 class VolumeSpec(StrictModel):
@@ -282,12 +277,22 @@ class VolumeSpec(StrictModel):
     @field_validator("target")
     @classmethod
     def _target(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"expected an absolute path, got {v!r}")
-        if ".." in v.split("/") or len(v) > MAX_PATH:
-            raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
-        _no_option_chars(v, "target")
-        return v
+        return check_target(v)
+
+
+def check_target(v: str) -> str:
+    """A mount target inside a task: absolute, no ``..``, at most MAX_PATH characters and
+    nothing a runtime would read as an option.
+
+    Raises:
+        ValueError: names what was expected and what was given.
+    """
+    if not v.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {v!r}")
+    if ".." in v.split("/") or len(v) > MAX_PATH:
+        raise ValueError(f"expected a path without '..' of at most {MAX_PATH} chars")
+    _no_option_chars(v, "target")
+    return v
 
 
 def volume_dir(job: str, name: str, uid: str = "") -> str:
