@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.spec import SpecError, load_document, load_job
+from scheduler.spec.formats.common import TranslateError
 from scheduler.spec.formats.volcano_cronjob import parse_volcano_cronjob
 from scheduler.spec.schedule import Run, decide, due_time
 
@@ -74,3 +75,12 @@ def test_forbid_deadline_suspend_replace_and_history():
     done += [Run(f"f{i}", "failed", _t(9, 30 + i)) for i in range(4)]
     history = decide(spec, _t(10, 10), done, now)
     assert history.delete == ("r0", "r1", "f0")  # keep 5 succeeded, 3 failed
+
+
+def test_a_cronjob_name_too_long_for_its_runs_is_refused_with_its_length():
+    doc = load_document(FILE.read_text())
+    doc["metadata"]["name"] = "n" * 60
+    doc["metadata"]["labels"] = {"team": "a"}
+    with pytest.raises(TranslateError) as refused:
+        parse_volcano_cronjob(doc)
+    assert "metadata.name" in str(refused.value) and "got 60" in str(refused.value)

@@ -72,6 +72,29 @@ _ROLE_ORIGINS = {
 }
 """Where each translated role field of a task came from (errors name it)."""
 _K8S_META = "Kubernetes object metadata; no meaning here"
+
+
+def object_metadata(doc: dict[str, Any], ctx: Context, names: set[str]) -> dict[str, Any]:
+    """Check a Volcano object's top-level fields (apiVersion, kind, metadata, spec; status
+    ignored) and its ``metadata`` (``names`` honoured; namespace, labels and annotations
+    ignored with a warning), and return ``metadata``. Raises TranslateError naming the
+    field that is not a mapping."""
+    ctx.check_fields(
+        doc,
+        "",
+        honoured={"apiVersion", "kind", "metadata", "spec"},
+        ignored={"status": "written by Kubernetes"},
+    )
+    meta = ctx.mapping(doc.get("metadata"), "metadata")
+    ctx.check_fields(
+        meta,
+        "metadata",
+        honoured=names,
+        ignored={k: _K8S_META for k in ("namespace", "labels", "annotations")},
+    )
+    return meta
+
+
 _POD_IGNORED = {
     "schedulerName": "pasture schedules every task",
     "terminationGracePeriodSeconds": "pasture stops tasks with its own grace period",
@@ -228,19 +251,7 @@ def translate(
         )
     if doc.get("kind") != "Job":  # Volcano's own TTL guide writes `kind: job`
         ctx.warn("kind", "read as Job (Kubernetes kinds are case-sensitive: write Job)")
-    ctx.check_fields(
-        doc,
-        "",
-        honoured={"apiVersion", "kind", "metadata", "spec"},
-        ignored={"status": "written by Kubernetes"},
-    )
-    meta = ctx.mapping(doc.get("metadata"), "metadata")
-    ctx.check_fields(
-        meta,
-        "metadata",
-        honoured={"name", "generateName"},
-        ignored={k: _K8S_META for k in ("namespace", "labels", "annotations")},
-    )
+    meta = object_metadata(doc, ctx, {"name", "generateName"})
     spec = ctx.mapping(doc.get("spec"), "spec")
     ctx.check_fields(
         spec,

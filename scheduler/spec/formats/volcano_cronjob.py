@@ -27,28 +27,13 @@ def translate_volcano_cronjob(doc: dict[str, Any]) -> tuple[dict[str, Any], list
     warnings. Raises TranslateError naming the CronJob's field (``spec.jobTemplate.spec.
     tasks[0]...`` for one of the template)."""
     ctx = Context("Volcano")
-    ctx.check_fields(
-        doc,
-        "",
-        honoured={"apiVersion", "kind", "metadata", "spec"},
-        ignored={"status": "written by Kubernetes"},
-    )
-    meta = ctx.mapping(doc.get("metadata"), "metadata")
-    ctx.check_fields(
-        meta,
-        "metadata",
-        honoured={"name"},
-        ignored={
-            k: "Kubernetes object metadata; no meaning here"
-            for k in ("namespace", "labels", "annotations")
-        },
-    )
+    meta = volcano.object_metadata(doc, ctx, {"name"})
     name = job_name(meta.get("name"), ctx, "metadata.name")
     if len(name) > MAX_SCHEDULE_NAME:
         raise ctx.refuse(
             "metadata.name",
             f"at most {MAX_SCHEDULE_NAME} characters (each run is <name>-<minutes>, a job "
-            "name of at most 63), got {len(name)}",
+            f"name of at most 63), got {len(name)}",
             name,
         )
     spec = ctx.mapping(doc.get("spec"), "spec")
