@@ -9,6 +9,9 @@ have an sshd in their tasks. The command lands where the task's sshd runs: insid
 task's container (container and Kubernetes executors), or on the node in the task's cgroup
 (process executor), so stop and fencing end it with the task. No stdin and no terminal are
 forwarded; stdout and stderr stream back as they come, and the exit code is the command's.
+The command runs in the task's environment (its ``PASTURE_*`` variables, the job's and
+role's ``env``, its PATH; not its sealed secrets, which are never written to a file) and
+working directory, as the task wrote them at its start (:data:`IN_TASK`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,17 @@ import typer
 from scheduler.cli.output import UNAVAILABLE, err_console
 
 if TYPE_CHECKING:
+    import paramiko
+
     from scheduler.api.schemas import ExecAccessOut
 
 CONNECT_TIMEOUT_S = 15.0
+IN_TASK = (
+    'f="${PASTURE_EXEC_ENV:-}"; if [ -n "$f" ] && [ -r "$f" ]; then . "$f"; fi; exec "$@"'
+)
+"""What the task's sshd runs for ``job exec``: source the task's variables and ``cd`` to
+its directory (``$PASTURE_EXEC_ENV``, set by the task's sshd:
+:func:`scheduler.agent.ssh.exec_env_script`), then the command, its words as given."""
 
 
 def parse_task(task: str) -> tuple[str, int]:
@@ -41,13 +52,17 @@ def parse_task(task: str) -> tuple[str, int]:
     return role, int(index)
 
 
-def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> int:
-    """Run ``command`` in the task behind ``access``; its exit code (255 when the
-    connection failed, after a message on stderr).
+def connect(access: ExecAccessOut, login: str | None) -> paramiko.SSHClient:
+    """An SSH connection to the task behind ``access``, logged in with the job's key,
+    accepting only that key as the host key.
 
     Logs in as ``login``, else as the task's user (``access.user``: its VC's Unix user,
     docs/runtime-env.md) and, when the node refuses that one (a node that runs tasks as
-    the agent's user), as the local user name."""
+    the agent's user), as the local user name.
+
+    Raises:
+        paramiko.SSHException, OSError: the task cannot be reached or refused the key.
+    """
     import paramiko
 
     key = paramiko.ECDSAKey.from_private_key(io.StringIO(access.key))
@@ -58,43 +73,65 @@ def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> 
     names = (
         [login] if login else list(dict.fromkeys(n for n in (access.user, getpass.getuser()) if n))
     )
+    for i, name in enumerate(names):
+        try:
+            client.connect(
+                access.address,
+                port=access.port,
+                username=name,
+                pkey=key,
+                timeout=CONNECT_TIMEOUT_S,
+                allow_agent=False,
+                look_for_keys=False,
+            )
+            return client
+        except paramiko.AuthenticationException:
+            client.close()
+            if i == len(names) - 1:
+                raise
+    raise paramiko.SSHException("no user name to log in as")
+
+
+def run_on(client: paramiko.SSHClient, access: ExecAccessOut, command: list[str]) -> int:
+    """Run ``command`` over the open connection ``client``; stdout and stderr stream to
+    ours as they come. Returns its exit code.
+
+    Raises:
+        paramiko.SSHException, OSError: the connection broke.
+    """
+    import paramiko
+
+    transport = client.get_transport()
+    if transport is None:
+        raise paramiko.SSHException("the connection closed right after login")
+    channel = transport.open_session()
+    channel.exec_command(shlex.join(["sh", "-c", IN_TASK, "pasture-exec", *command]))
+    channel.shutdown_write()
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    while True:
+        if channel.recv_ready():
+            out.write(channel.recv(65536))
+            out.flush()
+        if channel.recv_stderr_ready():
+            err.write(channel.recv_stderr(65536))
+            err.flush()
+        if channel.exit_status_ready() and not (
+            channel.recv_ready() or channel.recv_stderr_ready()
+        ):
+            break
+        channel.status_event.wait(0.05)
+    return channel.recv_exit_status()
+
+
+def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> int:
+    """Run ``command`` in the task behind ``access`` (:func:`connect`, :func:`run_on`);
+    its exit code (255 when the connection failed, after a message on stderr)."""
+    import paramiko
+
+    client: paramiko.SSHClient | None = None
     try:
-        for i, name in enumerate(names):
-            try:
-                client.connect(
-                    access.address,
-                    port=access.port,
-                    username=name,
-                    pkey=key,
-                    timeout=CONNECT_TIMEOUT_S,
-                    allow_agent=False,
-                    look_for_keys=False,
-                )
-                break
-            except paramiko.AuthenticationException:
-                if i == len(names) - 1:
-                    raise
-                client.close()
-        transport = client.get_transport()
-        if transport is None:
-            raise paramiko.SSHException("the connection closed right after login")
-        channel = transport.open_session()
-        channel.exec_command(shlex.join(command))
-        channel.shutdown_write()
-        out, err = sys.stdout.buffer, sys.stderr.buffer
-        while True:
-            if channel.recv_ready():
-                out.write(channel.recv(65536))
-                out.flush()
-            if channel.recv_stderr_ready():
-                err.write(channel.recv_stderr(65536))
-                err.flush()
-            if channel.exit_status_ready() and not (
-                channel.recv_ready() or channel.recv_stderr_ready()
-            ):
-                break
-            channel.status_event.wait(0.05)
-        return channel.recv_exit_status()
+        client = connect(access, login)
+        return run_on(client, access, command)
     except (paramiko.SSHException, OSError) as exc:
         err_console.print(
             f"[red]error:[/red] cannot reach task {access.role}-{access.index} of job"
@@ -102,4 +139,5 @@ def run_remote(access: ExecAccessOut, command: list[str], login: str | None) -> 
         )
         return UNAVAILABLE
     finally:
-        client.close()
+        if client is not None:
+            client.close()

@@ -271,6 +271,9 @@ class StepApplier:
                 "nodes": sorted({t.node for t in tasks}),
                 "started": job.start_time or job.scheduled_time,
                 "ended": now,
+                "usage": {  # sacct's per-step figures, kept after the task records go
+                    t.key: {"node": t.node, **t.usage} for t in tasks if t.usage
+                },
             },
         ]
         if state == JobState.QUEUED:
