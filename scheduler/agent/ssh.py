@@ -127,6 +127,8 @@ def sshd_config(port: int, task_dir: str) -> str:
         "Subsystem sftp internal-sftp\n"
         # `pasture job exec` starts from the task's variables and directory (exec_env_script)
         f"SetEnv {EXEC_ENV_VAR}={task_dir}/{EXEC_ENV_FILE}\n"
+        # and may ask for SHLVL=1, so bash skips ~/.bashrc, as the task's own shell did
+        "AcceptEnv SHLVL\n"
     )
 
 

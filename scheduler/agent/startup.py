@@ -273,9 +273,9 @@ def prepare(
         d = shlex.quote(role.working_dir)
         # a missing directory is said so (diagnosis working_dir_missing), in every shell
         lines.append(
-            f'[ -d {d} ] || {{ echo "pasture: working_dir {d} does not exist" >&2; exit 126; }}'
-        )
-        lines.append(f'cd {d} || {{ echo "pasture: cannot cd to {d}" >&2; exit 126; }}')
+            f'[ -d {d} ] || {{ echo "pasture: working_dir "{d}" does not exist" >&2; exit 126; }}'
+        )  # {d} outside the double quotes: shlex's quoting of a ' is "'", which they would end
+        lines.append(f'cd {d} || {{ echo "pasture: cannot cd to "{d} >&2; exit 126; }}')
     if exec_dir is not None:  # after every cd: the directory the command starts in
         lines.append(ssh.exec_env_script(exec_dir, spec.secrets))
     command = role.command or ""

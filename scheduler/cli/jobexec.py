@@ -17,9 +17,13 @@ working directory, as the task wrote them at its start (:data:`IN_TASK`).
 from __future__ import annotations
 
 import getpass
+import importlib
 import io
+import select
 import shlex
 import sys
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import typer
@@ -52,49 +56,100 @@ def parse_task(task: str) -> tuple[str, int]:
     return role, int(index)
 
 
+def preload() -> threading.Thread:
+    """Import paramiko (and its cryptography) in a thread while the caller waits for the
+    API's answer: the import is most of exec's own CPU time, the round trip mostly
+    waiting. Join the thread before using paramiko (:func:`connect` imports it again,
+    which is then free)."""
+    th = threading.Thread(target=importlib.import_module, args=("paramiko",), daemon=True)
+    th.start()
+    return th
+
+
+def _login(access: ExecAccessOut, key: paramiko.PKey, name: str) -> paramiko.SSHClient:
+    import paramiko
+
+    client = paramiko.SSHClient()
+    host = access.address if access.port == 22 else f"[{access.address}]:{access.port}"
+    client.get_host_keys().add(host, key.get_name(), key)  # the job's key, nothing else
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            access.address,
+            port=access.port,
+            username=name,
+            pkey=key,
+            timeout=CONNECT_TIMEOUT_S,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
 def connect(access: ExecAccessOut, login: str | None) -> paramiko.SSHClient:
     """An SSH connection to the task behind ``access``, logged in with the job's key,
     accepting only that key as the host key.
 
     Logs in as ``login``, else as the task's user (``access.user``: its VC's Unix user,
-    docs/runtime-env.md) and, when the node refuses that one (a node that runs tasks as
-    the agent's user), as the local user name.
+    docs/runtime-env.md) or the local user name (a node that runs tasks as the agent's
+    user): both are tried at once, each on its own connection (the server allows one user
+    name per connection), and the first that gets in is kept, so a refused name costs no
+    second handshake in a row.
 
     Raises:
-        paramiko.SSHException, OSError: the task cannot be reached or refused the key.
+        paramiko.SSHException, OSError: the task cannot be reached or refused the key
+            (the error of the last name tried).
     """
     import paramiko
 
     key = paramiko.ECDSAKey.from_private_key(io.StringIO(access.key))
-    client = paramiko.SSHClient()
-    host = access.address if access.port == 22 else f"[{access.address}]:{access.port}"
-    client.get_host_keys().add(host, key.get_name(), key)  # the job's key, nothing else
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
     names = (
         [login] if login else list(dict.fromkeys(n for n in (access.user, getpass.getuser()) if n))
     )
-    for i, name in enumerate(names):
-        try:
-            client.connect(
-                access.address,
-                port=access.port,
-                username=name,
-                pkey=key,
-                timeout=CONNECT_TIMEOUT_S,
-                allow_agent=False,
-                look_for_keys=False,
-            )
-            return client
-        except paramiko.AuthenticationException:
-            client.close()
-            if i == len(names) - 1:
-                raise
-    raise paramiko.SSHException("no user name to log in as")
+    if len(names) == 1:
+        return _login(access, key, names[0])
+    pool = ThreadPoolExecutor(max_workers=len(names))
+    pending = {pool.submit(_login, access, key, n) for n in names}
+    error: BaseException | None = None
+    got: paramiko.SSHClient | None = None
+    try:
+        while pending and got is None:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                exc = f.exception()
+                if exc is None and got is None:
+                    got = f.result()
+                elif exc is None:
+                    f.result().close()
+                else:
+                    error = exc
+    finally:
+        for f in pending:  # a slower attempt: close it once it ends, never wait for it
+            f.add_done_callback(_close_result)
+        pool.shutdown(wait=False)
+    if got is not None:
+        return got
+    assert error is not None
+    raise error
+
+
+def _close_result(f: Future[paramiko.SSHClient]) -> None:
+    if f.exception() is None:
+        f.result().close()
 
 
 def run_on(client: paramiko.SSHClient, access: ExecAccessOut, command: list[str]) -> int:
-    """Run ``command`` over the open connection ``client``; stdout and stderr stream to
-    ours as they come. Returns its exit code.
+    """Run ``command`` over the open connection ``client`` in the task's environment and
+    directory (:data:`IN_TASK`); stdout and stderr stream to ours as they come. Returns
+    its exit code.
+
+    The session asks for ``SHLVL=1`` (the task's sshd accepts that one variable): bash,
+    a login shell that sshd runs the command with, then does not read ``~/.bashrc``
+    (bash reads it for a top-level command over ssh), which the task never read either
+    and which may take most of a second (a ``pyenv init``).
 
     Raises:
         paramiko.SSHException, OSError: the connection broke.
@@ -105,6 +160,7 @@ def run_on(client: paramiko.SSHClient, access: ExecAccessOut, command: list[str]
     if transport is None:
         raise paramiko.SSHException("the connection closed right after login")
     channel = transport.open_session()
+    channel.update_environment({"SHLVL": "1"})
     channel.exec_command(shlex.join(["sh", "-c", IN_TASK, "pasture-exec", *command]))
     channel.shutdown_write()
     out, err = sys.stdout.buffer, sys.stderr.buffer
@@ -119,7 +175,7 @@ def run_on(client: paramiko.SSHClient, access: ExecAccessOut, command: list[str]
             channel.recv_ready() or channel.recv_stderr_ready()
         ):
             break
-        channel.status_event.wait(0.05)
+        select.select([channel], [], [], 0.5)  # wakes on data, end or exit status
     return channel.recv_exit_status()
 
 
