@@ -119,6 +119,11 @@ print(json.dumps({"import_cli_s": t1 - t0, "api_exec_access_s": t3 - t2,
     import json
 
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, env=env
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
     )
     return {k: round(v, 3) for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}

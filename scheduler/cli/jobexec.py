@@ -36,9 +36,7 @@ if TYPE_CHECKING:
     from scheduler.api.schemas import ExecAccessOut
 
 CONNECT_TIMEOUT_S = 15.0
-IN_TASK = (
-    'f="${PASTURE_EXEC_ENV:-}"; if [ -n "$f" ] && [ -r "$f" ]; then . "$f"; fi; exec "$@"'
-)
+IN_TASK = 'f="${PASTURE_EXEC_ENV:-}"; if [ -n "$f" ] && [ -r "$f" ]; then . "$f"; fi; exec "$@"'
 """What the task's sshd runs for ``job exec``: source the task's variables and ``cd`` to
 its directory (``$PASTURE_EXEC_ENV``, set by the task's sshd:
 :func:`scheduler.agent.ssh.exec_env_script`), then the command, its words as given."""

@@ -122,9 +122,7 @@ def check_range(since: float, until: float | None, now: float) -> None:
             f"since: expected a time in the past (at most now, {when(now)}), got {when(since)}"
         )
     if until is not None and until <= since:
-        raise InvalidError(
-            f"until: expected a time after since ({when(since)}), got {when(until)}"
-        )
+        raise InvalidError(f"until: expected a time after since ({when(since)}), got {when(until)}")
 
 
 class AccountingService:

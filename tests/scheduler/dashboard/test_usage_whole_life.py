@@ -186,9 +186,7 @@ def test_usage_covers_every_attempt_and_node_and_outlives_the_history(
     # the job page's chart reads every node the task ran on, each point labelled
     b = browser()
     b.login(env.alice)
-    series = b.get(
-        "/dashboard/jobs/moved/usage", params={"task": "main-0", "uid": uid}
-    ).json()
+    series = b.get("/dashboard/jobs/moved/usage", params={"task": "main-0", "uid": uid}).json()
     assert {f"{first} (attempt 1)", f"{second} (attempt 2)"} == set(series["where"])
     assert len(series["where"]) == len(series["t"]) == len(series["cpu"])
     page = b.get("/dashboard/jobs/moved").text
@@ -220,14 +218,15 @@ def test_job_top_counts_gpus_in_cells_and_total(base, env, cluster, pasture):
     assert r.status_code == 201, r.text
     cluster.until(
         "moved",
-        lambda j: j.state == "running"
-        and all(t.state == "running" for t in env.store.tasks("moved")),
+        lambda j: (
+            j.state == "running" and all(t.state == "running" for t in env.store.tasks("moved"))
+        ),
     )
     _sample(cluster, 2)
     table = pasture("job", "top", "moved").output
     rows = [x for x in table.splitlines() if "main-" in x]
     assert len(rows) == 2
-    for t, line in zip(sorted(env.store.tasks("moved"), key=lambda t: t.index), rows):
+    for t, line in zip(sorted(env.store.tasks("moved"), key=lambda t: t.index), rows, strict=True):
         assert f"2 ({','.join(map(str, sorted(t.gpus)))})" in line, table
     total = next(x for x in table.splitlines() if "total" in x)
     cells = [c.strip() for c in total.replace("│", "|").split("|") if c.strip()]
@@ -262,7 +261,9 @@ def test_gpu_hours_count_core_hours_chart_them_and_refuse_bad_ranges(
     auth = {"Authorization": f"Bearer {env.admin}"}
     now = time.time()
     bad = httpx.get(
-        f"{base}/api/v1/usage/gpu-hours", params={"since": now - 60, "until": now - 120}, headers=auth
+        f"{base}/api/v1/usage/gpu-hours",
+        params={"since": now - 60, "until": now - 120},
+        headers=auth,
     )
     assert bad.status_code == 422 and bad.json()["detail"].startswith("until: expected")
     bad = httpx.get(f"{base}/api/v1/usage/gpu-hours", params={"since": now + 3600}, headers=auth)
