@@ -83,11 +83,8 @@ class AttemptOut(_Open):
     nodes: list[str] = []
     started: float | None = None
     ended: float | None = None
-    usage: dict[str, dict[str, Any]] = Field(
-        {},
-        description="per task (<role>-<index>): {node, cpu_s (CPU seconds), max_rss"
-        " (bytes)} recorded at its end",
-    )
+    # and, when its agents recorded them, usage: {"<role>-<index>": {node, cpu_s (CPU
+    # seconds), max_rss (bytes)}} (an extra field: absent from attempts without figures)
 
 
 class JobDeleteOut(_Open):
