@@ -19,11 +19,11 @@ from __future__ import annotations
 import getpass
 import importlib
 import io
+import queue
 import select
 import shlex
 import sys
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import typer
@@ -109,34 +109,33 @@ def connect(access: ExecAccessOut, login: str | None) -> paramiko.SSHClient:
     )
     if len(names) == 1:
         return _login(access, key, names[0])
-    pool = ThreadPoolExecutor(max_workers=len(names))
-    pending = {pool.submit(_login, access, key, n) for n in names}
+    # daemon threads: a slower attempt never holds up the command or the exit
+    results: queue.Queue[tuple[paramiko.SSHClient | None, BaseException | None]] = queue.Queue()
+    lock, taken = threading.Lock(), threading.Event()
+
+    def attempt(name: str) -> None:
+        try:
+            client = _login(access, key, name)
+        except BaseException as exc:  # handed to the caller's thread
+            results.put((None, exc))
+            return
+        with lock:
+            if taken.is_set():  # another name got in first
+                client.close()
+                return
+            taken.set()
+        results.put((client, None))
+
+    for name in names:
+        threading.Thread(target=attempt, args=(name,), daemon=True).start()
     error: BaseException | None = None
-    got: paramiko.SSHClient | None = None
-    try:
-        while pending and got is None:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                exc = f.exception()
-                if exc is None and got is None:
-                    got = f.result()
-                elif exc is None:
-                    f.result().close()
-                else:
-                    error = exc
-    finally:
-        for f in pending:  # a slower attempt: close it once it ends, never wait for it
-            f.add_done_callback(_close_result)
-        pool.shutdown(wait=False)
-    if got is not None:
-        return got
+    for _ in names:
+        got, exc = results.get()
+        if got is not None:
+            return got
+        error = exc
     assert error is not None
     raise error
-
-
-def _close_result(f: Future[paramiko.SSHClient]) -> None:
-    if f.exception() is None:
-        f.result().close()
 
 
 def run_on(client: paramiko.SSHClient, access: ExecAccessOut, command: list[str]) -> int:
