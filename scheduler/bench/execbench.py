@@ -5,11 +5,12 @@ processes, the task's own OpenSSH sshd) and one job with ``ssh: true``. Then
 ``--repeat`` times, as a fresh process (``python -m scheduler.cli job exec JOB main-0
 -- echo ready``, what the ``pasture`` script runs): the wall seconds until the first byte
 of the command's output arrives (``first_output``) and until the process exits
-(``total``), median and max. Beside them, in one more child process, where the time goes:
-the import of ``scheduler.cli``, the API client's set-up, the API round trip that hands out
-the way in (``POST .../exec``), what is left of paramiko's import after it (it runs in a
-thread meanwhile), the SSH connection (TCP, key exchange, login with the job's key) and the
-command on the open connection. ``load_average_1m``: how busy the machine was (wall times
+(``total``), median and max, and the CPU seconds of the CLI process (``cli_cpu``; the
+waits on the API and the task's sshd come on top). Beside them, in one more child process,
+where the time goes: the import of ``scheduler.cli``, the API client's set-up, the API
+round trip that hands out the way in (``POST .../exec``), what is left of paramiko's import
+after it (it runs in a thread meanwhile), the SSH connection (TCP, key exchange, login with
+the job's key) and the command on the open connection. ``load_average_1m``: how busy the machine was (wall times
 on a loaded machine are several times its CPU times).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,8 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=7, help="runs of job exec")
 
 
-def _first_output(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(seconds to the first stdout byte, seconds to exit) of one run."""
+def _first_output(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(seconds to the first stdout byte, seconds to exit, CPU seconds of the CLI process:
+    user + system) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None
@@ -51,7 +55,9 @@ def _first_output(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     total = time.perf_counter() - start
     if proc.returncode != 0 or not first:
         raise RuntimeError(f"{argv}: exit {proc.returncode}: {err.decode(errors='replace')}")
-    return got, total
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return got, total, cpu
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,11 +85,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)
-            firsts, totals = [], []
+            firsts, totals, cpus = [], [], []
             for _ in range(args.repeat):
-                f, t = _first_output(argv, env)
+                f, t, cpu = _first_output(argv, env)
                 firsts.append(f)
                 totals.append(t)
+                cpus.append(cpu)
             parts = _parts(env)
         finally:
             dev.down(Path(tmp))
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "first_output_median_s": round(statistics.median(firsts), 3),
         "first_output_max_s": round(max(firsts), 3),
         "total_median_s": round(statistics.median(totals), 3),
+        "cli_cpu_median_s": round(statistics.median(cpus), 3),
         **parts,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
