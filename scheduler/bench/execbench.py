@@ -10,8 +10,8 @@ waits on the API and the task's sshd come on top). Beside them, in one more chil
 where the time goes: the import of ``scheduler.cli``, the API client's set-up, the API
 round trip that hands out the way in (``POST .../exec``), what is left of paramiko's import
 after it (it runs in a thread meanwhile), the SSH connection (TCP, key exchange, login with
-the job's key) and the command on the open connection. ``load_average_1m``: how busy the machine was (wall times
-on a loaded machine are several times its CPU times).
+the job's key) and the command on the open connection. ``load_average_1m``: how busy the
+machine was (wall times on a loaded machine are several times its CPU times).
 """
 
 from __future__ import annotations
