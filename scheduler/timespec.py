@@ -8,6 +8,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+DEFAULT_USAGE_SINCE = "7d"
+"""The one default start of a usage report (``pasture usage --since``, the dashboard's
+GPU-hours page): a week before now."""
+
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

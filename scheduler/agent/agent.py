@@ -408,7 +408,16 @@ class Agent:
                 self.s.diagnosis_rules,
             )
         self.store.report_task(
-            t.job, t.key, t.attempt, self.node, state, code, msg, cause=cause, diagnosis=diag
+            t.job,
+            t.key,
+            t.attempt,
+            self.node,
+            state,
+            code,
+            msg,
+            cause=cause,
+            diagnosis=diag,
+            usage=self.task_usage.final(t),  # kept in the task's record (sacct's)
         )
         log.info("task %s %s (exit %s)", t.lid, state, code)
         self.executor.cleanup(t.handle)

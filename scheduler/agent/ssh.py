@@ -45,9 +45,14 @@ from typing import Any
 from scheduler import jobkey
 from scheduler.rules.discovery import ordered_tasks, shell_name
 from scheduler.spec.model import JobSpec
+from scheduler.spec.secrets import env_name as secret_env
 from scheduler.store.records import TaskRecord
 
 KEY_NAME = "id_job"
+EXEC_ENV_FILE = "exec.env"
+"""The task's variables and working directory as ``sh`` lines, for ``pasture job exec``."""
+EXEC_ENV_VAR = "PASTURE_EXEC_ENV"
+"""Set by the task's sshd in every session it opens: the path of :data:`EXEC_ENV_FILE`."""
 
 
 def job_key(private_pem: str) -> tuple[str, str]:
@@ -120,6 +125,36 @@ def sshd_config(port: int, task_dir: str) -> str:
         "UsePAM no\n"
         "PrintMotd no\n"
         "Subsystem sftp internal-sftp\n"
+        # `pasture job exec` starts from the task's variables and directory (exec_env_script)
+        f"SetEnv {EXEC_ENV_VAR}={task_dir}/{EXEC_ENV_FILE}\n"
+        # and may ask for SHLVL=1, so bash skips ~/.bashrc, as the task's own shell did
+        "AcceptEnv SHLVL\n"
+    )
+
+
+# prints `cd -- '<the shell's directory>'` with each ' written '\'' (sed's \\ is one \)
+_CD_LINE = r""" printf "cd -- '%s'\n" "$(pwd | sed "s/'/'\\\\''/g")" """
+
+
+def exec_env_script(task_dir: str, secrets: Sequence[str] = ()) -> str:
+    """A start-up line (``/bin/sh``, run after the task's ``cd``) that writes the task's
+    exported variables and its working directory to ``<task_dir>/exec.env`` (mode 0600,
+    replaced atomically): ``export NAME='value'`` lines (the shell's ``export -p``, which
+    quotes every value), then ``cd -- '<dir>'``. ``pasture job exec`` sources it before
+    the command (:data:`EXEC_ENV_VAR`), so the command runs as the task does: its
+    ``PASTURE_*`` variables, the job's and role's ``env``, its PATH, its directory.
+
+    The job's sealed secrets (``PASTURE_SECRET_<NAME>`` for each of ``secrets``) are
+    unset first: a secret's value is never written to a file on the node, and exec (the
+    job's submitter, or an admin looking in) is not handed it.
+    """
+    d = shlex.quote(task_dir)
+    unset = " ".join(secret_env(n) for n in secrets)
+    return (
+        "# what `pasture job exec` starts from: the task's variables (no secret) and directory\n"
+        + f"( umask 077; {{ {f'unset {unset}; ' if unset else ''}export -p;"
+        + _CD_LINE
+        + f"; }} > {d}/{EXEC_ENV_FILE}.tmp && mv -f {d}/{EXEC_ENV_FILE}.tmp {d}/{EXEC_ENV_FILE} )"
     )
 
 

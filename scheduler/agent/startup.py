@@ -229,6 +229,7 @@ def prepare(
     pasture = {k: v for k, v in env.items() if k.startswith("PASTURE_")}
     env = {**env, **spec.env, **spec.roles[me.role].env, **pasture}
 
+    exec_dir: str | None = None  # where the task's sshd (exec's door) finds exec.env
     if wants_ssh(spec):
         own_fs = executor_kind in ("container", "kubernetes")  # a filesystem of its own
         if executor_kind not in ("process", "container", "kubernetes"):
@@ -251,6 +252,7 @@ def prepare(
             if own_fs:  # kubernetes: a hostPath volume (agent/k8s_mounts.py)
                 mounts.append((str(task_dir / "ssh"), CONTAINER_SSH_DIR))
             env.update(ssh.ssh_env(spec, tasks, me, seen))
+            exec_dir = seen
             lines.append(
                 ssh.sshd_script(
                     seen,
@@ -271,9 +273,11 @@ def prepare(
         d = shlex.quote(role.working_dir)
         # a missing directory is said so (diagnosis working_dir_missing), in every shell
         lines.append(
-            f'[ -d {d} ] || {{ echo "pasture: working_dir {d} does not exist" >&2; exit 126; }}'
-        )
-        lines.append(f'cd {d} || {{ echo "pasture: cannot cd to {d}" >&2; exit 126; }}')
+            f'[ -d {d} ] || {{ echo "pasture: working_dir "{d}" does not exist" >&2; exit 126; }}'
+        )  # {d} outside the double quotes: shlex's quoting of a ' is "'", which they would end
+        lines.append(f'cd {d} || {{ echo "pasture: cannot cd to "{d} >&2; exit 126; }}')
+    if exec_dir is not None:  # after every cd: the directory the command starts in
+        lines.append(ssh.exec_env_script(exec_dir, spec.secrets))
     command = role.command or ""
     if executor_kind == "process":  # no /etc/volcano on the node: read the job's copies
         command = local_volcano_paths(command, str(vdir))

@@ -11,6 +11,10 @@ it in the node's usage history, never in the node's record that every token read
                                 # first sample of a task or without a process to read
      memory_rss: int | None,    # bytes: the sum of its processes' resident set sizes
                                 # (pages shared between them count once per process)
+     cpu_s: float | None,       # CPU seconds (user + system) the task used so far: its
+                                # processes alive and the children they waited for
+     max_rss: int | None,       # bytes: the largest memory_rss seen so far (Slurm's
+                                # MaxRSS, over the samples: a peak between two is missed)
      gpus: [{index, util_percent, memory_used}]}   # the node's NVML sample of each GPU
                                 # the task holds (None where NVML gave no figure)
 
@@ -51,8 +55,10 @@ def task_pid(handle: str) -> int | None:
 
 def tree_figures(pid: int) -> tuple[float, int] | None:
     """(CPU seconds user+system, resident bytes) summed over ``pid`` and its descendants
-    now alive, or None when ``pid`` is gone. Processes that vanish while read are
-    skipped."""
+    now alive, or None when ``pid`` is gone. The CPU seconds include those of children
+    that ended and were waited for (``children_user``/``children_system``: a shell's
+    finished commands), so they only grow while the tree lives. Processes that vanish
+    while read are skipped."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -63,7 +69,7 @@ def tree_figures(pid: int) -> tuple[float, int] | None:
         try:
             with p.oneshot():
                 t = p.cpu_times()
-                cpu += t.user + t.system
+                cpu += t.user + t.system + t.children_user + t.children_system
                 rss += p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -81,6 +87,7 @@ class TaskUsageSampler:
     def __init__(self, clock: Any = time.monotonic) -> None:
         self._clock = clock
         self._last: dict[str, tuple[float, float]] = {}  # task id -> (cpu s, read at)
+        self._peak: dict[str, tuple[float, int]] = {}  # task id -> (cpu s, max rss)
 
     def sample(
         self, tasks: Iterable[_Task], gpu_samples: list[dict[str, Any]]
@@ -107,6 +114,9 @@ class TaskUsageSampler:
                 if prev is not None and now > prev[1]:
                     cpu_cores = round(max(0.0, cpu_s - prev[0]) / (now - prev[1]), 3)
                 self._last[tid] = (cpu_s, now)
+                old = self._peak.get(tid, (0.0, 0))
+                self._peak[tid] = (max(old[0], cpu_s), max(old[1], rss))
+            peak = self._peak.get(tid)
             gpus = []
             for i in t.gpus:
                 g = by_index.get(int(i), {})
@@ -125,9 +135,29 @@ class TaskUsageSampler:
                     "attempt": t.attempt,
                     "cpu_cores": cpu_cores,
                     "memory_rss": rss,
+                    "cpu_s": None if peak is None else round(peak[0], 3),
+                    "max_rss": None if peak is None else peak[1],
                     "gpus": gpus,
                 }
             )
         for gone in set(self._last) - seen:
             del self._last[gone]
+        for gone in set(self._peak) - seen:
+            del self._peak[gone]
         return out
+
+    def final(self, t: _Task) -> dict[str, Any] | None:
+        """The task's totals at its end, read once more if its processes still live:
+        ``{cpu_s, max_rss}`` (CPU seconds, bytes; module docstring), or None when it was
+        never measured (a container's task, one that ended before its first sample).
+        Kept in the task's record (Slurm's ``sacct`` TotalCPU and MaxRSS)."""
+        tid = f"{t.job}/{t.uid}/{t.key}#{t.attempt}"
+        pid = task_pid(t.handle)
+        figures = tree_figures(pid) if pid is not None else None
+        old = self._peak.pop(tid, None)
+        self._last.pop(tid, None)
+        if figures is not None:
+            old = (max(old[0] if old else 0.0, figures[0]), max(old[1] if old else 0, figures[1]))
+        if old is None:
+            return None
+        return {"cpu_s": round(old[0], 3), "max_rss": int(old[1])}

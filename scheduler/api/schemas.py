@@ -63,6 +63,11 @@ class TaskOut(_Open):
     cpu_m: int = Field(0, description="millicores it holds")
     memory: int = Field(0, description="bytes it holds")
     gpu: int = Field(0, description="devices it holds")
+    usage: dict[str, Any] | None = Field(
+        None,
+        description="what it used, recorded at its end: {cpu_s (CPU seconds), max_rss"
+        " (bytes)}; null while it runs or when its agent could not measure it",
+    )
 
 
 class AttemptOut(_Open):
@@ -78,6 +83,8 @@ class AttemptOut(_Open):
     nodes: list[str] = []
     started: float | None = None
     ended: float | None = None
+    # and, when its agents recorded them, usage: {"<role>-<index>": {node, cpu_s (CPU
+    # seconds), max_rss (bytes)}} (an extra field: absent from attempts without figures)
 
 
 class JobDeleteOut(_Open):

@@ -15,6 +15,16 @@ class TaskPointOut(BaseModel):
     memory_rss: int | None = Field(None, description="bytes, sum of its processes' RSS")
     gpu_util: float | None = Field(None, description="percent, mean over its GPUs")
     gpu_memory_used: int | None = Field(None, description="bytes, sum over its GPUs")
+    node: str = Field("", description="the node the sample was taken on")
+    attempt: int | None = Field(None, description="the job's attempt it was taken in")
+
+
+class AttemptUsageOut(BaseModel):
+    attempt: int | None = None
+    node: str = ""
+    cpu_s: float | None = Field(None, description="CPU seconds (user + system)")
+    max_rss: int | None = Field(None, description="bytes, peak resident memory")
+    final: bool = Field(False, description="recorded at the task's end (else: so far)")
 
 
 class TaskGpuOut(BaseModel):
@@ -26,14 +36,17 @@ class TaskGpuOut(BaseModel):
 class TaskUsageOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     task: str = Field(description="<role>-<index>")
-    node: str
+    node: str = Field(description="the node of its latest sample (or its node now)")
     attempt: int | None = None
     cpu_request: float = Field(description="cores")
     memory_request: int = Field(description="bytes")
     gpu_request: int = 0
     latest: TaskPointOut | None = Field(None, description="None: no sample in the last 30 s")
     gpus: list[TaskGpuOut] = []
-    samples: list[TaskPointOut] = []
+    samples: list[TaskPointOut] = Field([], description="every node and attempt, oldest first")
+    cpu_time_s: float | None = Field(None, description="CPU seconds over all its attempts")
+    max_rss: int | None = Field(None, description="bytes, the peak of any attempt")
+    attempts: list[AttemptUsageOut] = []
 
 
 class JobUsageTotalsOut(BaseModel):
@@ -41,7 +54,9 @@ class JobUsageTotalsOut(BaseModel):
     memory_rss: int | None = None
     gpu_memory_used: int | None = None
     gpu_util: float | None = None
-    gpus: int = 0
+    gpus: int = Field(0, description="GPUs the tasks with a latest sample hold (a count)")
+    cpu_time_s: float | None = Field(None, description="CPU seconds of all tasks, all attempts")
+    max_rss: int | None = Field(None, description="bytes, the largest task's peak")
 
 
 class JobUsageOut(BaseModel):
@@ -63,13 +78,16 @@ class JobGpuTimeOut(BaseModel):
     user: str
     vc: str
     gpus: int
+    cores: float = Field(0.0, description="CPU cores it asks for (all its tasks)")
     seconds: float
     gpu_hours: float
+    core_hours: float = Field(0.0, description="allocated CPU core-hours")
 
 
 class GpuHoursRowOut(BaseModel):
     key: str = Field(description="the user or VC")
     gpu_hours: float
+    core_hours: float = 0.0
     jobs: list[JobGpuTimeOut]
 
 
@@ -80,4 +98,5 @@ class GpuHoursOut(BaseModel):
     until: float
     by: Literal["user", "vc"]
     rows: list[GpuHoursRowOut]
-    total: float
+    total: float = Field(description="GPU-hours")
+    total_core_hours: float = 0.0

@@ -13,4 +13,5 @@ BENCHMARKS: dict[str, str] = {
     "chaos": "scheduler.bench.chaos_bench",
     "cli": "scheduler.bench.cli",
     "flood": "scheduler.bench.flood",
+    "exec": "scheduler.bench.execbench",
 }

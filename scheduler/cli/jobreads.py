@@ -305,14 +305,16 @@ def exec_(
     as kubectl exec does: through the task's own sshd, so only jobs submitted with
     ``ssh: true`` (or ``mpi``) and only their submitter or an admin. stdout and stderr
     stream back; the exit code is the command's (7 when the task cannot be reached)."""
-    from scheduler.cli.jobexec import parse_task, run_remote
+    from scheduler.cli.jobexec import parse_task, preload, run_remote
 
     if command[:1] == ["--"]:  # after the first argument every word is kept, -- too
         command = command[1:]
     if not command:
         raise typer.BadParameter("COMMAND: give the command after --")
     role, index = parse_task(task)
+    loading = preload()  # paramiko's import overlaps the API round trip
     client = api_client()
     with job_hint(client, name):
         access = client.exec_access(name, role, index)
+    loading.join()
     raise typer.Exit(run_remote(access, command, login))

@@ -260,19 +260,21 @@ class StepApplier:
         failures = job.failures + (1 if ending.failure else 0)
         state = ending.state
         cause = ending.cause or ("preempted" if ending.preempted else "")
-        attempts = [
-            *job.attempts,
-            {
-                "attempt": job.attempt,
-                "state": state.value,
-                "reason": ending.reason,
-                "cause": cause,
-                "charged": ending.failure,
-                "nodes": sorted({t.node for t in tasks}),
-                "started": job.start_time or job.scheduled_time,
-                "ended": now,
-            },
-        ]
+        ended: dict[str, Any] = {
+            "attempt": job.attempt,
+            "state": state.value,
+            "reason": ending.reason,
+            "cause": cause,
+            "charged": ending.failure,
+            "nodes": sorted({t.node for t in tasks}),
+            "started": job.start_time or job.scheduled_time,
+            "ended": now,
+        }
+        # what each task used (sacct's per-step figures), kept after the task records go
+        used = {t.key: {"node": t.node, **t.usage} for t in tasks if t.usage}
+        if used:
+            ended["usage"] = used
+        attempts = [*job.attempts, ended]
         if state == JobState.QUEUED:
             self._transition(
                 job,

@@ -9,17 +9,24 @@ attempt started or was placed, ``ended``; the attempt now running: from its star
 placement, until now) are cut to the range ``[since, until]``, and each second counts the
 GPUs the job asks for (replicas x GPUs per task, :func:`scheduler.services.records.spec_gpus`).
 So the figure is allocated GPU time, as Slurm's ``AllocTRES``, not measured use; a job
-asking for no GPU counts 0.
+asking for no GPU counts 0. CPU time is reported the same way beside it: core-hours = the
+same seconds x the CPU cores the job asks for (replicas x cores per task); a task's
+measured CPU seconds are in ``GET /api/v1/jobs/{name}/usage`` (``cpu_time_s``).
+
+A range must lie in the past and run forward: ``since`` after now, or ``until`` not after
+``since``, is refused (422 naming the field), never answered with zeros. An ``until``
+after now is cut to now.
 
 A user token sees its own VCs' jobs only; an admin every job.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from scheduler.services.errors import BadRequestError
+from scheduler.services.errors import BadRequestError, InvalidError
 from scheduler.services.principal import Principal, require_role
 from scheduler.services.records import spec_gpus
 from scheduler.states import JobState
@@ -36,25 +43,46 @@ MAX_JOBS = 100_000
 
 @dataclass
 class JobGpuTime:
-    """One job's share of a report: ``gpus`` asked for, ``seconds`` its attempts held an
-    allocation inside the range, ``gpu_hours`` = gpus x seconds / 3600."""
+    """One job's share of a report: ``gpus`` and ``cores`` asked for, ``seconds`` its
+    attempts held an allocation inside the range, ``gpu_hours`` = gpus x seconds / 3600,
+    ``core_hours`` = cores x seconds / 3600."""
 
     name: str
     uid: str
     user: str
     vc: str
     gpus: int
+    cores: float
     seconds: float
     gpu_hours: float
+    core_hours: float
 
 
 @dataclass
 class GpuHoursRow:
-    """GPU-hours of one user or VC (``key``), and the jobs that make them up."""
+    """GPU-hours and core-hours of one user or VC (``key``), and the jobs that make them
+    up."""
 
     key: str
     gpu_hours: float
+    core_hours: float = 0.0
     jobs: list[JobGpuTime] = field(default_factory=list)
+
+
+def spec_cores(spec: dict[str, Any]) -> float:
+    """CPU cores a stored job spec asks for: the sum over its roles of replicas x cores
+    per task (:func:`scheduler.spec.quantity.parse_cpu`); 0 for what does not parse."""
+    from scheduler.spec.quantity import parse_cpu
+
+    roles = spec.get("roles") or {}
+    total = 0
+    for role in roles.values() if isinstance(roles, dict) else ():
+        resources = (role.get("resources") or {}) if isinstance(role, dict) else {}
+        try:
+            total += int(role.get("replicas") or 1) * parse_cpu(resources.get("cpu") or 0)
+        except (TypeError, ValueError):
+            continue
+    return total / 1000
 
 
 def intervals(job: JobRecord, now: float) -> list[tuple[float, float]]:
@@ -77,6 +105,26 @@ def overlap(spans: list[tuple[float, float]], since: float, until: float) -> flo
     return sum(max(0.0, min(b, until) - max(a, since)) for a, b in spans)
 
 
+def check_range(since: float, until: float | None, now: float) -> None:
+    """Refuse a report range that cannot hold anything (module docstring).
+
+    Args:
+        since, until: s since the epoch (``until`` None: now); now: the store's clock (s).
+    Raises:
+        InvalidError: ``since`` after ``now``, or ``until`` not after ``since``.
+    """
+
+    def when(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    if since > now:
+        raise InvalidError(
+            f"since: expected a time in the past (at most now, {when(now)}), got {when(since)}"
+        )
+    if until is not None and until <= since:
+        raise InvalidError(f"until: expected a time after since ({when(since)}), got {when(until)}")
+
+
 class AccountingService:
     """GPU-hours reports. Args: store: the backend store."""
 
@@ -90,39 +138,45 @@ class AccountingService:
         None: now).
 
         Returns:
-            ``{since, until, by, rows: [GpuHoursRow...] most first, total (GPU-hours)}``;
-            an empty range (``until`` before ``since``) holds nothing, as ``sacct``'s.
+            ``{since, until, by, rows: [GpuHoursRow...] most first, total (GPU-hours),
+            total_core_hours}``; ``until`` is cut to now.
 
         Raises:
             BadRequestError: ``by`` not user / vc.
+            InvalidError: ``since`` after now, or ``until`` not after ``since`` (422; the
+                message names the field, what it must be and what was given).
             ForbiddenError: an agent token.
         """
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         if by not in ("user", "vc"):
             raise BadRequestError(f"by: expected user or vc, got {by!r}")
         now = self.store.now()
-        until = now if until is None else float(until)
-        jobs = self._jobs(principal) if until > since else []
+        check_range(since, until, now)
+        until = now if until is None else min(float(until), now)
+        jobs = self._jobs(principal)
         rows: dict[str, GpuHoursRow] = {}
         for j in jobs:
             seconds = overlap(intervals(j, now), since, until)
             if seconds <= 0:
                 continue
-            gpus = spec_gpus(j.spec)
+            gpus, cores = spec_gpus(j.spec), spec_cores(j.spec)
             share = JobGpuTime(
                 name=j.name,
                 uid=j.uid,
                 user=j.user,
                 vc=j.vc,
                 gpus=gpus,
+                cores=cores,
                 seconds=round(seconds, 3),
                 gpu_hours=gpus * seconds / 3600.0,
+                core_hours=cores * seconds / 3600.0,
             )
             key = j.user if by == "user" else j.vc
             row = rows.setdefault(key, GpuHoursRow(key=key, gpu_hours=0.0))
             row.jobs.append(share)
             row.gpu_hours += share.gpu_hours
-        ordered = sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key))
+            row.core_hours += share.core_hours
+        ordered = sorted(rows.values(), key=lambda r: (-r.gpu_hours, -r.core_hours, r.key))
         for r in ordered:
             r.jobs.sort(key=lambda s: (-s.gpu_hours, s.name))
         return {
@@ -131,6 +185,7 @@ class AccountingService:
             "by": by,
             "rows": ordered,
             "total": sum(r.gpu_hours for r in ordered),
+            "total_core_hours": sum(r.core_hours for r in ordered),
         }
 
     def _jobs(self, principal: Principal) -> list[JobRecord]:

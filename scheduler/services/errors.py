@@ -48,6 +48,14 @@ class ConflictError(ServiceError):
     status = 409
 
 
+class InvalidError(ServiceError):
+    """A parameter parsed but its value cannot be right (a time range that runs backwards
+    or lies in the future): 422, the message naming the field, what was expected and what
+    was given."""
+
+    status = 422
+
+
 class InvalidSpecError(ServiceError):
     """A job spec failed validation.
 

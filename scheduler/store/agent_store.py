@@ -206,9 +206,12 @@ class NodeStore:
         cause: str = "",
         diagnosis: dict[str, Any] | None = None,
         pipe: redis.client.Pipeline | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> bool:
         """Queue a report on a task of this node (state running / succeeded / failed /
-        stopped / lost, exit code, message, executor handle, infrastructure cause or "")
+        stopped / lost, exit code, message, executor handle, infrastructure cause or "";
+        ``usage``: the ended task's totals ``{cpu_s, max_rss}``,
+        :meth:`scheduler.agent.taskusage.TaskUsageSampler.final`)
         for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
         to this node. One round trip (lua.NODE_REPORT: XADD, SADD, and a PUBLISH when it
         made the node pending); with ``pipe`` only queued on it (a caller reporting many
@@ -228,6 +231,8 @@ class NodeStore:
             "cause": cause,
             # issue 19: the failure's class (scheduler.rules.diagnosis), JSON
             "diagnosis": json.dumps(diagnosis) if diagnosis else "",
+            # issue 34: CPU seconds and peak resident bytes at its end (sacct's), JSON
+            "usage": json.dumps(usage) if usage else "",
         }
         args = [self.p, self.node, REPORTS_MAXLEN]
         for k, v in fields.items():

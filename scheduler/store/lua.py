@@ -259,6 +259,7 @@ return tostring(now)
 #       diagnosis JSON ('' = none: scheduler.rules.diagnosis), 'quiet' to not wake the loop (the
 #       loop applying its nodes' reports itself; a flood of self-notifications cost it
 #       most of a cycle at 500 jobs/s)
+#       usage JSON ('' = none: the ended task's {cpu_s, max_rss}, reports._usage_arg)
 # Applies an agent's report when it is about the task's current attempt on that node and
 # the task is not finished yet. Returns 1 when applied, 0 when stale.
 REPORT_TASK = r"""
@@ -277,6 +278,7 @@ if ARGV[7] ~= '' then t.exit_code = tonumber(ARGV[7]) end
 if ARGV[8] ~= '' then t.message = ARGV[8] end
 if ARGV[10] and ARGV[10] ~= '' then t.cause = ARGV[10] end
 if ARGV[11] and ARGV[11] ~= '' then t.diagnosis = cjson.decode(ARGV[11]) end
+if ARGV[13] and ARGV[13] ~= '' then t.usage = cjson.decode(ARGV[13]) end
 if ARGV[6] == 'running' then
   t.started = now
   if ARGV[9] ~= '' then t.handle = ARGV[9] end

@@ -51,7 +51,8 @@ def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
     """The compact history sample of an agent's usage report: ``{cpu, mem, gpu}`` in
     percent (``gpu``: mean utilisation over the GPUs NVML measured, None without any), and
     ``tasks`` when the report has per-task figures: ``{"<uid>/<role>-<index>": {job,
-    attempt, cpu (cores), rss (bytes), gpus: [[index, util percent, memory used bytes]]}}``
+    attempt, cpu (cores), rss (bytes), cpu_s (CPU seconds so far), maxrss (peak bytes so
+    far), gpus: [[index, util percent, memory used bytes]]}}``
     (keyed by the job's uid: a job submitted again under a deleted job's name never reads
     the old job's samples). None when the report has no CPU figure."""
     if not isinstance(usage, dict) or usage.get("cpu_percent") is None:
@@ -78,6 +79,8 @@ def usage_sample(usage: dict[str, Any]) -> dict[str, Any] | None:
             "attempt": t.get("attempt"),
             "cpu": t.get("cpu_cores"),
             "rss": t.get("memory_rss"),
+            "cpu_s": t.get("cpu_s"),
+            "maxrss": t.get("max_rss"),
             "gpus": [
                 [g.get("index"), g.get("util_percent"), g.get("memory_used")]
                 for g in t.get("gpus") or []

@@ -92,6 +92,9 @@ class TaskRecord:
     restarts: int = 0
     # failure diagnosis {kind, summary, retry, hint} from scheduler.rules.diagnosis (issue 19)
     diagnosis: dict[str, Any] | None = None
+    # issue 34: what the task used, recorded at its end by its agent: {cpu_s (CPU
+    # seconds), max_rss (bytes)}; None: not measured (Slurm's TotalCPU and MaxRSS)
+    usage: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -151,7 +154,8 @@ class JobRecord:
             attempt ended in: queued = requeued), reason, cause ('' = the task's own
             outcome, else node_lost | fenced | agent_restart | preempted | drained),
             charged (whether it used an attempt of the retry budget), nodes, started,
-            ended}`` (times in s).
+            ended, usage}`` (times in s; ``usage``: ``{"<role>-<index>": {node, cpu_s,
+            max_rss}}`` of the tasks whose agent recorded totals at their end).
     """
 
     name: str

@@ -191,7 +191,28 @@ def _task_args(
         f.get("cause", "")[:MAX_CAUSE],  # ARGV[10] of REPORT_TASK where it takes a cause
         _diagnosis_arg(f.get("diagnosis", "")),  # ARGV[11]: issue 19
         "quiet",  # ARGV[12]: the loop applies these itself; no wake-up for it
+        _usage_arg(f.get("usage", "")),  # ARGV[13]: issue 34
     ]
+
+
+def _usage_arg(raw: str) -> str:
+    """A node's end-of-task totals reduced to ``{cpu_s (float >= 0), max_rss (int >=
+    0)}`` JSON ('' when absent or malformed): a node's report is not trusted."""
+    if not raw or len(raw) > 1024:
+        return ""
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return ""
+    if not isinstance(d, dict):
+        return ""
+    out: dict[str, float | int] = {}
+    cpu, rss = d.get("cpu_s"), d.get("max_rss")
+    if isinstance(cpu, int | float) and not isinstance(cpu, bool) and 0 <= cpu < 1e12:
+        out["cpu_s"] = round(float(cpu), 3)
+    if isinstance(rss, int) and not isinstance(rss, bool) and 0 <= rss < 1 << 60:
+        out["max_rss"] = rss
+    return json.dumps(out) if out else ""
 
 
 def _probe_reason(f: dict[str, str]) -> str:

@@ -79,12 +79,15 @@ class TasksMixin(StoreBase):
         handle: str = "",
         cause: str = "",
         diagnosis: dict[str, Any] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> bool:
         """An agent's report on a task. Ignored (returns False) when it is about another
         attempt or node, or the task already finished. Wakes the loop. ``cause``: an
         infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
         task) ended it (then the attempt is not charged). ``diagnosis``:
-        :func:`scheduler.rules.diagnosis.diagnose_report` of a failed task, kept in the record."""
+        :func:`scheduler.rules.diagnosis.diagnose_report` of a failed task, kept in the record.
+        ``usage``: the ended task's ``{cpu_s, max_rss}`` (CPU seconds, bytes), kept in the
+        record (:meth:`scheduler.agent.taskusage.TaskUsageSampler.final`)."""
         return bool(
             self._report(
                 args=[
@@ -99,6 +102,8 @@ class TasksMixin(StoreBase):
                     handle,
                     cause,
                     json.dumps(diagnosis) if diagnosis else "",
+                    "",  # ARGV[12]: wake the loop
+                    json.dumps(usage) if usage else "",
                 ]
             )
         )

@@ -101,8 +101,12 @@ def test_job_page_charts_each_tasks_usage(page, cluster):
     data = page.evaluate(
         "(() => { const u = window.pastureCharts.find(c => c.pasture.src.includes('worker-0'));"
         " return {src: u.pasture.src, t: u.data[0], cpu: u.data[1], gpu: u.data[3],"
-        " y: u.axes[1]._values}; })()"
+        " y: u.axes[1]._values, where: u.pasture.where}; })()"
     )
+    # every point says where it was taken (issue 34 item 5): the node and the attempt
+    node = got["tasks"][0]["node"]
+    assert set(data["where"]) == {f"{node} (attempt 1)"} and len(data["where"]) == len(data["t"])
+    expect(row.locator("td.where")).to_have_text(f"{node} (1)")
     assert f"uid={uid}" in data["src"]
     assert len(data["t"]) >= 2 and set(data["gpu"]) == {89}  # mean of 91 and 87
     assert any(v is not None and v > 0 for v in data["cpu"])  # % of its 1-core request

@@ -58,7 +58,7 @@ from scheduler.services.errors import ForbiddenError, NotFoundError, ServiceErro
 from scheduler.services.jobs import JOB_STATES
 from scheduler.services.records import as_dict
 from scheduler.services.usage import UsageService
-from scheduler.timespec import parse_when
+from scheduler.timespec import DEFAULT_USAGE_SINCE, parse_when
 from scheduler.units import format_gpu_hours
 
 HERE = Path(__file__).parent
@@ -491,7 +491,7 @@ def schedules_page(request: Request) -> Response:
 @router.get("/gpu-hours")
 def gpu_hours_page(
     request: Request,
-    since: str = Query("7d", max_length=40),
+    since: str = Query(DEFAULT_USAGE_SINCE, max_length=40),
     until: str = Query("", max_length=40),
     by: str = Query("user", max_length=4),
 ) -> Response:
@@ -515,7 +515,15 @@ def gpu_hours_page(
     except ServiceError as exc:
         return error(request, s, exc.status, exc.message)
     return render(
-        request, "gpu_hours.html", s, report=report, f_since=since, f_until=until, f_by=by
+        request,
+        "gpu_hours.html",
+        s,
+        report=report,
+        f_since=since,
+        f_until=until,
+        f_by=by,
+        gpu_bars=views.hours_bars(report.rows, "gpu_hours", "GPU-hours"),
+        core_bars=views.hours_bars(report.rows, "core_hours", "core-hours"),
     )
 
 

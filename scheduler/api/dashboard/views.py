@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.services.records import spec_gpus
 from scheduler.states import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobState
-from scheduler.units import format_bytes, format_duration, format_millicores, format_resources
+from scheduler.units import (
+    format_bytes,
+    format_duration,
+    format_gpu_hours,
+    format_millicores,
+    format_resources,
+)
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, NodeOut, TaskOut, VcOut
@@ -211,6 +217,24 @@ def vc_bars(vcs: Iterable[VcOut], resource: str) -> list[dict[str, Any]]:
     return out
 
 
+def hours_bars(rows: Iterable[Any], attr: str, unit: str) -> list[dict[str, Any]]:
+    """One bar per row of a GPU-hours report (``GpuHoursRowOut``) for the bar chart of
+    the GPU-hours page (``_bars.html``): ``attr`` (``gpu_hours`` or ``core_hours``) as a
+    percentage of the largest row's (``within``), labelled ``"<hours> <unit>"``."""
+    rows = list(rows)
+    scale = max([float(getattr(r, attr)) for r in rows] + [0.0]) or 1.0
+    return [
+        {
+            "name": r.key,
+            "within": 100.0 * float(getattr(r, attr)) / scale,
+            "borrowed": 0.0,
+            "free": 0.0,
+            "label": f"{format_gpu_hours(float(getattr(r, attr)))} {unit}",
+        }
+        for r in rows
+    ]
+
+
 def chart_series(samples: Iterable[UsageSample]) -> dict[str, list[Any]]:
     """Usage samples (:class:`scheduler.services.usage.UsageSample`, percent) as the
     column arrays a uPlot chart takes: ``{t: [Unix s], cpu: [...], mem: [...], gpu:
@@ -228,13 +252,18 @@ def task_chart_series(task: Any) -> dict[str, list[Any]]:
     columns in percent: ``cpu`` = cores used / cores requested, ``mem`` = resident bytes /
     bytes requested (either above 100 when the task uses more than it asked for and its
     executor does not cap it), ``gpu`` = mean utilisation of its GPUs; None where not
-    measured (or nothing was requested)."""
+    measured (or nothing was requested); ``where``: the node (and attempt) each sample
+    was taken on, samples of every node and attempt of the job's life."""
 
     def pct(v: float | None, of: float) -> float | None:
         return None if v is None or not of else round(100.0 * v / of, 1)
 
     return {
         "t": [p.t for p in task.samples],
+        "where": [
+            f"{p.node} (attempt {p.attempt})" if p.attempt is not None else p.node
+            for p in task.samples
+        ],
         "cpu": [pct(p.cpu_cores, task.cpu_request) for p in task.samples],
         "mem": [pct(p.memory_rss, task.memory_request) for p in task.samples],
         "gpu": [p.gpu_util for p in task.samples],

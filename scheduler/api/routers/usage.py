@@ -31,8 +31,10 @@ def job_usage(
 ) -> Any:
     """The job's per-task usage: CPU cores and resident memory of each task's processes,
     utilisation and memory of the GPUs it holds (latest figures and the samples of the
-    last ``window`` seconds, one per 5 s). Only this job's own samples (its uid). 404 as
-    ``GET /jobs/{name}``."""
+    last ``window`` seconds, one per 5 s, from every node and attempt of the job's life,
+    each naming its ``node`` and ``attempt``), and what each task used in all (CPU
+    seconds ``cpu_time_s``, peak ``max_rss``: recorded at its end, kept as long as the
+    job). Only this job's own samples (its uid). 404 as ``GET /jobs/{name}``."""
     return as_dict(request.app.state.job_usage.job(who, name, window, uid))
 
 
@@ -48,7 +50,9 @@ def gpu_hours(
     by: Literal["user", "vc"] = Query("user"),
     who: TokenInfo = Depends(principal),
 ) -> Any:
-    """GPU-hours per user or VC in ``[since, until]``: each kept job's attempts'
-    allocation time inside the range x the GPUs it asks for (allocated, not measured).
-    A user token sees its VCs' jobs only."""
+    """GPU-hours and CPU core-hours per user or VC in ``[since, until]``: each kept job's
+    attempts' allocation time inside the range x the GPUs (cores) it asks for
+    (allocated, not measured). 422 naming the field for ``since`` after now or ``until``
+    not after ``since``; an ``until`` after now is cut to now. A user token sees its VCs'
+    jobs only."""
     return as_dict(request.app.state.accounting.gpu_hours(who, since, until, by))

@@ -5,11 +5,13 @@ and only the job's submitter (or an admin) of a job with ssh gets in."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -134,3 +136,63 @@ def test_exec_runs_in_the_task_and_returns_its_exit_code(cluster):
     assert again["key"] == ok["key"] and "planted" not in again["key"]
     for name in ("with-ssh", "no-ssh"):
         _api(c, alice, "POST", f"/jobs/{name}/stop")
+
+
+ENV_JOB = """\
+name: {name}
+ssh: true
+env: {{MY_SETTING: "a 'quoted' value"}}
+secrets: {{TOKEN: s3cret-value}}
+roles:
+  main:
+    replicas: 1
+    resources: {{cpu: 100m, memory: 64Mi}}
+    env: {{ROLE_SETTING: "2"}}
+    working_dir: {workdir}
+    command: env > "$PASTURE_JOB_DIR/task-env"; pwd > "$PASTURE_JOB_DIR/task-pwd"; sleep 120
+"""
+
+
+def _vars(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def test_exec_runs_in_the_tasks_environment_and_directory(cluster, tmp_path):
+    """Issue 34 item 7: the task's PASTURE_* variables, the job's and role's env and its
+    working directory; never its sealed secrets (not written to the node's disk)."""
+    c = cluster
+    tokens = TokenStore(c.store().r)
+    alice = tokens.create("alice-env", "user", ["default"])
+    workdir = tmp_path / "it's a dir"
+    workdir.mkdir()
+    workdir.chmod(0o777)
+    spec = ENV_JOB.format(name="env-ssh", workdir=json.dumps(str(workdir)))
+    r = _api(c, alice, "POST", "/jobs", content=spec)
+    assert r.status_code == 201, r.text
+    _running(c, alice, "env-ssh")
+    log = Path(c.share_dir) / "jobs" / "env-ssh"
+    task_env = Path(c.share_dir) / "jobs" / "env-ssh" / "task-env"
+    deadline = time.monotonic() + 60
+    while True:  # the task's sshd starts with it: wait until it listens
+        r = _pasture(c, alice, "job", "exec", "env-ssh", "main-0", "--", "env")
+        if (r.returncode == 0 and task_env.exists()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    logs = "".join(p.read_text() for p in log.rglob("*.log"))
+    assert r.returncode == 0, (r.stderr, _api(c, alice, "GET", "/jobs/env-ssh").json(), logs)
+    mine, theirs = _vars(r.stdout), _vars(task_env.read_text())
+    pasture = {k: v for k, v in theirs.items() if k.startswith("PASTURE_")}
+    secret = {k for k in pasture if k.startswith("PASTURE_SECRET_")}
+    assert secret == {"PASTURE_SECRET_TOKEN"}
+    assert len(pasture) >= 16
+    for k, v in pasture.items():
+        if k not in secret:
+            assert mine.get(k) == v, k
+    assert "PASTURE_SECRET_TOKEN" not in mine and "s3cret-value" not in r.stdout
+    assert mine["MY_SETTING"] == "a 'quoted' value" and mine["ROLE_SETTING"] == "2"
+    r = _pasture(c, alice, "job", "exec", "env-ssh", "main-0", "--", "pwd")
+    assert r.returncode == 0 and r.stdout.strip() == str(workdir), r.stderr
+    # nothing on the node's disk holds the secret
+    for f in Path(c.base_dir).rglob("exec.env"):
+        assert "s3cret-value" not in f.read_text()
+    _api(c, alice, "POST", "/jobs/env-ssh/stop")

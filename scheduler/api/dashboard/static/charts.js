@@ -1,7 +1,8 @@
 // Usage charts: uPlot (vendored, see README.md here) draws each <figure class="uchart"
 // data-src=URL> from the JSON columns {t: [Unix s], cpu, mem, gpu: [percent | null]}
 // that /dashboard/usage serves, with a time axis (local time labels) and a 0-100 % axis.
-// The data is fetched again every REFRESH_MS.
+// The data is fetched again every REFRESH_MS. A job's task chart also has a column
+// where: [node (attempt n)] per sample, shown beside the time of the point under the cursor.
 (function () {
   "use strict";
   var REFRESH_MS = 15000;
@@ -40,14 +41,23 @@
           values: function (u, ticks) { return ticks.map(function (v) { return v + "%"; }); },
         },
       ],
-      series: [{ label: "time" }].concat(
+      series: [{
+        label: "time",
+        value: function (u, v, si, idx) {
+          if (v == null) return "-";
+          var when = new Date(v * 1000).toLocaleTimeString();
+          var where = chart && chart.pasture.where ? chart.pasture.where[idx] : null;
+          return where ? when + " on " + where : when;
+        },
+      }].concat(
         SERIES.map(function (s) {
           return { label: s.label, stroke: s.stroke, width: 2, spanGaps: false, value: pct };
         })
       ),
     };
-    var chart = new uPlot(opts, columns(d), fig);
-    chart.pasture = { src: fig.dataset.src };
+    var chart = null;
+    chart = new uPlot(opts, columns(d), fig);
+    chart.pasture = { src: fig.dataset.src, where: d.where || null };
     charts.push(chart);
     window.addEventListener("resize", function () {
       chart.setSize({ width: Math.max(260, fig.clientWidth - 10), height: 200 });
@@ -65,6 +75,7 @@
         var empty = fig.nextElementSibling;
         if (empty && empty.classList.contains("chart-empty")) empty.hidden = d.t.length > 0;
         if (!chart) return make(fig, d);
+        chart.pasture.where = d.where || null;
         chart.setScale("x", { min: d.now - d.window_s, max: d.now });
         chart.setData(columns(d), false);
         return chart;
