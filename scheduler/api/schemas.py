@@ -54,7 +54,7 @@ class TaskOut(_Open):
         "",
         description="'' when the task ended by itself; else the infrastructure fault that "
         "ended it (node_lost | fenced | agent_restart | evicted | node_shutdown | "
-        "admission_rejected): its attempt is not charged",
+        "admission_rejected | not_started): its attempt is not charged",
     )
     diagnosis: dict[str, Any] | None = Field(
         None,
@@ -72,7 +72,7 @@ class AttemptOut(_Open):
     cause: str = Field(
         "",
         description="'' (the task's own outcome) | node_lost | fenced | agent_restart | "
-        "evicted | node_shutdown | admission_rejected | preempted | drained",
+        "evicted | node_shutdown | admission_rejected | not_started | preempted | drained",
     )
     charged: bool = Field(description="whether it used an attempt of retry.max_attempts")
     nodes: list[str] = []

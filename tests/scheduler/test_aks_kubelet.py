@@ -336,10 +336,11 @@ def test_platform_endings_requeue_free_with_a_named_cause(redis_url, tmp_path, h
         aks.close()
 
 
-def test_a_pod_never_admitted_fails_its_task_after_the_pending_timeout(aks):
+def test_a_pod_never_admitted_is_requeued_free_after_the_pending_timeout(aks):
     """Item 6: a task pod bound to a node whose kubelet never admits it (NotReady) is not
-    running for longer than the limit: its task fails, whatever the reason (on main it
-    'ran' and held its GPU for good)."""
+    running for longer than the limit: its task ends, whatever the reason, as the
+    infrastructure's fault (cause ``not_started``): the job is requeued without using an
+    attempt (on main the task failed with exit 125 and the attempt was charged)."""
     aks.kube.add_node(
         "aks-a100-vmss-x",
         **NODE,
@@ -364,8 +365,14 @@ def test_a_pod_never_admitted_fails_its_task_after_the_pending_timeout(aks):
     aks.exec_clock.t += 2
     aks.agents["aks-a100-vmss-x"].reconcile()
     (task,) = aks.store.tasks("train")
-    assert task.state == "failed" and task.exit_code == 125, task
+    assert task.state == "lost" and task.exit_code == 125, task
+    assert task.cause == "not_started" and "ended by the platform" in task.message, task
     assert task.diagnosis["kind"] == "not_running", task.diagnosis
+    aks.loop.cycle()
+    job = aks.store.get_job("train")
+    assert job.state != "failed", job.reason
+    (ended,) = job.attempts
+    assert ended["charged"] is False and ended["cause"] == "not_started", ended
 
 
 def test_cordons_noexecute_and_notready_on_the_node_object_are_honoured(aks):
