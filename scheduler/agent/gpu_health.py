@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -338,11 +339,17 @@ class GpuHealthMonitor:
     """Probes GPUs for the agent and cordons its node when one turns unhealthy.
 
     Args:
-        backend: an :class:`NvmlBackend`; None: :class:`PynvmlBackend` when the NVIDIA driver
-            is there, else no GPUs (the report is an empty list).
+        backend: an :class:`NvmlBackend`; None: the node's dcgm-exporter
+            (:class:`~scheduler.agent.gpu_dcgm.DcgmBackend`) when ``PASTURE_DCGM_URL`` is
+            set (AKS: the agent pod has no NVML), else :class:`PynvmlBackend` when the
+            NVIDIA driver is there, else no GPUs (the report is an empty list).
     """
 
     def __init__(self, backend: NvmlBackend | None = None) -> None:
+        from scheduler.agent.gpu_dcgm import DCGM_URL_ENV, DcgmBackend
+
+        if backend is None and os.environ.get(DCGM_URL_ENV):
+            backend = DcgmBackend(os.environ[DCGM_URL_ENV])
         if backend is None:
             try:
                 backend = PynvmlBackend()
