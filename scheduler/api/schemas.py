@@ -213,6 +213,24 @@ class NodeEventOut(EventOut):
     other_jobs: int | None = Field(None, description="affected jobs of VCs the caller cannot see")
 
 
+class ForgottenNodeOut(BaseModel):
+    """A node pasture forgot: gone for good (a Kubernetes node scaled down or evicted) or
+    deleted by an operator, once its tasks were requeued."""
+
+    time: float = Field(description="when it was forgotten (seconds since the epoch)")
+    node: str
+    reason: str = Field(description="its state reason then, e.g. why it was lost")
+
+
+class NodeEventsOut(BaseModel):
+    """``GET /nodes/{name}/events``: a node's events, known or forgotten."""
+
+    node: str
+    known: bool = Field(description="whether the node has a record now")
+    events: list[NodeEventOut] = Field(description="its events while it had a record")
+    forgotten: list[ForgottenNodeOut] = Field(description="each time it was forgotten")
+
+
 class JobEventsOut(BaseModel):
     job: str
     state: str | None
