@@ -531,7 +531,7 @@ class Agent:
             env=env,
             cpu_m=rec.cpu_m,
             memory=rec.memory,
-            gpus=list(rec.gpus),
+            gpus=self.gpu_health.physical_gpus(list(rec.gpus)),  # the node's GPU set
             log_path=log_path,
             share_dir=share,
             state_dir=state_dir,

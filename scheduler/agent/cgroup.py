@@ -9,9 +9,16 @@ pages (page cache included, as in containers), no swap beyond it:
 
 - cgroup v2 (``/sys/fs/cgroup/cgroup.controllers`` exists): ``memory.max`` and
   ``memory.swap.max`` = 0 in ``<agent's cgroup>/pasture/<task>``; needs the memory
-  controller in the agent's ``cgroup.subtree_control`` (the agent's cgroup is the root of
-  the hierarchy or of its cgroup namespace, or it was delegated with the controller
-  already enabled). The same directory is the kill unit (``cgroup.kill``, Linux >= 5.14).
+  controller in the agent's ``cgroup.subtree_control``: either it is already enabled
+  there (a cgroup delegated with it, e.g. systemd ``Delegate=memory``; a container
+  runtime's cgroup with ``--cgroupns=private`` gives its container none, since that
+  cgroup holds the container's processes), or the agent's cgroup is the hierarchy's true
+  root, the only cgroup the kernel lets enable a controller while it holds processes (the
+  no-internal-process rule, Documentation/admin-guide/cgroup-v2.rst, applies to the root
+  of a cgroup namespace as to any non-root cgroup: enabling there fails with EBUSY; a
+  namespaced agent would have to move its own processes into a leaf first, which this
+  module does not do). The same directory is the kill unit (``cgroup.kill``, Linux >=
+  5.14).
 - cgroup v1 (or hybrid, as on the build machine and CI): ``memory.limit_in_bytes`` and,
   where swap accounting exists, ``memory.memsw.limit_in_bytes`` (the same value) in
   ``<memory mount>/<agent's memory cgroup>/pasture/<task>``; the kill unit is the unified
@@ -123,8 +130,9 @@ def _enable_memory(own: Path, parent: Path) -> None:
     if "memory" not in (own / "cgroup.controllers").read_text().split():
         raise CgroupError(f"the memory controller is not available in {own}")
     if "memory" not in (own / "cgroup.subtree_control").read_text().split():
-        # refused (EBUSY) unless `own` is a root: a cgroup with processes may not give
-        # controllers to its children (cgroup v2's no-internal-process rule)
+        # refused (EBUSY) unless `own` is the hierarchy's true root (a cgroup namespace's
+        # root is not): a cgroup with processes may not give controllers to its children
+        # (cgroup v2's no-internal-process rule)
         _write(own / "cgroup.subtree_control", "+memory")
     parent.mkdir(exist_ok=True)
     if "memory" not in (parent / "cgroup.subtree_control").read_text().split():

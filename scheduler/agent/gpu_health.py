@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -201,6 +202,65 @@ class RecordedBackend:
         return [(int(i), int(x)) for i, x in out]
 
 
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_gpus(spec: str, backend: NvmlBackend) -> list[int]:
+    """The NVML indices an inherited ``CUDA_VISIBLE_DEVICES`` names, in its order: the
+    node's GPU set when the agent was started with it (an operator's way to keep GPUs
+    for something else). Entries are NVML indices (the agent's tasks get
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, in which CUDA numbers GPUs as NVML does) or GPU
+    UUIDs (``GPU-...``, as ``nvidia-smi -L`` prints them); ``""`` is no GPU, as for CUDA.
+
+    Raises:
+        ValueError: an entry is neither an index of this node's GPUs nor one's UUID, or
+            appears twice (the message names it and what the node has).
+    """
+    count = backend.device_count()
+    out: list[int] = []
+    for raw in (e.strip() for e in spec.split(",") if e.strip()):
+        if raw.isdigit():
+            index = int(raw)
+        else:
+            uuids = {}
+            for i in range(count):
+                try:
+                    uuids[str(backend.call("nvmlDeviceGetUUID", i))] = i
+                except NvmlCallError:
+                    continue
+            index = uuids.get(raw, -1)
+        if not 0 <= index < count:
+            raise ValueError(
+                f"{VISIBLE_ENV}: {raw!r} is not one of this node's GPUs (expected an NVML "
+                f"index 0..{count - 1} or a GPU UUID; the node has {count} GPU(s))"
+            )
+        if index in out:
+            raise ValueError(f"{VISIBLE_ENV}: GPU {raw!r} is named twice in {spec!r}")
+        out.append(index)
+    return out
+
+
+class VisibleBackend:
+    """The GPUs of ``indices`` only (:func:`visible_gpus`), numbered 0.. in that order:
+    pasture's GPU ``i`` of the node is NVML's ``indices[i]``. Wraps any
+    :class:`NvmlBackend`, so capacity, usage and health see only the node's GPU set."""
+
+    def __init__(self, inner: NvmlBackend, indices: list[int]) -> None:
+        self.inner = inner
+        self.indices = list(indices)
+
+    def device_count(self) -> int:
+        return len(self.indices)
+
+    def call(self, fn: str, index: int, *args: int) -> Any:
+        return self.inner.call(fn, self.indices[index], *args)
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        return [
+            (self.indices.index(i), xid) for i, xid in self.inner.xid_events() if i in self.indices
+        ]
+
+
 @dataclass
 class GpuHealth:
     """One GPU's health.
@@ -337,20 +397,44 @@ def unhealthy_reason(report: list[dict[str, Any]]) -> str:
 class GpuHealthMonitor:
     """Probes GPUs for the agent and cordons its node when one turns unhealthy.
 
+    An inherited ``CUDA_VISIBLE_DEVICES`` limits the node to those GPUs, in that order
+    (:class:`VisibleBackend`; :attr:`physical`).
+
     Args:
-        backend: an :class:`NvmlBackend`; None: :class:`PynvmlBackend` when the NVIDIA driver
-            is there, else no GPUs (the report is an empty list).
+        backend: an :class:`NvmlBackend`; None: the node's dcgm-exporter
+            (:class:`~scheduler.agent.gpu_dcgm.DcgmBackend`) when ``PASTURE_DCGM_URL`` is
+            set (AKS: the agent pod has no NVML), else :class:`PynvmlBackend` when the
+            NVIDIA driver is there, else no GPUs (the report is an empty list).
     """
 
     def __init__(self, backend: NvmlBackend | None = None) -> None:
+        from scheduler.agent.gpu_dcgm import DCGM_URL_ENV, DcgmBackend
+
+        if backend is None and os.environ.get(DCGM_URL_ENV):
+            backend = DcgmBackend(os.environ[DCGM_URL_ENV])
         if backend is None:
             try:
                 backend = PynvmlBackend()
             except (NvmlCallError, ImportError) as exc:
                 log.debug("no NVML: %s", exc)
+        self.physical: list[int] | None = None
+        """NVML index of each of the node's GPUs when the agent inherited
+        ``CUDA_VISIBLE_DEVICES`` (its GPU set: :func:`visible_gpus`), else None (all)."""
+        spec = os.environ.get(VISIBLE_ENV)
+        if backend is not None and spec is not None:
+            self.physical = visible_gpus(spec, backend)
+            backend = VisibleBackend(backend, self.physical)
+            log.info("%s=%s: this node's GPUs are NVML's %s", VISIBLE_ENV, spec, self.physical)
         self.backend = backend
         self._xids: dict[int, list[int]] = {}
         self._cordoned_for = ""
+
+    def physical_gpus(self, gpus: list[int]) -> list[int]:
+        """NVML indices of the node's GPUs ``gpus`` (pasture's numbering, as the core
+        allocates them): unchanged unless the node's GPU set is limited (:attr:`physical`)."""
+        if self.physical is None:
+            return list(gpus)
+        return [self.physical[g] for g in gpus]
 
     def report(self) -> list[dict[str, Any]]:
         """``[GpuHealth.to_dict()]`` of every GPU ([] without NVML). Never raises."""

@@ -430,6 +430,9 @@ def disruption(pod: k8s.V1Pod | None) -> str | None:
 EVICTED = "evicted"
 NODE_SHUTDOWN = "node_shutdown"
 ADMISSION_REJECTED = "admission_rejected"
+NOT_STARTED = "not_started"
+"""Cause of a task whose pod was not running at all for ``pending_timeout_s`` (never
+admitted, its sandbox or volumes never created): the node's fault, not the task's."""
 SHUTDOWN_REASONS = ("TerminationByKubelet", "Shutdown", "Terminated", "NodeShutdown")
 """Pod condition or status reasons of the kubelet's graceful node shutdown (kubelet
 ``nodeshutdown`` manager: status reason ``Terminated``, message "Pod was terminated in

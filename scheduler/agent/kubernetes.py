@@ -75,6 +75,7 @@ from scheduler.agent.k8s_pod import (
     FENCE_CONTAINER,
     FENCE_RESOURCES,
     GPU_RESOURCE,
+    NOT_STARTED,
     PERMANENT_START_FAILURES,
     SAFE_TO_EVICT,
     START_FAILED_EXIT,
@@ -103,6 +104,7 @@ __all__ = [
     "FENCE_RESOURCES",
     "GPU_RESOURCE",
     "KubernetesExecutor",
+    "NOT_STARTED",
     "PERMANENT_START_FAILURES",
     "PodSettings",
     "SAFE_TO_EVICT",
@@ -334,8 +336,14 @@ class KubernetesExecutor(Executor):
     def infrastructure_ending(self, handle: str) -> tuple[str, str] | None:
         """``(cause, reason)`` of a task pod that Kubernetes ended (an eviction, a node
         shutdown, an admission rejection: :func:`infrastructure_ending` of the pod last read
-        by :meth:`poll`), None when the task ended by itself or never started."""
+        by :meth:`poll`), or that was not running at all for ``pending_timeout_s``
+        (:data:`NOT_STARTED`, with the pod's last reason, e.g. ``ContainerCreating`` after a
+        ``FailedCreatePodSandBox`` or a failed Azure Files mount); None when the task ended
+        by itself or could not start for a reason of its own (:data:`START_FAILURES`)."""
         if handle in self._evidence:
+            evidence = self._evidence[handle]
+            if evidence.get("k8s_not_running"):
+                return NOT_STARTED, str(evidence.get("k8s_reason") or "Pending")
             return None
         return infrastructure_ending(self._last.get(handle))
 

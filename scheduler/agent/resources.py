@@ -9,6 +9,7 @@ an empty GPU list.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import asdict
 from typing import Any
 
@@ -16,55 +17,44 @@ import psutil
 
 from scheduler.k8s.capacity import Capacity, capacity_from_env
 
-
-def _nvml() -> Any | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None
-    return pynvml
+log = logging.getLogger("pasture.agent.resources")
 
 
 def detect_gpus() -> tuple[int, str | None]:
-    """(count, model of GPU 0) via NVML; (0, None) without a driver."""
-    nv = _nvml()
-    if nv is None:
+    """``(count, model)`` of this host's GPUs via NVML (:func:`gpus_of` over the driver):
+    the model is the one every GPU has, None on a host of mixed GPUs; (0, None) without
+    a driver. Each GPU's own model: :func:`gpu_models`."""
+    from scheduler.agent.gpu_health import NvmlCallError, PynvmlBackend
+
+    try:
+        backend = PynvmlBackend()
+    except (NvmlCallError, ImportError):
         return 0, None
     try:
-        count = nv.nvmlDeviceGetCount()
-        model = nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(0)) if count else None
-        if isinstance(model, bytes):
-            model = model.decode()
-        return count, model
-    except Exception:  # noqa: BLE001
+        return gpus_of(backend)
+    except Exception:  # noqa: BLE001 - a driver that fails here: no usable GPU
         return 0, None
-    finally:
-        nv.nvmlShutdown()
 
 
 def gpus_of(backend: Any) -> tuple[int, str | None]:
-    """(count, model of GPU 0) as an NVML backend answers them (an
+    """``(count, model)`` as an NVML backend answers them (an
     :class:`scheduler.agent.gpu_health.NvmlBackend`: the real one or a recording, e.g. the
-    agent setting ``nvml_recording``); the model is None when GPU 0 does not answer."""
-    from scheduler.agent.gpu_health import NvmlCallError
-
-    count = backend.device_count()
-    model = None
-    if count:
-        with contextlib.suppress(NvmlCallError):
-            model = backend.call("nvmlDeviceGetName", 0) or None
-    return count, model
+    agent setting ``nvml_recording``). The model is the node's only when every GPU
+    answers the same one (:func:`gpu_models`, per index); on a node of mixed GPUs (an
+    H200 beside an L4) it is None, so that a job asking for a model is never handed
+    another one of the node's GPUs (set ``resources.gpu_model`` to declare one anyway)."""
+    models = gpu_models(backend)
+    names = {m for m in models.values() if m}  # a GPU that does not answer: unknown
+    if len(names) > 1:
+        log.warning("GPUs of different models on this node: %s; no node GPU model", models)
+    return len(models), (names.pop() if len(names) == 1 else None)
 
 
 def gpu_models(backend: Any) -> dict[int, str | None]:
     """``{GPU index: model}`` as an NVML backend answers (a
     :class:`scheduler.agent.gpu_health.NvmlBackend`); a GPU that does not answer
-    ``nvmlDeviceGetName`` is None. Unlike :func:`gpus_of`, every index, so a host with
-    mixed GPUs is reported as it is."""
+    ``nvmlDeviceGetName`` is None. Every index, so a host with mixed GPUs is reported as
+    it is."""
     from scheduler.agent.gpu_health import NvmlCallError
 
     out: dict[int, str | None] = {}

@@ -54,7 +54,7 @@ class TaskOut(_Open):
         "",
         description="'' when the task ended by itself; else the infrastructure fault that "
         "ended it (node_lost | fenced | agent_restart | evicted | node_shutdown | "
-        "admission_rejected): its attempt is not charged",
+        "admission_rejected | not_started): its attempt is not charged",
     )
     diagnosis: dict[str, Any] | None = Field(
         None,
@@ -77,7 +77,7 @@ class AttemptOut(_Open):
     cause: str = Field(
         "",
         description="'' (the task's own outcome) | node_lost | fenced | agent_restart | "
-        "evicted | node_shutdown | admission_rejected | preempted | drained",
+        "evicted | node_shutdown | admission_rejected | not_started | preempted | drained",
     )
     charged: bool = Field(description="whether it used an attempt of retry.max_attempts")
     nodes: list[str] = []
@@ -218,6 +218,24 @@ class NodeEventOut(EventOut):
         None, description="jobs with tasks on the node then (a drain requeues them)"
     )
     other_jobs: int | None = Field(None, description="affected jobs of VCs the caller cannot see")
+
+
+class ForgottenNodeOut(BaseModel):
+    """A node pasture forgot: gone for good (a Kubernetes node scaled down or evicted) or
+    deleted by an operator, once its tasks were requeued."""
+
+    time: float = Field(description="when it was forgotten (seconds since the epoch)")
+    node: str
+    reason: str = Field(description="its state reason then, e.g. why it was lost")
+
+
+class NodeEventsOut(BaseModel):
+    """``GET /nodes/{name}/events``: a node's events, known or forgotten."""
+
+    node: str
+    known: bool = Field(description="whether the node has a record now")
+    events: list[NodeEventOut] = Field(description="its events while it had a record")
+    forgotten: list[ForgottenNodeOut] = Field(description="each time it was forgotten")
 
 
 class JobEventsOut(BaseModel):

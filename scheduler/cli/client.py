@@ -25,12 +25,14 @@ if TYPE_CHECKING:
         BatchOut,
         DryRunOut,
         ExecAccessOut,
+        ForgottenNodeOut,
         JobDeleteOut,
         JobEventsOut,
         JobOut,
         JobPage,
         JobSubmitOut,
         LogFileOut,
+        NodeEventsOut,
         NodeOut,
         StatusOut,
         VcOut,
@@ -263,6 +265,20 @@ class ApiClient:
         from scheduler.api.schemas import NodeOut
 
         return parse(NodeOut, self.request("GET", f"/api/v1/nodes/{name}"), f"node {name}")
+
+    def node_events(self, name: str) -> NodeEventsOut:
+        """A node's events, also once forgotten (``GET /api/v1/nodes/{name}/events``)."""
+        from scheduler.api.schemas import NodeEventsOut
+
+        data = self.request("GET", f"/api/v1/nodes/{name}/events")
+        return parse(NodeEventsOut, data, f"events of node {name}")
+
+    def forgotten_nodes(self) -> list[ForgottenNodeOut]:
+        """Nodes pasture forgot, oldest first (``GET /api/v1/forgotten-nodes``)."""
+        from scheduler.api.schemas import ForgottenNodeOut
+
+        data = self.request("GET", "/api/v1/forgotten-nodes")
+        return parse_list(ForgottenNodeOut, data, "forgotten nodes")
 
     def node_action(self, name: str, action: str, reason: str | None = None) -> NodeOut:
         """Cordon, uncordon or drain ``name`` (``reason``: kept in the node's event); the

@@ -178,6 +178,47 @@ def node_show(
     console.print(events)
 
 
+@node_app.command("events")
+@handle_errors
+def node_events(
+    name: str | None = typer.Argument(
+        None, help="node name (also a forgotten one); none: every forgotten node"
+    ),
+    output: OutputFormat = OutputOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """A node's events, also after pasture forgot it (a node gone for good: an AKS node
+    scaled down or Spot-evicted, once its tasks were requeued); without NAME, every
+    forgotten node. Read-only. -o json|yaml print GET /nodes/NAME/events or GET
+    /forgotten-nodes."""
+    client = ApiClient(load())
+    fmt = output_format(output, as_json)
+    if name is None:
+        gone = client.forgotten_nodes()
+        if emit([plain(g) for g in gone], fmt, ["forgotten"]):
+            return
+        table = Table("time", "node", "reason", title="forgotten nodes")
+        for g in gone:
+            table.add_row(fmt_time(g.time), g.node, g.reason)
+        console.print(table if gone else "no node was forgotten")
+        return
+    view = client.node_events(name)
+    if emit(plain(view), fmt, [name]):
+        return
+    table = Table("time", "event", "reason", "jobs", title=f"events of node {name}")
+    rows = [(e.time, styled(e.state), e.reason, _event_jobs(e)) for e in view.events]
+    rows += [(f.time, plain_text("forgotten", "red"), f.reason, "") for f in view.forgotten]
+    for when, what, reason, jobs in sorted(rows, key=lambda r: r[0]):
+        table.add_row(fmt_time(when), what, reason, jobs)
+    console.print(table)
+    if not view.known:
+        console.print(f"node {esc(name)} has no record now: pasture forgot it")
+
+
+def _event_jobs(e: Any) -> str:
+    return ", ".join(e.jobs or []) + (f" (+{e.other_jobs} other)" if e.other_jobs else "")
+
+
 def _gpu_health_table(node: NodeOut) -> None:
     """The agent's per-GPU health (NVML probe), when it reports any (``usage`` is the
     agent's free-form report: its keys are the agent's, not the API's)."""

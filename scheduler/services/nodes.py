@@ -61,6 +61,24 @@ class NodeService:
         events = [self._event_view(principal, e) for e in self.store.node_events(name)]
         return {**as_dict(node), "events": events}
 
+    def events(self, principal: Principal, name: str) -> dict[str, Any]:
+        """``{node, known, events, forgotten}``: the node's events (as :meth:`get`) and
+        the events of it being forgotten (:meth:`Store.forgotten_nodes`: a node gone for
+        good, e.g. an AKS node scaled down or Spot-evicted, whose record was removed), so
+        that a node is still accounted for after its record is gone. Raises
+        NotFoundError when the node is neither known nor forgotten."""
+        known = self.store.get_node(name) is not None
+        events = [self._event_view(principal, e) for e in self.store.node_events(name)]
+        forgotten = [e for e in self.store.forgotten_nodes() if e.get("node") == name]
+        if not known and not events and not forgotten:
+            raise NotFoundError(f"node {name!r} not found (neither known nor forgotten)")
+        return {"node": name, "known": known, "events": events, "forgotten": forgotten}
+
+    def forgotten(self, principal: Principal) -> builtins.list[dict[str, Any]]:
+        """Every forgotten-node event kept (the newest 100), oldest first:
+        ``[{time (s), node, reason}]``."""
+        return self.store.forgotten_nodes()
+
     @staticmethod
     def _event_view(principal: Principal, event: dict[str, Any]) -> dict[str, Any]:
         jobs = event.get("jobs")

@@ -35,6 +35,9 @@ class Cause(StrEnum):
     - ``node_shutdown``: the kubelet's graceful node shutdown ended its pod.
     - ``admission_rejected``: the kubelet refused its pod at admission
       (``UnexpectedAdmissionError``, ``OutOfcpu``, ``OutOfmemory``...).
+    - ``not_started``: its pod was not running at all past the start limit (never
+      admitted, its sandbox or volumes never created: ``FailedCreatePodSandBox``, a
+      failed Azure Files mount).
     """
 
     NODE_LOST = "node_lost"
@@ -43,6 +46,7 @@ class Cause(StrEnum):
     EVICTED = "evicted"
     NODE_SHUTDOWN = "node_shutdown"
     ADMISSION_REJECTED = "admission_rejected"
+    NOT_STARTED = "not_started"
 
 
 _CAUSES = frozenset(c.value for c in Cause)

@@ -37,6 +37,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from scheduler.agent.gpu_dcgm import DCGM_URL_ENV
 from scheduler.k8s.capacity import NODE_ENV
 from scheduler.k8s.taints import pool_taints, tolerations
 from stacks.aks.common import (
@@ -146,10 +147,17 @@ def _field(name: str, path: str) -> dict[str, Any]:
 
 
 def agent_daemonset(
-    w: Workloads, pool: GpuPool, image: pulumi.Input[str], credentials_url: str
+    w: Workloads,
+    pool: GpuPool,
+    image: pulumi.Input[str],
+    credentials_url: str,
+    dcgm_port: int | None = None,
 ) -> k8s.apps.v1.DaemonSet:
     """DaemonSet ``pasture-agent-<pool>`` of ``image`` on the nodes of ``pool``; its
-    agents fetch their node's Redis credential from ``credentials_url`` at start."""
+    agents fetch their node's Redis credential from ``credentials_url`` at start. With
+    ``dcgm_port`` (monitoring on), each agent reads its GPUs' health from the node's
+    dcgm-exporter at ``http://<node address>:<dcgm_port>/metrics`` (``PASTURE_DCGM_URL``:
+    the agent pod has no NVML) and cordons its node on a GPU fault."""
     labels = {**app_labels(AGENT_NAME), "pasture/pool": pool.name}
     taints = pool_taints(pool.taints, spot=pool.spot)
     env = [
@@ -163,6 +171,8 @@ def agent_daemonset(
         {"name": POOL_ENV, "value": pool.name},
         {"name": URL_ENV, "value": credentials_url},
     ]
+    if dcgm_port is not None:  # $(VAR): Kubernetes expands an earlier variable of the list
+        env.append({"name": DCGM_URL_ENV, "value": f"http://$({ADDRESS_ENV}):{dcgm_port}/metrics"})
     container = {
         "name": "agent",
         "image": image,

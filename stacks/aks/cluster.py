@@ -22,7 +22,7 @@ from stacks.aks.agents import agent_daemonset, agent_priority_class, agent_rbac
 from stacks.aks.common import Workloads, pool_labels
 from stacks.aks.device_plugin import device_plugin_daemonset
 from stacks.aks.image import builds_image, pasture_image
-from stacks.aks.monitoring import monitoring
+from stacks.aks.monitoring import DCGM_PORT, monitoring
 from stacks.aks.nodecred import credentials_url, scheduler_identity
 from stacks.aks.redis import redis_password_secret, redis_server
 from stacks.aks.scheduler import (
@@ -308,7 +308,13 @@ def deploy_workloads(
     else:
         agent_priority_class(w)
     for pool in cfg.gpu_pools:
-        agent_daemonset(w, pool, image, credentials_url(w.namespace, cfg.api_port))
+        agent_daemonset(
+            w,
+            pool,
+            image,
+            credentials_url(w.namespace, cfg.api_port),
+            dcgm_port=DCGM_PORT if cfg.monitoring else None,
+        )
         device_plugin_daemonset(w, cfg, pool)
     placeholder_priority_class(w)
     monitoring(w, cfg, API_SERVICE)

@@ -13,7 +13,9 @@
                                     and the DCGM exporters; pasture's alert rules, rendered
                                     from the one rules file of the Ansible role
                                     (roles/prometheus/templates/pasture-alerts.yml.j2) with
-                                    the role's default thresholds.
+                                    the role's default thresholds and :data:`AKS_RULES`
+                                    (the chart's node-exporter job, the share's volume
+                                    claim, the DCGM-based GPU rules).
     Secret pasture-metrics-token    the token Prometheus sends (empty until the operator
                                     sets it: docs/platforms.md; Pulumi leaves its data alone)
 
@@ -33,7 +35,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from scheduler.k8s.taints import pool_taints, tolerations
-from stacks.aks.common import Workloads, app_labels, pool_affinity
+from stacks.aks.common import SHARE_CLAIM, Workloads, app_labels, pool_affinity
 from stacks.config import GpuPool, StackConfig
 
 DCGM_NAME = "dcgm-exporter"
@@ -46,9 +48,29 @@ ALERTS_TEMPLATE = ROLE / "templates" / "pasture-alerts.yml.j2"
 DCGM_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 
 
-def alert_rules() -> dict[str, Any]:
+NODE_EXPORTER_JOB = "node-exporter"
+"""The job label of kube-prometheus-stack's node exporters: the chart's values give the
+prometheus-node-exporter pods the label ``jobLabel: node-exporter`` and its ServiceMonitor
+``jobLabel: jobLabel`` (charts/kube-prometheus-stack/values.yaml, prometheus-community/
+helm-charts)."""
+DCGM_JOB = "dcgm"
+"""The job name of the DCGM exporters' scrape config (:func:`prometheus_values`)."""
+AKS_RULES: dict[str, Any] = {
+    "prometheus_node_exporter_job": NODE_EXPORTER_JOB,
+    "prometheus_alert_share_claim": SHARE_CLAIM,
+    "prometheus_alert_dcgm": True,
+    "prometheus_alert_dcgm_job": DCGM_JOB,
+}
+"""Role variables that fit pasture's rules to the series an AKS cluster has: the chart's
+node-exporter job, the share as a volume claim (the node exporter leaves kubelet mounts
+out), and the DCGM-based GPU rules (the agent pod has no NVML)."""
+
+
+def alert_rules(**overrides: Any) -> dict[str, Any]:
     """pasture's alert rule groups (``{"groups": [...]}``), rendered from the Ansible
-    role's template with the role's defaults (one definition of the rules everywhere).
+    role's template with the role's defaults (one definition of the rules everywhere),
+    and ``overrides`` of role variables (:data:`AKS_RULES` for the aks stack). Rendered
+    as Ansible's template module does (``trim_blocks``).
 
     Raises:
         jinja2.TemplateError, yaml.YAMLError: the template or defaults do not render.
@@ -66,8 +88,11 @@ def alert_rules() -> dict[str, Any]:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
+        trim_blocks=True,
     ).from_string(source.split("\n", 1)[1])  # the first line is Ansible's jinja2 header
-    rendered = template.render(**plain, ansible_managed="pasture alerting rules (aks)")
+    rendered = template.render(
+        **{**plain, **overrides}, ansible_managed="pasture alerting rules (aks)"
+    )
     rules: dict[str, Any] = yaml.safe_load(rendered)
     return rules
 
@@ -84,7 +109,9 @@ def dcgm_exporter_daemonset(w: Workloads, cfg: StackConfig, pool: GpuPool) -> k8
             {"name": "DCGM_EXPORTER_LISTEN", "value": f":{DCGM_PORT}"},
             {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},  # pod labels on metrics
         ],
-        "ports": [{"name": "metrics", "container_port": DCGM_PORT}],
+        # a host port: the node's agent (host network, no NVML in its pod) reads its own
+        # node's GPUs here (scheduler/agent/gpu_dcgm.py) and cordons the node on a fault
+        "ports": [{"name": "metrics", "container_port": DCGM_PORT, "host_port": DCGM_PORT}],
         "security_context": {"capabilities": {"add": ["SYS_ADMIN"]}},  # profiling metrics
         "resources": DCGM_RESOURCES,
         "liveness_probe": {
@@ -176,7 +203,7 @@ def prometheus_values(cfg: StackConfig, namespace: str, api_service: str) -> dic
             ],
         },
         {
-            "job_name": "dcgm",
+            "job_name": DCGM_JOB,
             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
             "relabel_configs": [
                 {
@@ -214,7 +241,21 @@ def prometheus_values(cfg: StackConfig, namespace: str, api_service: str) -> dic
         # AKS runs the control plane: kube-scheduler, kube-controller-manager and etcd
         # cannot be scraped, so their "Down" alerts would fire for good
         **MANAGED_CONTROL_PLANE,
-        "additionalPrometheusRulesMap": {"pasture": alert_rules()},
+        # a node label on the node exporters' targets, as on the Ansible clusters
+        "prometheus-node-exporter": {
+            "prometheus": {
+                "monitor": {
+                    "relabelings": [
+                        {
+                            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                            "targetLabel": "node",
+                            "action": "replace",
+                        }
+                    ]
+                }
+            }
+        },
+        "additionalPrometheusRulesMap": {"pasture": alert_rules(**AKS_RULES)},
     }
 
 

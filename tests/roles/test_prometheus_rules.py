@@ -83,6 +83,16 @@ def test_every_alert_has_a_unit_test_and_a_doc():
 def test_rules_use_only_metrics_the_api_exports(redis_url, tmp_path):
     """Scrape the API's collectors over a real store (a node with GPU health, a waiting
     job) and check that every pasture_* series in the rules is exported."""
+    exported = exported_pasture_metrics(redis_url, tmp_path)
+    exprs = " ".join(r["expr"] for g in yaml.safe_load(render())["groups"] for r in g["rules"])
+    used = set(re.findall(r"\b(pasture_[a-z_]+)\b", exprs))
+    assert used, "the rules name no pasture metric?"
+    assert sorted(used - exported) == []
+
+
+def exported_pasture_metrics(redis_url: str, tmp_path: Path) -> set[str]:
+    """Names of the pasture_* series the API's /metrics collectors export over a real
+    store with a node (GPU health, cordoned), a waiting job and a cycle recorded."""
     from scheduler.api.collectors import HealthCollector, SchedulerCollector
     from scheduler.api.metrics import Metrics
     from scheduler.spec import parse_job_spec
@@ -117,8 +127,4 @@ def test_rules_use_only_metrics_the_api_exports(redis_url, tmp_path):
     metrics.requests.labels("GET", "/x", "200").inc()
     metrics.registry.register(SchedulerCollector(store))
     metrics.registry.register(HealthCollector(store, str(cert)))
-    exported = set(re.findall(r"^(pasture_\w+)", generate_latest(metrics.registry).decode(), re.M))
-    exprs = " ".join(r["expr"] for g in yaml.safe_load(render())["groups"] for r in g["rules"])
-    used = set(re.findall(r"\b(pasture_[a-z_]+)\b", exprs))
-    assert used, "the rules name no pasture metric?"
-    assert sorted(used - exported) == []
+    return set(re.findall(r"^(pasture_\w+)", generate_latest(metrics.registry).decode(), re.M))

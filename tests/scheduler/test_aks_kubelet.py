@@ -336,10 +336,13 @@ def test_platform_endings_requeue_free_with_a_named_cause(redis_url, tmp_path, h
         aks.close()
 
 
-def test_a_pod_never_admitted_fails_its_task_after_the_pending_timeout(aks):
-    """Item 6: a task pod bound to a node whose kubelet never admits it (NotReady) is not
-    running for longer than the limit: its task fails, whatever the reason (on main it
-    'ran' and held its GPU for good)."""
+@pytest.mark.parametrize("how", ["never_admitted", "sandbox_never_created"])
+def test_a_pod_never_admitted_is_requeued_free_after_the_pending_timeout(aks, how):
+    """Item 6: a task pod bound to a node whose kubelet never admits it (NotReady), or
+    admitted but stuck in ``ContainerCreating`` (``FailedCreatePodSandBox``, a failed Azure
+    Files mount), is not running for longer than the limit: its task ends, whatever the
+    reason, as the infrastructure's fault (cause ``not_started``): the job is requeued
+    without using an attempt (on main the task failed with exit 125, charged)."""
     aks.kube.add_node(
         "aks-a100-vmss-x",
         **NODE,
@@ -351,12 +354,31 @@ def test_a_pod_never_admitted_fails_its_task_after_the_pending_timeout(aks):
     aks.submit("train")
     aks.sync()
     aks.loop.cycle()
-    with aks.kube.cond:  # the kubelet stops answering: the Node goes NotReady
-        (c,) = aks.kube.nodes["aks-a100-vmss-x"]["status"]["conditions"]
-        c.update(status="Unknown", reason="NodeStatusUnknown")
+    if how == "never_admitted":
+        with aks.kube.cond:  # the kubelet stops answering: the Node goes NotReady
+            (c,) = aks.kube.nodes["aks-a100-vmss-x"]["status"]["conditions"]
+            c.update(status="Unknown", reason="NodeStatusUnknown")
     aks.agents["aks-a100-vmss-x"].reconcile()  # creates the pod
-    aks.agents["aks-a100-vmss-x"].reconcile()  # first sees it not running
     (pod,) = [n for (_, n) in aks.kube.pods if n.startswith("task-")]
+    if how == "sandbox_never_created":  # admitted; the kubelet cannot create its sandbox
+        with aks.kube.cond:
+            wire = aks.kube.pods[("pasture", pod)]
+            waiting = {"waiting": {"reason": "ContainerCreating"}}
+            wire["status"] = {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "",
+                        "imageID": "",
+                        "state": waiting,
+                    }
+                    for c in wire["spec"]["containers"]
+                ],
+            }
+    aks.agents["aks-a100-vmss-x"].reconcile()  # first sees it not running
     assert aks.kube.pods[("pasture", pod)]["status"]["phase"] == "Pending"
     aks.exec_clock.t += 599
     aks.agents["aks-a100-vmss-x"].reconcile()
@@ -364,8 +386,16 @@ def test_a_pod_never_admitted_fails_its_task_after_the_pending_timeout(aks):
     aks.exec_clock.t += 2
     aks.agents["aks-a100-vmss-x"].reconcile()
     (task,) = aks.store.tasks("train")
-    assert task.state == "failed" and task.exit_code == 125, task
+    assert task.state == "lost" and task.exit_code == 125, task
+    assert task.cause == "not_started" and "ended by the platform" in task.message, task
     assert task.diagnosis["kind"] == "not_running", task.diagnosis
+    if how == "sandbox_never_created":
+        assert "ContainerCreating" in task.message, task.message
+    aks.loop.cycle()
+    job = aks.store.get_job("train")
+    assert job.state != "failed", job.reason
+    (ended,) = job.attempts
+    assert ended["charged"] is False and ended["cause"] == "not_started", ended
 
 
 def test_cordons_noexecute_and_notready_on_the_node_object_are_honoured(aks):

@@ -21,7 +21,7 @@ from scheduler.k8s.autoscale import (
     pools_from_env,
 )
 from stacks.aks.agents import AGENT_PRIORITY_CLASS, HOLD_LOCK, LOCK_FILE
-from stacks.aks.monitoring import METRICS_TOKEN_SECRET, alert_rules
+from stacks.aks.monitoring import AKS_RULES, METRICS_TOKEN_SECRET, alert_rules
 from stacks.aks.names import node_resource_group_name
 from stacks.aks.redis import redis_probe, sentinel_probe
 from stacks.aks.scheduler import api_liveness_command
@@ -335,7 +335,7 @@ def test_monitoring_scrapes_pasture_and_the_gpus_with_pasture_rules(built):
     )
     assert spec["secrets"] == [METRICS_TOKEN_SECRET]
     rules = values["additionalPrometheusRulesMap"]["pasture"]
-    assert rules == alert_rules()
+    assert rules == alert_rules(**AKS_RULES)
     names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
     assert {"PastureApiDown", "PastureSchedulingLoopStalled"} <= names
     dcgm = inputs(built, f"{LONGEST}-dcgm-exporter-a100")["spec"]["template"]["spec"]

@@ -8,7 +8,14 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from scheduler.api.auth import principal
 from scheduler.api.responses import CONFLICT, FORBIDDEN, INVALID, NOT_FOUND, errors
-from scheduler.api.schemas import NodeOut, StatusOut, VcOut, WhoAmI
+from scheduler.api.schemas import (
+    ForgottenNodeOut,
+    NodeEventsOut,
+    NodeOut,
+    StatusOut,
+    VcOut,
+    WhoAmI,
+)
 from scheduler.services.nodes import NodeService
 from scheduler.services.status import StatusService
 from scheduler.services.vcs import VcService
@@ -22,6 +29,29 @@ def list_nodes(request: Request, who: TokenInfo = Depends(principal)) -> list[di
     """Every node with its state, capacity, allocated resources and last heartbeat."""
     nodes: NodeService = request.app.state.nodes
     return nodes.list(who)
+
+
+@router.get(
+    "/forgotten-nodes", tags=["nodes"], response_model=list[ForgottenNodeOut], responses=errors()
+)
+def forgotten_nodes(request: Request, who: TokenInfo = Depends(principal)) -> list[dict[str, Any]]:
+    """Nodes pasture forgot (gone for good once their tasks were requeued, or deleted by
+    an operator), oldest first: ``[{time, node, reason}]``, the newest 100 kept."""
+    nodes: NodeService = request.app.state.nodes
+    return nodes.forgotten(who)
+
+
+@router.get(
+    "/nodes/{name}/events",
+    tags=["nodes"],
+    response_model=NodeEventsOut,
+    responses=errors(NOT_FOUND),
+)
+def node_events(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+    """A node's events, also once it is forgotten: ``{node, known, events, forgotten}``.
+    404 when the node is neither known nor forgotten."""
+    nodes: NodeService = request.app.state.nodes
+    return nodes.events(who, name)
 
 
 @router.get("/nodes/{name}", tags=["nodes"], response_model=NodeOut, responses=errors(NOT_FOUND))

@@ -33,6 +33,8 @@ ENDPOINTS = [
     ("POST", "/api/v1/nodes/node-1/cordon"),
     ("POST", "/api/v1/nodes/node-1/uncordon"),
     ("POST", "/api/v1/nodes/node-1/drain"),
+    ("GET", "/api/v1/nodes/node-1/events"),
+    ("GET", "/api/v1/forgotten-nodes"),
     ("GET", "/api/v1/vcs"),
     ("GET", "/api/v1/status"),
     ("GET", "/api/v1/whoami"),
