@@ -1,0 +1,63 @@
+"""Issue 34, item 8: the small points of daily CLI use, each against the real API
+(uvicorn + redis-server) or the real CLI process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from live import job_yaml
+
+from scheduler.cli.output import NOT_FOUND
+from scheduler.logpaths import job_log_dir
+from scheduler.spec import JobSpec
+
+pytestmark = pytest.mark.integration
+
+
+def _running_job(env, name: str, line: bytes = b"first line\n"):
+    """A job ``name`` in state running whose worker-0 log holds ``line``."""
+    spec = JobSpec.model_validate(yaml.safe_load(job_yaml(name)))
+    job = env.store.create_job(spec, user="root")
+    env.store.transition(name, "running", "test runs it", attempt=1, start_time=time.time())
+    log = job_log_dir(env.share, name, job.uid) / "worker-0.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(line)
+    return job
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["deleted", "deleted-and-resubmitted"])
+def test_logs_follow_across_a_delete_ends_with_deleted_or_replaced(logged_in, again):
+    """docs/cli.md promises "deleted or replaced" (exit 5) when the job goes away while
+    ``job logs -f`` follows it; a delete without a resubmit ended ``job 'x' not found``."""
+    _, env = logged_in
+    _running_job(env, "follow-me")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", "job", "logs", "follow-me", "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        assert follow.stdout is not None
+        assert "first line" in follow.stdout.readline()
+        os.kill(follow.pid, signal.SIGSTOP)  # stopped and deleted between two polls
+        try:
+            env.store.transition("follow-me", "stopped", "test stops it")
+            env.store.delete_job("follow-me")
+        finally:
+            os.kill(follow.pid, signal.SIGCONT)
+        if again:
+            _running_job(env, "follow-me", b"the new job's line\n")
+        out, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+    assert follow.returncode == NOT_FOUND, err
+    assert "deleted or replaced" in err
+    assert "new job's line" not in out
