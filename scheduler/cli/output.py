@@ -195,6 +195,11 @@ def exit_code_for(status: int) -> int:
     return UNAVAILABLE
 
 
+LOGIN_AGAIN = (
+    "log in again: ask an admin for a new token (pasture admin token create) and run"
+    " 'pasture login ENDPOINT' (or set PASTURE_TOKEN)"
+)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -212,6 +217,8 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except ApiError as exc:
             status = exc.status or "connection"
             err_console.print(f"[red]error ({status}):[/red] {esc(exc.message)}")
+            if exc.status == 401:
+                err_console.print(esc(LOGIN_AGAIN))
             if exc.errors:
                 table = Table("field", "problem", "given", box=None)
                 for e in exc.errors:

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from live import job_yaml
 
-from scheduler.cli.output import NOT_FOUND
+from scheduler.cli.output import AUTH, NOT_FOUND
 from scheduler.logpaths import job_log_dir
 from scheduler.spec import JobSpec
+from scheduler.store.tokens import hash_token
 
 pytestmark = pytest.mark.integration
 
@@ -61,3 +62,20 @@ def test_logs_follow_across_a_delete_ends_with_deleted_or_replaced(logged_in, ag
     assert follow.returncode == NOT_FOUND, err
     assert "deleted or replaced" in err
     assert "new job's line" not in out
+
+
+def test_an_expired_token_says_it_expired_and_how_to_log_in_again(api, cli, monkeypatch):
+    """It said only "unknown, revoked or expired token"."""
+    url, env = api
+    token = env.tokens.create("carol", "user", ["default"])
+    env.store.r.hset(env.tokens._token_key(hash_token(token)), "expires", repr(time.time() - 60))
+    monkeypatch.setenv("PASTURE_ENDPOINT", url)
+    monkeypatch.setenv("PASTURE_TOKEN", token)
+    r = cli("job", "list")
+    assert r.exit_code == AUTH
+    assert "token expired on " in r.output and " UTC" in r.output
+    assert "pasture login" in r.output
+    monkeypatch.setenv("PASTURE_TOKEN", "not-a-token")  # unknown: no expiry to tell
+    r = cli("job", "list")
+    assert r.exit_code == AUTH
+    assert "unknown, revoked or expired token" in r.output and "pasture login" in r.output
