@@ -216,7 +216,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(NOT_CONFIGURED) from None
         except ApiError as exc:
             status = exc.status or "connection"
-            err_console.print(f"[red]error ({status}):[/red] {esc(exc.message)}")
+            message = exc.message
+            if exc.errors:  # the table below lists each problem: the summary would repeat them
+                n = len(exc.errors)
+                message = f"{message.partition(': ')[0]} ({n} problem{'s' if n > 1 else ''}):"
+            err_console.print(f"[red]error ({status}):[/red] {esc(message)}")
             if exc.status == 401:
                 err_console.print(esc(LOGIN_AGAIN))
             if exc.errors:

@@ -64,6 +64,7 @@ from scheduler.spec.policies import (
 from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
 from scheduler.spec.secrets import MAX_SECRETS
 from scheduler.spec.secrets import NAME_RE as SECRET_NAME_RE
+from scheduler.spec.errors import pattern_rule
 
 # Limits beyond which a request is a typo rather than a machine (per task).
 MAX_CPU_M = 1024 * 1000  # 1024 cores
@@ -433,7 +434,7 @@ class JobSpec(_Model):
         seen: dict[str, str] = {}
         for name in v:
             if not re.fullmatch(ROLE_RE, name):
-                raise ValueError(f"role names must match {ROLE_RE}, got {name!r}")
+                raise ValueError(f"role names are {pattern_rule(ROLE_RE)}; got {name!r}")
             key = env_name(name)
             if key in seen:
                 raise ValueError(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from live import job_yaml
 
-from scheduler.cli.output import AUTH, NOT_FOUND
+from scheduler.cli.output import AUTH, NOT_FOUND, REJECTED
 from scheduler.logpaths import job_log_dir
 from scheduler.spec import JobSpec
 from scheduler.store.tokens import hash_token
@@ -79,3 +79,54 @@ def test_an_expired_token_says_it_expired_and_how_to_log_in_again(api, cli, monk
     r = cli("job", "list")
     assert r.exit_code == AUTH
     assert "unknown, revoked or expired token" in r.output and "pasture login" in r.output
+
+
+BAD_SPEC = """\
+name: Bad_Name!
+roles:
+  main:
+    replicas: 0
+    resources: {cpu: 100m, memory: 64Mi}
+    command: echo hi
+  9lives:
+    resources: {cpu: 100m, memory: 64Mi}
+    command: echo hi
+"""
+
+
+@pytest.mark.parametrize("how", ["submit", "dry-run", "validate"])
+def test_an_invalid_spec_lists_each_problem_once_with_the_name_rule_in_words(
+    logged_in, cli, tmp_path, how
+):
+    """It listed each problem twice (the summary line, then the table) and the name
+    rule as the raw regex ``'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'``."""
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(BAD_SPEC)
+    args = {
+        "submit": ("job", "submit", str(spec)),
+        "dry-run": ("job", "submit", str(spec), "--dry-run"),
+        "validate": ("job", "validate", str(spec)),
+    }[how]
+    r = cli(*args)
+    assert r.exit_code == REJECTED
+    out = r.output
+    words = "1 to 63 characters: lowercase letters a-z, digits and '-', starting and ending"
+    assert out.count(words) == 1, out
+    assert out.count("greater than or equal to 1") == 1, out
+    assert "[a-z0-9]" not in out and "pattern" not in out, out
+
+
+def test_a_role_name_rule_is_in_words(logged_in, cli, tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(BAD_SPEC.replace("Bad_Name!", "good").replace("replicas: 0", "replicas: 1"))
+    r = cli("job", "submit", str(spec))
+    assert r.exit_code == REJECTED
+    assert "role names are 1 to 63 characters: letters, digits, '_' and '-', starting" in r.output
+    assert "[A-Za-z]" not in r.output
+
+
+def test_every_name_pattern_of_the_spec_has_words():
+    from scheduler.spec.errors import PATTERN_RULES
+    from scheduler.spec.model import NAME_RE, ROLE_RE
+
+    assert NAME_RE in PATTERN_RULES and ROLE_RE in PATTERN_RULES
