@@ -130,3 +130,57 @@ def test_every_name_pattern_of_the_spec_has_words():
     from scheduler.spec.model import NAME_RE, ROLE_RE
 
     assert NAME_RE in PATTERN_RULES and ROLE_RE in PATTERN_RULES
+
+
+LONG_REASON = (
+    "task main-0 exited with code 3 on dev-node-0 (exit_code: exited with code 3); 2 of 2"
+    " attempts failed; could not start: /data/a/long/path/that/does/not/exist/anywhere/at"
+    "/all/really/ok-and-then-some-words-without-spaces-aaaaaaaaaaaaaaaaaaaaaaaaaa end"
+)
+
+
+def _column(lines: list[str], first: int, column: int) -> str:
+    """The text of one cell of a table without vertical rules: the row starting at line
+    ``first``, the cell from ``column`` on, until the next row starts."""
+    parts = [lines[first][column:]]
+    for line in lines[first + 1 :]:
+        if line[:column].strip():
+            break
+        parts.append(line[column:])
+    return "".join(parts)
+
+
+def _squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_at_80_columns_a_wrapped_reason_loses_no_character(logged_in):
+    """A reason wider than its column was cut: Rich ends a long word with "…", and the
+    reason column's minimum width, clamped back after shrinking, made the table wider
+    than the terminal, so the console cut every line at column 80."""
+    from test_cli_output import _pasture_in_pty
+
+    _, env = logged_in
+    name = "a-rather-long-job-name-x"
+    spec = JobSpec.model_validate(yaml.safe_load(job_yaml(name)))
+    env.store.create_job(spec, user="root")
+    env.store.transition(name, "failed", LONG_REASON, attempt=1)
+    env.store.set_node_state("node-1", "cordoned", LONG_REASON, event={"by": "root"})
+
+    out = _pasture_in_pty("job", "list", columns=80)
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), out
+    column = next(line for line in lines if "reason" in line).index("reason")
+    first = next(i for i, line in enumerate(lines) if line.startswith(name))
+    assert _squeezed(_column(lines, first, column)) == _squeezed(LONG_REASON), out
+
+    out = _pasture_in_pty("node", "show", "node-1", columns=80)
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip().startswith("reason"))
+    column = lines[first].index("task main-0")
+    assert _squeezed(_column(lines, first, column)) == _squeezed(LONG_REASON), out
+
+    for args in (("job", "show", name), ("node", "list")):
+        out = _pasture_in_pty(*args, columns=80)
+        assert "…" not in out, out
+        assert all(len(line) <= 80 for line in out.splitlines()), out
