@@ -38,6 +38,7 @@ from scheduler.cli import (
     tokens,
 )
 from scheduler.cli import schedules as schedules_cli
+from scheduler.cli.complete import complete_contexts
 from scheduler.cli import usage as usage_cli
 
 app = typer.Typer(
@@ -59,6 +60,15 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _set_context(value: str | None) -> str | None:
+    """``--context``: set as soon as it is parsed, so that shell completion (which parses
+    the command line but runs no command) asks that context's API too."""
+    from scheduler.cli import config
+
+    config.context_override = value
+    return value
+
+
 @app.callback()
 def _root(
     _show_version: bool = typer.Option(
@@ -73,6 +83,8 @@ def _root(
         "--context",
         envvar="PASTURE_CONTEXT",
         help="Use this cluster of the login file (pasture context list), not the current.",
+        callback=_set_context,
+        autocompletion=complete_contexts,
     ),
 ) -> None:
     """Run and manage training jobs on a pasture cluster."""

@@ -244,7 +244,7 @@ def drain(name: str = NodeArg, reason: str | None = ReasonOpt) -> None:
 @node_app.command()
 @handle_errors
 def delete(
-    name: str,
+    name: str = NodeArg,
     force: bool = typer.Option(
         False, "--force", help="delete even if it heartbeated recently (the machine is gone)"
     ),

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -184,3 +185,48 @@ def test_at_80_columns_a_wrapped_reason_loses_no_character(logged_in):
         out = _pasture_in_pty(*args, columns=80)
         assert "…" not in out, out
         assert all(len(line) <= 80 for line in out.splitlines()), out
+
+
+def _tab(*words: str) -> list[str]:
+    """What <TAB> offers after ``pasture WORDS`` (the last word is the one being typed),
+    through the shell's own protocol (bash)."""
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "pasture")],
+        env={
+            **os.environ,
+            "_PASTURE_COMPLETE": "complete_bash",
+            "COMP_WORDS": " ".join(["pasture", *words]),
+            "COMP_CWORD": str(len(words)),
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    return r.stdout.split()
+
+
+def test_completion_honours_context_and_covers_more_commands(api, cli, tmp_path):
+    """Completion ignored a command-line ``--context`` (it asked the current context's
+    API) and offered nothing for job top, resubmit, node delete, context use, --state
+    and --user."""
+    url, env = api
+    assert cli("login", url, "--token", env.admin, "--context", "prod").exit_code == 0
+    r = cli("login", "http://127.0.0.1:9", "--token", "x", "--context", "dead", "--no-check")
+    assert r.exit_code == 0  # the current context now: an API that does not answer
+    for name in ("hello-one", "hello-two"):
+        spec = JobSpec.model_validate(yaml.safe_load(job_yaml(name)))
+        env.store.create_job(spec, user="alice" if name == "hello-one" else "root")
+
+    assert _tab("job", "show", "hel") == []  # the current context's API is down
+    assert _tab("--context", "prod", "job", "show", "hel") == ["hello-one", "hello-two"]
+    for words in (("job", "top"), ("job", "resubmit")):
+        assert _tab("--context", "prod", *words, "hello-t") == ["hello-two"], words
+    assert _tab("--context", "prod", "node", "delete", "node-") == ["node-1", "node-2"]
+    assert _tab("--context", "p") == ["prod"]
+    assert _tab("context", "use", "") == ["dead", "prod"]
+    assert _tab("job", "list", "--state", "pre") == ["preempted"]
+    assert "running" in _tab("job", "stop", "--state", "")
+    assert _tab("--context", "prod", "job", "list", "--user", "al") == ["alice"]
+    assert _tab("--context", "prod", "job", "delete", "-u", "") == ["alice", "root"]
