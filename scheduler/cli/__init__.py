@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import importlib
 
+from typing import TYPE_CHECKING
+
 import typer
 import typer.main
+
+if TYPE_CHECKING:
+    import click
 
 from scheduler.cli import (
     backup,
@@ -41,11 +46,31 @@ from scheduler.cli import schedules as schedules_cli
 from scheduler.cli.complete import complete_contexts
 from scheduler.cli import usage as usage_cli
 
+
+def _flags_without_type() -> None:
+    """``--help`` lists a flag without a type: Typer 0.29 shows every flag as taking a
+    ``<bool>`` (``--force <bool>``), which reads as if it wanted a value. Its value
+    types stay (``--limit <int>``)."""
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: click.Context) -> str | None:
+        return None if self.is_flag else typed(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_without_type()
+
+# rich_markup_mode="markdown": a docstring's paragraphs are reflowed to the terminal (its
+# hard line breaks are gone) and ``code`` prints as code, not between double backticks.
 app = typer.Typer(
     name="pasture",
     help="Run and manage training jobs on a pasture cluster.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 
 

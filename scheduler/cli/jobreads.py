@@ -277,7 +277,7 @@ def logs(
 ) -> None:
     """Every task's stdout/stderr, each line prefixed with its task (role-index).
 
-    Logs live in <share>/jobs/<job>/logs/<uid>/<role>-<index>.log (uid: this submission),
+    Logs live in `<share>/jobs/<job>/logs/<uid>/<role>-<index>.log` (uid: this submission),
     every attempt of a task after its "=== attempt N on NODE ===" line. A job that has not
     started says why it waits.
     """

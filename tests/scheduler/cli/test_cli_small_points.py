@@ -230,3 +230,47 @@ def test_completion_honours_context_and_covers_more_commands(api, cli, tmp_path)
     assert "running" in _tab("job", "stop", "--state", "")
     assert _tab("--context", "prod", "job", "list", "--user", "al") == ["alice"]
     assert _tab("--context", "prod", "job", "delete", "-u", "") == ["alice", "root"]
+
+
+def _commands(command, path=()):
+    """(path, click command) of every command and group under ``command``."""
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _commands(sub, (*path, name))
+
+
+def test_help_shows_no_bool_no_hard_line_breaks_and_no_double_backticks(cli, monkeypatch):
+    """``--help`` showed ``--force <bool>``, the docstrings' hard line breaks (ragged
+    lines ending mid-width) and their ``double backticks``."""
+    import re
+
+    import typer.main
+
+    from scheduler.cli import app
+
+    monkeypatch.setenv("COLUMNS", "100")
+    root = typer.main.get_command(app)
+    seen = 0
+    for path, command in _commands(root):
+        if path and path[0] in ("sim", "inventory"):  # mounted lazily: their own help
+            continue
+        out = cli(*path, "--help").output
+        seen += 1
+        assert "<bool>" not in out, (path, out)
+        assert "``" not in out, (path, out)
+        doc = command.help or ""
+        # every word of the docstring is shown: reflowing (markdown) drops none
+        for word in re.findall(r"[A-Za-z][A-Za-z0-9]{3,}", doc.split("\f")[0]):
+            assert word in out, (path, word, out)
+        for placeholder in re.findall(r"<[a-z]+>", doc):  # not taken for an HTML tag
+            assert placeholder in out, (path, placeholder, out)
+        # reflowed: a long paragraph's lines fill the width, none ends early as the
+        # docstring's own line breaks did (Rich pads each line to the panel's width)
+        text = [
+            line.strip() if line.startswith(" ") else ""  # panels end the text
+            for line in out.splitlines()[3:]
+        ]
+        for line, after in zip(text, text[1:], strict=False):
+            if line and after and len(line) + 1 + len(after.split()[0]) < 96:
+                raise AssertionError((path, "hard line break", line, out))
+    assert seen > 40
