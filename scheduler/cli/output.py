@@ -247,14 +247,15 @@ def print_json(data: Any) -> None:
         sys.stdout.flush()
 
 
-def fmt_resources(r: Any) -> str:
+def fmt_resources(r: Any, every: bool = False) -> str:
     """``{cpu_m, memory, gpu}`` (millicores, bytes, devices; a dict or an API model such
-    as ``ResourcesOut``) -> '2 cpu, 4Gi, 1 gpu' (:func:`scheduler.units.format_resources`)."""
+    as ``ResourcesOut``) -> '2 cpu, 4Gi, 1 gpu' (:func:`scheduler.units.format_resources`;
+    ``every``: '0 cpu, 0B, 0 gpu', no part left out)."""
     if r is None:
         return ""
     if not isinstance(r, dict):
         r = plain(r)
-    return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"))
+    return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"), every=every)
 
 
 def fmt_limit(r: Any) -> str:

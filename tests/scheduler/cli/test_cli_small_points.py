@@ -274,3 +274,50 @@ def test_help_shows_no_bool_no_hard_line_breaks_and_no_double_backticks(cli, mon
             if line and after and len(line) + 1 + len(after.split()[0]) < 96:
                 raise AssertionError((path, "hard line break", line, out))
     assert seen > 40
+
+
+def test_node_show_says_0_gpus_memory_units_and_no_empty_event_box(logged_in, cli):
+    """``allocated 0 cpu, 0``: no GPU count and a memory of 0 without a unit; a node
+    without events printed an empty table."""
+    r = cli("node", "show", "node-1")
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in r.output.splitlines()[1:9]}
+    assert rows["capacity"] == "8 cpu, 16Gi, 0 gpu", r.output
+    assert rows["allocated"] == "0 cpu, 0B, 0 gpu", r.output
+    assert rows["free"] == "8 cpu, 16Gi, 0 gpu", r.output
+    assert "events: none" in r.output and "┏" not in r.output.split("tasks: none")[1]
+
+
+def _dashboard_browser():
+    """tests/scheduler/dashboard/conftest.py's Browser (a cookie-keeping httpx client)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "dashboard" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("dashboard_browser", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Browser
+
+
+def test_node_events_are_oldest_first_on_the_web_and_in_the_cli(logged_in, cli):
+    """The web listed them newest first, the CLI oldest first."""
+    import re
+
+    Browser = _dashboard_browser()
+
+    url, env = logged_in
+    env.store.set_node_state("node-1", "cordoned", "first: fan", event={"by": "root"})
+    time.sleep(0.01)
+    env.store.set_node_state("node-1", "ready", "second: fixed", event={"by": "root"})
+    out = cli("node", "show", "node-1").output.split("tasks: none")[1]
+    assert out.index("first: fan") < out.index("second: fixed"), out
+    b = Browser(url)
+    try:
+        assert b.login(env.admin).status_code == 303
+        page = b.get("/dashboard/nodes/node-1").text
+    finally:
+        b.close()
+    events = page[page.index('id="node-events"') :]
+    assert re.search(r"first: fan.*second: fixed", events, re.DOTALL), events
+    assert "oldest first" in page
