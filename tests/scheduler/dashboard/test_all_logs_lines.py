@@ -9,7 +9,7 @@ import re
 import pytest
 from test_dashboard_http import submit
 
-from scheduler.api.dashboard.joblogs import PER_TASK_BYTES, scan_before
+from scheduler.api.dashboard.joblogs import PER_TASK_BYTES
 from scheduler.logpaths import job_log_dir
 
 pytestmark = pytest.mark.integration
@@ -76,6 +76,8 @@ def test_the_end_of_a_big_log_is_numbered_from_the_start_of_the_log(browser, bas
 
 
 def test_scan_before_finds_a_header_split_across_chunks():
+    from scheduler.api.dashboard.joblogs import scan_before
+
     data = b"a\nb\n=== attempt 7 on node-1 ===\nc\n"
     for cut in range(1, len(data)):
         assert scan_before(iter([data[:cut], data[cut:]])) == (4, 7), cut
