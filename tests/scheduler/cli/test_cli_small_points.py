@@ -321,3 +321,8 @@ def test_node_events_are_oldest_first_on_the_web_and_in_the_cli(logged_in, cli):
     events = page[page.index('id="node-events"') :]
     assert re.search(r"first: fan.*second: fixed", events, re.DOTALL), events
     assert "oldest first" in page
+
+
+def test_no_schedules_is_a_sentence_not_an_empty_table(logged_in, cli):
+    r = cli("schedule", "list")
+    assert r.exit_code == 0 and r.output == "no schedules\n", r.output
