@@ -19,14 +19,10 @@ Exit codes: see :mod:`scheduler.cli.output`.
 from __future__ import annotations
 
 import importlib
-
-from typing import TYPE_CHECKING
+from typing import Any
 
 import typer
 import typer.main
-
-if TYPE_CHECKING:
-    import click
 
 from scheduler.cli import (
     backup,
@@ -43,8 +39,8 @@ from scheduler.cli import (
     tokens,
 )
 from scheduler.cli import schedules as schedules_cli
-from scheduler.cli.complete import complete_contexts
 from scheduler.cli import usage as usage_cli
+from scheduler.cli.complete import complete_contexts
 
 
 def _flags_without_type() -> None:
@@ -55,7 +51,7 @@ def _flags_without_type() -> None:
 
     typed = TyperOption.display_type_rich
 
-    def display_type_rich(self: TyperOption, ctx: click.Context) -> str | None:
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:  # Typer's own click
         return None if self.is_flag else typed(self, ctx)
 
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]

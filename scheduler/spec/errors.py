@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-_LOWER_DNS = (
-    "lowercase letters a-z, digits and '-', starting and ending with a letter or digit"
-)
+_LOWER_DNS = "lowercase letters a-z, digits and '-', starting and ending with a letter or digit"
 PATTERN_RULES: dict[str, str] = {
     # job names (model.NAME_RE) and volume names (policies.VolumeSpec)
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$": f"1 to 63 characters: {_LOWER_DNS}",

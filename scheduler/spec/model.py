@@ -48,6 +48,7 @@ from pydantic import (
 
 from scheduler.core.model import Job, PriorityClass, TaskRole
 from scheduler.core.resources import Resources
+from scheduler.spec.errors import pattern_rule
 from scheduler.spec.policies import (
     MAX_COMMAND,
     MountSpec,
@@ -64,7 +65,6 @@ from scheduler.spec.policies import (
 from scheduler.spec.quantity import format_cpu, parse_cpu, parse_memory
 from scheduler.spec.secrets import MAX_SECRETS
 from scheduler.spec.secrets import NAME_RE as SECRET_NAME_RE
-from scheduler.spec.errors import pattern_rule
 
 # Limits beyond which a request is a typo rather than a machine (per task).
 MAX_CPU_M = 1024 * 1000  # 1024 cores
