@@ -166,6 +166,15 @@ def verify_token(request: Request, token: str) -> TokenInfo | None:
     return info
 
 
+def _verify_or_expiry(request: Request, token: str) -> tuple[TokenInfo | None, float | None]:
+    """:func:`verify_token`, and when it fails, when the token expired (None: unknown or
+    revoked), in the same worker thread."""
+    info = verify_token(request, token)
+    if info is not None:
+        return info, None
+    return None, request.app.state.tokens.expired_at(token)
+
+
 def _refusal(expired: float | None) -> str:
     """The 401 detail for a token that did not verify: "token expired on <UTC time>"
     when it is a real token past its expiry (only its holder can send it, so this tells
@@ -200,9 +209,8 @@ async def principal(
     cache: TokenCache = state.token_cache
     info = cache.get(token, state.tokens.now())
     if info is None:
-        info = await anyio.to_thread.run_sync(verify_token, request, token)
+        info, expired = await anyio.to_thread.run_sync(_verify_or_expiry, request, token)
         if info is None:
-            expired = await anyio.to_thread.run_sync(state.tokens.expired_at, token)
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,
                 _refusal(expired),
