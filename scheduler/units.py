@@ -80,14 +80,18 @@ def format_duration(seconds: float) -> str:
     return f"{s}s"
 
 
-def format_resources(cpu_m: float | None, memory: float | None, gpu: float | None) -> str:
+def format_resources(
+    cpu_m: float | None, memory: float | None, gpu: float | None, every: bool = False
+) -> str:
     """``(millicores, bytes, devices)`` -> '2 cpu, 23.5Gi, 1 gpu' (None parts and 0 GPUs
-    left out)."""
+    left out). ``every``: 0 GPUs shown too, and memory under 1Ki with its unit
+    ('0 cpu, 0B, 0 gpu': a node's capacity, allocated and free, where 0 is news)."""
     parts = []
     if cpu_m is not None:
         parts.append(f"{format_millicores(cpu_m)} cpu")
     if memory is not None:
-        parts.append(format_bytes(memory))
-    if gpu:
+        text = format_bytes(memory)
+        parts.append(f"{text}B" if every and abs(memory) < 1024 else text)
+    if gpu or (every and gpu is not None):
         parts.append(f"{gpu:g} gpu")
     return ", ".join(parts)

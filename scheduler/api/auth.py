@@ -166,6 +166,25 @@ def verify_token(request: Request, token: str) -> TokenInfo | None:
     return info
 
 
+def _verify_or_expiry(request: Request, token: str) -> tuple[TokenInfo | None, float | None]:
+    """:func:`verify_token`, and when it fails, when the token expired (None: unknown or
+    revoked), in the same worker thread."""
+    info = verify_token(request, token)
+    if info is not None:
+        return info, None
+    return None, request.app.state.tokens.expired_at(token)
+
+
+def _refusal(expired: float | None) -> str:
+    """The 401 detail for a token that did not verify: "token expired on <UTC time>"
+    when it is a real token past its expiry (only its holder can send it, so this tells
+    no one else anything), else "unknown, revoked or expired token"."""
+    if expired is None:
+        return "unknown, revoked or expired token"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expired))
+    return f"token expired on {when}"
+
+
 async def principal(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
 ) -> TokenInfo:
@@ -174,7 +193,7 @@ async def principal(
 
     Raises:
         HTTPException 401: no ``Authorization: Bearer <token>`` header, or an unknown,
-            revoked or expired token.
+            revoked or expired token (an expired one says when it expired).
         HTTPException 429: this token failed too often from the client's address
             (checked before the cache), or the token is over its request limit.
     """
@@ -190,11 +209,11 @@ async def principal(
     cache: TokenCache = state.token_cache
     info = cache.get(token, state.tokens.now())
     if info is None:
-        info = await anyio.to_thread.run_sync(verify_token, request, token)
+        info, expired = await anyio.to_thread.run_sync(_verify_or_expiry, request, token)
         if info is None:
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,
-                "unknown, revoked or expired token",
+                _refusal(expired),
                 headers={"WWW-Authenticate": "Bearer"},
             )
         cache.put(token, info)

@@ -19,6 +19,7 @@ Exit codes: see :mod:`scheduler.cli.output`.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import typer
 import typer.main
@@ -39,12 +40,33 @@ from scheduler.cli import (
 )
 from scheduler.cli import schedules as schedules_cli
 from scheduler.cli import usage as usage_cli
+from scheduler.cli.complete import complete_contexts
 
+
+def _flags_without_type() -> None:
+    """``--help`` lists a flag without a type: Typer 0.29 shows every flag as taking a
+    ``<bool>`` (``--force <bool>``), which reads as if it wanted a value. Its value
+    types stay (``--limit <int>``)."""
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:  # Typer's own click
+        return None if self.is_flag else typed(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_without_type()
+
+# rich_markup_mode="markdown": a docstring's paragraphs are reflowed to the terminal (its
+# hard line breaks are gone) and ``code`` prints as code, not between double backticks.
 app = typer.Typer(
     name="pasture",
     help="Run and manage training jobs on a pasture cluster.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 
 
@@ -57,6 +79,15 @@ def _version(value: bool) -> None:
         except PackageNotFoundError:
             typer.echo("pasture (not installed: version unknown)")
         raise typer.Exit()
+
+
+def _set_context(value: str | None) -> str | None:
+    """``--context``: set as soon as it is parsed, so that shell completion (which parses
+    the command line but runs no command) asks that context's API too."""
+    from scheduler.cli import config
+
+    config.context_override = value
+    return value
 
 
 @app.callback()
@@ -73,6 +104,8 @@ def _root(
         "--context",
         envvar="PASTURE_CONTEXT",
         help="Use this cluster of the login file (pasture context list), not the current.",
+        callback=_set_context,
+        autocompletion=complete_contexts,
     ),
 ) -> None:
     """Run and manage training jobs on a pasture cluster."""

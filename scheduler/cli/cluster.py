@@ -149,9 +149,9 @@ def node_show(
     table.add_column()
     table.add_row("state", styled(node.state))
     table.add_row("address", node.address)
-    table.add_row("capacity", fmt_resources(capacity))
-    table.add_row("allocated", fmt_resources(used))
-    table.add_row("free", fmt_resources(free))
+    table.add_row("capacity", fmt_resources(capacity, every=True))
+    table.add_row("allocated", fmt_resources(used, every=True))
+    table.add_row("free", fmt_resources(free, every=True))
     table.add_row("gpu model", node.gpu_model or "-")
     table.add_row("labels", _labels(node) or "-")
     table.add_row(
@@ -171,11 +171,11 @@ def node_show(
             str(t["job"]), str(t["role"]), str(t["index"]), styled(t["state"]), fmt_resources(t)
         )
     console.print(tasks_table if tasks else "tasks: none")
-    events = Table("time", "state", "reason", "jobs", title="events")
+    events = Table("time", "state", "reason", "jobs", title="events (oldest first)")
     for e in node.events or []:
         jobs = ", ".join(e.jobs or []) + (f" (+{e.other_jobs} other)" if e.other_jobs else "")
         events.add_row(fmt_time(e.time), styled(e.state), e.reason, jobs)
-    console.print(events)
+    console.print(events if node.events else "events: none")
 
 
 @node_app.command("events")
@@ -285,7 +285,7 @@ def drain(name: str = NodeArg, reason: str | None = ReasonOpt) -> None:
 @node_app.command()
 @handle_errors
 def delete(
-    name: str,
+    name: str = NodeArg,
     force: bool = typer.Option(
         False, "--force", help="delete even if it heartbeated recently (the machine is gone)"
     ),

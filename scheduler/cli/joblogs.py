@@ -92,18 +92,31 @@ class JobLogs:
         self._last_notice = ""
         self.uid: str | None = None  # the submission being read (set at the first read)
 
+    def _gone(self) -> ApiError:
+        return ApiError(404, f"job {self.name!r} was deleted or replaced while reading")
+
     def _job(self) -> JobOut:
-        job = self.client.job(self.name)
+        try:
+            job = self.client.job(self.name)
+        except ApiError as exc:  # deleted (not yet submitted again) while we read
+            if exc.status == 404 and self.uid is not None:
+                raise self._gone() from None
+            raise
         if self.uid is None:
             self.uid = job.uid or None
         elif job.uid != self.uid:  # deleted and submitted again while we read
-            raise ApiError(404, f"job {self.name!r} was deleted or replaced while reading")
+            raise self._gone()
         return job
 
     def _files(self) -> list[LogFileOut]:
         if self.uid is None:
             self._job()
-        return self._selected(self.client.log_files(self.name, uid=self.uid))
+        try:
+            return self._selected(self.client.log_files(self.name, uid=self.uid))
+        except ApiError as exc:
+            if exc.status == 404 and self.uid is not None:
+                raise self._gone() from None
+            raise
 
     # -- selection ------------------------------------------------------------------------
     def _selected(self, files: list[LogFileOut]) -> list[LogFileOut]:
@@ -158,9 +171,14 @@ class JobLogs:
         if f.size > task.offset or (final and task.partial):
             data = b""
             if f.size > task.offset:
-                data = self.client.log_bytes(
-                    self.name, task.role, task.index, task.offset, uid=self.uid
-                )
+                try:
+                    data = self.client.log_bytes(
+                        self.name, task.role, task.index, task.offset, uid=self.uid
+                    )
+                except ApiError as exc:
+                    if exc.status == 404 and self.uid is not None:
+                        raise self._gone() from None
+                    raise
                 task.offset += len(data)
             lines = self._lines(task, data, final)
         return task, lines

@@ -9,7 +9,7 @@ import typer
 from rich import box
 
 from scheduler.cli.client import ApiClient
-from scheduler.cli.complete import complete_vcs
+from scheduler.cli.complete import complete_states, complete_users, complete_vcs
 from scheduler.cli.jobcommon import JobArg, api_client, job_state
 from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.joblogs import JobLogs, LogOptions
@@ -69,10 +69,17 @@ def _queue_text(job: JobOut, waiting: list[JobOut]) -> str:
 def list_jobs(
     vc: str | None = typer.Option(None, help="only this VC", autocompletion=complete_vcs),
     state: str | None = typer.Option(
-        None, help="only this state (queued, running, ...)", callback=lambda v: job_state(v)
+        None,
+        help="only this state (queued, running, ...)",
+        callback=lambda v: job_state(v),
+        autocompletion=complete_states,
     ),
     user: str | None = typer.Option(
-        None, "--user", "-u", help="only jobs submitted by this token name (Slurm's -u)"
+        None,
+        "--user",
+        "-u",
+        help="only jobs submitted by this token name (Slurm's -u)",
+        autocompletion=complete_users,
     ),
     mine: bool = typer.Option(False, "--mine", help="only my jobs (--user of my token)"),
     limit: int = typer.Option(100, help="at most this many"),
@@ -270,7 +277,7 @@ def logs(
 ) -> None:
     """Every task's stdout/stderr, each line prefixed with its task (role-index).
 
-    Logs live in <share>/jobs/<job>/logs/<uid>/<role>-<index>.log (uid: this submission),
+    Logs live in `<share>/jobs/<job>/logs/<uid>/<role>-<index>.log` (uid: this submission),
     every attempt of a task after its "=== attempt N on NODE ===" line. A job that has not
     started says why it waits.
     """

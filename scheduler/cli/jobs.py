@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from scheduler.cli.client import ApiClient, ApiError
-from scheduler.cli.complete import complete_vcs
+from scheduler.cli.complete import complete_states, complete_users, complete_vcs
 from scheduler.cli.jobcommon import JobsArg, api_client, job_state
 from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.jobsubmit import wait_for
@@ -128,12 +128,19 @@ def _each(names: list[str], act: Callable[[str], None]) -> None:
         raise typer.Exit(failed)
 
 
-UserSel = typer.Option(None, "--user", "-u", help="every job of this user (with a confirmation)")
+UserSel = typer.Option(
+    None,
+    "--user",
+    "-u",
+    help="every job of this user (with a confirmation)",
+    autocompletion=complete_users,
+)
 StateSel = typer.Option(
     None,
     "--state",
     help="every job in this state (with a confirmation)",
     callback=lambda v: job_state(v),
+    autocompletion=complete_states,
 )
 VcSel = typer.Option(
     None, "--vc", help="every job of this VC (with a confirmation)", autocompletion=complete_vcs

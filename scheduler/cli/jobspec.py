@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from scheduler.cli.client import ApiClient, ApiError
+from scheduler.cli.complete import complete_jobs
 from scheduler.cli.config import load
 from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.jobsecrets import SecretOpt, SecretsFileOpt, attach, read_secrets
@@ -320,7 +321,9 @@ def _free_name(client: ApiClient, base: str) -> str:
 @app.command()
 @handle_errors
 def resubmit(
-    name: str = typer.Argument(..., help="the job whose spec to submit again"),
+    name: str = typer.Argument(
+        ..., help="the job whose spec to submit again", autocompletion=complete_jobs
+    ),
     new_name: str | None = NameOpt,
     vc: str | None = VcOpt,
     env: list[str] | None = EnvOpt,

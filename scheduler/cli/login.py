@@ -9,6 +9,7 @@ import typer
 
 from scheduler.cli import config as cfg
 from scheduler.cli.client import ApiClient
+from scheduler.cli.complete import complete_contexts
 from scheduler.cli.config import ClientConfig, save_login
 from scheduler.cli.output import (
     NOT_CONFIGURED,
@@ -95,7 +96,9 @@ def context_list(output: PlainFormat = PlainOpt) -> None:
 
 
 @context_app.command("use")
-def context_use(name: str) -> None:
+def context_use(
+    name: str = typer.Argument(..., help="context name", autocompletion=complete_contexts),
+) -> None:
     """Make NAME the current context (later commands talk to its cluster, also while a
     dev cluster started earlier runs; a later ``pasture dev up`` takes over again)."""
     try:

@@ -195,6 +195,11 @@ def exit_code_for(status: int) -> int:
     return UNAVAILABLE
 
 
+LOGIN_AGAIN = (
+    "log in again: ask an admin for a new token (pasture admin token create) and run"
+    " 'pasture login ENDPOINT' (or set PASTURE_TOKEN)"
+)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -211,7 +216,13 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(NOT_CONFIGURED) from None
         except ApiError as exc:
             status = exc.status or "connection"
-            err_console.print(f"[red]error ({status}):[/red] {esc(exc.message)}")
+            message = exc.message
+            if exc.errors:  # the table below lists each problem: the summary would repeat them
+                n = len(exc.errors)
+                message = f"{message.partition(': ')[0]} ({n} problem{'s' if n > 1 else ''}):"
+            err_console.print(f"[red]error ({status}):[/red] {esc(message)}")
+            if exc.status == 401:
+                err_console.print(esc(LOGIN_AGAIN))
             if exc.errors:
                 table = Table("field", "problem", "given", box=None)
                 for e in exc.errors:
@@ -236,14 +247,15 @@ def print_json(data: Any) -> None:
         sys.stdout.flush()
 
 
-def fmt_resources(r: Any) -> str:
+def fmt_resources(r: Any, every: bool = False) -> str:
     """``{cpu_m, memory, gpu}`` (millicores, bytes, devices; a dict or an API model such
-    as ``ResourcesOut``) -> '2 cpu, 4Gi, 1 gpu' (:func:`scheduler.units.format_resources`)."""
+    as ``ResourcesOut``) -> '2 cpu, 4Gi, 1 gpu' (:func:`scheduler.units.format_resources`;
+    ``every``: '0 cpu, 0B, 0 gpu', no part left out)."""
     if r is None:
         return ""
     if not isinstance(r, dict):
         r = plain(r)
-    return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"))
+    return format_resources(r.get("cpu_m"), r.get("memory"), r.get("gpu"), every=every)
 
 
 def fmt_limit(r: Any) -> str:

@@ -61,6 +61,9 @@ def list_(as_json: bool = typer.Option(False, "--json", help="JSON")) -> None:
     if as_json:
         console.print_json(json.dumps(items))
         return
+    if not items:  # a sentence, not an empty table
+        console.print("no schedules")
+        return
     table = Table("NAME", "SCHEDULE", "POLICY", "STATE", "VC", "RUNS")
     for i in items:
         table.add_row(

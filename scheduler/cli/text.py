@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rich.console import Console, ConsoleOptions
 from rich.table import Table as _RichTable
 from rich.text import Text
 
@@ -122,13 +123,40 @@ def markup_state(state: Any) -> str:
 
 class Table(_RichTable):
     """``rich.table.Table`` whose ``str`` cells and title are plain text (never markup):
-    the table for every CLI command (see the module doc)."""
+    the table for every CLI command (see the module doc).
+
+    It never loses a character at any width (issue 34, item 8): every column folds a word
+    too long for it onto the next line (Rich's default cuts it with "…"), and a column's
+    ``min_width`` yields when honouring it would make the table wider than the terminal
+    (Rich measures the columns again after shrinking them, clamps them back to their
+    ``min_width``, and the console then cuts every line at the right edge).
+    """
 
     def __init__(self, *headers: str, **kwargs: Any) -> None:
         title = kwargs.get("title")
         if isinstance(title, str):
             kwargs["title"] = plain_text(title)
         super().__init__(*headers, **kwargs)
+        for column in self.columns:
+            column.overflow = "fold"
+
+    def add_column(self, *args: Any, **kwargs: Any) -> None:
+        """As Rich's, with ``overflow="fold"`` unless given."""
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(*args, **kwargs)
+
+    def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
+        widths = super()._calculate_column_widths(console, options)
+        if sum(widths) <= options.max_width - self._extra_width:
+            return widths
+        kept = [column.min_width for column in self.columns]
+        for column in self.columns:  # wider than the terminal: the minimums yield
+            column.min_width = None
+        try:
+            return super()._calculate_column_widths(console, options)
+        finally:
+            for column, min_width in zip(self.columns, kept, strict=True):
+                column.min_width = min_width
 
     def add_row(self, *renderables: Any, **kwargs: Any) -> None:
         """As Rich's, with every ``str`` cell shown as the characters it is."""

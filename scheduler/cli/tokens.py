@@ -118,6 +118,9 @@ def token_list(config: Path | None = ConfigOpt, output: PlainFormat = PlainOpt) 
     data = [{**plain(t), "expired": t.expired(now)} for t in tokens]
     if emit_plain(data, output):
         return
+    if not tokens:  # a sentence, not an empty table
+        console.print("no tokens")
+        return
     table = Table("name", "role", "vcs", "operates", "created", "expires")
     for t in tokens:
         expires = _when(t.expires) + (" (expired)" if t.expired(now) else "")

@@ -16,6 +16,7 @@ import typer
 
 from scheduler.cli.client import ApiClient, parse
 from scheduler.cli.config import load
+from scheduler.cli.jobcommon import JobArg
 from scheduler.cli.output import (
     IntervalOpt,
     JsonOpt,
@@ -134,7 +135,7 @@ def print_top(u: JobUsageOut) -> None:
 
 @handle_errors
 def top(
-    name: str,
+    name: str = JobArg,
     watch_: bool = WatchOpt,
     interval: float = IntervalOpt,
     output: OutputFormat = OutputOpt,

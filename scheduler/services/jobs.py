@@ -85,10 +85,14 @@ def parse_document(body: bytes, content_type: str | None = None) -> dict[str, An
 
 
 def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic errors as ``[{"loc": [...], "msg": ..., "type": ...}]`` (JSON-safe)."""
+    """Pydantic errors as ``[{"loc": [...], "msg": ..., "type": ...}]`` (JSON-safe; a
+    pattern mismatch said in words, :func:`scheduler.spec.errors.worded`)."""
+    from scheduler.spec.errors import worded
+
     out = []
     for err in exc.errors(include_url=False):
-        item = {"loc": [str(p) for p in err.get("loc", ())], "msg": err["msg"], "type": err["type"]}
+        loc = [str(p) for p in err.get("loc", ())]
+        item = {"loc": loc, "msg": worded(dict(err)), "type": err["type"]}
         if "input" in err:
             value = as_dict(err["input"])
             text = json.dumps(value, default=str)

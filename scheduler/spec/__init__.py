@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.spec.bounded import MAX_SPEC_BYTES, load_document
-from scheduler.spec.errors import DocumentError, SpecError, safe_input
+from scheduler.spec.errors import DocumentError, SpecError, safe_input, worded
 from scheduler.spec.fit import unfittable_reason
 from scheduler.spec.formats import FORMATS, TranslateError, Translation, source_loc, translate
 from scheduler.spec.model import JobSpec, ResourceSpec, RoleSpec
@@ -128,7 +128,7 @@ def _validate(doc: dict[str, Any], translation: tuple[Translation, int] | None) 
     except ValidationError as exc:
         errors = []
         for e in exc.errors():
-            msg = e["msg"]
+            msg = worded(dict(e))
             if e["type"] == "extra_forbidden":
                 msg = "unknown field"
             msg = msg.removeprefix("Value error, ")

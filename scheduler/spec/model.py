@@ -48,6 +48,7 @@ from pydantic import (
 
 from scheduler.core.model import Job, PriorityClass, TaskRole
 from scheduler.core.resources import Resources
+from scheduler.spec.errors import pattern_rule
 from scheduler.spec.policies import (
     MAX_COMMAND,
     MountSpec,
@@ -433,7 +434,7 @@ class JobSpec(_Model):
         seen: dict[str, str] = {}
         for name in v:
             if not re.fullmatch(ROLE_RE, name):
-                raise ValueError(f"role names must match {ROLE_RE}, got {name!r}")
+                raise ValueError(f"role names are {pattern_rule(ROLE_RE)}; got {name!r}")
             key = env_name(name)
             if key in seen:
                 raise ValueError(

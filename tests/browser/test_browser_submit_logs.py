@@ -5,6 +5,8 @@ all-logs-search.png (artifacts/screenshots/)."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from playwright.sync_api import expect
@@ -70,7 +72,7 @@ def test_all_logs_with_search_and_download(page, cluster):
     page.click("#all-logs-link")
     expect(page.locator("section.task-log")).to_have_count(2)
     for index in (0, 1):
-        expect(page.locator(f"section[data-task='worker-{index}'] pre")).to_contain_text(
+        expect(page.locator(f"section[data-task='worker-{index}'] pre.text")).to_contain_text(
             f"step 4 loss 0.2 from {index}"
         )
     page.fill("#log-q", "step 2")
@@ -82,7 +84,8 @@ def test_all_logs_with_search_and_download(page, cluster):
         page.click("#download-all")
     text = info.value.path().read_text()
     lines = text.splitlines()
-    assert info.value.suggested_filename == f"{name}.log"
+    # <job>-<uid>-<attempt>.log: distinct across submissions of the name (issue 34 item 8)
+    assert re.fullmatch(rf"{name}-[0-9a-f]{{8}}-1\.log", info.value.suggested_filename)
     for index in (0, 1):
         mine = [line for line in lines if line.startswith(f"worker-{index} | step")]
         assert len(mine) == 5, text

@@ -10,10 +10,21 @@ or, without them, every task's log one after the other with each line prefixed
 that a task removed or swapped for a link after the listing is skipped with one line
 ``role-index | (log not read: why)``. Both need a session and the job's visibility
 (another VC's job is "not found").
+
+Each shown line carries its line number in the task's log and the attempt it came from
+(the agent writes ``=== attempt N on NODE ===`` before each attempt of a task,
+scheduler/agent/agent.py): a search's matches keep both. When only the end of a log is
+shown, the part before it is scanned once for its newlines and its last attempt header
+(one chunk in memory at a time), up to :data:`SCAN_BYTES`; past that the numbers are left
+out rather than guessed. Downloads are named ``<job>-<uid>-<attempt>-<role>-<index>.log``
+(``<job>-<uid>-<attempt>.log`` for all tasks): ``uid`` is the submission's first 8 hex
+digits and ``attempt`` the job's attempt, so a job deleted and submitted again under the
+same name, or retried, never downloads under an earlier file's name.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +38,9 @@ from scheduler.services.errors import NotFoundError, ServiceError
 PER_TASK_BYTES = 128 * 1024  # the most of one task's log a page shows (its end)
 PAGE_BYTES = 2 * 1024 * 1024  # the most of all tasks' logs one page shows
 MAX_LINE_BYTES = 1 << 20  # a download cuts a line without a newline at 1 MiB
+SCAN_BYTES = 64 << 20  # the most of a log before the shown part scanned for line numbers
+ATTEMPT_HEADER = re.compile(r"^=== attempt (\d+) on .* ===$")
+_HEADER_BYTES = re.compile(rb"(?:^|\n)=== attempt (\d+) on [^\n]* ===(?=\n|$)")
 
 
 def highlight(line: str, q: str) -> list[tuple[str, bool]]:
@@ -47,20 +61,47 @@ def highlight(line: str, q: str) -> list[tuple[str, bool]]:
     return out
 
 
-def task_view(text: str, q: str, cut: bool) -> dict[str, Any]:
-    """One task's shown lines: ``{lines: [[(text, is_match)...]...], matches, cut}``;
-    with ``q`` only the lines holding it. ``cut``: the log starts before what is shown
-    (its first, partial line is dropped)."""
+def task_view(
+    text: str, q: str, cut: bool, first_line: int | None = 1, attempt: int | None = None
+) -> dict[str, Any]:
+    """One task's shown lines: ``{lines: [{number, attempt, pieces: [(text, is_match)
+    ...]}...], matches, cut}``; with ``q`` only the lines holding it. ``cut``: the log
+    starts before what is shown (its first, partial line is dropped). ``first_line``: the
+    1-based number in the log of the first line of ``text`` (None: unknown, numbers left
+    out); ``attempt``: the attempt ``text`` starts in (None: before any header)."""
     lines = text.splitlines()
+    number = first_line
     if cut and lines:
         lines = lines[1:]
-    if q:
-        lines = [line for line in lines if q.lower() in line.lower()]
-    return {
-        "lines": [highlight(line, q) for line in lines],
-        "matches": len(lines) if q else None,
-        "cut": cut,
-    }
+        number = None if number is None else number + 1
+    shown = []
+    for line in lines:
+        m = ATTEMPT_HEADER.match(line)
+        if m:
+            attempt = int(m.group(1))
+        if not q or q.lower() in line.lower():
+            shown.append({"number": number, "attempt": attempt, "pieces": highlight(line, q)})
+        number = None if number is None else number + 1
+    return {"lines": shown, "matches": len(shown) if q else None, "cut": cut}
+
+
+def scan_before(chunks: Iterator[bytes]) -> tuple[int, int | None]:
+    """``(newlines, last attempt)`` of the bytes before the shown part of a log: how many
+    lines end there and the number of the last ``=== attempt N on NODE ===`` header (None
+    when none), one chunk in memory at a time (a header split across two chunks is found
+    in the joined tail of the first and the second)."""
+    newlines = 0
+    attempt: int | None = None
+    tail = b""
+    for chunk in chunks:
+        newlines += chunk.count(b"\n")
+        window = tail + chunk
+        for m in _HEADER_BYTES.finditer(window):
+            attempt = int(m.group(1))
+        cut = window.rfind(b"\n")
+        tail = window[cut:] if cut >= 0 else window[-4096:]
+        tail = tail[-4096:]
+    return newlines, attempt
 
 
 @router.get("/jobs/{name}/logs")
@@ -85,11 +126,20 @@ def all_logs(
     for f in files:
         size = int(f["size"])
         start = max(0, size - per_task)
+        first_line: int | None = 1
+        attempt: int | None = None
         try:
             data = services.logs.read(name, f["role"], f["index"], start, per_task, job.uid)
+            if 0 < start <= SCAN_BYTES:
+                path = services.logs.path(name, f["role"], f["index"], job.uid)
+                newlines, attempt = scan_before(services.logs.stream(path, 0, start))
+                first_line = newlines + 1
+            elif start > SCAN_BYTES:
+                first_line = None
         except (ServiceError, FileNotFoundError):  # gone, or swapped for a link meanwhile
             data = b""
-        view = task_view(data.decode("utf-8", errors="replace"), q, cut=start > 0)
+        text = data.decode("utf-8", errors="replace")
+        view = task_view(text, q, cut=start > 0, first_line=first_line, attempt=attempt)
         tasks.append({"role": f["role"], "index": f["index"], "size": size, **view})
     return render(
         request,
@@ -140,20 +190,23 @@ def download_logs(
     index: int | None = Query(None, ge=0),
 ) -> Response:
     """One task's whole log (``role`` and ``index``), or every task's log prefixed, as a
-    ``text/plain`` attachment named ``<job>[-<role>-<index>].log``."""
+    ``text/plain`` attachment named ``<job>-<uid>-<attempt>[-<role>-<index>].log`` (see
+    the module docstring)."""
     s = session(request)
     if s is None:
         return to_login(request)
     services = request.app.state
     try:
-        uid = services.jobs.get(s.who, name).get("uid", "")
+        job = services.jobs.get(s.who, name)
+        uid = job.get("uid", "")
+        stem = f"{name}-{uid[:8] or 'nouid'}-{job.get('attempt') or 0}"
         if role is not None and index is not None:
             path = services.logs.path(name, role, index, uid)
             body: Iterator[bytes] = services.logs.stream(path)
-            filename = f"{name}-{role}-{index}.log"
+            filename = f"{stem}-{role}-{index}.log"
         elif role is None and index is None:
             body = _prefixed(services, name, services.logs.files(name, uid), uid)
-            filename = f"{name}.log"
+            filename = f"{stem}.log"
         else:
             return error(request, s, 400, "role and index: give both (one task) or neither")
     except NotFoundError as exc:

@@ -45,11 +45,27 @@ def _problems(exc: ServiceError) -> list[str]:
 
 @router.get("/submit")
 def submit_page(request: Request) -> Response:
-    """The empty form, prefilled with the commented example spec (``pasture template job``)."""
+    """The empty form, prefilled with the commented example spec (``pasture template job``)
+    under a name of its own (:func:`example_spec`)."""
     s = session(request)
     if s is None:
         return to_login(request)
-    return _form(request, s, job_template())
+    return _form(request, s, example_spec())
+
+
+def example_spec() -> str:
+    """The example job spec with a generated name, ``hello-gang-<6 hex digits>`` (24 bits
+    from :mod:`secrets`), so that submitting the form as it comes works more than once:
+    with the template's fixed ``hello-gang`` the second Check said the name exists."""
+    import re
+    import secrets
+
+    text = job_template()
+    m = re.search(r"^name: hello-gang +", text, re.MULTILINE)
+    if m is None:  # the template changed: its own name then
+        return text
+    line = f"name: hello-gang-{secrets.token_hex(3)} ".ljust(len(m.group(0)))
+    return text[: m.start()] + line + text[m.end() :]
 
 
 @router.post("/submit")

@@ -81,7 +81,9 @@ def test_all_logs_page_search_and_download(browser, base, env):
     assert "2 matching lines" in found and "ps starting" not in found
     one = b.get("/dashboard/jobs/many/logs/download", params={"role": "worker", "index": 0})
     assert one.status_code == 200 and one.text == "worker starting\nLOSS 0.4\n"
-    assert 'filename="many-worker-0.log"' in one.headers["content-disposition"]
+    many = env.store.get_job("many")
+    stem = f"many-{many.uid[:8]}-{many.attempt}"
+    assert f'filename="{stem}-worker-0.log"' in one.headers["content-disposition"]
     every = b.get("/dashboard/jobs/many/logs/download")
     assert every.text.splitlines() == [
         "ps-0 | === attempt 1 on node-1 ===",

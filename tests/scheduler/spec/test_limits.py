@@ -22,7 +22,7 @@ def locs_and_msgs(doc: dict) -> list[tuple[str, str]]:
 
 def test_role_name_with_trailing_newline_is_refused():
     ((loc, msg),) = locs_and_msgs(job(roles={"w\n": {"command": "true"}}))
-    assert loc == "roles" and "role names must match" in msg
+    assert loc == "roles" and "role names are 1 to 63 characters: letters" in msg
 
 
 def test_job_name_with_trailing_newline_is_refused():
