@@ -3,7 +3,8 @@ idle machine: ``job list`` 0.3 s, a <TAB> 0.2 s).
 
 Setup: ``scheduler.dev.up`` (redis-server, the API, the loop and ``--nodes`` agents as
 local processes, state in a temp dir) and ``--jobs`` submitted jobs, so ``job list`` has
-a page to fetch and render. Each command then runs ``--repeat`` times as a fresh process
+a page to fetch and render; the commands find the cluster as after ``pasture dev up``,
+with no login file. Each command then runs ``--repeat`` times as a fresh process
 (``python -m scheduler.cli ...``, exactly what the ``pasture`` script runs), with stdout
 piped, and with ``PYTHONDONTWRITEBYTECODE=1`` set (as on machines where Python may not
 write ``__pycache__``): a run reads only the bytecode the install compiled (``make venv``:
@@ -138,6 +139,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         client.close()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PASTURE_")}
         env.update(PASTURE_DEV_DIR=str(state_dir), COLUMNS="120", PYTHONDONTWRITEBYTECODE="1")
+        # no login file (as before a first `pasture login`): the figures do not depend
+        # on the one in $HOME (an older pasture wrote YAML, which costs PyYAML's import)
+        env["PASTURE_CONFIG_HOME"] = str(state_dir / "no-login-file")
         result: dict[str, Any] = {}
         for name, argv in COMMANDS.items():
             command_env = {**env, **COMPLETION_ENV.get(name, {})}
