@@ -76,15 +76,17 @@ class LazyGroup(TyperGroup):
         module = importlib.import_module(module_name)
         if attribute is not None:
             self.commands[name] = build(name, getattr(module, attribute))
-        self._add_registered()
+        else:
+            self._add_registered(only=name)  # its module's other commands: when named
 
-    def _add_registered(self) -> None:
-        """Build the commands registered on :attr:`app` that the group lacks."""
+    def _add_registered(self, only: str | None = None) -> None:
+        """Build the commands registered on :attr:`app` that the group lacks (``only``:
+        that one)."""
         if self.app is None:
             return
         for info in self.app.registered_commands:
             name = info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))
-            if name and name not in self.commands:
+            if name and name not in self.commands and only in (None, name):
                 self.commands[name] = build(name, info)
 
     def load_all(self) -> None:
