@@ -2,8 +2,10 @@
 # Everything they need is installed by the targets themselves (apt packages, the venv,
 # the podman base image), so they work on a fresh machine.
 # The venv's packages are compiled to bytecode when installed (uv sync --compile-bytecode),
-# and Python may write bytecode for our own modules: nothing here sets
-# PYTHONDONTWRITEBYTECODE, so `pasture` and the tests do not recompile on every start.
+# and our own package (editable, which uv never compiles) whenever one of its sources
+# changed since (`make venv` and every target that needs the venv): so `pasture` and the
+# tests do not recompile on every start, even where PYTHONDONTWRITEBYTECODE is set
+# (nothing here sets it; `python -m scheduler.bench cli` reports the compiled share).
 
 SHELL := /bin/bash
 VENV := .venv
@@ -23,13 +25,17 @@ deps: .state/system-deps.stamp
 	bash scripts/install-system-deps.sh
 	@touch $@
 
-venv: $(VENV)/.synced
+venv: $(VENV)/.synced $(VENV)/.compiled
 $(VENV)/.synced: pyproject.toml
 	@command -v uv >/dev/null || { echo "==> pip install uv"; python3 -m pip install -q uv; }
 	@echo "==> python venv in $(VENV) (uv sync, all dependency groups, bytecode compiled)"
 	@[ -x $(PY) ] || uv venv -q $(VENV) --python "$$(command -v python3)"
 	UV_LINK_MODE=copy uv sync -q --all-groups --extra sim --compile-bytecode
-	# the project's own package too: uv compiles site-packages, never the editable install
+	@touch $@
+
+# the project's own package too: uv compiles site-packages, never the editable install;
+# compileall rewrites only the bytecode older than its source (~1 s when little changed)
+$(VENV)/.compiled: $(VENV)/.synced $(shell find scheduler -name '*.py' 2>/dev/null)
 	$(PY) -m compileall -q -j 0 scheduler
 	@touch $@
 

@@ -24,23 +24,36 @@ from typing import Any
 import typer
 import typer.main
 
-from scheduler.cli import (
-    backup,
-    cluster,
-    data,
-    dev,
-    jobgroup,
-    jobreads,  # noqa: F401 - registers job list, show, logs, exec
-    jobs,  # noqa: F401 - registers job stop, delete
-    jobspec,  # noqa: F401 - registers job validate and resubmit
-    jobsubmit,  # noqa: F401 - registers job submit
-    login,
-    server,
-    tokens,
-)
-from scheduler.cli import schedules as schedules_cli
-from scheduler.cli import usage as usage_cli
 from scheduler.cli.complete import complete_contexts
+from scheduler.cli.lazy import LazyGroup
+
+
+class RootCommands(LazyGroup):
+    """``pasture``'s commands, each imported when first named (see
+    :mod:`scheduler.cli.lazy`): ``pasture job list`` imports the job-reading commands only.
+    ``--help`` lists them in :attr:`order` (Typer's: single commands, then groups)."""
+
+    lazy = {
+        "usage": ("scheduler.cli.usage", "usage"),
+        "status": ("scheduler.cli.cluster", "status"),
+        "login": ("scheduler.cli.login", "login"),
+        "job": ("scheduler.cli.jobgroup", "app"),  # jobgroup.JobCommands: lazy too
+        "schedule": ("scheduler.cli.schedules", "app"),
+        "node": ("scheduler.cli.cluster", "node_app"),
+        "vc": ("scheduler.cli.cluster", "vc_app"),
+        "context": ("scheduler.cli.login", "context_app"),
+        "template": ("scheduler.cli.login", "template_app"),
+        "data": ("scheduler.cli.data", "data_app"),
+        "image": ("scheduler.cli.data", "image_app"),
+        "dev": ("scheduler.cli.dev", "dev_app"),
+        "serve": ("scheduler.cli.server", "serve_app"),
+        "agent": ("scheduler.cli.server", "agent_app"),
+        "admin": ("scheduler.cli.admin", "admin_app"),  # with backup, restore, token
+    }
+    order = (
+        *("usage", "status", "login", "sim", "inventory", "job", "schedule", "node", "vc"),
+        *("context", "template", "data", "image", "dev", "serve", "agent", "admin"),
+    )
 
 
 def _flags_without_type() -> None:
@@ -67,6 +80,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
+    cls=RootCommands,
 )
 
 
@@ -113,26 +127,6 @@ def _root(
 
     config.context_override = context
 
-
-jobgroup.app.command("top")(usage_cli.top)
-app.add_typer(jobgroup.app, name="job")  # with jobs' and jobspec's commands
-app.add_typer(schedules_cli.app, name="schedule")
-app.command("usage")(usage_cli.usage)
-app.add_typer(cluster.node_app, name="node")
-app.add_typer(cluster.vc_app, name="vc")
-app.command("status")(cluster.status)
-app.command("login")(login.login)
-app.add_typer(login.context_app, name="context")
-app.add_typer(login.template_app, name="template")
-app.add_typer(data.data_app, name="data")
-app.add_typer(data.image_app, name="image")
-app.add_typer(dev.dev_app, name="dev")
-app.add_typer(server.serve_app, name="serve")
-app.add_typer(server.agent_app, name="agent")
-server.admin_app.command("backup")(backup.backup)
-server.admin_app.command("restore")(backup.restore)
-app.add_typer(server.admin_app, name="admin")
-server.admin_app.add_typer(tokens.token_app, name="token")
 
 # Groups written by others, mounted lazily: their module (the simulator loads numpy) is
 # imported only when the command runs, and a missing or broken one only breaks its own

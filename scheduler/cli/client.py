@@ -111,6 +111,34 @@ def _skip_httpx_command_line() -> None:
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
+def _import_schemas_without_plugins() -> None:
+    """Import the API's response models (:mod:`scheduler.api.schemas`) with pydantic's
+    plugins off while they are built.
+
+    Pydantic looks its plugins up when it builds the first model of a process, in the
+    entry points of every installed distribution (``importlib.metadata``: ~30 ms of each
+    command's start-up in this project's venv); the CLI only parses answers with these
+    models. ``PYDANTIC_DISABLE_PLUGINS`` is pydantic's documented switch
+    (https://docs.pydantic.dev/latest/concepts/plugins/); it is set only while the
+    module is imported and then restored, as Typer does for its parameter adapters, so
+    the processes the CLI starts (a dev cluster, an agent's tasks) and a process that
+    imported the models before keep their plugins."""
+    import os
+    import sys
+
+    if "scheduler.api.schemas" in sys.modules:
+        return
+    previous = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "1"
+    try:
+        import scheduler.api.schemas  # noqa: F401 - built here, used by every method
+    finally:
+        if previous is None:
+            del os.environ["PYDANTIC_DISABLE_PLUGINS"]
+        else:
+            os.environ["PYDANTIC_DISABLE_PLUGINS"] = previous
+
+
 def _verify(config: ClientConfig) -> ssl.SSLContext | bool:
     """TLS verification for httpx: the cluster CA when given, else the system store. A
     plain ``http://`` endpoint (the dev cluster) never does TLS, so no CA bundle is loaded
@@ -138,6 +166,7 @@ class ApiClient:
 
     def __init__(self, config: ClientConfig, timeout: float = 30.0) -> None:
         _skip_httpx_command_line()
+        _import_schemas_without_plugins()
         import httpx
 
         self.config = config

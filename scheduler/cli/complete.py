@@ -9,54 +9,111 @@ short timeout (:data:`TIMEOUT_S`), and fail silent: no configuration, an unreach
 or any error gives no candidates, never a message (a completion must not print into the
 user's command line). Install with ``pasture --install-completion`` (bash, zsh, fish,
 PowerShell).
+
+A <TAB> is a fresh ``pasture`` process that needs a list of names, so it asks with the
+standard library's HTTP client (``urllib.request``: the same endpoint, token, proxy
+settings and TLS trust as :class:`scheduler.cli.client.ApiClient`, whose httpx and
+response models would cost ~0.1 s of each <TAB>), and the root group imports only the
+commands on the way to the one completed (:mod:`scheduler.cli.lazy`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scheduler.cli.client import ApiClient
+    from scheduler.cli.config import ClientConfig
 
 TIMEOUT_S = 1.5  # the longest a <TAB> waits for the API, seconds
 LIMIT = 1000  # jobs read for completion (newest first)
 
 
-def _names(read: Callable[[ApiClient], list[str]], incomplete: str) -> list[str]:
+def get_json(config: ClientConfig, path: str, timeout: float = TIMEOUT_S) -> Any:
+    """``GET endpoint + path`` (path with its query) with the bearer token: the decoded
+    JSON answer.
+
+    TLS as :class:`scheduler.cli.client.ApiClient` verifies it: the cluster CA when the
+    config names one, else certifi's bundle (httpx's default); ``HTTP(S)_PROXY`` and
+    ``NO_PROXY`` apply, as they do for httpx.
+
+    Raises:
+        OSError: the API cannot be reached, timed out or answered 4xx/5xx
+            (``urllib.error.URLError`` and ``HTTPError`` are OSErrors).
+        ValueError: the answer is not JSON.
+    """
+    import json
+    import ssl
+    import urllib.request
+
+    context = None
+    if config.endpoint.startswith("https://"):
+        cafile = config.ca_cert
+        if cafile is None:
+            try:
+                import certifi
+
+                cafile = certifi.where()
+            except ImportError:
+                cafile = None  # the system store
+        context = ssl.create_default_context(cafile=cafile)
+    request = urllib.request.Request(
+        config.endpoint + path, headers={"Authorization": f"Bearer {config.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:  # noqa: S310 - the configured API endpoint
+        return json.loads(answer.read())
+
+
+def _names(path: str, records: Callable[[Any], Any], incomplete: str) -> list[str]:
+    """The names in ``records(<the JSON answer to GET path>)`` (a list of objects with a
+    ``name``) that start with ``incomplete``, sorted; [] on any error."""
     try:
-        from scheduler.cli.client import ApiClient
         from scheduler.cli.config import load
 
-        client = ApiClient(load(), timeout=TIMEOUT_S)
-        try:
-            names = read(client)
-        finally:
-            client.close()
+        names = _name_list(records(get_json(load(), path)))
     except Exception:  # noqa: BLE001 - a completion fails silent, whatever went wrong
         return []
     return sorted(n for n in set(names) if n.startswith(incomplete))
 
 
+def _name_list(records: Any) -> list[str]:
+    """The ``name`` of each record of a JSON list (records without a text name skipped)."""
+    if not isinstance(records, list):
+        return []
+    return [r["name"] for r in records if isinstance(r, dict) and isinstance(r.get("name"), str)]
+
+
 def complete_jobs(incomplete: str) -> list[str]:
     """Names of visible jobs (the newest :data:`LIMIT`) starting with ``incomplete``."""
-    return _names(lambda c: [j.name for j in c.jobs(limit=LIMIT).items], incomplete)
+    return _names(
+        f"/api/v1/jobs?limit={LIMIT}",
+        lambda page: page.get("items") if isinstance(page, dict) else None,
+        incomplete,
+    )
 
 
 def complete_nodes(incomplete: str) -> list[str]:
     """Node names starting with ``incomplete``."""
-    return _names(lambda c: [n.name for n in c.nodes()], incomplete)
+    return _names("/api/v1/nodes", lambda nodes: nodes, incomplete)
 
 
 def complete_vcs(incomplete: str) -> list[str]:
     """VC names starting with ``incomplete``."""
-    return _names(lambda c: [v.name for v in c.vcs()], incomplete)
+    return _names("/api/v1/vcs", lambda vcs: vcs, incomplete)
 
 
 def complete_users(incomplete: str) -> list[str]:
     """Submitters (token names) of the visible jobs (the newest :data:`LIMIT`) starting
     with ``incomplete``: the values ``--user`` takes."""
-    return _names(lambda c: [j.user for j in c.jobs(limit=LIMIT).items], incomplete)
+    return _names(
+        f"/api/v1/jobs?limit={LIMIT}",
+        lambda page: [
+            {"name": j.get("user")}
+            for j in (page.get("items") or [] if isinstance(page, dict) else [])
+            if isinstance(j, dict)
+        ],
+        incomplete,
+    )
 
 
 def complete_states(incomplete: str) -> list[str]:

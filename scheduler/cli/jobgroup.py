@@ -3,7 +3,9 @@
 The commands register themselves on :data:`app` from :mod:`scheduler.cli.jobsubmit`
 (submit), :mod:`scheduler.cli.jobreads` (list, show, logs, exec), :mod:`scheduler.cli.jobs`
 (stop, delete) and :mod:`scheduler.cli.jobspec` (validate, resubmit); a module of its own so
-that none imports another for it.
+that none imports another for it. Each module is imported when one of its commands is
+first named (:class:`JobCommands`, :mod:`scheduler.cli.lazy`): ``pasture job list`` loads
+jobreads only.
 """
 
 from __future__ import annotations
@@ -14,17 +16,33 @@ from collections.abc import Iterator
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from scheduler.cli.client import ApiClient, ApiError
+from scheduler.cli.lazy import LazyGroup
 
 ORDER = ("submit", "list", "show", "logs", "exec", "stop", "delete", "validate", "resubmit")
 """``pasture job --help`` lists its commands in this order (submit, reading, control, the
 spec helpers), then any other in the order registered, whichever module imports first."""
 
 
-class JobCommands(TyperGroup):
-    """The ``job`` group's click class: commands listed in :data:`ORDER`."""
+class JobCommands(LazyGroup):
+    """The ``job`` group's click class: each command imported with its module on first
+    use; listed in :data:`ORDER`."""
+
+    # the module that registers each command on :data:`app` when imported (None), or
+    # that has the function registered here; "load all" imports them in this order
+    lazy = {
+        "list": ("scheduler.cli.jobreads", None),
+        "show": ("scheduler.cli.jobreads", None),
+        "logs": ("scheduler.cli.jobreads", None),
+        "exec": ("scheduler.cli.jobreads", None),
+        "stop": ("scheduler.cli.jobs", None),
+        "delete": ("scheduler.cli.jobs", None),
+        "validate": ("scheduler.cli.jobspec", None),
+        "resubmit": ("scheduler.cli.jobspec", None),
+        "submit": ("scheduler.cli.jobsubmit", None),
+        "top": ("scheduler.cli.usage", "top"),
+    }
 
     def list_commands(self, ctx: Any) -> list[str]:  # Typer's vendored click Context
         names = super().list_commands(ctx)
@@ -33,6 +51,7 @@ class JobCommands(TyperGroup):
 
 
 app = typer.Typer(help="Submit, watch and stop jobs.", no_args_is_help=True, cls=JobCommands)
+JobCommands.app = app
 
 
 def similar_jobs(client: ApiClient, name: str, limit: int = 1000) -> list[str]:

@@ -26,9 +26,10 @@ def test_cli_bench_prints_figures_as_json(tmp_path):
     assert figures["jobs"] == 3 and figures["repeat"] == 2
     assert figures["pythondontwritebytecode"] == 1
     assert 0 <= figures["bytecode_compiled_share"] <= 1
-    for command in ("python_startup", "import_cli", "help", "version", "job_list", "node_list"):
+    commands = ("python_startup", "import_cli", "help", "version", "job_list", "node_list")
+    for command in (*commands, "complete_job_name"):
         median, worst = figures[f"{command}_wall_median_s"], figures[f"{command}_wall_max_s"]
-        assert 0 < median <= worst
+        assert 0 < figures[f"{command}_wall_min_s"] <= median <= worst
         assert figures[f"{command}_cpu_median_s"] > 0
     # the bare interpreter is the floor under every command
     assert figures["python_startup_cpu_median_s"] <= figures["job_list_cpu_median_s"]
