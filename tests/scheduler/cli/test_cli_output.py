@@ -192,7 +192,7 @@ def test_node_show_capacity_allocated_free_tasks(logged_in, cli, tmp_path):
     out = _pasture("node", "show", "gpu-node").stdout
     assert _grep(out, "capacity")[0].rstrip().endswith("16 cpu, 64Gi, 4 gpu")
     assert _grep(out, "allocated")[0].rstrip().endswith("2 cpu, 2Gi, 4 gpu")
-    assert _grep(out, "free")[0].rstrip().endswith("14 cpu, 62Gi")
+    assert _grep(out, "free")[0].rstrip().endswith("14 cpu, 62Gi, 0 gpu")
     assert "rack=b17" in out and "heartbeat" in out
     assert len(_grep(out, "gpu-job")) == 2
     r = cli("node", "show", "ghost")
