@@ -25,7 +25,7 @@ import typer
 import typer.main
 
 from scheduler.cli.complete import complete_contexts
-from scheduler.cli.lazy import LazyGroup
+from scheduler.cli.lazy import MARKUP_MODE, LazyGroup
 
 
 class RootCommands(LazyGroup):
@@ -72,14 +72,14 @@ def _flags_without_type() -> None:
 
 _flags_without_type()
 
-# rich_markup_mode="markdown": a docstring's paragraphs are reflowed to the terminal (its
+# MARKUP_MODE (markdown): a docstring's paragraphs are reflowed to the terminal (its
 # hard line breaks are gone) and ``code`` prints as code, not between double backticks.
 app = typer.Typer(
     name="pasture",
     help="Run and manage training jobs on a pasture cluster.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=MARKUP_MODE,
     cls=RootCommands,
 )
 

@@ -28,6 +28,11 @@ import typer.main
 from typer.core import TyperGroup
 from typer.models import CommandInfo
 
+MARKUP_MODE: Any = "markdown"
+"""``--help``'s markup of every pasture command (the root app's and each lazily built
+one's): a docstring's paragraphs are reflowed to the terminal and ``code`` prints as
+code, not between double backticks."""
+
 # Typer's vendored click Context and Command: typed Any here, as in jobgroup.JobCommands
 
 
@@ -42,9 +47,9 @@ def build(name: str, target: Any) -> Any:
 
     Built by Typer itself from a holder app with that one command, so the options, help
     and classes are exactly Typer's (the holder has Typer's defaults, as ``pasture``'s
-    root app does: markup mode and short pretty exceptions).
+    root app does: :data:`MARKUP_MODE` and short pretty exceptions).
     """
-    holder = typer.Typer()
+    holder = typer.Typer(rich_markup_mode=MARKUP_MODE)
     holder.callback()(_group_callback)  # a group: a lone command would be the app itself
     if isinstance(target, typer.Typer):
         holder.add_typer(target, name=name)

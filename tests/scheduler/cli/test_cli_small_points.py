@@ -235,8 +235,10 @@ def test_completion_honours_context_and_covers_more_commands(api, cli, tmp_path)
 def _commands(command, path=()):
     """(path, click command) of every command and group under ``command``."""
     yield path, command
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
-        yield from _commands(sub, (*path, name))
+    if hasattr(command, "list_commands"):  # lazy groups load a command when it is named
+        ctx = type(command).context_class(command)
+        for name in sorted(command.list_commands(ctx)):
+            yield from _commands(command.get_command(ctx, name), (*path, name))
 
 
 def test_help_shows_no_bool_no_hard_line_breaks_and_no_double_backticks(cli, monkeypatch):
