@@ -110,6 +110,21 @@ def median_residual_s(history: History | None, elapsed_s: float) -> float | None
     return xs[i + (n - 1) // 2] - elapsed_s
 
 
+def median_residual_service(history: History | None, attained_gpu_s: float) -> float | None:
+    """Median further service (GPU-seconds) of a job that has attained ``attained_gpu_s``:
+    the median of (s - attained) over finished jobs' services s > attained (the empirical
+    median residual, as :func:`median_residual_s` for run times), or None while fewer than
+    ``2 * MIN_TAIL_COUNT`` finished jobs attained that much."""
+    if history is None:
+        return None
+    xs = history.services_gpu_s
+    i = bisect_right(xs, attained_gpu_s)
+    n = len(xs) - i
+    if n < 2 * MIN_TAIL_COUNT:
+        return None
+    return xs[i + (n - 1) // 2] - attained_gpu_s
+
+
 class HistoryWindow:
     """Mutable recorder of the last ``size`` finished jobs, for the loop or the simulator.
 

@@ -109,6 +109,10 @@ PRESETS = MappingProxyType(
             preemption=(PreemptionMode.QUEUE_ORDER,),
             las_thresholds=(3600.0, 36000.0),
             elastic=True,
+            # learns finished jobs' services: the stage's length weight is the median
+            # remaining service of jobs that attained as much (issue 36; adapt() leaves
+            # this preset's other values as they are: no VCs, no backfill)
+            adaptive=True,
         ),
         # AFS-like baseline: the same stage given each job's true length (AFS' length
         # weight; the simulator passes true durations as estimates).
