@@ -95,6 +95,10 @@ PRESETS = MappingProxyType(
             las_thresholds=(3600.0, 36000.0),
             preemption_min_runtime_s=300.0,
             adaptive=True,
+            # Tiresias' STARVELIMIT (scheduler.core.starvation), the limit fitted on ONE
+            # trace (syn-16gpu, 2,000 jobs @0.8: the largest of 1, 2, 4 with p99 <= 1.5x
+            # the best baseline's) and checked on every other (scheduler/sim/README.md)
+            starve_limit=2.0,
             elastic=True,  # only jobs with elastic roles are resized (issue 29)
             # torchrun re-forms a shrunk group within 15 s keep-alive + 30 s last call
             regrow_cooldown_s=60.0,
