@@ -32,8 +32,11 @@ replays traces under each of them side by side. None of them is a fork of the co
                    more, the LAS thresholds are the 0.9 and 0.99 quantiles of finished
                    jobs' attained GPU-service (Tiresias, Gu et al., NSDI'19) once 50 /
                    500 jobs have finished. Tiresias' STARVELIMIT
-                   (scheduler.core.starvation) is built but off: measured, it costs
-                   mean JCT on the ITP traces.
+                   (scheduler.core.starvation) is on with limit 2 (issue 36): a
+                   preempted job that has waited twice its run time so far is promoted
+                   to the first LAS queue, so wide gangs demoted after a short attempt
+                   do not starve; the limit was fitted on syn-16gpu alone and checked on
+                   the other suite traces (scheduler/sim/README.md, "STARVELIMIT").
                    A reservation whose shadow time is unknown (no estimates) holds
                    nothing: the LAS rank protects wide jobs by preemption instead.
                    Aging is off: the core adds it to the priority continuously, ahead of
