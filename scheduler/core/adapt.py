@@ -31,7 +31,7 @@ def adapt(policy: Policy, history: History | None, vcs: Iterable[VirtualCluster]
       estimable; strictly increasing, positive), the policy's static values until then;
     * with one tenant (or none): plain Tiresias 2D-LAS: the policy's static thresholds, no
       ``preemption_min_runtime_s`` floor and, for a ``las`` order with queue-order
-      preemption, no backfill (see the module docstring);
+      preemption, no backfill (see the module docstring); ``starve_limit`` is kept;
 
     Other policies are returned unchanged, and so is a policy for which nothing changes.
     """

@@ -25,11 +25,18 @@ Learning", NSDI 2021): give the next GPU to the job with the highest marginal th
 gain, weighted by the inverse of its remaining length, i.e. the largest increase of its
 completion rate ``speedup(n) / remaining``. The speedup table is ``Job.scaling``
 (throughput at n replicas relative to 1; linear when empty). The remaining length is the
-job's estimate (``estimated_duration_s``) when it has one (AFS with known lengths);
-otherwise the scheduler cannot know it, and, as Tiresias does, the job's attained service
-(GPU-seconds) stands in for it: jobs that have received little are presumed short
-(Gu et al., NSDI 2019). Shrinking removes the replica whose loss by that same measure is
-smallest.
+job's estimate (``estimated_duration_s``) when it has one (AFS with known lengths).
+Otherwise the scheduler cannot know it; with an ``adaptive`` policy and finished jobs in
+``Snapshot.history`` it is the median remaining service of the finished jobs that attained
+more than this job has (:func:`scheduler.core.history.median_residual_service`, the
+empirical median residual life, in GPU-seconds; issue 36). Until enough jobs have finished
+(or without ``adaptive``), as Tiresias does, 1 + the attained service (GPU-seconds) stands
+in for it (Gu et al., NSDI 2019). Why the learned residual: ``1 / (1 + attained)`` makes a
+job that has run 1,000 GPU-s weigh 1,000 times less than one that just started, so the
+length guess swamps the scaling (the marginal gain per GPU) in every choice; the residual of
+a heavy-tailed run-time distribution grows with age far more slowly, so among jobs of
+similar expected remaining length the one whose next replica adds most throughput wins,
+as in AFS. Shrinking removes the replica whose loss by that same measure is smallest.
 
 Pure: no I/O, no clock; deterministic (ties broken by job name).
 """
@@ -43,6 +50,7 @@ from functools import partial
 
 from scheduler.core.gang import GangPlacement, Placer
 from scheduler.core.grow import missing_replicas
+from scheduler.core.history import History, median_residual_service
 from scheduler.core.index import NodeIndex
 from scheduler.core.model import Bind, Job, RunningJob, Shrink, TaskPlacement
 from scheduler.core.queue import attained_service
@@ -78,13 +86,20 @@ def speedup(job: Job, n: int) -> float:
     return last + max(step, 0.0) * (n - len(table))
 
 
-def weight(job: Job, now: float, run: RunningJob | None) -> float:
-    """AFS' length weight, 1 / remaining length in seconds (or GPU-seconds): the estimate
-    when the job has one, else 1 + its attained service (Tiresias' stand-in)."""
+def weight(job: Job, now: float, run: RunningJob | None, history: History | None = None) -> float:
+    """AFS' length weight, 1 / remaining length: the estimate (seconds) when the job has
+    one; else the median remaining service (GPU-seconds) of ``history``'s finished jobs
+    that attained more than the job has (:func:`median_residual_service`; None history or
+    too few such jobs: not known); else 1 + its attained service (Tiresias' stand-in).
+    Always in (0, 1]."""
     est = job.estimated_duration_s
     if est is not None:
         return 1.0 / max(est, 1.0)
-    return 1.0 / (1.0 + attained_service(job, now, run))
+    served = attained_service(job, now, run)
+    rest = median_residual_service(history, served)
+    if rest is not None:
+        return 1.0 / max(rest, 1.0)
+    return 1.0 / (1.0 + served)
 
 
 def elastic_replicas(rj: RunningJob) -> int:
@@ -127,17 +142,22 @@ class ElasticStage:
     Args:
         running: the snapshot's running jobs (releasing ones are ignored).
         now: seconds.
+        history: finished jobs, for the length weight (:func:`weight`); None: attained
+            service stands in.
     """
 
-    def __init__(self, running: Sequence[RunningJob], now: float) -> None:
+    def __init__(
+        self, running: Sequence[RunningJob], now: float, history: History | None = None
+    ) -> None:
         self.now = now
+        self.history = history
         self.jobs: dict[str, _Shrinkable] = {}
         for rj in running:
             if rj.releasing or not is_elastic(rj.job):
                 continue
             spare = _spare(rj)
             self.jobs[rj.name] = _Shrinkable(
-                rj, weight(rj.job, now, rj), elastic_replicas(rj), spare
+                rj, weight(rj.job, now, rj, history), elastic_replicas(rj), spare
             )
         self.shrinks: list[Shrink] = []
         self.grown: dict[str, int] = {}  # elastic replicas after this cycle's grows
@@ -240,7 +260,7 @@ class ElasticStage:
                 i = index.id_of.get(p.node)
                 if i is not None:
                     near[i] = near.get(i, 0) + 1
-            w = weight(rj.job, self.now, rj)
+            w = weight(rj.job, self.now, rj, self.history)
             state[rj.name] = (rj, w, missing, near)
             n = counts[rj.name] = elastic_replicas(rj)
             g = (speedup(rj.job, n + 1) - speedup(rj.job, n)) * w

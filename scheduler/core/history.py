@@ -20,9 +20,11 @@ Rules (each from a published system, none tuned on a trace):
   wide job is protected by its LAS rank, and the reservations EASY still took (for jobs
   with a bounded shadow time) only ever cost mean JCT against plain 2D-LAS (up to 1.6% on
   the synthetic wide-gang cases at 1,000 and 2,000 jobs, no gain seen anywhere). The
-  policy is then exactly Tiresias-LAS. This is a rule on the cluster's configuration (its
-  VCs), known at run time, not a constant taken from a trace; it was chosen after
-  measuring, which the README says.
+  policy is then Tiresias-LAS with Tiresias' own STARVELIMIT where the policy sets
+  ``starve_limit`` (``pasture`` does since issue 36; the ``tiresias-las`` baseline does
+  not, so there the two differ by that rule alone). This is a rule on the cluster's
+  configuration (its VCs), known at run time, not a constant taken from a trace; it was
+  chosen after measuring, which the README says.
 * **Two or more tenants: LAS queue thresholds at quantiles of finished jobs' attained
   service** (Tiresias, Gu et al., NSDI'19, section 4.2: discretised 2D-LAS whose queue
   thresholds follow the distribution of job service; the Gittins-index variant uses that
@@ -108,6 +110,21 @@ def median_residual_s(history: History | None, elapsed_s: float) -> float | None
     if n < 2 * MIN_TAIL_COUNT:
         return None
     return xs[i + (n - 1) // 2] - elapsed_s
+
+
+def median_residual_service(history: History | None, attained_gpu_s: float) -> float | None:
+    """Median further service (GPU-seconds) of a job that has attained ``attained_gpu_s``:
+    the median of (s - attained) over finished jobs' services s > attained (the empirical
+    median residual, as :func:`median_residual_s` for run times), or None while fewer than
+    ``2 * MIN_TAIL_COUNT`` finished jobs attained that much."""
+    if history is None:
+        return None
+    xs = history.services_gpu_s
+    i = bisect_right(xs, attained_gpu_s)
+    n = len(xs) - i
+    if n < 2 * MIN_TAIL_COUNT:
+        return None
+    return xs[i + (n - 1) // 2] - attained_gpu_s
 
 
 class HistoryWindow:

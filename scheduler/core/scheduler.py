@@ -143,7 +143,11 @@ class _Cycle:
         self.pool = ReleasingPool(self.index, releasing, self.preemptor.nodes_of)
         if snapshot.nominations:
             self.pool.hold_nominations(snapshot.nominations, names)
-        self.elastic = ElasticStage(snapshot.running, now) if policy.elastic else None
+        self.elastic = (
+            ElasticStage(snapshot.running, now, snapshot.history if policy.adaptive else None)
+            if policy.elastic
+            else None
+        )
         self.bound_ends: list[tuple[float, str, dict[int, list[int]]]] = []
         self.reservation: Reservation | None = None
         self.declined = False  # EASY declined an unbounded reservation (see _reserve)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from scheduler.core import Policy, schedule
 from scheduler.core.elastic import speedup
+from scheduler.core.history import History, median_residual_service
 from scheduler.core.model import Job, ReasonKind, RunningJob, TaskPlacement
 from scheduler.core.presets import PRESETS
 from tests.factories import job, node, snapshot
@@ -188,3 +189,42 @@ def test_regrow_cooldown_must_be_finite_and_non_negative():
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="regrow_cooldown_s: expected finite seconds"):
             Policy(regrow_cooldown_s=bad)
+
+
+def _young_and_old() -> tuple[RunningJob, RunningJob]:
+    # young: just started, scales poorly; old: has run 1,000 s on one GPU, scales linearly
+    young = elastic("young", 1, 4, scaling=(1.0, 1.5, 1.75, 1.9), submit=990.0)
+    old = elastic("old", 1, 4, scaling=(1.0, 2.0, 3.0, 4.0))
+    return on(young, {0: "n0"}, start=1000.0), on(old, {0: "n0"}, start=0.0)
+
+
+def test_learned_remaining_service_lets_scaling_decide_the_grow():
+    """Issue 36: with finished jobs' services known, the length weight is 1 / the median
+    remaining service of jobs that attained as much (``median_residual_service``), not
+    1 / (1 + attained): a job that has run 1,000 GPU-s among jobs that run ~50,000 is not
+    1,000 times longer than one that just started, so the GPU goes to the job whose next
+    replica adds the most throughput (old: +1.0) rather than to the youngest (+0.5)."""
+    young, old = _young_and_old()
+    services = tuple(float(s) for s in range(5000, 100001, 5000))  # 20 finished jobs
+    hist = History(runtimes_s=services, services_gpu_s=services)
+    s = replace(snapshot([node("n0", gpu=4)], running=[young, old]), history=hist)
+    d = schedule(s, ELASTIC, 1000.0)
+    got = {b.job: sorted(p.index for p in b.placements) for b in d.grows}
+    assert got == {"old": [1, 2]}
+
+
+def test_without_history_attained_service_stands_in_for_the_length():
+    young, old = _young_and_old()
+    s = snapshot([node("n0", gpu=4)], running=[young, old])
+    d = schedule(s, ELASTIC, 1000.0)
+    got = {b.job: sorted(p.index for p in b.placements) for b in d.grows}
+    assert got == {"young": [1, 2]}  # weight 1 against 1/1001: Tiresias' stand-in
+
+
+def test_median_residual_service():
+    xs = (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 110.0)
+    h = History(services_gpu_s=xs)
+    assert median_residual_service(h, 0.0) == 60.0  # median of all 11, minus 0
+    assert median_residual_service(h, 15.0) == 45.0  # the 10 above 15: lower median 60
+    assert median_residual_service(h, 25.0) is None  # 9 above: fewer than 2 x 5
+    assert median_residual_service(None, 0.0) is None

@@ -36,7 +36,7 @@ def test_adapt_sets_thresholds_from_history_and_leaves_others_alone():
     assert adapt(PRESETS["pasture"], None, two) is PRESETS["pasture"]
 
 
-def test_one_tenant_runs_plain_tiresias():
+def test_one_tenant_runs_tiresias_with_its_starvation_rule():
     h = History(
         tuple(float(10 * i) for i in range(1, 1001)), tuple(float(i) for i in range(1, 1001))
     )
@@ -56,9 +56,10 @@ def test_one_tenant_runs_plain_tiresias():
             "preemption_min_runtime_s",
             "filters",
             "scorers",
-            "starve_limit",
         ):
             assert getattr(p, field) == getattr(t, field), field
+        # plus Tiresias' own STARVELIMIT, which the baseline runs without (issue 36)
+        assert p.starve_limit == 2.0 and t.starve_limit is None
     # VC guarantees not enforced: the VCs are no tenants either
     novc = replace(PRESETS["pasture"], vc_quota=False)
     assert adapt(novc, h, [vc("a", gpu=8), vc("b", gpu=8)]).las_thresholds == static

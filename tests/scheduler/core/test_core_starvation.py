@@ -95,6 +95,23 @@ def test_policy_rejects_a_non_positive_limit():
         Policy(starve_limit=0.0)
 
 
-def test_the_rule_is_off_in_the_presets():
-    # measured, not enabled (scheduler/sim/README.md, "STARVELIMIT"); the baseline is plain
-    assert all(p.starve_limit is None for p in PRESETS.values())
+def test_the_rule_is_on_in_pasture_only():
+    # issue 36: pasture enables it with the limit fitted on syn-16gpu (scheduler/sim/
+    # README.md, "STARVELIMIT"); the baselines stay plain (Tiresias-LAS is the yardstick)
+    assert PRESETS["pasture"].starve_limit == 2.0
+    assert all(p.starve_limit is None for n, p in PRESETS.items() if n != "pasture")
+
+
+def test_pasture_promotes_a_starved_wide_gang_that_tiresias_leaves_waiting():
+    """The starvation the suite showed (syn-16gpu, syn-big-gangs: p99 14.5x / 6.9x the best
+    baseline's): a whole-node gang demoted after a short attempt waits behind every job
+    that has less service. Under pasture, once it has waited twice its run time so far it
+    is promoted and takes the node back; Tiresias-LAS leaves it waiting."""
+    gang = preempted("gang", ran=600.0, at=1000.0, attained=600.0 * 8)  # 4,800 GPU-s: level 1
+    served = running(job("served", gpu=8, attained=4000.0, submit=5.0), ["a"], start=1000.0)
+    s = snapshot([node("a")], [gang], [served])
+    pasture = PRESETS["pasture"]
+    assert schedule(s, pasture, 2199.0).preemptions == ()  # waited 1,199 s < 2 x 600 s
+    d = schedule(s, pasture, 2200.0)
+    assert [(p.job, p.for_job) for p in d.preemptions] == [("served", "gang")]
+    assert schedule(s, PRESETS["tiresias-las"], 2200.0).preemptions == ()  # both level 1
