@@ -322,7 +322,10 @@ def elastic_env(
       the rendezvous within about 5 s (torch's default 15 s kept the survivors from
       re-forming, and a regrow inside that window failed);
     - PET_MAX_RESTARTS :data:`ELASTIC_MAX_RESTARTS`: torchrun counts each scale-down (its
-      surviving workers fail and restart) as a restart; scale-ups are not counted.
+      surviving workers fail and restart) as a restart; scale-ups are not counted;
+    - TORCH_DISABLE_SHARE_RDZV_TCP_STORE ``1``: every rendezvous round publishes its
+      master address and port (with torch's shared store, rank 0 publishes them only in
+      its first round, so an agent joining a later round, a regrow, never gets them).
 
     A task's own ``env`` wins over these (user env is applied last).
     """
@@ -344,6 +347,13 @@ def elastic_env(
             f"keep_alive_max_attempt={ELASTIC_KEEP_ALIVE_ATTEMPTS}"
         ),
         "PET_MAX_RESTARTS": str(ELASTIC_MAX_RESTARTS),
+        # torch's shared rendezvous TCPStore publishes MASTER_ADDR/PORT under a round's
+        # keys only in an agent's first round (or when it becomes rank 0): in a later
+        # round that a new agent joins (a regrow), rank 0 publishes nothing there, the
+        # newcomer waits for MASTER_ADDR until it fails and the others time out on its
+        # role_info (torch 2.15, dynamic_rendezvous.next_rendezvous). With the opt-out
+        # every round publishes them (a regrow re-forms like a first round).
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
 
 

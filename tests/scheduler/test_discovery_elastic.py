@@ -48,3 +48,12 @@ def test_a_replica_stopped_by_a_shrink_leaves_the_rendezvous_within_seconds():
 def test_other_roles_get_no_rendezvous():
     env = task_env("e", SPEC, [W0, W2, EV], EV, "/s")
     assert not any(k.startswith("PET_") for k in env)
+
+
+def test_every_rendezvous_round_publishes_its_master_so_a_regrown_replica_can_join():
+    """issue 36: with torch's shared rendezvous store, rank 0 publishes MASTER_ADDR/PORT
+    only in its first round; a replica regrown into a later round waited for them until
+    it failed. pasture sets torch's opt-out on every replica of an elastic role."""
+    for me in (W0, W2):
+        assert task_env("e", SPEC, [W0, W2], me, "/s")["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in task_env("e", SPEC, [W0, W2, EV], EV, "/s")
