@@ -205,8 +205,8 @@ def check_exact(got, job_dir):
 
 @TORCH
 def test_torchrun_elastic_job_resizes_and_resumes(cluster):
-    """1 -> 3 -> 1: the higher-priority job runs 100 s, longer than the rest of the job."""
-    got, job_dir = torch_scenario(cluster, "elastic-torch", high_s=100)
+    """1 -> 3 -> 1: the higher-priority job runs 300 s, longer than the rest of the job."""
+    got, job_dir = torch_scenario(cluster, "elastic-torch", high_s=300)
     assert replicas_over_time(cluster.store().events("elastic-torch")) == [1, 3, 1]
     ws = [x["world"] for x in got]
     # torchrun's first round waits (last call) for more nodes: the grow joins it at once
