@@ -197,7 +197,6 @@ def check_exact(got, job_dir):
     step_nums = [x["step"] for x in got]
     assert step_nums[0] == 1 and step_nums[-1] == STEPS
     assert step_nums == sorted(step_nums), "work restarted from an earlier step"
-    assert max(x["restart"] for x in got) >= 1  # the group re-formed (torchrun restarts)
     ckpt = json.loads((job_dir / "elastic-ckpt.json").read_text())
     assert ckpt["step"] == STEPS
     assert ckpt["w"] == pytest.approx(expected(STEPS), rel=1e-12)
@@ -211,16 +210,11 @@ def test_torchrun_elastic_job_resizes_and_resumes(cluster):
     ws = [x["world"] for x in got]
     # torchrun's first round waits (last call) for more nodes: the grow joins it at once
     assert subsequence([3, 1], [w for i, w in enumerate(ws) if i == 0 or ws[i - 1] != w]), ws
+    assert max(x["restart"] for x in got) >= 1  # the group re-formed (torchrun restarts)
     check_exact(got, job_dir)
 
 
 @TORCH
-@pytest.mark.xfail(
-    reason="issue 36, open: after a regrow 6 s after the shrink the regrown agents fail "
-    "reading MASTER_ADDR from the rendezvous store (DistNetworkError: connection closed) "
-    "and the survivor times out on role_info (torch 2.15, 2 loaded cores); docs/jobs.md",
-    strict=False,
-)
 def test_torchrun_elastic_job_shrinks_and_regrows_within_10_s(cluster):
     """1 -> 3 -> 1 -> 3 replicas, the regrow within 10 s of the shrink (the higher-priority
     job ends 3 s after it starts), and the exact result (issue 36's Done-when)."""
@@ -231,6 +225,7 @@ def test_torchrun_elastic_job_shrinks_and_regrows_within_10_s(cluster):
     regrow = [e["time"] for e in events if "more task(s) placed" in e["reason"]]
     assert any(shrink < t <= shrink + 10 for t in regrow), (shrink, regrow)
     assert [x["world"] for x in got][-1] == 3  # the regrown group finished the job
+    # (rank 0 of the regrown group may be a new agent, whose restart count is 0)
     check_exact(got, job_dir)
 
 
