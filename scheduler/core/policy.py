@@ -100,10 +100,10 @@ class Policy:
             (:mod:`scheduler.core.grow`) and are never shrunk.
         regrow_cooldown_s: with ``elastic``, a job shrunk at ``RunningJob.resized_at`` is
             not grown again (nor given replicas by a rebalance) before this many seconds
-            have passed: its survivors must re-form their group first (torchrun: a stopped
-            agent stays in the rendezvous round until its keep-alive expires, 15 s, then the
-            round waits ``last_call_timeout``, 30 s; a replica joining before that joins a
-            round that cannot complete). 0 = no cool-down.
+            have passed: the stopped replicas must leave the rendezvous first (torchrun: a
+            stopped agent stays a participant of the round until its keep-alive expires,
+            1 s x 5 as pasture sets it, torch's default 15 s; a replica joining before that
+            may join a round that cannot complete). 0 = no cool-down.
     """
 
     name: str = "default"

@@ -103,8 +103,10 @@ PRESETS = MappingProxyType(
             # the best baseline's) and checked on every other (scheduler/sim/README.md)
             starve_limit=2.0,
             elastic=True,  # only jobs with elastic roles are resized (issue 29)
-            # torchrun re-forms a shrunk group within 15 s keep-alive + 30 s last call
-            regrow_cooldown_s=60.0,
+            # a shrunk replica leaves torchrun's rendezvous within its keep-alive (1 s x 5,
+            # set by scheduler.rules.discovery.elastic_env); a regrow after that joins the
+            # survivors' next round (issue 36: shrink and regrow within 10 s)
+            regrow_cooldown_s=6.0,
         ),
         # Tiresias-LAS plus the elastic stage (issue 29): jobs with elastic roles are shrunk
         # before anyone is preempted and grown by marginal gain (AFS-style weights with

@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         train = TensorDataset(
             torch.tensor(split.x_train, dtype=torch.float32), torch.tensor(split.y_train)
         )
-        sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, seed=0)
+        sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+            train, num_replicas=world_size, rank=rank, seed=0
+        )
         loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
         model = torch.nn.Sequential(
             torch.nn.Linear(64, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10)

@@ -49,6 +49,7 @@ from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
 from scheduler.k8s.capacity import gone_probe
 from scheduler.loop.apply import StepApplier
+from scheduler.loop.throughput import MeasuredThroughput
 from scheduler.rules.health import NodeHealth
 from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.schedule import Run, ScheduleSpec
@@ -159,6 +160,9 @@ class Loop(StepApplier):
         # run times and GPU-seconds of jobs that succeeded since this loop started: the
         # adaptive policy's thresholds (scheduler/core/history.py; relearned after a restart)
         self.history = HistoryWindow()
+        # rates that running elastic jobs measure and write to their job directory
+        # (loop/throughput.py, issue 36): their speedup tables for the elastic stage
+        self.throughput = MeasuredThroughput(settings.share_dir)
 
     def forget(self) -> None:
         """Drop every cached read (after a failed cycle or a refused commit)."""
@@ -224,6 +228,7 @@ class Loop(StepApplier):
         )
         snapshot = with_releasing(snapshot, ctx.jobs, self._nominations)
         snapshot = replace(snapshot, history=self.history.history())
+        snapshot = self.throughput.apply(snapshot, now, ctx.jobs)
         t2 = time.perf_counter()
         result.seconds = {"lifecycle": t1 - t0, "snapshot": t2 - t1}
         if self.autoscale is not None:  # a node that came for a placeholder is freed first

@@ -292,6 +292,13 @@ def volcano_host_files(spec: JobSpec, tasks: Sequence[TaskRecord]) -> dict[str, 
 
 
 ELASTIC_MAX_RESTARTS = 100  # PET_MAX_RESTARTS: every scale-down restarts the group once
+# torchrun's keep-alive (rdzv_conf keep_alive_interval s x keep_alive_max_attempt): a
+# replica stopped by a shrink stays a participant of the rendezvous until its keep-alive
+# expires (torch's defaults: 5 s x 3), and the survivors cannot form the next round before
+# (the round stays "complete" while it has a participant). 1 s x 5 drops it within about
+# 5 s, so the shrunk group re-forms and replicas grown back a few seconds later join it.
+ELASTIC_KEEP_ALIVE_S = 1
+ELASTIC_KEEP_ALIVE_ATTEMPTS = 5
 
 
 def elastic_env(
@@ -309,9 +316,16 @@ def elastic_env(
       shrinking stops the highest indexes), so the endpoint stays put across resizes;
     - PET_RDZV_CONF ``is_host=true`` on replica 0 and ``is_host=false`` on the others, so
       that replica 0's agent always hosts the rendezvous store (torchrun otherwise lets
-      whichever agent binds first host it, and a later shrink could stop that one);
+      whichever agent binds first host it, and a later shrink could stop that one), and
+      ``keep_alive_interval`` / ``keep_alive_max_attempt`` (:data:`ELASTIC_KEEP_ALIVE_S`,
+      :data:`ELASTIC_KEEP_ALIVE_ATTEMPTS`) so that a replica stopped by a shrink leaves
+      the rendezvous within about 5 s (torch's default 15 s kept the survivors from
+      re-forming, and a regrow inside that window failed);
     - PET_MAX_RESTARTS :data:`ELASTIC_MAX_RESTARTS`: torchrun counts each scale-down (its
-      surviving workers fail and restart) as a restart; scale-ups are not counted.
+      surviving workers fail and restart) as a restart; scale-ups are not counted;
+    - TORCH_DISABLE_SHARE_RDZV_TCP_STORE ``1``: every rendezvous round publishes its
+      master address and port (with torch's shared store, rank 0 publishes them only in
+      its first round, so an agent joining a later round, a regrow, never gets them).
 
     A task's own ``env`` wins over these (user env is applied last).
     """
@@ -327,8 +341,19 @@ def elastic_env(
         "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ID": f"{job}-{me.attempt}",
         "PET_RDZV_ENDPOINT": f"{zero.address}:{main_port(spec, zero)}",
-        "PET_RDZV_CONF": f"is_host={'true' if me.index == 0 else 'false'}",
+        "PET_RDZV_CONF": (
+            f"is_host={'true' if me.index == 0 else 'false'},"
+            f"keep_alive_interval={ELASTIC_KEEP_ALIVE_S},"
+            f"keep_alive_max_attempt={ELASTIC_KEEP_ALIVE_ATTEMPTS}"
+        ),
         "PET_MAX_RESTARTS": str(ELASTIC_MAX_RESTARTS),
+        # torch's shared rendezvous TCPStore publishes MASTER_ADDR/PORT under a round's
+        # keys only in an agent's first round (or when it becomes rank 0): in a later
+        # round that a new agent joins (a regrow), rank 0 publishes nothing there, the
+        # newcomer waits for MASTER_ADDR until it fails and the others time out on its
+        # role_info (torch 2.15, dynamic_rendezvous.next_rendezvous). With the opt-out
+        # every round publishes them (a regrow re-forms like a first round).
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
 
 

@@ -295,6 +295,8 @@ def suite_cmd(
             "afs-like/tiresias",
             "elastic/afs-like",
             "p99 elastic/best",
+            "pollux-like/tiresias",
+            "elastic/pollux-like",
         ):
             t.add_column(col, justify="right")
         for r in rows:
@@ -321,6 +323,9 @@ def _fill(scenario: Scenario, names: list[str], json_out: bool) -> None:
     results = {}
     err = Console(stderr=True)
     for name in names:
+        if name not in PRESETS:  # a simulator baseline has no core policy to fill with
+            err.print(f"fill: {name} skipped (a simulator baseline, not a core policy)")
+            continue
         with err.status(f"fill: {name}"):
             results[name] = fill(nodes, scenario.jobs, PRESETS[name])
     if json_out:

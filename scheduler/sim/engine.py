@@ -52,6 +52,9 @@ from scheduler.sim.profiles import MAX_FACTOR, Profile, profile_of
 from scheduler.sim.trace import TraceJob
 
 Decide = Callable[[Snapshot, Policy, float], Decision]
+# An elastic job's progress rate on n GPUs given its profile (default: profile.speedup(n));
+# a baseline that changes more than the width (scheduler.sim.pollux: the batch size) sets it.
+Rate = Callable[[Profile, int], float]
 
 _DONE, _ARRIVE, _TICK = 0, 1, 2  # completions first at equal times (frees capacity)
 MAX_CYCLES_PER_INSTANT = 32
@@ -209,6 +212,8 @@ class Simulator:
         history_size: finished jobs an ``adaptive`` policy learns from (the last N;
             :class:`scheduler.core.history.HistoryWindow`).
         elastic: run every trace job elastically (:func:`build_elastic_job`).
+        rate: an elastic job's progress rate on n GPUs (default ``profile.speedup(n)``);
+            its work is always ``duration x profile.speedup(trace GPUs)``.
 
     Raises:
         SimulationError: from :meth:`run`, see there.
@@ -228,6 +233,7 @@ class Simulator:
         progress: Callable[[int], None] | None = None,
         history_size: int = 1000,
         elastic: bool = False,
+        rate: Rate | None = None,
     ) -> None:
         if restart_cost_s < 0:
             raise ValueError(f"restart_cost_s must be >= 0, got {restart_cost_s}")
@@ -267,6 +273,7 @@ class Simulator:
         # Finished jobs, as the service's loop records them (adaptive policies learn here).
         self._history = HistoryWindow(history_size) if policy.adaptive else None
         self._elastic = elastic
+        self._rate_fn = rate
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, name: str, epoch: int = 0) -> None:
@@ -307,11 +314,15 @@ class Simulator:
         self._node_tuple = None
 
     # -- one start/stop path: a rigid job is an elastic job of fixed width --------------
-    @staticmethod
-    def _rate(live: _Live, gpus: int) -> float:
-        """Work per second on ``gpus`` GPUs: the elastic profile's speedup, 1 for a rigid
-        job (whose remaining work is its remaining run time)."""
-        return live.profile.speedup(gpus) if live.profile is not None else 1.0
+    def _rate(self, live: _Live, gpus: int) -> float:
+        """Work per second on ``gpus`` GPUs: the elastic profile's speedup (or the
+        ``rate`` given), 1 for a rigid job (whose remaining work is its remaining run
+        time)."""
+        if live.profile is None:
+            return 1.0
+        if self._rate_fn is not None:
+            return self._rate_fn(live.profile, gpus)
+        return live.profile.speedup(gpus)
 
     def _start(self, live: _Live, placements: tuple[TaskPlacement, ...], now: float) -> None:
         """Begin an attempt of ``live`` on ``placements`` (checked against its role: a

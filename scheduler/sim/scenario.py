@@ -21,8 +21,9 @@ from queue import Empty
 from typing import Any
 
 from scheduler.core.model import VirtualCluster
+from scheduler.core.policy import Policy
 from scheduler.core.presets import ELASTIC_REPLAY, ORACLE_ESTIMATES, PRESETS
-from scheduler.sim import bounds
+from scheduler.sim import bounds, pollux
 from scheduler.sim.cluster import (
     NodeShape,
     check_fits,
@@ -34,7 +35,7 @@ from scheduler.sim.cluster import (
     widest_need,
     window_load_gpus,
 )
-from scheduler.sim.engine import Decide, Simulator
+from scheduler.sim.engine import Decide, Rate, Simulator
 from scheduler.sim.metrics import PolicyMetrics, summarise
 from scheduler.sim.trace import (
     TraceError,
@@ -48,6 +49,13 @@ from scheduler.sim.trace import (
 )
 
 TRACE_FORMATS = ("philly", "openb", "csv")
+
+# Simulator-only baselines (not configurations of the core): name -> (the Policy the engine
+# is given, the decide that replaces scheduler.core.schedule, the progress rate of elastic
+# jobs). Each replays every trace job elastically, like ELASTIC_REPLAY's policies.
+SIM_BASELINES: dict[str, tuple[Policy, Decide, Rate]] = {
+    pollux.NAME: (pollux.POLICY, pollux.decide, pollux.rate),
+}
 
 
 def traces_dir() -> Path:
@@ -170,12 +178,13 @@ def parse_policies(spec: str | None) -> list[str]:
     Raises:
         TraceError: an unknown policy name.
     """
+    known = [*PRESETS, *SIM_BASELINES]
     if not spec:
-        return list(PRESETS)
+        return known
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PRESETS]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise TraceError(f"--policies: unknown {unknown}; expected names from {list(PRESETS)}")
+        raise TraceError(f"--policies: unknown {unknown}; expected names from {known}")
     return names
 
 
@@ -188,18 +197,25 @@ def run_policy(
     decide: Decide | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> PolicyMetrics:
-    """Replay the scenario under one named preset and summarise it."""
+    """Replay the scenario under one named preset (or simulator baseline,
+    :data:`SIM_BASELINES`) and summarise it."""
+    rate: Rate | None = None
+    if name in SIM_BASELINES:
+        policy, decide, rate = SIM_BASELINES[name]
+    else:
+        policy = PRESETS[name]
     sim = Simulator(
         [s.to_node() for s in scenario.shapes],
         scenario.vcs,
         scenario.jobs,
-        PRESETS[name],
+        policy,
         oracle_estimates=name in ORACLE_ESTIMATES,
-        elastic=name in ELASTIC_REPLAY,
+        elastic=name in ELASTIC_REPLAY or name in SIM_BASELINES,
         restart_cost_s=restart_cost_s,
         checkpoint_s=checkpoint_s,
         decide=decide,
         progress=progress,
+        rate=rate,
     )
     return summarise(sim.run())
 
@@ -259,6 +275,7 @@ def _run_in_worker(
 
 # Rough relative cost per policy (longest first balances the workers: LPT).
 _COST_ORDER = (
+    pollux.NAME,
     "elastic",
     "afs-like",
     "pasture",

@@ -25,7 +25,8 @@ lower bound (and, with tiresias-las run, as ratios to Tiresias'), and the issues
 criteria: pasture / tiresias-las (mean), pasture p99 / the best other rigid policy's p99,
 fifo-backfill / fifo (mean), pasture / srtf-oracle (mean); elastic / tiresias-las (mean,
 p99), afs-like / tiresias-las, elastic / afs-like (mean), elastic p99 / the best baseline's
-(every policy but pasture and elastic).
+(every policy but pasture and elastic), pollux-like / tiresias-las and elastic / pollux-like
+(mean; the Pollux-like baseline, :mod:`scheduler.sim.pollux`).
 """
 
 from __future__ import annotations
@@ -181,6 +182,9 @@ def ratios(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
         # issue 36: the elastic stage against AFS with known lengths, and its tail
         "elastic_vs_afs_like": r("elastic", "afs-like"),
         "elastic_p99_vs_best": best("elastic", baselines),
+        # issue 36: the Pollux-like baseline (scheduler.sim.pollux)
+        "pollux_like_vs_tiresias": r("pollux-like", "tiresias-las"),
+        "elastic_vs_pollux_like": r("elastic", "pollux-like"),
     }
 
 

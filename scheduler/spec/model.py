@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from pydantic import (
     BaseModel,
@@ -352,6 +353,28 @@ class RoleSpec(_Model):
 _PRIORITY_NAMES = {p.name.lower(): int(p) for p in PriorityClass}
 
 
+def speedup_table(rates: Mapping[int, float]) -> tuple[float, ...]:
+    """The core's ``Job.scaling`` from rates (steps or samples per second, > 0) at some
+    replica counts (``{replicas: rate}``, counts >= 1): ``(speedup(1), ..., speedup(K))``,
+    K the largest count, speedup(n) = rate(n) / rate(1), linear between the counts given.
+    Without a rate at 1 replica, rate(1) = the smallest rate(n) / n (the job is taken to
+    scale linearly below the smallest count measured; one count alone gives the linear
+    table). () for no rates.
+    """
+    if not rates:
+        return ()
+    pts = sorted(rates.items())
+    base = rates[1] if 1 in rates else min(x / n for n, x in pts)
+    if pts[0][0] != 1:
+        pts.insert(0, (1, base))
+    out: list[float] = []
+    for (n0, x0), (n1, x1) in zip(pts, pts[1:], strict=False):
+        for n in range(n0, n1):
+            out.append((x0 + (x1 - x0) * (n - n0) / (n1 - n0)) / base)
+    out.append(pts[-1][1] / base)
+    return tuple(out)
+
+
 class JobSpec(_Model):
     """A job as submitted (see the module docstring for the shape)."""
 
@@ -459,17 +482,8 @@ class JobSpec(_Model):
         repeats the last step beyond K). () when no role declares it: the core then
         treats the job as scaling linearly."""
         for r in self.roles.values():
-            tp = r.throughput
-            if not tp:
-                continue
-            pts = sorted(tp.items())
-            base = tp[1]
-            out: list[float] = []
-            for (n0, x0), (n1, x1) in zip(pts, pts[1:], strict=False):
-                for n in range(n0, n1):
-                    out.append((x0 + (x1 - x0) * (n - n0) / (n1 - n0)) / base)
-            out.append(pts[-1][1] / base)
-            return tuple(out)
+            if r.throughput:
+                return speedup_table(r.throughput)
         return ()
 
     @model_validator(mode="after")
