@@ -489,6 +489,8 @@ class Agent:
                 ssh_key=job_rec.ssh_key,
                 owner=owner,
                 job_uid=job_rec.uid,
+                host_network=self.s.task_network == "host",
+                exec_from=[str(n) for n in self.s.ssh_exec_from],
             )
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
