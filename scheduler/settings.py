@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
 from limits import RateLimitItem, parse_many
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from scheduler.spec.quantity import parse_cpu, parse_memory
 
@@ -322,6 +330,10 @@ class AgentSettings(_Model):
     # pasture_node role sets it), or ``agent``, the agent's own user (one identity for
     # every tenant: a node without tenant users, tests of single-tenant behaviour)
     task_users: Literal["vc", "agent"] = "agent"
+    # networks (CIDR) from which a task's sshd also takes the job's key, besides the job's
+    # own tasks' addresses: where `pasture job exec` runs (a login host, the admins'
+    # network). Empty: exec works from the job's nodes only (docs/runtime-env.md, ssh)
+    ssh_exec_from: list[IPvAnyNetwork] = Field(default_factory=list)
     heartbeat_interval_s: float = Field(5.0, gt=0)
     work_dir: Path = Path("/var/lib/pasture")
     port_range: tuple[int, int] = (20000, 29999)

@@ -498,6 +498,8 @@ class Agent:
                 ssh_key=job_rec.ssh_key,
                 owner=owner,
                 job_uid=job_rec.uid,
+                host_network=self.s.task_network == "host",
+                exec_from=[str(n) for n in self.s.ssh_exec_from],
             )
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
@@ -535,13 +537,19 @@ class Agent:
             log_path=log_path,
             share_dir=share,
             state_dir=state_dir,
-            mounts=[(str(share / m.source), m.target) for m in spec.mounts] + boot.mounts,
+            # declared data: read-only unless the spec says read_only: false
+            mounts=[
+                (str(share / m.source), f"{m.target}:ro" if m.read_only else m.target)
+                for m in spec.mounts
+            ]
+            + boot.mounts,
             lease_file=self.lease_file,
             entrypoint=boot.entrypoint,
             args=boot.args,
             working_dir=boot.working_dir,
             user=user,
             visible=boot.visible + [str(share / m.source) for m in spec.mounts],
+            read_only=[str(share / m.source) for m in spec.mounts if m.read_only],
         )
         try:
             handle = self.executor.start(launch)

@@ -99,6 +99,9 @@ class TaskLaunch:
         visible: the share paths a task run as ``user`` may see (job directory, code dir,
             team directory, the job's mount sources); the process executor hides the rest
             of the share from it ([]: the whole share mount, as before).
+        read_only: share paths the process executor shows the task read-only (the job's
+            declared data, :class:`scheduler.spec.policies.MountSpec`), in the same mount
+            namespace as ``visible``; containers get ``:ro`` in ``mounts`` instead.
     """
 
     task_id: str
@@ -123,6 +126,7 @@ class TaskLaunch:
     working_dir: str | None = None
     user: TenantUser | None = None
     visible: list[str] = field(default_factory=list)
+    read_only: list[str] = field(default_factory=list)
 
 
 RUNS_IMAGE_ENTRYPOINT = ("container", "kubernetes")

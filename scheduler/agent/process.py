@@ -127,32 +127,50 @@ def as_user(user: TenantUser) -> str:
     )
 
 
-def private_share(share: str, visible: list[str]) -> str:
+def private_share(share: str, visible: list[str], read_only: list[str] | None = None) -> str:
     """Shell lines (root, in a fresh mount namespace) that hide the share ``share`` from
     the task but for the paths ``visible``: each is bind-mounted aside on a private
-    tmpfs, a tmpfs covers the share, and each is moved back to its own path; then the
-    shell re-enters its working directory through the new mounts. A task then lists
-    ``<share>/jobs`` and finds its own job only. "" when a visible path is the share
-    itself (a job that mounts the share root sees it). Paths are quoted as data.
+    tmpfs, a tmpfs covers the share, and each is moved back to its own path; then each
+    path of ``read_only`` (the job's declared data) is bound onto itself and remounted
+    read-only (a write there fails with EROFS), a visible path below one made writable
+    again; then the shell re-enters its working directory through the new mounts. A
+    task then lists
+    ``<share>/jobs`` and finds its own job only. When a visible path is the share itself
+    (a job that mounts the share root sees it) nothing is hidden, and "" is returned when
+    nothing is read-only either. Paths are quoted as data.
 
     Raises:
-        ExecutorError: a visible path outside ``share``.
+        ExecutorError: a visible or read-only path outside ``share``.
     """
     root = os.path.normpath(share)
-    keep: list[str] = []
-    for p in sorted({os.path.normpath(v) for v in visible}):
-        if p == root:
-            return ""
-        if not p.startswith(root + "/"):
-            raise ExecutorError(f"visible path {p} is outside the share {root}")
-        if not any(p.startswith(k + "/") for k in keep):  # inside one kept already
-            keep.append(p)
+
+    def inside(p: str, what: str) -> str:
+        if p != root and not p.startswith(root + "/"):
+            raise ExecutorError(f"{what} path {p} is outside the share {root}")
+        return p
+
+    paths = sorted({inside(os.path.normpath(v), "visible") for v in visible})
+    frozen = sorted({inside(os.path.normpath(v), "read-only") for v in read_only or []})
     q = shlex.quote
-    lines = ["set -e", "t=$(mktemp -d)", 'mount -t tmpfs -o mode=0700 pasture-stage "$t"']
-    lines += [f'mkdir "$t/{i}" && mount --bind {q(p)} "$t/{i}"' for i, p in enumerate(keep)]
-    lines.append(f"mount -t tmpfs -o mode=0755 pasture-share {q(root)}")
-    lines += [f'mkdir -p {q(p)} && mount --move "$t/{i}" {q(p)}' for i, p in enumerate(keep)]
-    lines += ['umount "$t" && rmdir "$t"', "set +e", 'cd "$PWD" 2>/dev/null']
+    lines = ["set -e"]
+    if root not in paths:
+        keep: list[str] = []
+        for p in paths:
+            if not any(p.startswith(k + "/") for k in keep):  # inside one kept already
+                keep.append(p)
+        lines += ["t=$(mktemp -d)", 'mount -t tmpfs -o mode=0700 pasture-stage "$t"']
+        lines += [f'mkdir "$t/{i}" && mount --bind {q(p)} "$t/{i}"' for i, p in enumerate(keep)]
+        lines.append(f"mount -t tmpfs -o mode=0755 pasture-share {q(root)}")
+        lines += [f'mkdir -p {q(p)} && mount --move "$t/{i}" {q(p)}' for i, p in enumerate(keep)]
+        lines.append('umount "$t" && rmdir "$t"')
+    elif not frozen:
+        return ""
+    for p in frozen:
+        lines.append(f"mount --rbind {q(p)} {q(p)} && mount -o remount,bind,ro {q(p)}")
+    for p in paths:  # a writable path below declared read-only data stays writable
+        if p not in frozen and any(p.startswith(f + "/") or f == root for f in frozen):
+            lines.append(f"mount --bind {q(p)} {q(p)} && mount -o remount,bind,rw {q(p)}")
+    lines += ["set +e", 'cd "$PWD" 2>/dev/null']
     return "\n".join(lines)
 
 
@@ -234,7 +252,11 @@ class ProcessExecutor(Executor):
         run = f"(\n{launch.command}\n)"
         if launch.user is not None:  # the tenant's identity; the cgroup joined as root first
             run = as_user(launch.user)
-            hide = private_share(str(launch.share_dir), launch.visible) if launch.visible else ""
+            hide = (
+                private_share(str(launch.share_dir), launch.visible, launch.read_only)
+                if launch.visible
+                else ""
+            )
             if hide:  # a mount namespace of its own where the share shows only its paths
                 run = "unshare --mount --propagation private -- /bin/sh -c " + shlex.quote(
                     f"{hide}\nexec {run}"

@@ -9,6 +9,11 @@ Wiring (one job attempt; every agent computes the same files from the same input
   client identity, so clients check the server's host key against it
   (``StrictHostKeyChecking yes`` with a known_hosts line ``* <public key>``): only the
   job's own tasks are trusted. A job deleted and submitted again gets a new key.
+- The sshd accepts the key only from the job's tasks' addresses (``from=`` in
+  ``authorized_keys``) where a task's connections leave from its node's address (process
+  executor, containers on the host network); on Kubernetes and container networks other
+  than the host's, any address (the key alone). Another tenant's task on the same node
+  shares that address: there the key (never readable by another user) is what refuses it.
 - Per task, in a directory private to the task on the node (``<work_dir>/tasks/<id>/ssh``,
   0700 and owned by the task's user, mounted at ``/run/pasture/ssh`` in containers; the
   agent removes it when the attempt ends): the key (0600), ``authorized_keys``,
@@ -34,10 +39,12 @@ the ``bin/ssh`` wrapper on PATH in both modes.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
 import shutil
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -158,6 +165,51 @@ def exec_env_script(task_dir: str, secrets: Sequence[str] = ()) -> str:
     )
 
 
+def allowed_sources(tasks: Sequence[TaskRecord]) -> list[str]:
+    """The addresses the job's tasks connect from: each task's node address (a name
+    resolved to its IP addresses, since sshd matches ``from=`` against the client's IP
+    without DNS), sorted, for the ``from=`` option of ``authorized_keys``. Only right
+    where a task's connections leave from its node's address (process executor, containers
+    on the host network).
+
+    Raises:
+        ValueError: an address that is neither an IP address nor a name that resolves.
+    """
+    out: set[str] = set()
+    for t in tasks:
+        try:
+            out.add(str(ipaddress.ip_address(t.address)))
+        except ValueError:
+            try:
+                infos = socket.getaddrinfo(t.address, None, proto=socket.IPPROTO_TCP)
+            except (OSError, UnicodeError):
+                raise ValueError(
+                    f"task {t.role}-{t.index}'s node address {t.address!r} is neither an IP"
+                    " address nor a name that resolves; ssh cannot be limited to the job's"
+                    " tasks"
+                ) from None
+            out.update(str(ipaddress.ip_address(i[4][0])) for i in infos)
+    return sorted(out)
+
+
+def authorized_keys(public: str, sources: Sequence[str] | None) -> str:
+    """The task sshd's ``authorized_keys``: the job's public key, with ``from="<addresses>"``
+    when ``sources`` is given (sshd then refuses the key from any other address, so a key
+    that leaked opens no task from elsewhere; sshd(8) "AUTHORIZED_KEYS FILE FORMAT").
+    ``sources`` are IP addresses (:func:`allowed_sources`) or networks in CIDR form (where
+    ``pasture job exec`` may connect from); anything else raises ValueError.
+    """
+    if sources is None:
+        return public + "\n"
+    checked = [
+        str(ipaddress.ip_network(a, strict=False)) if "/" in a else str(ipaddress.ip_address(a))
+        for a in sources
+    ]
+    if not checked:
+        raise ValueError("no address to accept the job's key from")
+    return f'from="{",".join(checked)}" {public}\n'
+
+
 def _wrapper(task_dir: str) -> str:
     cfg = shlex.quote(f"{task_dir}/config")
     return (
@@ -198,6 +250,7 @@ def write_task_files(
     key: tuple[str, str],
     task_dir: str,
     owner: tuple[int, int] | None = None,
+    sources: Sequence[str] | None = None,
 ) -> None:
     """Write task ``me``'s ssh directory at ``dest`` on the node (seen as ``task_dir``
     by the task): a fresh directory (whatever was at ``dest`` is removed first, never
@@ -206,10 +259,15 @@ def write_task_files(
     Args:
         owner: (uid, gid) the directory and its files belong to: the task's user, so its
             sshd and ssh can read the key that no other user can (None: the agent's).
+        sources: the IP addresses the sshd accepts the job's key from (the job's tasks'
+            addresses, :func:`allowed_sources`); None: any address (where the executor's
+            network hides the tasks' own addresses).
     Raises:
         OSError: the node's work dir is not writable.
+        ValueError: a source that is not an IP address.
     """
     private, public = key
+    keys_text = authorized_keys(public, sources)
     remove_task_files(dest)
     dest.mkdir(mode=0o700, parents=True)
     os.chmod(dest, 0o700)
@@ -217,7 +275,7 @@ def write_task_files(
     files = {
         KEY_NAME: (private, 0o600),
         f"{KEY_NAME}.pub": (public + "\n", 0o644),
-        "authorized_keys": (public + "\n", 0o600),
+        "authorized_keys": (keys_text, 0o600),
         "known_hosts": (f"* {public}\n", 0o644),
         "sshd_config": (sshd_config(me.ports["ssh"], task_dir), 0o600),
         "config": (client_config(job, spec, tasks, task_dir), 0o644),

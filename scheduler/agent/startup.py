@@ -152,6 +152,8 @@ def prepare(
     ssh_key: str = "",
     owner: tuple[int, int] | None = None,
     job_uid: str = "",
+    host_network: bool = True,
+    exec_from: Sequence[str] = (),
 ) -> Startup:
     """Prepare task ``me`` of ``job`` (see the module docstring).
 
@@ -167,6 +169,11 @@ def prepare(
             (:mod:`scheduler.jobkey`); "" for a job without ssh.
         owner: (uid, gid) of the task's user (:mod:`scheduler.agent.tenant`): owns the
             task's ssh directory; None: the agent's user.
+        host_network: containers share the node's network (``task_network: host``), so
+            their ssh connections leave from the node's address and the task sshd accepts
+            the job key from the job's tasks' addresses only (:func:`ssh.allowed_sources`).
+        exec_from: networks (CIDR) the sshd also takes the key from, where the node lets
+            ``pasture job exec`` in (agent setting ``ssh_exec_from``).
     Raises:
         OSError: the share or the node's work dir is not writable.
         StartupError: the job's own settings prevent the start (message says which).
@@ -248,7 +255,15 @@ def prepare(
             except ValueError as exc:
                 raise StartupError(str(exc)) from None
             seen = CONTAINER_SSH_DIR if own_fs else str(task_dir / "ssh")
-            ssh.write_task_files(task_dir / "ssh", job, spec, tasks, me, key, seen, owner)
+            try:  # the job's tasks' addresses, where the executor keeps them as sources
+                sources = (
+                    ssh.allowed_sources(tasks) + list(exec_from)
+                    if executor_kind == "process" or (executor_kind == "container" and host_network)
+                    else None
+                )
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
+            ssh.write_task_files(task_dir / "ssh", job, spec, tasks, me, key, seen, owner, sources)
             if own_fs:  # kubernetes: a hostPath volume (agent/k8s_mounts.py)
                 mounts.append((str(task_dir / "ssh"), CONTAINER_SSH_DIR))
             env.update(ssh.ssh_env(spec, tasks, me, seen))

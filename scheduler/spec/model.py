@@ -16,7 +16,7 @@ Shape (YAML or JSON)::
     retry: {max_attempts: 3, retry_on_exit_codes: [...] | fail_on_exit_codes: [...]}
     policies: {on_task_failure: restart_job | fail_job, completion: {role: worker, when: all},
                on_events: [{event: task_completed, action: complete_job, role: worker}]}
-    mounts: [{source: datasets/mnist, target: /data}]   # paths inside the cluster share
+    mounts: [{source: datasets/mnist, target: /data}]   # share paths; read_only: false to write
     code_dir: code/mnist       # share dir copied into each task's working dir ./code
     env: {KEY: value}
     mpi: false                 # write an MPI hostfile

@@ -244,10 +244,14 @@ class MountSpec(StrictModel):
     """A directory of the cluster share mounted into a task's container at ``target``
     (container executor; the process executor reads the share at PASTURE_SHARE_DIR).
     ``source`` is relative to the share; ``target`` absolute; neither may hold ``..``,
-    ``:``, ``,`` or control characters."""
+    ``:``, ``,`` or control characters. Declared data is read-only unless ``read_only:
+    false``: ``:ro`` for containers, ``readOnly: true`` on Kubernetes, a read-only bind
+    mount in the process executor's mount namespace (where tasks run as their VC's user);
+    a write there fails with EROFS (docs/jobs.md, "Mounts")."""
 
     source: str = ""
     target: str
+    read_only: bool = True
 
     @field_validator("source")
     @classmethod

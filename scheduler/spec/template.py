@@ -45,7 +45,8 @@ policies:
   #   - {event: task_completed, action: complete_job, role: worker}
 
 # mounts:                     # directories of the cluster share inside containers
-#   - {source: datasets/mnist, target: /data}
+#   - {source: datasets/mnist, target: /data}                    # read-only
+#   - {source: results/mnist, target: /results, read_only: false}  # writable
 env: {}                       # environment of every task
 # mpi: true                   # write an MPI hostfile (PASTURE_MPI_HOSTFILE)
 # ssh: true                   # ssh between the job's tasks (mpi implies it)

@@ -35,7 +35,26 @@ CLUSTER_VARS = {"local_cluster_name": CLUSTER, "local_cluster_subnet": SUBNET}
 # "Bounds") that alone would take over 5 minutes, so the e2e cluster is converged with
 # short timings, as `pasture dev up` does. Every site.yml run passes the same values, so
 # the idempotence check sees no change.
-TIMING_VARS = {"pasture_master_loop_heartbeat_timeout_s": 30, "pasture_node_lease_s": 20}
+# A second VC besides `default`, so that tenancy is tried with two tenants' Unix users
+# (tasks run as their VC's user: playbooks/templates/local-group-vars.yml.j2).
+SITE_VARS = {
+    "pasture_master_loop_heartbeat_timeout_s": 30,
+    "pasture_node_lease_s": 20,
+    "pasture_master_virtual_clusters": [
+        {
+            "name": "default",
+            "guarantee": {"cpu": 8, "memory": "16Gi", "gpu": 0},
+            "max": None,
+            "can_borrow": True,
+        },
+        {
+            "name": "research",
+            "guarantee": {"cpu": 1, "memory": "1Gi", "gpu": 0},
+            "max": None,
+            "can_borrow": True,
+        },
+    ],
+}
 INVENTORY_DIR = REPO / "inventories" / CLUSTER
 
 
@@ -123,7 +142,7 @@ class Cluster:
 
     def converge(self) -> ansible_runner.Runner:
         """Run site.yml against the cluster once more."""
-        return run_playbook("site.yml", self.tmp, inventory=self.inventory, extravars=TIMING_VARS)
+        return run_playbook("site.yml", self.tmp, inventory=self.inventory, extravars=SITE_VARS)
 
     def container(self, host: str) -> str:
         """Podman container name of an inventory host (``master``, ``node-1``, ...)."""
@@ -154,7 +173,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         subprocess.run(["bash", "scripts/build-base-image.sh"], cwd=REPO, check=True)
         run_playbook("playbooks/local-cluster.yml", tmp, extravars=CLUSTER_VARS)
         inventory = INVENTORY_DIR / "hosts.yml"
-        run_playbook("site.yml", tmp, inventory=inventory, extravars=TIMING_VARS)
+        run_playbook("site.yml", tmp, inventory=inventory, extravars=SITE_VARS)
         subprocess.run(["bash", "scripts/build-task-image.sh"], cwd=REPO, check=True)
         endpoint = yaml.safe_load(inventory.read_text())["all"]["vars"]["pasture_api_endpoint"]
         cli = Cli(tmp / "pasture-config")

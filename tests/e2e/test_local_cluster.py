@@ -10,6 +10,7 @@ Needs root podman (make deps) and about 6-10 minutes on 2 cores; see docs/demo.m
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from scheduler import tenants
 
 REPO = Path(__file__).resolve().parents[2]
 ACCURACY_RE = re.compile(r"^test accuracy: (\d\.\d+)\s*$", re.M)
@@ -141,6 +144,92 @@ def test_demo_job_script_trains_across_two_nodes(cluster):
     )
     assert result.returncode == 0, result.stderr
     assert '"workers": 2' in result.stdout
+
+
+def _one_task_job(tmp: Path, name: str, vc: str, script: str) -> Path:
+    """A one-task job of VC ``vc`` on the examples image running ``script`` with bash."""
+    spec = {
+        "name": name,
+        "vc": vc,
+        "image": "localhost/pasture-examples:latest",
+        "roles": {
+            "main": {
+                "replicas": 1,
+                "resources": {"cpu": "0.2", "memory": "128Mi"},
+                "command": f"bash -c {shlex.quote(script)}",
+            }
+        },
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _run_one_task_job(cluster, name: str, vc: str, script: str) -> tuple[dict[str, Any], str]:
+    """Submit, wait for the end; the job record and its task's log."""
+    cluster.cli.run("job", "submit", str(_one_task_job(cluster.tmp, name, vc, script)))
+    try:
+        job = wait_until_terminal(cluster, name, 180)
+    finally:
+        stop_unless_finished(cluster, name)
+    log = cluster.cli.run("job", "logs", name, "--role", "main", "--index", "0", check=False)
+    return job, log.stdout + log.stderr
+
+
+def test_tasks_run_as_their_vcs_users_and_the_kernel_refuses_another_vcs_job_dir(cluster):
+    """task_users: vc on the local cluster (the share is one volume that keeps owners):
+    each VC's task runs as its VC's uid (scheduler/tenants.py), two VCs' uids differ, and
+    the kernel refuses one VC's user the other VC's job directory on the node's share."""
+    a, log_a = _run_one_task_job(
+        cluster,
+        "uids-a",
+        "default",
+        'echo "uid=$(id -u) gid=$(id -g)"; echo "jobdir=$PASTURE_JOB_DIR";'
+        ' echo secret-of-a > "$PASTURE_JOB_DIR/secret.txt"',
+    )
+    assert a["state"] == "succeeded", f"{a}\n{log_a}"
+    assert f"uid={tenants.uid_of('default')} gid={tenants.uid_of('default')}" in log_a, log_a
+    found = re.search(r"^jobdir=(/\S+)$", log_a, re.M)
+    assert found, log_a
+    job_dir_a = found.group(1)
+    b, log_b = _run_one_task_job(
+        cluster,
+        "uids-b",
+        "research",
+        'echo "uid=$(id -u)"; cat ' + shlex.quote(job_dir_a + "/secret.txt") + " || echo refused",
+    )
+    assert b["state"] == "succeeded", f"{b}\n{log_b}"
+    assert f"uid={tenants.uid_of('research')}" in log_b, log_b
+    assert tenants.uid_of("research") != tenants.uid_of("default")
+    assert "secret-of-a" not in log_b and "refused" in log_b, log_b
+    # On the node that ran A (the share as every task's user sees it): the kernel refuses B's
+    # user A's job directory, and gives A's user its own file (so the path is the right one).
+    node = cluster.container(a["tasks"][0]["node"])
+
+    def cat_as(vc: str) -> subprocess.CompletedProcess[str]:
+        uid = str(tenants.uid_of(vc))
+        return subprocess.run(
+            [
+                "podman",
+                "exec",
+                node,
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "cat",
+                f"{job_dir_a}/secret.txt",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    as_b = cat_as("research")
+    assert as_b.returncode != 0 and "Permission denied" in as_b.stderr, as_b
+    assert "secret-of-a" not in as_b.stdout
+    as_a = cat_as("default")
+    assert as_a.returncode == 0 and as_a.stdout.strip() == "secret-of-a", as_a
 
 
 @pytest.mark.e2e_last  # stops a node of the shared cluster for good

@@ -142,12 +142,14 @@ def _quote(arg: str) -> str:
     return f'"{_SHARE}"'.join(shlex.quote(p) if p else "" for p in arg.split(PROJECT_ROOT))
 
 
-def _mount(value: object, loc: str, ctx: Context) -> dict[str, str] | None:
+def _mount(value: object, loc: str, ctx: Context) -> dict[str, Any] | None:
     """``mount.target``: the cluster share (what ``maro ... data push`` fills) mounted at
     that path. ``{project root}`` (the docs' placeholder) means the share itself: nothing
     to mount, commands read it at ``$PASTURE_SHARE_DIR``. A Docker-style ``HOST:CONTAINER``
-    mounts the share at CONTAINER (the host directory's files are to be pushed)."""
+    mounts the share at CONTAINER (the host directory's files are to be pushed), read-write
+    as Docker does unless a trailing ``:ro``."""
     target = str(value).strip(_QUOTES)
+    read_only = False
     if target == PROJECT_ROOT or target.startswith(PROJECT_ROOT + "/"):
         ctx.warn(
             loc,
@@ -157,7 +159,8 @@ def _mount(value: object, loc: str, ctx: Context) -> dict[str, str] | None:
         return None
     if ":" in target:
         host, _, inner = target.partition(":")
-        inner = inner.split(":", 1)[0]  # a trailing :ro / :rw option
+        inner, _, option = inner.partition(":")  # a trailing :ro / :rw option
+        read_only = option == "ro"
         if not inner.startswith("/"):
             raise ctx.refuse(
                 loc,
@@ -177,4 +180,4 @@ def _mount(value: object, loc: str, ctx: Context) -> dict[str, str] | None:
             f"expected an absolute directory where the share is mounted, e.g. /{target}",
             value,
         )
-    return {"source": "", "target": target}
+    return {"source": "", "target": target, "read_only": read_only}

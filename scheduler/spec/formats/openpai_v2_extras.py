@@ -100,7 +100,11 @@ def extras(extras: dict[str, Any], ctx: Context) -> dict[str, Any]:
                     )
                     for storage in names:
                         out.setdefault("mounts", []).append(
-                            {"source": str(storage), "target": f"/mnt/{storage}"}
+                            {
+                                "source": str(storage),
+                                "target": f"/mnt/{storage}",
+                                "read_only": False,
+                            }
                         )
                     ctx.warn(
                         ploc,

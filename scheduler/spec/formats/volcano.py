@@ -841,12 +841,12 @@ def _new_claim(value: object, path: str, i: int, loc: str, ctx: Context) -> dict
 
 def _job_volumes(
     value: object, ctx: Context, volumes: list[dict[str, Any]]
-) -> list[dict[str, str]]:
+) -> list[dict[str, Any]]:
     """``spec.volumes`` (Volcano VolumeSpec: ``mountPath`` + ``volumeClaimName`` of an
     existing PVC, or ``volumeClaim`` to create one) as share mounts: the claim is the share
     directory of the same name (a warning says so), mounted at ``mountPath`` in every task;
     a new claim is appended to ``volumes`` (:func:`_new_claim`)."""
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for i, v in enumerate(ctx.sequence(value, "spec.volumes")):
         loc = f"spec.volumes[{i}]"
         v = ctx.mapping(v, loc)
@@ -869,7 +869,7 @@ def _job_volumes(
             f"claim {claim} is the cluster share's directory {claim} (put there with "
             f"`pasture data push`), mounted at {path}",
         )
-        out.append({"source": str(claim), "target": path})
+        out.append({"source": str(claim), "target": path, "read_only": False})
     return out
 
 
@@ -893,7 +893,7 @@ def _pod_volumes(
         vloc = f"{ploc}.volumes[{i}]"
         v = ctx.mapping(v, vloc)
         by_name[str(v.get("name"))] = (vloc, v)
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for j, vm in enumerate(ctx.sequence(volume_mounts, f"{cloc}.volumeMounts")):
         mloc = f"{cloc}.volumeMounts[{j}]"
         vm = ctx.mapping(vm, mloc)
@@ -925,7 +925,10 @@ def _pod_volumes(
                 f"claim {claim} is the cluster share's directory {claim} (put there with "
                 f"`pasture data push`), mounted at {path}",
             )
-            out.append({"source": str(claim), "target": path})
+            # Kubernetes mounts a claim read-write unless the volumeMount says readOnly
+            out.append(
+                {"source": str(claim), "target": path, "read_only": vm.get("readOnly") is True}
+            )
         elif kind == "emptyDir":
             empty = ctx.mapping(v[kind], f"{vloc}.emptyDir")
             if empty.get("medium") == "Memory" and path.rstrip("/") == "/dev/shm":

@@ -234,3 +234,77 @@ def test_a_task_run_as_its_tenant_sees_its_job_directory_and_not_the_share(ex, t
         "home ok",
     ]
     assert (job_dir / "own").stat().st_uid == user.uid
+
+
+def test_the_agent_mounts_declared_data_read_only_unless_declared_writable(redis_url, tmp_path):
+    """Issue 32, "the data its job declares (read-only unless declared otherwise)",
+    container mode through the agent: a write to the job's mount fails with EROFS (even as
+    the container's root), the mount declared ``read_only: false`` takes it."""
+    import redis
+
+    from scheduler.agent.agent import Agent
+    from scheduler.core.model import Bind, Decision, TaskPlacement
+    from scheduler.settings import AgentSettings
+    from scheduler.spec import parse_job_spec
+    from scheduler.store import Store
+    from scheduler.store.snapshot import commit_payload, take_snapshot
+
+    share = tmp_path / "share"
+    (share / "data" / "ro").mkdir(parents=True)
+    (share / "data" / "rw").mkdir(parents=True)
+    (share / "data" / "ro" / "in.txt").write_text("input\n")
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
+    job = f"ro-{uuid.uuid4().hex[:6]}"
+    agent = Agent(
+        AgentSettings.model_validate(
+            {
+                "node_name": "c1",
+                "address": "127.0.0.1",
+                "redis": {"url": redis_url},
+                "share_dir": str(share),
+                "executor": "container",
+                "work_dir": str(tmp_path / "work"),
+                "port_range": task_ports(33100, 33199),
+                "resources": {"cpu": 2, "memory": "2Gi"},
+                "stop_grace_s": 2,
+            }
+        ),
+        store=store,
+    )
+    agent.register()
+    store.create_job(
+        parse_job_spec(
+            {
+                "name": job,
+                "image": IMAGE,
+                "mounts": [
+                    {"source": "data/ro", "target": "/data"},
+                    {"source": "data/rw", "target": "/out", "read_only": False},
+                ],
+                "roles": {
+                    "w": {
+                        "replicas": 1,
+                        "resources": {"cpu": "500m", "memory": "128Mi"},
+                        "command": "cat /data/in.txt; echo x 2>&1 > /data/new || echo refused;"
+                        " echo y > /out/new && echo rw ok",
+                    }
+                },
+            }
+        )
+    )
+    store.transition(job, "queued", "queued")
+    snap, ctx = take_snapshot(store)
+    role = snap.pending[0].roles[0]
+    bind = Bind(job, (TaskPlacement("w", 0, "c1", role.resources),))
+    assert store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))[0]
+    deadline = time.monotonic() + 90
+    while not all(t.done for t in store.tasks(job)):
+        assert time.monotonic() < deadline, store.tasks(job)
+        agent.reconcile()
+        time.sleep(0.3)
+    log = (job_log_dir(share, job, store.get_job(job).uid) / "w-0.log").read_text()
+    assert store.tasks(job)[0].state == "succeeded", log
+    assert "input" in log and "Read-only file system" in log and "refused" in log, log
+    assert "rw ok" in log, log
+    assert not (share / "data" / "ro" / "new").exists()
+    assert (share / "data" / "rw" / "new").read_text() == "y\n"

@@ -1,9 +1,14 @@
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 from scheduler.agent import cgroup
 from scheduler.agent.executor import TaskLaunch
@@ -139,3 +144,52 @@ def test_task_log_is_opened_read_write_and_appended(tmp_path):
     flags = int(flags_line.split()[1], 8)
     assert flags & os.O_ACCMODE == os.O_RDWR
     assert flags & os.O_APPEND
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tasks run as a tenant's uid only under root")
+def test_declared_data_is_read_only_for_a_tenants_task_unless_declared_writable(tmp_path, request):
+    """Issue 32, "the data its job declares (read-only unless declared otherwise)", process
+    mode: the job's mount sources appear in the task's mount namespace, the read-only one
+    refusing every write with EROFS (the tenant owns the files, so only the mount refuses),
+    the one declared ``read_only: false`` and the job directory writable."""
+    from scheduler import tenants
+
+    user = tenants.planned("default")
+    # pytest's tmp_path lies under a 0700 directory the tenant cannot pass through
+    base = Path(tempfile.mkdtemp(prefix="pasture-ro-"))
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    share = base / "share"
+    data, out, job_dir = share / "data" / "ro", share / "data" / "rw", share / "jobs" / "j"
+    for d in (data, out, job_dir):
+        d.mkdir(parents=True)
+    (data / "in.txt").write_text("input\n")
+    for p in (base, share, share / "data", share / "jobs"):
+        os.chmod(p, 0o755)
+    for p in (data, data / "in.txt", out, job_dir):
+        os.chown(p, user.uid, user.gid)
+    spec = launch(
+        tmp_path,
+        'cat "$D/in.txt"; echo x 2>&1 > "$D/new" || echo "write to data: $?";'
+        ' rm "$D/in.txt" 2>&1 || echo "rm in data: $?";'
+        ' echo y > "$O/new" && echo rw ok; echo z > "$PASTURE_JOB_DIR/own" && echo job ok',
+    )
+    spec = dataclasses.replace(
+        spec,
+        share_dir=share,
+        env={**spec.env, "D": str(data), "O": str(out), "PASTURE_JOB_DIR": str(job_dir)},
+        user=user,
+        visible=[str(job_dir), str(data), str(out)],
+        read_only=[str(data)],
+    )
+    spec.log_path.touch()
+    os.chown(spec.log_path, user.uid, user.gid)
+    ex = ProcessExecutor(limits="none")
+    h = ex.start(spec)
+    assert wait_exit(ex, h) == 0, spec.log_path.read_text()
+    log = spec.log_path.read_text()
+    assert log.startswith("input\n"), log
+    assert log.count("Read-only file system") == 2, log
+    assert "write to data: " in log and "rm in data: " in log, log
+    assert "rw ok" in log and "job ok" in log, log
+    assert not (data / "new").exists() and (data / "in.txt").exists()
+    assert (out / "new").read_text() == "y\n"

@@ -190,15 +190,21 @@ def test_volcano_volumes_with_their_kubernetes_meaning():
     mounts = """
               volumeMounts:
                 - {name: data, mountPath: /data}
+                - {name: ref, mountPath: /ref, readOnly: true}
                 - {name: dshm, mountPath: /dev/shm}
           volumes:
             - {name: data, persistentVolumeClaim: {claimName: mnist}}
+            - {name: ref, persistentVolumeClaim: {claimName: reference}}
             - {name: dshm, emptyDir: {medium: Memory, sizeLimit: 2Gi}}
           restartPolicy: OnFailure
     - replicas: 2"""
     text = MPI.replace("\n          restartPolicy: OnFailure\n    - replicas: 2", mounts, 1)
     parsed = load_job(text)
-    assert [m.model_dump() for m in parsed.spec.mounts] == [{"source": "mnist", "target": "/data"}]
+    # a claim is mounted read-write unless the volumeMount says readOnly, as on Kubernetes
+    assert [m.model_dump() for m in parsed.spec.mounts] == [
+        {"source": "mnist", "target": "/data", "read_only": False},
+        {"source": "reference", "target": "/ref", "read_only": True},
+    ]
     assert parsed.spec.roles["mpimaster"].shm == 2 * 2**30
     host = text.replace("persistentVolumeClaim: {claimName: mnist}", "hostPath: {path: /mnt/d}")
     error = _error(host)

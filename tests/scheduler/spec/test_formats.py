@@ -233,6 +233,17 @@ def test_maro_schedule_is_one_job_per_name_and_list_commands_are_quoted():
     assert parsed.specs[0].mounts[0].target == "/mnt/data"
 
 
+def test_maro_mounts_the_share_writable_as_docker_does_unless_ro():
+    """MARO's mount is Docker's volume: read-write unless it ends in ``:ro`` (pasture's own
+    ``mounts`` default to read-only: docs/jobs.md)."""
+    assert load_job(MARO_SCHEDULE).specs[0].mounts[0].read_only is False
+    ro = MARO_SCHEDULE.replace("{target: /mnt/data}", '{target: "/home/me/data:/mnt/data:ro"}')
+    mount = load_job(ro).specs[0].mounts[0]
+    assert (mount.target, mount.read_only) == ("/mnt/data", True)
+    rw = MARO_SCHEDULE.replace("{target: /mnt/data}", '{target: "/home/me/data:/mnt/data"}')
+    assert load_job(rw).specs[0].mounts[0].read_only is False
+
+
 def test_maro_refuses_unknown_mode_and_component_fields():
     assert (
         refused({"mode": "swarm", "name": "x", "components": {"a": {"command": "t"}}})["loc"]
