@@ -54,6 +54,7 @@ from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.schedule import Run, ScheduleSpec
 from scheduler.spec.schedule import decide as decide_schedule
 from scheduler.states import JobState
+from scheduler.store.migrate import migrate
 from scheduler.store.notify import Notifications
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.schedules import ScheduleRecord, ScheduleStore
@@ -333,6 +334,7 @@ def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None
     # bounded calls: after a failover a connection to a primary whose host vanished must
     # not hang the loop for the kernel's TCP timeouts (minutes)
     store = Store.from_settings(settings.redis, socket_timeout=30.0, socket_connect_timeout=5.0)
+    migrate(store, share_dir=settings.share_dir, backup_dir=settings.backup_dir)
     store.apply_vcs(settings.virtual_clusters)
     loop = Loop(store, settings)
     stop = stop or threading.Event()

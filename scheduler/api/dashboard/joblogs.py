@@ -75,6 +75,10 @@ def all_logs(
         return to_login(request)
     services = request.app.state
     try:
+        name = services.jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
+    try:
         job = JobOut.model_validate(services.jobs.get(s.who, name))
         files = services.logs.files(name, job.uid)  # this submission's logs only
     except NotFoundError as exc:
@@ -145,6 +149,10 @@ def download_logs(
     if s is None:
         return to_login(request)
     services = request.app.state
+    try:
+        name = services.jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
     try:
         uid = services.jobs.get(s.who, name).get("uid", "")
         if role is not None and index is not None:
