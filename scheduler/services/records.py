@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from scheduler.jobref import short_name
-from scheduler.store.records import JobRecord
 
 
 def as_dict(obj: object) -> Any:
@@ -29,7 +29,10 @@ def as_dict(obj: object) -> Any:
         return obj.model_dump(mode="json")
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if isinstance(obj, JobRecord):
+        # the store's JobRecord; not imported here: the CLI loads this module without Redis
+        # (a record exists only once the store's module is loaded)
+        records = sys.modules.get("scheduler.store.records")
+        if records is not None and isinstance(obj, records.JobRecord):
             out["key"], out["name"] = obj.name, short_name(obj.name)
         return out
     if isinstance(obj, Mapping):

@@ -84,7 +84,8 @@ def stop_job(
         name = qualified_name(key)  # its links' form
         if confirmed != "yes":
             request.app.state.jobs.get(s.who, key)  # another VC's job: 404 before asking
-            return confirm_page(request, s, "stop", name, f"/dashboard/jobs/{quote(name)}/stop")
+            target = f"/dashboard/jobs/{quote(name)}/stop"
+            return confirm_page(request, s, "stop", short_name(key), target)
         request.app.state.jobs.stop(s.who, key, reason=f"stopped by {s.who.name} (dashboard)")
     except ServiceError as exc:
         return error(request, s, exc.status, exc.message)
