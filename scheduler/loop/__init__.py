@@ -47,6 +47,7 @@ from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
+from scheduler.jobref import job_key, short_name
 from scheduler.k8s.capacity import gone_probe
 from scheduler.loop.apply import StepApplier
 from scheduler.rules.health import NodeHealth
@@ -284,7 +285,7 @@ class Loop(StepApplier):
             if job is None:
                 gone.append(name)
                 continue
-            scheduled = float(name.rsplit("-", 1)[-1]) * 60
+            scheduled = float(short_name(name).rsplit("-", 1)[-1]) * 60  # <schedule>-<minute>
             runs.append(Run(name, str(job.state), scheduled))
         self._schedules.forget_runs(rec.name, gone)
         decision = decide_schedule(spec, rec.last, runs, now)
@@ -301,7 +302,8 @@ class Loop(StepApplier):
                 self.store.create_job(run, user=rec.user)
             except JobExistsError:
                 log.warning("schedule %s: job %s exists; run skipped", rec.name, run.name)
-            self._schedules.started(rec.name, decision.start, run.name)
+            # a run is named by its job key (its VC's: scheduler/jobref.py), as the store does
+            self._schedules.started(rec.name, decision.start, job_key(run.vc, run.name))
             log.info("schedule %s: started %s", rec.name, run.name)
 
     # ---- forever --------------------------------------------------------------------

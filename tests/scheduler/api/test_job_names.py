@@ -212,3 +212,30 @@ def test_an_upgrade_with_jobs_to_rename_and_no_backup_directory_is_refused(env):
     with pytest.raises(RuntimeError, match="no backup directory"):
         migrate(env.store, share_dir=env.share, backup_dir=None)
     assert schema(env.store) == 1 and env.store.get_job("train") is not None
+
+
+def test_the_runs_of_a_schedule_of_another_vc_are_kept_by_their_keys(env):
+    """A scheduled job's runs are jobs of its VC: the loop records each by its key, so
+    the next look finds it (a run recorded by its bare name read as gone and was
+    forgotten, and its successors piled up)."""
+    from scheduler.spec.schedule import ScheduleSpec
+    from scheduler.store.schedules import ScheduleStore
+
+    spec = ScheduleSpec.model_validate(
+        {
+            "name": "nightly",
+            "schedule": "* * * * *",
+            "concurrency_policy": "Forbid",
+            "job": {"name": "nightly", "vc": "research", "roles": {"w": {"command": "true"}}},
+        }
+    )
+    schedules = ScheduleStore(env.store)
+    schedules.create(spec, user="bob")
+    loop = Loop(env.store, env.settings)
+    now = env.store.now() + 120
+    loop._run_schedule(schedules.all()[0], now)
+    (run,) = schedules.all()[0].runs
+    assert run.endswith(".research"), run
+    assert env.store.get_job(run).vc == "research"
+    loop._run_schedule(schedules.all()[0], now + 60)  # Forbid: the first run still waits
+    assert schedules.all()[0].runs == [run]
