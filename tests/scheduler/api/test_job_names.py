@@ -80,6 +80,17 @@ def test_a_name_is_resolved_within_the_callers_vcs(api, http):
     r = bob.post("/api/v1/jobs", content=job_yaml("train", vc="research"))
     assert r.status_code == 409
     assert r.json()["detail"] == "a job named 'train' already exists in VC 'research'"
+    # the dry run (the dashboard's submit check) too; alice's name is free for bob
+    r = bob.post("/api/v1/jobs:dry-run", content=job_yaml("train", vc="research"))
+    assert r.status_code == 409
+    assert r.json()["detail"] == "a job named 'train' already exists in VC 'research'"
+    r = alice.post("/api/v1/jobs:dry-run", content=job_yaml("train"))
+    assert r.json()["detail"] == "a job named 'train' already exists in VC 'default'"
+    bob.post("/api/v1/jobs/train/stop")  # research's train stops: the name is still taken
+    assert (
+        bob.post("/api/v1/jobs:dry-run", content=job_yaml("train", vc="research")).status_code
+        == 409
+    )
     # the batch says the same, per document
     r = bob.post(
         "/api/v1/jobs:batch",
