@@ -172,15 +172,18 @@ def _job_keys(
     log.info("store migration: backup of the store before renaming jobs: %s", out.backup)
     nodes = sorted(store.r.smembers(store.k("nodes")))
     for old, new in todo.items():
-        _rename_job(store, old, new, nodes)
-        out.renamed[old] = new
-        log.info("store migration: job %r renamed %r (name scoped per VC)", old, new)
+        # the directory first: a start interrupted after it renames the records next time
+        # (the job is still under its old name there), and no agent sees the new key
+        # before its directory is in place
         if share_dir is not None:
             src, dst = Path(share_dir) / "jobs" / old, Path(share_dir) / "jobs" / new
             if src.is_dir() and not src.is_symlink() and not dst.exists():
                 os.rename(src, dst)
                 out.dirs[str(src)] = str(dst)
                 log.info("store migration: share directory %s moved to %s", src, dst)
+        _rename_job(store, old, new, nodes)
+        out.renamed[old] = new
+        log.info("store migration: job %r renamed %r (name scoped per VC)", old, new)
 
 
 def _rename_job(store: Store, old: str, new: str, nodes: list[str]) -> None:

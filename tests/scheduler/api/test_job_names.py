@@ -250,3 +250,14 @@ def test_the_runs_of_a_schedule_of_another_vc_are_kept_by_their_keys(env):
     assert env.store.get_job(run).vc == "research"
     loop._run_schedule(schedules.all()[0], now + 60)  # Forbid: the first run still waits
     assert schedules.all()[0].runs == [run]
+
+
+def test_an_upgrade_interrupted_after_a_directory_moved_finishes_on_the_next_start(env, tmp_path):
+    uid = _old_layout(env)
+    old, new = env.share / "jobs" / "train", env.share / "jobs" / "train.research"
+    old.rename(new)  # as a start that died after moving the directory, before the records
+    done = migrate(env.store, share_dir=env.share, backup_dir=tmp_path / "backups")
+    assert done.renamed == {"train": "train.research"} and done.dirs == {}
+    assert schema(env.store) == SCHEMA
+    assert env.store.get_job("train.research").uid == uid
+    assert (new / "logs" / uid / "w-0.log").read_text().endswith("old train says hi\n")
