@@ -77,7 +77,6 @@ def create_app(
         client = getattr(store, "r", None) or backend.redis_client(settings)
     if store is None:
         store = backend.open_store(settings, client)
-        backend.upgrade_store(store, settings)  # once per store (scheduler/store/migrate.py)
     api_settings = getattr(settings, "api", None)
     if tokens is None:
         tokens = TokenStore.from_settings(client, api_settings)

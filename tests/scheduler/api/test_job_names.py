@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from live import job_yaml
 
-from scheduler.api import create_app
+from scheduler.api.server import started_app
 from scheduler.jobref import job_key, parse_ref, qualified_name, short_name, split_key
 from scheduler.loop import Loop
 from scheduler.store.backup import read_backup
@@ -139,7 +139,7 @@ def test_an_old_store_is_upgraded_in_place_backup_first_then_read(env, tmp_path)
     assert schema(store) == 1
 
     settings = env.settings.model_copy(update={"backup_dir": tmp_path / "backups"})
-    app = create_app(settings, tokens=env.tokens)  # opens its store: upgrades it first
+    app = started_app(settings)  # what `pasture serve api` serves: upgrades its store first
     assert schema(store) == SCHEMA
 
     # every job-keyed record moved to the key, the default VC's job stayed as it was
