@@ -426,6 +426,7 @@ def _up(
         "redis": {"url": cluster.redis_url, "password_file": cluster.redis_password_file},
         "share_dir": cluster.share_dir,
         "secrets_key_file": str(key_file),
+        "backup_dir": str(Path(cluster.base_dir) / "backups"),  # a store upgrade's backup
         "api": {"host": "127.0.0.1", "port": api_port},
         "loop": {
             "interval_s": loop_interval,

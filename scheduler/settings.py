@@ -294,6 +294,9 @@ class SchedulerSettings(_Model):
     # the Fernet key that seals job secrets at submit (scheduler/sealed.py, docs/api.md);
     # no file: jobs with secrets are refused
     secrets_key_file: Path = Path("/etc/pasture/secrets.key")
+    # where a store upgrade (scheduler/store/migrate.py) writes its backup of the store
+    # before it changes anything (mode 0600: token hashes and job specs)
+    backup_dir: Path = Path("/var/lib/pasture/backups")
 
 
 class NodeResourceOverrides(_Model):

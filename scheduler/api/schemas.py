@@ -88,13 +88,19 @@ class AttemptOut(_Open):
 
 
 class JobDeleteOut(_Open):
-    name: str
+    name: str = Field(description="the job's name within its VC")
+    vc: str = ""
     deleted: bool = Field(description="true: its records are gone; false: stopping first")
     state: str = Field(description="the job's state when the request was answered")
 
 
 class JobOut(_Open):
-    name: str
+    name: str = Field(description="the job's name within its VC")
+    key: str = Field(
+        "",
+        description="the job's key, <name> (VC default) or <name>.<vc>: its directory "
+        "on the share (jobs/<key>) and PASTURE_JOB_NAME (scheduler/jobref.py)",
+    )
     uid: str = Field(
         "",
         description="this submission's own id (32 hex digits; '' for a job stored before "
@@ -239,7 +245,8 @@ class NodeEventsOut(BaseModel):
 
 
 class JobEventsOut(BaseModel):
-    job: str
+    job: str = Field(description="the job's name within its VC")
+    vc: str = ""
     state: str | None
     pending_reason: PendingReasonOut | None
     events: list[EventOut]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from scheduler.api.app import create_app
@@ -59,6 +61,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
 
+def started_app(settings: Any) -> FastAPI:
+    """The app ``pasture serve api`` serves: its store opened from ``settings`` and first
+    brought to this code's layout (:func:`scheduler.store.migrate.migrate`: once per
+    store, backup first), then :func:`create_app` over it.
+
+    Raises:
+        RuntimeError: the store needs an upgrade that cannot be made (see ``migrate``).
+    """
+    store = backend.open_store(settings)
+    backend.upgrade_store(store, settings)
+    return create_app(settings, store=store)
+
+
 def serve(config: str | Path | None, host: str | None = None, port: int | None = None) -> None:
     """Load the settings, build the app and serve until SIGINT/SIGTERM.
 
@@ -74,7 +89,7 @@ def serve(config: str | Path | None, host: str | None = None, port: int | None =
     cert, key = getattr(api, "tls_cert", None), getattr(api, "tls_key", None)
     if bool(cert) != bool(key):
         raise ValueError("api.tls_cert and api.tls_key: expected both or neither")
-    app = create_app(settings)
+    app = started_app(settings)
     uvicorn.run(
         app,
         host=host or api.host,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler import dev
+from scheduler.jobref import job_key
 
 ATTACK = r"""set -u
 # the task's own log directory: <job dir>/logs/<uid>/ (scheduler/logpaths.py)
@@ -48,6 +49,9 @@ mv "$O" "$O.real" && ln -s "${V%/}" "$O"
 """
 PLANTED = 'touch "$PASTURE_JOB_DIR/planted"; sleep 120\n'
 """How an attacking task ends: it says it is done, then stays (its job directory with it)."""
+
+VICTIM = job_key("research", "victim")
+"""bob's job's key: its directory on the share, its store records (scheduler/jobref.py)."""
 
 PROBE = r"""set -u
 # alice's task against bob's job: every byte it reads goes to $O, each try is counted
@@ -175,11 +179,13 @@ def cross_tenant_reads(directory: Path, timeout_s: float = 90.0) -> dict[str, An
             ("/api/v1/jobs/attack-dir/logs", {"role": "w", "index": 0}),
             ("/api/v1/jobs/attack-dir/logs", {}),
             ("/api/v1/jobs/attack-dir/logs/files", {}),
-            ("/api/v1/jobs/attack-files/logs", {"role": "../../victim/logs/w", "index": 0}),
+            ("/api/v1/jobs/attack-files/logs", {"role": f"../../{VICTIM}/logs/w", "index": 0}),
             ("/api/v1/jobs/attack-files/logs", {"role": "..", "index": 0}),
-            ("/api/v1/jobs/..%2Fvictim/logs", {"role": "w", "index": 0}),
-            ("/api/v1/jobs/attack-files%2F..%2F..%2Fvictim/logs", {"role": "w"}),
+            (f"/api/v1/jobs/..%2F{VICTIM}/logs", {"role": "w", "index": 0}),
+            (f"/api/v1/jobs/attack-files%2F..%2F..%2F{VICTIM}/logs", {"role": "w"}),
             ("/api/v1/jobs/victim/logs", {"role": "w", "index": 0}),
+            (f"/api/v1/jobs/{VICTIM}/logs", {"role": "w", "index": 0}),
+            ("/api/v1/jobs/victim/logs", {"role": "w", "index": 0, "vc": "research"}),
         ]
         reads = errors = 0
         for path, params in asks:
@@ -229,17 +235,17 @@ def probe_as_task(
 
     share, base = Path(cluster.share_dir), Path(cluster.base_dir)
     store = cluster.store()
-    job = store.get_job("victim")
+    job = store.get_job(VICTIM)
     if job is None:
         raise RuntimeError("the victim job is gone")
-    key = store.ssh_key("victim", job.uid) or ""
+    key = store.ssh_key(VICTIM, job.uid) or ""
     lines = key.splitlines()
     found = {**secrets_seen, "ssh_key": lines[1] if len(lines) > 2 else ""}  # its first line
     work = Path(yaml.safe_load(Path(cluster.agent_configs[0]).read_text())["work_dir"])
-    _until(lambda: bool(list(work.glob("tasks/victim-*/ssh/id_job"))), timeout_s, "victim ssh")
-    task = next(t for t in store.tasks("victim") if t.key == "w-0")
-    own = list(work.glob("tasks/victim-*/ssh"))[0]
-    vdir = share / "jobs" / "victim"
+    _until(lambda: bool(list(work.glob(f"tasks/{VICTIM}-*/ssh/id_job"))), timeout_s, "victim ssh")
+    task = next(t for t in store.tasks(VICTIM) if t.key == "w-0")
+    own = list(work.glob(f"tasks/{VICTIM}-*/ssh"))[0]
+    vdir = share / "jobs" / VICTIM
     paths = [
         vdir / "victim.txt",
         *vdir.glob("logs/*/w-0.log"),

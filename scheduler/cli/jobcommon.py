@@ -16,7 +16,21 @@ if TYPE_CHECKING:
     pass
 
 
-JobArg = typer.Argument(..., help="job name", autocompletion=complete_jobs)
+JobArg = typer.Argument(
+    ..., help="job name (NAME.VC names the job of VC VC)", autocompletion=complete_jobs
+)
+JobVcOpt = typer.Option(
+    None, "--vc", help="the job's VC, when you have jobs of that name in several VCs"
+)
+
+
+def job_ref(name: str, vc: str | None) -> str:
+    """What the API's ``/jobs/{name}`` takes for job ``name`` of ``vc``: ``<name>.<vc>``
+    (:func:`scheduler.jobref.qualified_name`'s form), or ``name`` as given when no VC is
+    (the API then finds it among the caller's VCs)."""
+    return name if vc is None else f"{name}.{vc}"
+
+
 JobsArg = typer.Argument(None, help="job names", autocompletion=complete_jobs, show_default=False)
 
 

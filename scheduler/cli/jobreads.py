@@ -10,7 +10,7 @@ from rich import box
 
 from scheduler.cli.client import ApiClient
 from scheduler.cli.complete import complete_states, complete_users, complete_vcs
-from scheduler.cli.jobcommon import JobArg, api_client, job_state
+from scheduler.cli.jobcommon import JobArg, JobVcOpt, api_client, job_ref, job_state
 from scheduler.cli.jobgroup import app, job_hint
 from scheduler.cli.joblogs import JobLogs, LogOptions
 from scheduler.cli.output import (
@@ -163,7 +163,12 @@ def _job_table(client: ApiClient, jobs: list[JobOut], wide: bool) -> None:
 
 @app.command()
 @handle_errors
-def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = JsonOpt) -> None:
+def show(
+    name: str = JobArg,
+    output: OutputFormat = OutputOpt,
+    as_json: bool = JsonOpt,
+    vc: str | None = JobVcOpt,
+) -> None:
     """Show a job: state, times, GPUs, tasks, events and why it is pending or failed; a
     waiting job's position in its VC's queue.
 
@@ -171,6 +176,7 @@ def show(name: str = JobArg, output: OutputFormat = OutputOpt, as_json: bool = J
     {position, length, estimated_start} or null}.
     """
     client = api_client()
+    name = job_ref(name, vc)
     with job_hint(client, name):
         job = client.job(name)
     events = client.events(name)
@@ -274,6 +280,7 @@ def logs(
         "--prefix/--no-prefix",
         help="'role-index | ' before each line (default: unless --role and --index name one task)",
     ),
+    vc: str | None = JobVcOpt,
 ) -> None:
     """Every task's stdout/stderr, each line prefixed with its task (role-index).
 
@@ -282,6 +289,7 @@ def logs(
     started says why it waits.
     """
     client = api_client()
+    name = job_ref(name, vc)
     options = LogOptions(role=role, index=index, attempt=attempt, tail=tail, prefix=prefix)
     reader = JobLogs(client, name, options)
     with job_hint(client, name):

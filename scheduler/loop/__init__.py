@@ -47,6 +47,7 @@ from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
+from scheduler.jobref import job_key, short_name
 from scheduler.k8s.capacity import gone_probe
 from scheduler.loop.apply import StepApplier
 from scheduler.loop.throughput import MeasuredThroughput
@@ -55,6 +56,7 @@ from scheduler.settings import SchedulerSettings, load_scheduler_settings
 from scheduler.spec.schedule import Run, ScheduleSpec
 from scheduler.spec.schedule import decide as decide_schedule
 from scheduler.states import JobState
+from scheduler.store.migrate import migrate
 from scheduler.store.notify import Notifications
 from scheduler.store.reports import apply_node_reports
 from scheduler.store.schedules import ScheduleRecord, ScheduleStore
@@ -288,7 +290,7 @@ class Loop(StepApplier):
             if job is None:
                 gone.append(name)
                 continue
-            scheduled = float(name.rsplit("-", 1)[-1]) * 60
+            scheduled = float(short_name(name).rsplit("-", 1)[-1]) * 60  # <schedule>-<minute>
             runs.append(Run(name, str(job.state), scheduled))
         self._schedules.forget_runs(rec.name, gone)
         decision = decide_schedule(spec, rec.last, runs, now)
@@ -305,7 +307,8 @@ class Loop(StepApplier):
                 self.store.create_job(run, user=rec.user)
             except JobExistsError:
                 log.warning("schedule %s: job %s exists; run skipped", rec.name, run.name)
-            self._schedules.started(rec.name, decision.start, run.name)
+            # a run is named by its job key (its VC's: scheduler/jobref.py), as the store does
+            self._schedules.started(rec.name, decision.start, job_key(run.vc, run.name))
             log.info("schedule %s: started %s", rec.name, run.name)
 
     # ---- forever --------------------------------------------------------------------
@@ -338,6 +341,7 @@ def run_forever(settings: SchedulerSettings, stop: threading.Event | None = None
     # bounded calls: after a failover a connection to a primary whose host vanished must
     # not hang the loop for the kernel's TCP timeouts (minutes)
     store = Store.from_settings(settings.redis, socket_timeout=30.0, socket_connect_timeout=5.0)
+    migrate(store, share_dir=settings.share_dir, backup_dir=settings.backup_dir)
     store.apply_vcs(settings.virtual_clusters)
     loop = Loop(store, settings)
     stop = stop or threading.Event()

@@ -49,6 +49,14 @@ def open_store(settings: SchedulerSettings, client: redis.Redis | None = None) -
     return store.Store(client if client is not None else redis_client(settings))
 
 
+def upgrade_store(store: Store, settings: SchedulerSettings) -> None:
+    """Bring a store written by an older pasture to this code's layout, backup first
+    (:func:`scheduler.store.migrate.migrate`; a no-op once done). Raises as it does."""
+    from scheduler.store.migrate import migrate
+
+    migrate(store, share_dir=settings.share_dir, backup_dir=settings.backup_dir)
+
+
 def parse_job_spec(document: dict[str, Any]) -> JobSpec:
     """Validate a parsed job document (pasture, OpenPAI v1/v2, MARO, Volcano) into one job spec.
 

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.model import Bind
+from scheduler.jobref import exists_message, job_key
 from scheduler.services import backend
 from scheduler.services.errors import ConflictError, InvalidSpecError
 from scheduler.services.jobs import JobService
@@ -73,15 +74,19 @@ class DryRunService:
             raise InvalidSpecError("; ".join(str(p["msg"]) for p in problems), problems)
         store = self.jobs.store
         for spec in parsed.specs:  # a single job's name is checked by the store's write
-            if store.get_job(spec.name) is not None:
-                raise ConflictError(f"job {spec.name!r} already exists")
+            if store.get_job(job_key(spec.vc, spec.name)) is not None:
+                raise ConflictError(exists_message(spec.vc, spec.name))
         now = store.now()
         snap = backend.snapshot(store)
         added = tuple(backend.core_job(s, principal.name, now) for s in parsed.specs)
         snap = replace(snap, pending=snap.pending + added)
         policy = backend.load_policy(self.policy)
         out = [
-            _job_out(spec, backend.explain(snap, policy, spec.name, now), len(snap.nodes))
+            _job_out(
+                spec,
+                backend.explain(snap, policy, job_key(spec.vc, spec.name), now),
+                len(snap.nodes),
+            )
             for spec in parsed.specs
         ]
         return {"format": parsed.format, "warnings": list(parsed.warnings), "jobs": out}

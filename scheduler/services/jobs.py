@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from scheduler.jobref import DEFAULT_VC, VC, exists_message, job_key, parse_ref, short_name
 from scheduler.services import backend
 from scheduler.services.errors import (
     BadRequestError,
@@ -267,8 +268,8 @@ class JobService:
                 )
         if len(parsed.specs) > 1:
             for spec in parsed.specs:
-                if self.store.get_job(spec.name) is not None:
-                    raise ConflictError(f"job {spec.name!r} already exists")
+                if self.store.get_job(job_key(spec.vc, spec.name)) is not None:
+                    raise ConflictError(exists_message(spec.vc, spec.name))
         return parsed
 
     def submit(self, principal: Principal, document: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +295,7 @@ class JobService:
         out: dict[str, Any] = as_dict(jobs[0])
         out["warnings"] = list(parsed.warnings)
         if len(jobs) > 1:
-            out["jobs"] = [j.name for j in jobs]
+            out["jobs"] = [short_name(j.name) for j in jobs]
         return out
 
     def _seal(self, job: str, values: dict[str, str] | None) -> dict[str, str]:
@@ -341,9 +342,12 @@ class JobService:
                 parsed = self.admit(principal, document)
                 item["name"] = parsed.specs[0].name
                 for spec in parsed.specs:
-                    if spec.name in seen:
-                        raise ConflictError(f"job {spec.name!r} is given twice in this batch")
-                    seen.add(spec.name)
+                    key = job_key(spec.vc, spec.name)
+                    if key in seen:
+                        raise ConflictError(
+                            f"job {spec.name!r} of VC {spec.vc!r} is given twice in this batch"
+                        )
+                    seen.add(key)
                 sealed = self._seal(parsed.specs[0].name, parsed.secrets)
                 item["warnings"] = list(parsed.warnings)
                 todo.append((item, parsed.specs, sealed.get("sealed_secrets", "")))
@@ -358,14 +362,59 @@ class JobService:
             recs = [next(stored) for _ in specs]
             made = [r for r in recs if r is not None]
             if len(made) < len(recs):
-                taken = [s.name for s, r in zip(specs, recs, strict=True) if r is None]
-                item.update(status=409, detail=f"job {taken[0]!r} already exists")
+                taken = [s for s, r in zip(specs, recs, strict=True) if r is None]
+                item.update(status=409, detail=exists_message(taken[0].vc, taken[0].name))
                 continue
-            item.update(status=201, names=[r.name for r in made], state=made[0].state)
+            names = [short_name(r.name) for r in made]
+            item.update(status=201, names=names, vc=made[0].vc, state=made[0].state)
         created = sum(1 for i in items if i.get("status") == 201)
         return {"items": items, "created": created, "failed": len(items) - created}
 
     # -- read ---------------------------------------------------------------------------
+    def resolve(self, principal: Principal, name: str, vc: str | None = None) -> str:
+        """The key (:mod:`scheduler.jobref`) of the job the caller calls ``name``: its job
+        of that name in one of its VCs (an admin's: every VC), or in ``vc`` when given.
+        ``name`` may also be ``<name>.<vc>`` (:func:`scheduler.jobref.qualified_name`).
+
+        Returns:
+            The job key, for :meth:`get` and the other methods that take a job.
+
+        Raises:
+            NotFoundError: no such job in the caller's VCs (or in ``vc``, or ``vc`` is not
+                one of the caller's); the message names only ``name`` and ``vc``.
+            ConflictError: jobs of that name in several of the caller's VCs and no ``vc``:
+                the message asks for ``?vc=`` and names only the caller's own VCs.
+        """
+        require_role(principal, TokenRole.ADMIN, TokenRole.USER)
+        try:
+            ref_vc, name = parse_ref(name)
+        except ValueError:  # not a job name: a record from before names were checked
+            return name
+        if ref_vc is not None:  # <name>.<vc>: the VC is part of it
+            if vc is not None and vc != ref_vc:
+                raise NotFoundError(f"job {name!r} not found in VC {vc!r}")
+            vc = ref_vc
+        if vc is not None:
+            if not VC.fullmatch(vc) or not principal.may_use_vc(vc):
+                raise NotFoundError(f"job {name!r} not found in VC {vc!r}")
+            return job_key(vc, name)
+        if principal.role is TokenRole.ADMIN:
+            vcs = sorted({DEFAULT_VC, *self._known_vcs(fresh=True)})
+        else:
+            vcs = sorted(v for v in principal.vcs if VC.fullmatch(v))
+        keys = [job_key(v, name) for v in vcs]
+        found = [
+            j for j in self.store.get_jobs(keys, with_spec=False) if principal.may_use_vc(j.vc)
+        ]
+        if not found:
+            raise NotFoundError(f"job {name!r} not found")
+        if len(found) > 1:
+            raise ConflictError(
+                f"jobs named {name!r} exist in your VCs {sorted(j.vc for j in found)}: "
+                "name one with ?vc= (the CLI's --vc)"
+            )
+        return found[0].name
+
     def _visible(self, principal: Principal, name: str, uid: str | None = None) -> JobRecord:
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
         job = self.store.get_job(name)
@@ -447,7 +496,7 @@ class JobService:
         answered; another VC's job, or one that does not exist, is left out, so a name
         learnt elsewhere reveals nothing."""
         require_role(principal, TokenRole.ADMIN, TokenRole.USER)
-        names = list(dict.fromkeys(names))
+        names = list(dict.fromkeys(names))  # job keys (answers' ``key``)
         if principal.role is not TokenRole.ADMIN:
             jobs = self.store.get_jobs(names, with_spec=False)
             names = [j.name for j in jobs if principal.may_use_vc(j.vc)]
@@ -465,7 +514,8 @@ class JobService:
         """
         job = as_dict(self._visible(principal, name))
         return {
-            "job": name,
+            "job": job.get("name"),
+            "vc": job.get("vc"),
             "state": job.get("state"),
             "pending_reason": job.get("pending_reason"),
             "events": as_dict(self.store.events(name)),
@@ -514,14 +564,19 @@ class JobService:
                 )
             self.stop(principal, name, reason=f"deleted by {principal.name}")
             now = self.store.get_job(name)
-            return {"name": name, "deleted": False, "state": now.state if now else state}
+            return {
+                "name": short_name(name),
+                "vc": job.vc,
+                "deleted": False,
+                "state": now.state if now else state,
+            }
         try:
             self.store.delete_job(name)
         except backend.not_found_errors():
             raise NotFoundError(f"job {name!r} not found") from None
         except backend.job_active_error() as exc:
             raise ConflictError(str(exc)) from None
-        return {"name": name, "deleted": True, "state": state}
+        return {"name": short_name(name), "vc": job.vc, "deleted": True, "state": state}
 
 
 def _require_control(principal: Principal, job: JobRecord, verb: str) -> None:

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from collections.abc import Mapping
 from typing import Any
+
+from scheduler.jobref import short_name
 
 
 def as_dict(obj: object) -> Any:
     """A JSON-ready copy of ``obj``: dicts, lists, str, int, float, bool, None.
 
     Pydantic models go through ``model_dump(mode="json")``, dataclasses field by field,
-    enums to their value, tuples/sets to lists. The result is decoded-JSON-shaped data
-    (``Any`` as ``json.loads`` returns it); the route's response model validates it.
+    enums to their value, tuples/sets to lists. A job record answers its short ``name``
+    (its name within its VC) and its ``key`` (:mod:`scheduler.jobref`). The result is
+    decoded-JSON-shaped data (``Any`` as ``json.loads`` returns it); the route's response
+    model validates it.
     """
     if obj is None or isinstance(obj, str | int | float | bool):
         return obj
@@ -23,7 +28,13 @@ def as_dict(obj: object) -> Any:
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # the store's JobRecord; not imported here: the CLI loads this module without Redis
+        # (a record exists only once the store's module is loaded)
+        records = sys.modules.get("scheduler.store.records")
+        if records is not None and isinstance(obj, records.JobRecord):
+            out["key"], out["name"] = obj.name, short_name(obj.name)
+        return out
     if isinstance(obj, Mapping):
         return {str(as_dict(k)): as_dict(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):

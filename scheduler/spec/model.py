@@ -49,6 +49,7 @@ from pydantic import (
 
 from scheduler.core.model import Job, PriorityClass, TaskRole
 from scheduler.core.resources import Resources
+from scheduler.jobref import job_key
 from scheduler.spec.errors import pattern_rule
 from scheduler.spec.policies import (
     MAX_COMMAND,
@@ -600,10 +601,11 @@ class JobSpec(_Model):
         attempt: int = 1,
         attained_service: float = 0.0,
     ) -> Job:
-        """The core's view of this job (resources in millicores / bytes / devices)."""
+        """The core's view of this job (resources in millicores / bytes / devices), named
+        by its key (:func:`scheduler.jobref.job_key`: the store's name of the job)."""
         minima = self.role_minima()
         return Job(
-            name=self.name,
+            name=job_key(self.vc, self.name),
             vc=self.vc,
             roles=tuple(
                 TaskRole(

@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from scheduler import jobkey
+from scheduler.jobref import exists_message, job_key
 from scheduler.states import JobState
 from scheduler.store.base import JobActiveError, JobExistsError, JobNotFoundError, StoreBase
 from scheduler.store.codec import as_float, as_int, as_json, encode_fields, event
@@ -59,7 +60,7 @@ class JobsMixin(StoreBase):
         rec = self._new_record(spec, user)
         created = self._create_job(args=self._create_args(rec, sealed_secrets=sealed_secrets))
         if not created:
-            raise JobExistsError(f"a job named {rec.name!r} exists already; job names are unique")
+            raise JobExistsError(exists_message(rec.vc, rec.spec.get("name", rec.name)))
         rec.created = rec.updated = float(created)
         return rec
 
@@ -89,7 +90,7 @@ class JobsMixin(StoreBase):
     @staticmethod
     def _new_record(spec: Any, user: str) -> JobRecord:
         return JobRecord(
-            name=spec.name,
+            name=job_key(spec.vc, spec.name),
             vc=spec.vc,
             user=user,
             priority=spec.priority,

@@ -48,7 +48,7 @@ def test_submit_from_the_browser_after_a_dry_run(page, cluster):
     screenshot(page, "submit-dry-run.png")
     assert not _stored(cluster, "browser-sub")  # the check stored nothing
     page.click("#submit-spec")
-    page.wait_for_url(f"{cluster.endpoint}/dashboard/jobs/browser-sub")
+    page.wait_for_url(f"{cluster.endpoint}/dashboard/jobs/browser-sub.default")
     job = cluster.wait_state("browser-sub", "succeeded")
     assert job["user"] == "alice"
 

@@ -49,7 +49,7 @@ def test_admin_sees_nodes_follows_log_and_stops_job(page, cluster):
     row = page.locator('#jobs tr[data-job="ticker"]')
     assert row.locator(".state").text_content() == "running"
     row.locator("a").click()
-    page.wait_for_url("**/dashboard/jobs/ticker")
+    page.wait_for_url("**/dashboard/jobs/ticker.default")  # links name the job's VC
     assert page.text_content("#job-state") == "running"
     assert page.locator("#tasks tbody tr").count() == 1
     # log lines arrive while we look: the tail grows without a reload

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from scheduler import dev
+from scheduler.jobref import job_key
 from scheduler.logpaths import job_log_dir
 from scheduler.spec import load_job_spec, parse_job_spec
 
@@ -265,8 +266,9 @@ def test_vc_over_its_guarantee_is_preempted_when_the_owner_submits(make_cluster)
                 },
             },
         )
-    for i in range(2):
-        wait_job(store, f"borrow-{i}", states=("running",))
+    borrowed = [job_key("borrower", f"borrow-{i}") for i in range(2)]  # the jobs' keys
+    for key in borrowed:
+        wait_job(store, key, states=("running",))
     (usage,) = [v for v in store.vc_usage() if v.name == "borrower"]
     assert usage.borrowed["cpu_m"] == 2000
     submit(
@@ -277,12 +279,8 @@ def test_vc_over_its_guarantee_is_preempted_when_the_owner_submits(make_cluster)
             "roles": {"w": {"command": "echo mine", "resources": {"cpu": 2, "memory": "256Mi"}}},
         },
     )
-    assert wait_job(store, "mine", timeout=60).state == "succeeded"
-    victims = [
-        n
-        for n in ("borrow-0", "borrow-1")
-        if any(e["state"] == "preempted" for e in store.events(n))
-    ]
+    assert wait_job(store, job_key("owner", "mine"), timeout=60).state == "succeeded"
+    victims = [n for n in borrowed if any(e["state"] == "preempted" for e in store.events(n))]
     assert len(victims) == 1
     victim = store.get_job(victims[0])
     assert victim.attempt == 2 and victim.failures == 0

@@ -14,6 +14,7 @@ from fastapi.responses import RedirectResponse, Response
 from scheduler.api.dashboard import views
 from scheduler.api.dashboard.pages import error, render, router, session
 from scheduler.api.dashboard.sessions import Session, csrf_ok
+from scheduler.jobref import qualified_name, short_name
 from scheduler.services.errors import ConflictError, ServiceError
 from scheduler.services.jobs import JobService
 
@@ -79,10 +80,13 @@ def stop_job(
     if isinstance(s, Response):
         return s
     try:
+        key = request.app.state.jobs.resolve(s.who, name)  # the job's key (jobref.py)
+        name = qualified_name(key)  # its links' form
         if confirmed != "yes":
-            request.app.state.jobs.get(s.who, name)  # another VC's job: 404 before asking
-            return confirm_page(request, s, "stop", name, f"/dashboard/jobs/{quote(name)}/stop")
-        request.app.state.jobs.stop(s.who, name, reason=f"stopped by {s.who.name} (dashboard)")
+            request.app.state.jobs.get(s.who, key)  # another VC's job: 404 before asking
+            target = f"/dashboard/jobs/{quote(name)}/stop"
+            return confirm_page(request, s, "stop", short_name(key), target)
+        request.app.state.jobs.stop(s.who, key, reason=f"stopped by {s.who.name} (dashboard)")
     except ServiceError as exc:
         return error(request, s, exc.status, exc.message)
     return RedirectResponse(f"/dashboard/jobs/{quote(name)}", status_code=303)
@@ -98,7 +102,9 @@ def resubmit_job(name: str, request: Request, csrf_token: str = Form("")) -> Res
         return s
     jobs: JobService = request.app.state.jobs
     try:
-        spec = dict(jobs.get(s.who, name).get("spec") or {})
+        key = jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
+        name = short_name(key)
+        spec = dict(jobs.get(s.who, key).get("spec") or {})
         if not spec:
             return error(request, s, 409, f"job {name!r} has no stored spec to resubmit")
         for k in range(2, 100):
@@ -113,4 +119,4 @@ def resubmit_job(name: str, request: Request, csrf_token: str = Form("")) -> Res
             return error(request, s, 409, f"no free name {name}-rN for the resubmitted job")
     except ServiceError as exc:
         return error(request, s, exc.status, exc.message)
-    return RedirectResponse(f"/dashboard/jobs/{quote(job['name'])}", status_code=303)
+    return RedirectResponse(f"/dashboard/jobs/{quote(qualified_name(job['key']))}", status_code=303)

@@ -116,6 +116,10 @@ def all_logs(
         return to_login(request)
     services = request.app.state
     try:
+        name = services.jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
+    try:
         job = JobOut.model_validate(services.jobs.get(s.who, name))
         files = services.logs.files(name, job.uid)  # this submission's logs only
     except NotFoundError as exc:
@@ -196,6 +200,10 @@ def download_logs(
     if s is None:
         return to_login(request)
     services = request.app.state
+    try:
+        name = services.jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
     try:
         job = services.jobs.get(s.who, name)
         uid = job.get("uid", "")

@@ -54,6 +54,7 @@ from scheduler.api.schemas import (
     VcOut,
 )
 from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
+from scheduler.jobref import qualified_name
 from scheduler.services.errors import ForbiddenError, NotFoundError, ServiceError
 from scheduler.services.jobs import JOB_STATES
 from scheduler.services.records import as_dict
@@ -68,6 +69,7 @@ PAGE_SIZE = 50
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["duration"] = views.duration
+templates.env.filters["jobref"] = qualified_name  # a job key -> <name>.<vc> for links
 templates.env.filters["hours"] = format_gpu_hours
 templates.env.filters["cpu"] = views.cpu
 templates.env.filters["memory"] = views.memory
@@ -385,10 +387,10 @@ def jobs_page(
     )
     page_ = JobPage.model_validate(listing)
     items, total = page_.items, page_.total
-    tasks = jobs.tasks_of(s.who, [j.name for j in items])
+    tasks = jobs.tasks_of(s.who, [j.key for j in items])
     now = services.status.now()
     rows = [
-        views.job_row(j, [TaskOut.model_validate(t) for t in tasks.get(j.name, [])], now)
+        views.job_row(j, [TaskOut.model_validate(t) for t in tasks.get(j.key, [])], now)
         for j in items
     ]
     vcs = services.vcs.names(s.who)
@@ -414,6 +416,10 @@ def job_page(name: str, request: Request) -> Response:
     if s is None:
         return to_login(request)
     state = request.app.state
+    try:
+        name = state.jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
+    except ServiceError as exc:
+        return error(request, s, exc.status, exc.message)
     try:
         job = JobOut.model_validate(state.jobs.get(s.who, name))
         events = JobEventsOut.model_validate(state.jobs.events(s.who, name)).events
@@ -464,6 +470,7 @@ def job_usage_series(
     if s is None:
         return JSONResponse({"detail": "log in first"}, status_code=401)
     try:
+        name = request.app.state.jobs.resolve(s.who, name)  # the job's key
         got = request.app.state.job_usage.job(s.who, name, window_s, uid=uid, task=task)
     except ServiceError as exc:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
@@ -545,9 +552,10 @@ def job_log(
         return JSONResponse({"detail": "log in first"}, status_code=401)
     state = request.app.state
     try:
+        name = state.jobs.resolve(s.who, name)  # the job's key (scheduler/jobref.py)
         job = state.jobs.get(s.who, name)
-    except NotFoundError as exc:
-        return JSONResponse({"detail": exc.message}, status_code=404)
+    except ServiceError as exc:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
     if uid is not None and uid != job.get("uid", ""):
         detail = f"job {name!r} of uid {uid} was deleted or replaced"
         return JSONResponse({"detail": detail}, status_code=404)

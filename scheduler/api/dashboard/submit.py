@@ -23,6 +23,7 @@ from scheduler.api.dashboard.actions import acting_session
 from scheduler.api.dashboard.pages import render, router, session, to_login
 from scheduler.api.routers.jobs import on_spec_body
 from scheduler.api.schemas import DryRunOut
+from scheduler.jobref import qualified_name
 from scheduler.services.backend import job_template
 from scheduler.services.errors import InvalidSpecError, ServiceError
 
@@ -96,5 +97,5 @@ def submit_form(
         job = on_spec_body(body, "application/yaml", lambda d: services.jobs.submit(s.who, d))
     except ServiceError as exc:
         return _form(request, s, spec, exc.status, error=exc.message, problems=_problems(exc))
-    names = job.get("jobs") or [job["name"]]
-    return RedirectResponse(f"/dashboard/jobs/{quote(names[0])}", status_code=303)
+    # the first job stored (a MARO schedule stores several), named with its VC for the link
+    return RedirectResponse(f"/dashboard/jobs/{quote(qualified_name(job['key']))}", status_code=303)

@@ -145,6 +145,7 @@ def job_row(job: JobOut, tasks: Iterable[TaskOut], now: float) -> dict[str, Any]
     nodes = sorted({t.node for t in tasks if t.node})
     return {
         "name": job.name,
+        "key": job.key,
         "vc": job.vc,
         "user": job.user,
         "state": job.state.value,

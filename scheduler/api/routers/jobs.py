@@ -179,22 +179,46 @@ def list_jobs(
     return jobs.list(who, vc=vc, state=state, user=user, limit=limit, offset=offset)
 
 
+def job_ref(
+    name: str,
+    request: Request,
+    vc: str | None = Query(
+        None,
+        description="the job's VC, when the caller has jobs of that name in several",
+        min_length=1,
+        max_length=64,
+    ),
+    who: TokenInfo = Depends(principal),
+) -> str:
+    """The key of the job ``{name}`` names for the caller (``JobService.resolve``): its
+    job of that name in its VCs, or in ``?vc=``. 404 when none (the message names only
+    the name); 409 when it has one in several VCs and gave no ``vc``."""
+    jobs: JobService = request.app.state.jobs
+    return jobs.resolve(who, name, vc)
+
+
 @router.get("/{name}", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
-def get_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+def get_job(
+    request: Request, who: TokenInfo = Depends(principal), name: str = Depends(job_ref)
+) -> dict[str, Any]:
     """One job with its tasks, attempt and pending reason. 404 when unknown or not visible."""
     jobs: JobService = request.app.state.jobs
     return jobs.get(who, name)
 
 
 @router.get("/{name}/events", response_model=JobEventsOut, responses=errors(FORBIDDEN, NOT_FOUND))
-def job_events(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+def job_events(
+    request: Request, who: TokenInfo = Depends(principal), name: str = Depends(job_ref)
+) -> dict[str, Any]:
     """The job's state transitions (time, state, reason) and its current pending reason."""
     jobs: JobService = request.app.state.jobs
     return jobs.events(who, name)
 
 
 @router.post("/{name}/stop", response_model=JobOut, responses=errors(FORBIDDEN, NOT_FOUND))
-def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -> dict[str, Any]:
+def stop_job(
+    request: Request, who: TokenInfo = Depends(principal), name: str = Depends(job_ref)
+) -> dict[str, Any]:
     """Ask for the job to stop; agents stop its tasks (SIGTERM, grace, SIGKILL)."""
     jobs: JobService = request.app.state.jobs
     return jobs.stop(who, name)
@@ -204,10 +228,10 @@ def stop_job(name: str, request: Request, who: TokenInfo = Depends(principal)) -
     "/{name}", response_model=JobDeleteOut, responses=errors(FORBIDDEN, NOT_FOUND, CONFLICT)
 )
 def delete_job(
-    name: str,
     request: Request,
     force: bool = Query(False, description="stop a job that has not finished first"),
     who: TokenInfo = Depends(principal),
+    name: str = Depends(job_ref),
 ) -> dict[str, Any]:
     """Delete a finished job's records (``deleted: true``). 409 when it has not finished;
     with ``force=true`` it is asked to stop instead (``deleted: false``; delete again
@@ -222,7 +246,11 @@ def delete_job(
     responses=errors(FORBIDDEN, NOT_FOUND, CONFLICT),
 )
 def exec_access(
-    name: str, role: str, index: int, request: Request, who: TokenInfo = Depends(principal)
+    role: str,
+    index: int,
+    request: Request,
+    who: TokenInfo = Depends(principal),
+    name: str = Depends(job_ref),
 ) -> dict[str, Any]:
     """The address, sshd port and key of a running task of a job with ``ssh: true``, for
     ``pasture job exec`` (scheduler/services/jobexec.py). 403 unless the caller submitted
@@ -236,10 +264,10 @@ def exec_access(
     "/{name}/logs/files", response_model=list[LogFileOut], responses=errors(FORBIDDEN, NOT_FOUND)
 )
 def log_files(
-    name: str,
     request: Request,
     uid: str | None = Query(None, max_length=32, description=UID_DOC),
     who: TokenInfo = Depends(principal),
+    name: str = Depends(job_ref),
 ) -> list[dict[str, Any]]:
     """The job's task log files: ``[{role, index, size}]`` (size in bytes), of this
     submission only (its uid's directory)."""
@@ -266,7 +294,6 @@ def log_files(
     },
 )
 def job_logs(
-    name: str,
     request: Request,
     role: str | None = Query(None, description="task role; default the first role with a log"),
     index: int | None = Query(None, ge=0, description="task index within the role"),
@@ -278,6 +305,7 @@ def job_logs(
     ),
     uid: str | None = Query(None, max_length=32, description=UID_DOC),
     who: TokenInfo = Depends(principal),
+    name: str = Depends(job_ref),
 ) -> StreamingResponse:
     """A task's stdout/stderr (``<share>/jobs/<job>/logs/<uid>/<role>-<index>.log``) as text,
     streamed in 64 KiB chunks (memory stays bounded whatever the file's size).

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from scheduler.api.auth import principal
 from scheduler.api.responses import FORBIDDEN, INVALID, NOT_FOUND, errors
+from scheduler.api.routers.jobs import job_ref
 from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenInfo
@@ -23,11 +24,11 @@ router = APIRouter(prefix="/api/v1", tags=["usage"])
     responses=errors(FORBIDDEN, NOT_FOUND, INVALID),
 )
 def job_usage(
-    name: str,
     request: Request,
     window: int = Query(3600, ge=1, le=7200, description="seconds of samples"),
     uid: str | None = Query(None, max_length=32, description="only this submission"),
     who: TokenInfo = Depends(principal),
+    name: str = Depends(job_ref),
 ) -> Any:
     """The job's per-task usage: CPU cores and resident memory of each task's processes,
     utilisation and memory of the GPUs it holds (latest figures and the samples of the

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from live import job_yaml
 
+from scheduler.jobref import job_key
 from scheduler.logpaths import job_log_dir
 
 pytestmark = pytest.mark.integration
@@ -143,7 +144,7 @@ def test_user_token_is_confined_to_its_vcs(api, http):
     for path in ("/api/v1/jobs/bobs", "/api/v1/jobs/bobs/events", "/api/v1/jobs/bobs/logs"):
         assert alice.get(path).status_code == 404, path
     assert alice.post("/api/v1/jobs/bobs/stop").status_code == 404
-    assert env.store.get_job("bobs").stop_requested == ""
+    assert env.store.get_job(job_key("research", "bobs")).stop_requested == ""
     assert alice.get("/api/v1/jobs").json()["items"] == []
     assert alice.get("/api/v1/jobs", params={"vc": "research"}).json()["items"] == []
     assert [j["name"] for j in http(env.admin).get("/api/v1/jobs").json()["items"]] == ["bobs"]

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from live import serve
 
+from scheduler.jobref import job_key
 from scheduler.store.tokens import DAY_S, TokenStore
 
 pytestmark = pytest.mark.integration
@@ -288,7 +289,9 @@ def test_dashboard_submits_count_against_the_submit_limit(limited):
             codes.append(r.status_code)
         assert codes[:4] == [303] * 4 and codes[4:] == [429] * 4, codes
         stored = [
-            n for n in ("d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7") if env.store.get_job(n)
+            n
+            for n in ("d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7")
+            if env.store.get_job(job_key("research", n))
         ]
         assert len(stored) == 4, stored
 

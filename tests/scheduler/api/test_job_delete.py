@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from live import job_yaml
 
+from scheduler.jobref import job_key
+
 
 def test_delete_refuses_an_unfinished_job_then_removes_a_finished_one(api, http):
     _, env = api
@@ -16,7 +18,7 @@ def test_delete_refuses_an_unfinished_job_then_removes_a_finished_one(api, http)
     env.store.transition("gone", "succeeded", "test ends it")
     r = c.delete("/api/v1/jobs/gone")
     assert r.status_code == 200, r.text
-    assert r.json() == {"name": "gone", "deleted": True, "state": "succeeded"}
+    assert r.json() == {"name": "gone", "vc": "default", "deleted": True, "state": "succeeded"}
     assert c.get("/api/v1/jobs/gone").status_code == 404
     assert env.store.events("gone") == [] and env.store.tasks("gone") == []
     assert c.get("/api/v1/jobs").json()["items"] == []
@@ -40,7 +42,7 @@ def test_delete_of_another_tenants_job_is_404(api, http):
         http(env.bob).post("/api/v1/jobs", content=job_yaml("bobs", vc="research")).status_code
         == 201
     )
-    env.store.transition("bobs", "failed", "test ends it")
+    env.store.transition(job_key("research", "bobs"), "failed", "test ends it")
     assert http(env.alice).delete("/api/v1/jobs/bobs").status_code == 404
-    assert env.store.get_job("bobs") is not None
+    assert env.store.get_job(job_key("research", "bobs")) is not None
     assert http(env.alice).delete("/api/v1/jobs/nope").status_code == 404

@@ -10,6 +10,7 @@ import os
 import pytest
 from live import job_yaml
 
+from scheduler.jobref import job_key
 from scheduler.services.logs import LogService
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,8 @@ def planted(api, http, tmp_path):
     assert bob.post("/api/v1/jobs", content=job_yaml("theirs", "research")).status_code == 201
     logs = LogService(env.share)
     mine, swapped, theirs = (
-        logs.log_dir(n, env.store.get_job(n).uid) for n in ("mine", "swapped", "theirs")
+        logs.log_dir(k, env.store.get_job(k).uid)
+        for k in ("mine", "swapped", job_key("research", "theirs"))
     )
     for d in (mine, swapped, theirs):
         d.mkdir(parents=True)
@@ -65,9 +67,9 @@ def test_a_linked_log_directory_and_dot_dot_paths_serve_nothing(planted):
         alice.get("/api/v1/jobs/swapped/logs", params={"role": "ps", "index": 0}),
         alice.get("/api/v1/jobs/swapped/logs"),
         alice.get("/api/v1/jobs/swapped/logs/files"),
-        alice.get("/api/v1/jobs/mine/logs", params={"role": "../../theirs/logs/ps"}),
+        alice.get("/api/v1/jobs/mine/logs", params={"role": "../../theirs.research/logs/ps"}),
         alice.get("/api/v1/jobs/mine/logs", params={"role": ".."}),
-        alice.get("/api/v1/jobs/..%2Ftheirs/logs", params={"role": "ps"}),
+        alice.get("/api/v1/jobs/..%2Ftheirs.research/logs", params={"role": "ps"}),
         alice.get("/api/v1/jobs/theirs/logs", params={"role": "ps"}),  # another VC's job
     ]
     for r in answers:

@@ -325,7 +325,7 @@ def test_a_taken_name_says_what_to_do(logged_in, cli, tmp_path):
     _submit(cli, tmp_path, "taken")
     r = cli("job", "submit", str(tmp_path / "taken.yaml"))
     assert r.exit_code == REJECTED
-    assert "'taken' exists already; job names are unique: give another name" in r.output
+    assert "a job named 'taken' already exists in VC 'default': give another name" in r.output
     assert "(--name NEW)" in r.output
     assert "pasture job resubmit NAME --replace" in r.output
     r = cli("job", "submit", str(tmp_path / "taken.yaml"), "--vc", "default")  # overrides path

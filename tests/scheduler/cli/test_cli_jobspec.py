@@ -56,7 +56,7 @@ def test_submit_overrides_name_vc_and_env(logged_in, cli, tmp_path):
         "--env", "SEED=7",
     )  # fmt: skip
     assert r.exit_code == 0, r.output
-    job = env.store.get_job("rerun-1")
+    job = env.store.get_job("rerun-1.research")
     assert job.vc == "research"
     assert job.spec["env"] == {"LR": "0.1", "SEED": "7"}
     assert env.store.get_job("from-file") is None
@@ -82,8 +82,8 @@ def test_resubmit_copies_the_spec_under_a_new_name(logged_in, cli, tmp_path):
     assert env.store.get_job("train-r2").spec["roles"] == env.store.get_job("train").spec["roles"]
     r = cli("job", "resubmit", "train", "--vc", "research", "-e", "A=1")
     assert r.exit_code == 0 and "train-r3" in r.output
-    assert env.store.get_job("train-r3").vc == "research"
-    assert env.store.get_job("train-r3").spec["env"] == {"A": "1"}
+    assert env.store.get_job("train-r3.research").vc == "research"
+    assert env.store.get_job("train-r3.research").spec["env"] == {"A": "1"}
     r = cli("job", "resubmit", "train", "--name", "train-again")
     assert r.exit_code == 0 and env.store.get_job("train-again") is not None
     r = cli("job", "resubmit", "train", "--replace")  # it has not finished: refused

@@ -304,9 +304,9 @@ def test_job_page_spec_and_resubmit(browser, base, env):
     assert 'id="spec-yaml"' in page and "name: rs" in page
     csrf = b.csrf("/dashboard/jobs/rs")
     r = b.post("/dashboard/jobs/rs/resubmit", {"csrf_token": csrf})
-    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/rs-r2"
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/rs-r2.default"
     again = b.post("/dashboard/jobs/rs/resubmit", {"csrf_token": csrf})
-    assert again.headers["location"] == "/dashboard/jobs/rs-r3"
+    assert again.headers["location"] == "/dashboard/jobs/rs-r3.default"
     old, new = env.store.get_job("rs"), env.store.get_job("rs-r2")
     assert new.user == "alice" and new.vc == old.vc
     assert new.spec["roles"] == old.spec["roles"]

@@ -30,7 +30,7 @@ def test_submit_form_checks_then_submits(browser, env):
     r = b.post("/dashboard/submit", {"csrf_token": "", "spec": spec, "action": "submit"})
     assert r.status_code == 403 and env.store.get_job("from-browser") is None
     r = b.post("/dashboard/submit", {"csrf_token": csrf, "spec": spec, "action": "submit"})
-    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/from-browser"
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/from-browser.default"
     job = env.store.get_job("from-browser")
     assert job is not None and job.user == "alice"
     # the user's VC rules hold: another VC is refused with the API's words

@@ -118,7 +118,7 @@ def test_every_page_and_form_works_without_the_store(browser, base, env, tripwir
     csrf = alice.csrf("/dashboard/jobs")
     assert alice.post("/dashboard/nodes/node-2/uncordon", {"csrf_token": csrf}).status_code == 403
     r = alice.post("/dashboard/jobs/svc-only/resubmit", {"csrf_token": csrf})
-    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/svc-only-r2"
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard/jobs/svc-only-r2.default"
     r = alice.post("/dashboard/jobs/svc-only/stop", {"csrf_token": csrf, "confirmed": "yes"})
     assert r.status_code == 303
     assert tripwire.used == []

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from live import job_yaml
 
+from scheduler.jobref import job_key
 from scheduler.logpaths import job_log_dir
 from scheduler.loop import Loop
 
@@ -33,10 +34,10 @@ def placed(base, env):
     for _ in range(3):
         loop.cycle()
     on = {a.job: a.node for a in env.store.ledger().values()}
-    assert {MINE, SECRET} <= set(on), on
+    assert {MINE, job_key("research", SECRET)} <= set(on), on
     for node in ("node-1", "node-2"):  # a usage sample each, for the charts
         env.store.heartbeat(node, {"cpu_percent": 25.0, "memory_used": 1, "memory_total": 4})
-    return on
+    return {MINE: on[MINE], SECRET: on[job_key("research", SECRET)]}  # by name, as users say
 
 
 def test_other_vcs_job_names_appear_on_no_dashboard_page(browser, base, env, placed):

@@ -50,19 +50,19 @@ def placed(redis_url):
     loop = Loop(store, settings)
     for _ in range(3):
         loop.cycle()
-    assert {a.job for a in store.ledger().values()} == {"mine", "theirs"}
+    assert {a.job for a in store.ledger().values()} == {"mine", "theirs.research"}
     return store
 
 
 def test_tasks_of_answers_only_visible_jobs(placed):
     jobs = JobService(placed)
-    mine = jobs.tasks_of(ALICE, ["mine", "theirs", "no-such-job"])
+    mine = jobs.tasks_of(ALICE, ["mine", "theirs.research", "no-such-job"])
     assert set(mine) == {"mine"}
     assert [(t["role"], t["index"], t["node"]) for t in mine["mine"]] == [
         ("w", 0, "n1"),
         ("w", 1, "n1"),
     ]
-    assert set(jobs.tasks_of(ADMIN, ["mine", "theirs"])) == {"mine", "theirs"}
+    assert set(jobs.tasks_of(ADMIN, ["mine", "theirs.research"])) == {"mine", "theirs.research"}
     assert jobs.tasks_of(ALICE, []) == {}
     with pytest.raises(ForbiddenError):
         jobs.tasks_of(AGENT, ["mine"])
