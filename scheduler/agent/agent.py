@@ -49,7 +49,8 @@ from scheduler.agent.executor import (
     executor_labels,
     task_id,
 )
-from scheduler.agent.gpu_health import GpuHealthMonitor, RecordedBackend
+from scheduler.agent.gpu_dcgm import node_backend
+from scheduler.agent.gpu_health import GpuHealthMonitor
 from scheduler.agent.resources import detect_capacity, usage
 from scheduler.agent.taskusage import TaskUsageSampler
 from scheduler.k8s.capacity import capacity_watch_from_env
@@ -178,9 +179,7 @@ class Agent:
         self._stoppers: dict[str, threading.Thread] = {}
         self._last_heartbeat = 0.0
         self._records: dict[tuple[str, str], TaskRecord] | None = None  # last read
-        self.gpu_health = GpuHealthMonitor(
-            RecordedBackend(settings.nvml_recording) if settings.nvml_recording else None
-        )
+        self.gpu_health = GpuHealthMonitor(node_backend(settings.nvml_recording))
         self.task_usage = TaskUsageSampler()  # per-task figures in each heartbeat
         self._capacity_watch = capacity_watch_from_env()  # aks: re-register on a change
         self._load_state()

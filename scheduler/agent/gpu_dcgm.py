@@ -47,9 +47,11 @@ the alert ``PastureDcgmExporterDown`` says so instead.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -61,7 +63,9 @@ from scheduler.agent.gpu_health import (
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
     NVML_TEMPERATURE_GPU,
     NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+    NvmlBackend,
     NvmlCallError,
+    RecordedBackend,
 )
 
 DCGM_URL_ENV = "PASTURE_DCGM_URL"
@@ -221,3 +225,13 @@ def _need(value: Any) -> Any:
     if value is None:
         raise NvmlCallError(NVML_ERROR_NOT_SUPPORTED, "Not Supported (not exported by DCGM)")
     return value
+
+
+def node_backend(recording: str | Path | None = None) -> NvmlBackend | None:
+    """The GPU backend the agent's health monitor reads: a recording when the settings
+    name one (``nvml_recording``), else the node's dcgm-exporter when ``PASTURE_DCGM_URL``
+    is set (AKS: the agent pod has no NVML), else None (NVML when the driver is there)."""
+    if recording:
+        return RecordedBackend(recording)
+    url = os.environ.get(DCGM_URL_ENV)
+    return DcgmBackend(url) if url else None

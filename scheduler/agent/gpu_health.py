@@ -401,17 +401,13 @@ class GpuHealthMonitor:
     (:class:`VisibleBackend`; :attr:`physical`).
 
     Args:
-        backend: an :class:`NvmlBackend`; None: the node's dcgm-exporter
-            (:class:`~scheduler.agent.gpu_dcgm.DcgmBackend`) when ``PASTURE_DCGM_URL`` is
-            set (AKS: the agent pod has no NVML), else :class:`PynvmlBackend` when the
-            NVIDIA driver is there, else no GPUs (the report is an empty list).
+        backend: an :class:`NvmlBackend` (the agent passes
+            :func:`scheduler.agent.gpu_dcgm.node_backend`'s: the node's dcgm-exporter on
+            AKS); None: :class:`PynvmlBackend` when the NVIDIA driver is there, else no
+            GPUs (the report is an empty list).
     """
 
     def __init__(self, backend: NvmlBackend | None = None) -> None:
-        from scheduler.agent.gpu_dcgm import DCGM_URL_ENV, DcgmBackend
-
-        if backend is None and os.environ.get(DCGM_URL_ENV):
-            backend = DcgmBackend(os.environ[DCGM_URL_ENV])
         if backend is None:
             try:
                 backend = PynvmlBackend()
