@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from scheduler import dev, tenants
+from scheduler.jobref import job_key
 from scheduler.store.tokens import TokenStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -216,7 +217,7 @@ def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
     assert r.status_code == 201, r.text
     job = _state(c, bob, "bob-job", "running")
     share = Path(c.share_dir)
-    bob_dir = share / "jobs" / "bob-job"
+    bob_dir = share / "jobs" / job_key("research", "bob-job")  # scheduler/jobref.py
     deadline = time.monotonic() + 30
     while not (bob_dir / "secret.txt").exists():
         assert time.monotonic() < deadline
@@ -224,7 +225,7 @@ def test_a_tenants_task_reads_nothing_of_another_tenants_job(cluster):
     agent = yaml.safe_load(Path(c.agent_configs[0]).read_text())
     keys = list((Path(agent["work_dir"]) / "tasks").glob("bob-job*/ssh/id_job"))
     assert len(keys) == 1
-    log = share / "jobs" / "bob-job" / "logs" / job["uid"] / "main-0.log"
+    log = bob_dir / "logs" / job["uid"] / "main-0.log"
     (share / "root.txt").write_text("on the share root, readable by all users")
     paths = [
         bob_dir / "secret.txt",
