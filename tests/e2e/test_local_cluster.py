@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler import tenants
-
 REPO = Path(__file__).resolve().parents[2]
 ACCURACY_RE = re.compile(r"^test accuracy: (\d\.\d+)\s*$", re.M)
 TERMINAL = {"succeeded", "failed", "stopped"}
@@ -174,62 +172,6 @@ def _run_one_task_job(cluster, name: str, vc: str, script: str) -> tuple[dict[st
         stop_unless_finished(cluster, name)
     log = cluster.cli.run("job", "logs", name, "--role", "main", "--index", "0", check=False)
     return job, log.stdout + log.stderr
-
-
-def test_tasks_run_as_their_vcs_users_and_the_kernel_refuses_another_vcs_job_dir(cluster):
-    """task_users: vc on the local cluster (the share is one volume that keeps owners):
-    each VC's task runs as its VC's uid (scheduler/tenants.py), two VCs' uids differ, and
-    the kernel refuses one VC's user the other VC's job directory on the node's share."""
-    a, log_a = _run_one_task_job(
-        cluster,
-        "uids-a",
-        "default",
-        'echo "uid=$(id -u) gid=$(id -g)"; echo "jobdir=$PASTURE_JOB_DIR";'
-        ' echo secret-of-a > "$PASTURE_JOB_DIR/secret.txt"',
-    )
-    assert a["state"] == "succeeded", f"{a}\n{log_a}"
-    assert f"uid={tenants.uid_of('default')} gid={tenants.uid_of('default')}" in log_a, log_a
-    found = re.search(r"^jobdir=(/\S+)$", log_a, re.M)
-    assert found, log_a
-    job_dir_a = found.group(1)
-    b, log_b = _run_one_task_job(
-        cluster,
-        "uids-b",
-        "research",
-        'echo "uid=$(id -u)"; cat ' + shlex.quote(job_dir_a + "/secret.txt") + " || echo refused",
-    )
-    assert b["state"] == "succeeded", f"{b}\n{log_b}"
-    assert f"uid={tenants.uid_of('research')}" in log_b, log_b
-    assert tenants.uid_of("research") != tenants.uid_of("default")
-    assert "secret-of-a" not in log_b and "refused" in log_b, log_b
-    # On the node that ran A (the share as every task's user sees it): the kernel refuses B's
-    # user A's job directory, and gives A's user its own file (so the path is the right one).
-    node = cluster.container(a["tasks"][0]["node"])
-
-    def cat_as(vc: str) -> subprocess.CompletedProcess[str]:
-        uid = str(tenants.uid_of(vc))
-        return subprocess.run(
-            [
-                "podman",
-                "exec",
-                node,
-                "setpriv",
-                f"--reuid={uid}",
-                f"--regid={uid}",
-                "--clear-groups",
-                "cat",
-                f"{job_dir_a}/secret.txt",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-
-    as_b = cat_as("research")
-    assert as_b.returncode != 0 and "Permission denied" in as_b.stderr, as_b
-    assert "secret-of-a" not in as_b.stdout
-    as_a = cat_as("default")
-    assert as_a.returncode == 0 and as_a.stdout.strip() == "secret-of-a", as_a
 
 
 @pytest.mark.e2e_last  # stops a node of the shared cluster for good
