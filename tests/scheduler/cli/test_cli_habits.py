@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from live import job_yaml
 from test_cli_output import ANSI, _pasture, _pasture_in_pty, _submit_and_place
@@ -163,6 +164,7 @@ def test_queue_position_by_priority_then_submit_time(logged_in, cli, tmp_path):
     assert [line for line in wide.splitlines() if line.startswith("│ urgent")][0].count("1/3")
 
 
+@pytest.mark.serial  # a 30 s subprocess deadline: timed out once beside the parallel suite
 def test_watch_redraws_until_interrupted(logged_in, tmp_path):
     _submit_path = tmp_path / "w.yaml"
     _submit_path.write_text(job_yaml("watched"))
