@@ -62,6 +62,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIN_TAIL_COUNT = 5  # n * min(q, 1 - q) >= 5 before quantile q is trusted
@@ -102,14 +103,7 @@ def median_residual_s(history: History | None, elapsed_s: float) -> float | None
     jobs' run times: the median of (r - elapsed) over finished run times r > elapsed (the
     empirical median residual life), or None while fewer than ``2 * MIN_TAIL_COUNT``
     finished jobs ran that long (then nothing is known about its end)."""
-    if history is None:
-        return None
-    xs = history.runtimes_s
-    i = bisect_right(xs, elapsed_s)
-    n = len(xs) - i
-    if n < 2 * MIN_TAIL_COUNT:
-        return None
-    return xs[i + (n - 1) // 2] - elapsed_s
+    return None if history is None else _median_residual(history.runtimes_s, elapsed_s)
 
 
 def median_residual_service(history: History | None, attained_gpu_s: float) -> float | None:
@@ -117,14 +111,17 @@ def median_residual_service(history: History | None, attained_gpu_s: float) -> f
     the median of (s - attained) over finished jobs' services s > attained (the empirical
     median residual, as :func:`median_residual_s` for run times), or None while fewer than
     ``2 * MIN_TAIL_COUNT`` finished jobs attained that much."""
-    if history is None:
-        return None
-    xs = history.services_gpu_s
-    i = bisect_right(xs, attained_gpu_s)
-    n = len(xs) - i
+    return None if history is None else _median_residual(history.services_gpu_s, attained_gpu_s)
+
+
+def _median_residual(sorted_xs: Sequence[float], x: float) -> float | None:
+    """Median of (v - x) over the values v > x of ascending ``sorted_xs``, or None while
+    fewer than ``2 * MIN_TAIL_COUNT`` values exceed x."""
+    i = bisect_right(sorted_xs, x)
+    n = len(sorted_xs) - i
     if n < 2 * MIN_TAIL_COUNT:
         return None
-    return xs[i + (n - 1) // 2] - attained_gpu_s
+    return sorted_xs[i + (n - 1) // 2] - x
 
 
 class HistoryWindow:
