@@ -8,10 +8,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 
 from live import Env, make_env, serve  # noqa: E402
+
+from scheduler.cli import app  # noqa: E402
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -81,3 +84,21 @@ def browser(base):
     yield make
     for b in made:
         b.close()
+
+
+@pytest.fixture()
+def pasture(base, env, tmp_path, monkeypatch):
+    """``pasture(*args, token=alice)`` -> CliRunner result, against the live API."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PASTURE_CONFIG_HOME", str(home / "cfg"))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PASTURE_ENDPOINT", base)
+    runner = CliRunner()
+
+    def run(*args: str, token: str | None = None):
+        monkeypatch.setenv("PASTURE_TOKEN", token or env.alice)
+        return runner.invoke(app, list(args), catch_exceptions=False)
+
+    return run

@@ -14,10 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner
 
 from scheduler.agent.agent import Agent
-from scheduler.cli import app
 from scheduler.loop import Loop
 from scheduler.settings import AgentSettings
 from scheduler.store.agent_store import NodeStore
@@ -107,24 +105,6 @@ def cluster(env, tmp_path):
     c = Cluster(env, tmp_path)
     yield c
     c.close()
-
-
-@pytest.fixture()
-def pasture(base, env, tmp_path, monkeypatch):
-    """``pasture(*args, token=alice)`` -> CliRunner result, against the live API."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("PASTURE_CONFIG_HOME", str(home / "cfg"))
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("PASTURE_ENDPOINT", base)
-    runner = CliRunner()
-
-    def run(*args: str, token: str | None = None):
-        monkeypatch.setenv("PASTURE_TOKEN", token or env.alice)
-        return runner.invoke(app, list(args), catch_exceptions=False)
-
-    return run
 
 
 def submit(base: str, token: str, text: str) -> dict:
