@@ -53,10 +53,19 @@ StrictModes no
 UsePAM no
 {extra_config}"""
     )
+    with serving(d / "sshd_config", port, d / "sshd.log"):
+        yield port
+
+
+@contextlib.contextmanager
+def serving(config: Path, port: int, log: Path, *options: str) -> Iterator[None]:
+    """Run ``sshd -D -f config`` (``options`` added, e.g. ``-o ListenAddress=...``), its
+    log in ``log``, until the context ends; fails the test with the log when it does not
+    accept connections on 127.0.0.1:``port`` within 15 s."""
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    with (d / "sshd.log").open("w") as log:
+    with log.open("w") as out:
         proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL, stderr=log
+            [SSHD, "-D", "-e", "-f", str(config), *options], stdout=subprocess.DEVNULL, stderr=out
         )
         try:
             deadline = time.monotonic() + 15
@@ -66,9 +75,9 @@ UsePAM no
                     break
                 except OSError:
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail((d / "sshd.log").read_text())
+                        pytest.fail(log.read_text())
                     time.sleep(0.05)
-            yield port
+            yield
         finally:
             proc.terminate()
             proc.wait(10)

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import socket
-import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -23,8 +19,7 @@ from scheduler.agent import ssh, startup
 from scheduler.dev import free_port
 from scheduler.spec import parse_job_spec
 from scheduler.store.records import TaskRecord
-
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+from tests.sshd import SSHD, serving
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="sshd missing (openssh-server)")
 
@@ -63,29 +58,9 @@ def _prepare(
 KEY = jobkey.generate()
 
 
-def _sshd(d: Path, port: int) -> Iterator[None]:
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    log = d.parent / "sshd.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(d / "sshd_config"), "-o", "ListenAddress=127.0.0.1"],
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(log.read_text())
-                    time.sleep(0.05)
-            yield
-        finally:
-            proc.terminate()
-            proc.wait(10)
+def _sshd(d: Path, port: int):
+    """The task's own sshd (the config the agent wrote in ``d``) on 127.0.0.1:``port``."""
+    return serving(d / "sshd_config", port, d.parent / "sshd.log", "-o", "ListenAddress=127.0.0.1")
 
 
 def _login_from(source: str, port: int) -> str:
@@ -116,7 +91,7 @@ def test_the_task_sshd_takes_the_job_key_only_from_the_jobs_task_addresses(tmp_p
     port = free_port()
     d = _prepare(tmp_path, "process", port)
     assert (d / "authorized_keys").read_text().startswith('from="127.0.0.1,127.0.0.2" ')
-    for _ in _sshd(d, port):
+    with _sshd(d, port):
         assert _login_from("127.0.0.2", port) == "in"  # the job's other task
         assert _login_from("127.0.0.1", port) == "in"  # a task on the same node
         assert _login_from("127.0.0.3", port).startswith("refused")  # no task of the job
@@ -127,7 +102,7 @@ def test_the_networks_job_exec_comes_from_are_let_in_too(tmp_path):
     port = free_port()
     d = _prepare(tmp_path, "process", port, exec_from=("127.0.0.64/26",))
     assert 'from="127.0.0.1,127.0.0.2,127.0.0.64/26" ' in (d / "authorized_keys").read_text()
-    for _ in _sshd(d, port):
+    with _sshd(d, port):
         assert _login_from("127.0.0.100", port) == "in"
         assert _login_from("127.0.0.3", port).startswith("refused")
 
