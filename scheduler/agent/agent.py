@@ -181,6 +181,8 @@ class Agent:
         self._records: dict[tuple[str, str], TaskRecord] | None = None  # last read
         self.gpu_health = GpuHealthMonitor(node_backend(settings.nvml_recording))
         self.task_usage = TaskUsageSampler()  # per-task figures in each heartbeat
+        self._task_figures: list[dict[str, Any]] | None = None  # last measure(); None: none yet
+        self._measuring = False  # the _measures thread runs: heartbeats never measure
         self._capacity_watch = capacity_watch_from_env()  # aks: re-register on a change
         self._load_state()
 
@@ -289,14 +291,39 @@ class Agent:
             self._renew(sent)
         return out
 
-    def heartbeat(self) -> None:
-        """Send a heartbeat with usage and GPU health (renewing the lease); re-register when
-        the store forgot this node; cordon it when a GPU turned unhealthy (:mod:`.gpu_health`)."""
-        sent = self._last_heartbeat = time.monotonic()
-        report = {**usage(self.gpu_health.backend), "gpu_health": self.gpu_health.report()}
+    def measure(self, gpu_samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Measure every local task (:class:`TaskUsageSampler`; one process-table scan)
+        and keep the figures for the next heartbeat. ``gpu_samples``: the node's NVML
+        samples. Returns the figures."""
         with self._lock:
             local = list(self.local.values())
-        report["tasks"] = self.task_usage.sample(local, report["gpus"])
+        figures = self.task_usage.sample(local, gpu_samples)
+        self._task_figures = figures
+        return figures
+
+    def _measures(self, stop: threading.Event) -> None:
+        """Measure the tasks every ``heartbeat_interval_s`` until ``stop``, on its own
+        thread: however long a sample takes (many tasks, a loaded node), it never delays
+        a lease renewal; heartbeats carry the latest figures."""
+        while not stop.is_set():
+            try:
+                self.measure(usage(self.gpu_health.backend)["gpus"])
+            except Exception:  # noqa: BLE001 - a failed sample must not end measuring
+                log.exception("measuring the tasks failed")
+            stop.wait(self.s.heartbeat_interval_s)
+
+    def heartbeat(self) -> None:
+        """Send a heartbeat with usage, the tasks' latest figures and GPU health (renewing
+        the lease); re-register when the store forgot this node; cordon it when a GPU
+        turned unhealthy (:mod:`.gpu_health`). The tasks are measured here only when no
+        :meth:`_measures` thread does it (a heartbeat called on its own)."""
+        sent = self._last_heartbeat = time.monotonic()
+        report = {**usage(self.gpu_health.backend), "gpu_health": self.gpu_health.report()}
+        if self._measuring:  # the latest figures (none before the first sample)
+            report["tasks"] = self._task_figures or []
+        else:
+            report["tasks"] = self.measure(report["gpus"])
+            sent = time.monotonic()  # the lease runs from the store's request
         state = self.store.heartbeat(self.node, report)
         if state == "":
             log.warning("node %s unknown to the store; registering again", self.node)
@@ -665,7 +692,7 @@ class Agent:
             stop.wait(FENCE_POLL_S)
 
     def run_forever(self, stop: threading.Event | None = None) -> None:
-        """Register, then heartbeat (own thread), fence (own thread) and reconcile until
+        """Register, then heartbeat, fence and measure (a thread each) and reconcile until
         ``stop`` is set. Running tasks are left running on exit: an agent restarted within
         its lease adopts them; after it, their watchdogs (process executor) kill them."""
         stop = stop or threading.Event()
@@ -679,9 +706,10 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - the store may not be up yet
                 log.warning("cannot register node %s yet: %s", self.node, exc)
                 stop.wait(1.0)
+        self._measuring = True  # before the threads: no heartbeat measures on its own
         threads = [
             threading.Thread(target=f, args=(stop,), name=f.__name__, daemon=True)
-            for f in (self._heartbeats, self._fences)
+            for f in (self._heartbeats, self._fences, self._measures)
         ]
         for th in threads:
             th.start()
@@ -707,6 +735,7 @@ class Agent:
         finally:
             for th in threads:
                 th.join(self.lease_s)
+            self._measuring = False
         if self.exit_code:
             raise SystemExit(self.exit_code)
 
