@@ -7,32 +7,11 @@ from __future__ import annotations
 
 import json
 
-import redis
-
 from scheduler.loop import Loop
-from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
-from scheduler.store import NodeRecord, Store, TaskState
+from scheduler.store import TaskState
 from scheduler.store.codec import event
-
-
-def _env(redis_url):
-    settings = SchedulerSettings.model_validate(
-        {
-            "redis": {"url": redis_url},
-            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5},
-            "virtual_clusters": [{"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}}],
-        }
-    )
-    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
-    store.apply_vcs(settings.virtual_clusters)
-    for n in ("n1", "n2"):
-        store.register_node(
-            NodeRecord(
-                name=n, address=f"a-{n}", cpu_m=4000, memory=16 << 30, port_range=(31000, 31099)
-            )
-        )
-    return store, Loop(store, settings)
+from tests.factories import loop_on_two_nodes
 
 
 def _submit(store, name, replicas=2):
@@ -41,7 +20,7 @@ def _submit(store, name, replicas=2):
 
 
 def test_view_follows_own_writes_and_rereads_after_a_foreign_change(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     _submit(store, "a")
     loop.cycle()  # first cycle reads everything, then binds "a"
     resyncs = loop.view.resyncs
@@ -68,7 +47,7 @@ def test_view_follows_own_writes_and_rereads_after_a_foreign_change(redis_url):
 
 
 def test_a_second_loops_commit_is_a_gap_for_the_first(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     other = Loop(store, loop.settings)
     _submit(store, "a")
     loop.cycle()
@@ -83,7 +62,7 @@ def test_a_second_loops_commit_is_a_gap_for_the_first(redis_url):
 
 
 def test_script_events_have_the_codec_shape(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     _submit(store, "a")
     loop.cycle()
     submitted, queued, scheduled = store.r.lrange(store.k("job", "a") + ":events", 0, -1)
@@ -96,7 +75,7 @@ def test_script_events_have_the_codec_shape(redis_url):
 
 
 def test_agents_wake_up_list_is_durable_and_bounded(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     assert store.wait_bindings("n1", 0.05) is False  # nothing yet
     _submit(store, "a", replicas=8)  # both nodes get tasks
     loop.cycle()
@@ -110,7 +89,7 @@ def test_agents_wake_up_list_is_durable_and_bounded(redis_url):
 
 
 def test_batch_submit_is_one_round_trip_and_refuses_taken_names(redis_url):
-    store, _ = _env(redis_url)
+    store, _ = loop_on_two_nodes(redis_url)
     specs = [parse_job_spec({"name": n, "roles": {"w": {"command": "x"}}}) for n in "xyz"]
     store.create_job(specs[1])
     out = store.create_jobs(specs, user="bo")
