@@ -32,6 +32,7 @@ from typing import Any
 import redis
 
 from scheduler.states import TaskState
+from scheduler.store.codec import task_report_fields
 from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
 from scheduler.store.nodes import heartbeat_args
 from scheduler.store.records import Launch, NodeRecord, TaskRecord
@@ -175,14 +176,7 @@ class NodeStore:
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping=fields)
         pipe.sadd(self._s.k("nodes"), node.name)
-        pipe.xadd(
-            self.reports_key(),
-            {"kind": "register", "changed": "1" if changed else "0"},
-            maxlen=REPORTS_MAXLEN,
-            approximate=True,
-        )
-        pipe.sadd(self._s.k("reports", "pending"), self.node)
-        pipe.publish(self.loop_channel, "node")
+        self._queue(pipe, {"kind": "register", "changed": "1" if changed else "0"})
         pipe.execute()
         return node
 
@@ -224,15 +218,7 @@ class NodeStore:
             "job": job,
             "key": key,
             "attempt": str(attempt),
-            "state": str(state),
-            "exit_code": "" if exit_code is None else str(exit_code),
-            "message": message,
-            "handle": handle,
-            "cause": cause,
-            # issue 19: the failure's class (scheduler.rules.diagnosis), JSON
-            "diagnosis": json.dumps(diagnosis) if diagnosis else "",
-            # issue 34: CPU seconds and peak resident bytes at its end (sacct's), JSON
-            "usage": json.dumps(usage) if usage else "",
+            **task_report_fields(state, exit_code, message, handle, cause, diagnosis, usage),
         }
         args = [self.p, self.node, REPORTS_MAXLEN]
         for k, v in fields.items():
@@ -246,16 +232,18 @@ class NodeStore:
         (:meth:`scheduler.store.store.Store.request_cordon`). Returns True (queued)."""
         self._own(node)
         pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(
-            self.reports_key(),
-            {"kind": "cordon", "reason": reason[:1000]},
-            maxlen=REPORTS_MAXLEN,
-            approximate=True,
-        )
-        pipe.sadd(self._s.k("reports", "pending"), self.node)
-        pipe.publish(self.loop_channel, "node")
+        self._queue(pipe, {"kind": "cordon", "reason": reason[:1000]})
         pipe.execute()
         return True
+
+    def _queue(self, pipe: redis.client.Pipeline, entry: dict[str, str]) -> None:
+        """Queue ``entry`` on this node's report stream in ``pipe`` (a transaction the
+        caller executes): XADD (trimmed to about :data:`REPORTS_MAXLEN`), SADD
+        reports:pending, PUBLISH notify:loop. (A task report takes one script instead:
+        lua.NODE_REPORT.)"""
+        pipe.xadd(self.reports_key(), entry, maxlen=REPORTS_MAXLEN, approximate=True)
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
+        pipe.publish(self.loop_channel, "node")
 
     def _own(self, node: str) -> None:
         if node != self.node:

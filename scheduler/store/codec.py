@@ -4,7 +4,11 @@ Redis hashes hold strings: :func:`encode` turns a record field into one (None ->
 and lists -> JSON, everything else -> ``str``) and :func:`as_float` / :func:`as_int` /
 :func:`as_json` read them back ("" -> None). :func:`event` is the JSON of one entry of a
 job's event list ``job:<job>:events``; the Lua commit script (``lua.COMMIT``) builds the
-same shape in Lua for the events it appends.
+same shape in Lua for the events it appends. :func:`task_report_fields` and
+:func:`report_task_args` are the one form of an agent's report on a task: the fields of a
+node's ``{kind: task}`` report entry and the arguments of ``lua.REPORT_TASK`` that applies
+it (``Store.report_task``, ``NodeStore.report_task``, the loop's
+``scheduler.store.reports``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,59 @@ def encode(value: Any) -> str:
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, str]:
     """Every field of ``fields`` through :func:`encode` (a mapping for ``HSET``)."""
     return {key: encode(value) for key, value in fields.items()}
+
+
+def task_report_fields(
+    state: str,
+    exit_code: int | None = None,
+    message: str = "",
+    handle: str = "",
+    cause: str = "",
+    diagnosis: Mapping[str, Any] | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """A report on a task as strings: ``{state, exit_code ('' for None), message, handle,
+    cause ('' or a records.Cause), diagnosis (JSON of the failure class, issue 19, or ''),
+    usage (JSON ``{cpu_s, max_rss}`` of the ended task, issue 34, or '')}``."""
+    return {
+        "state": str(state),
+        "exit_code": "" if exit_code is None else str(exit_code),
+        "message": message,
+        "handle": handle,
+        "cause": str(cause),
+        "diagnosis": json.dumps(diagnosis) if diagnosis else "",
+        "usage": json.dumps(usage) if usage else "",
+    }
+
+
+def report_task_args(
+    prefix: str,
+    job: str,
+    key: str,
+    attempt: int | str,
+    node: str,
+    report: Mapping[str, str],
+    *,
+    wake: bool,
+) -> list[str]:
+    """``lua.REPORT_TASK``'s ARGV, in its order, for ``report`` (:func:`task_report_fields`)
+    on task ``key`` of ``job`` at ``attempt`` on ``node``; ``wake``: the script wakes the
+    loop (an agent's direct report), else not (the loop applying queued reports)."""
+    return [
+        prefix,
+        job,
+        key,
+        str(attempt),
+        node,
+        report["state"],
+        report["exit_code"],
+        report["message"],
+        report["handle"],
+        report["cause"],  # ARGV[10]
+        report["diagnosis"],  # ARGV[11]: issue 19
+        "" if wake else "quiet",  # ARGV[12]
+        report["usage"],  # ARGV[13]: issue 34
+    ]
 
 
 def as_float(v: str | None) -> float | None:

@@ -12,7 +12,7 @@ import redis
 
 from scheduler.states import TaskState
 from scheduler.store.base import StoreBase
-from scheduler.store.codec import as_json
+from scheduler.store.codec import as_json, report_task_args, task_report_fields
 from scheduler.store.records import Allocation, Launch, TaskRecord
 
 
@@ -88,24 +88,9 @@ class TasksMixin(StoreBase):
         :func:`scheduler.rules.diagnosis.diagnose_report` of a failed task, kept in the record.
         ``usage``: the ended task's ``{cpu_s, max_rss}`` (CPU seconds, bytes), kept in the
         record (:meth:`scheduler.agent.taskusage.TaskUsageSampler.final`)."""
+        report = task_report_fields(state, exit_code, message, handle, cause, diagnosis, usage)
         return bool(
-            self._report(
-                args=[
-                    self.p,
-                    job,
-                    key,
-                    attempt,
-                    node,
-                    str(state),
-                    "" if exit_code is None else str(exit_code),
-                    message,
-                    handle,
-                    cause,
-                    json.dumps(diagnosis) if diagnosis else "",
-                    "",  # ARGV[12]: wake the loop
-                    json.dumps(usage) if usage else "",
-                ]
-            )
+            self._report(args=report_task_args(self.p, job, key, attempt, node, report, wake=True))
         )
 
     # ---- ledger ---------------------------------------------------------------------
