@@ -14,6 +14,7 @@ Units follow the core: cpu in cores here (converted to millicores), memory in Gi
 And one builder above the core, for the loop's tests against a real redis-server::
 
     store, loop = loop_on_two_nodes(redis_url)   # VC default, nodes n1 and n2
+    Clock()                                      # a clock the test plays forward
 """
 
 from __future__ import annotations
@@ -197,6 +198,17 @@ def snapshot(
         names = sorted({j.vc for j in pending} | {rj.job.vc for rj in running})
         vcs = [VirtualCluster(name=n) for n in names]
     return Snapshot(nodes=tuple(nodes), vcs=tuple(vcs), pending=pending, running=running)
+
+
+class Clock:
+    """A clock the test plays forward: ``clock.t`` seconds (from 1000 s), for a loop's,
+    autoscaler's or executor's ``clock`` argument."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
 
 
 def loop_on_two_nodes(

@@ -11,7 +11,7 @@ from scheduler.loop import Loop
 from scheduler.spec import parse_job_spec
 from scheduler.store import NodeRecord, TaskState
 from scheduler.store.snapshot import take_snapshot
-from tests.factories import loop_on_two_nodes
+from tests.factories import Clock, loop_on_two_nodes
 
 
 @pytest.fixture()
@@ -135,16 +135,6 @@ def test_stop_of_queued_and_running_jobs(env):
     loop.cycle()
     job = store.get_job("run")
     assert job.state == "stopped" and job.reason == "user pressed stop"
-
-
-class Clock:
-    """The loop's monotonic clock, played forward by the test (heartbeat silences)."""
-
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
 
 
 def test_lost_node_requeues_its_job_elsewhere_without_charging_an_attempt(env):
