@@ -34,17 +34,13 @@ import redis
 from scheduler.states import TaskState
 from scheduler.store.codec import task_report_fields
 from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
-from scheduler.store.nodes import heartbeat_args
+from scheduler.store.nodes import heartbeat_args, registration
 from scheduler.store.records import Launch, NodeRecord, TaskRecord
 from scheduler.store.store import Store
 
 # Entries a node's report stream keeps at most (approximate trim at XADD): a loop that is
 # down for long loses the oldest reports beyond this, never memory.
 REPORTS_MAXLEN = 10000
-
-# Node fields whose change the loop must see as a new ledger version (capacity, labels,
-# state, address, ports): a registration that changes one says so in its report.
-_VERSIONED = ("address", "cpu_m", "memory", "gpu", "gpu_model", "labels", "state", "port_range")
 
 
 class NodeStore:
@@ -136,7 +132,9 @@ class NodeStore:
     def register_node(self, node: NodeRecord) -> NodeRecord:
         """Create or update this node's record from its agent. Keeps a cordoned / draining
         state; a lost node becomes ready. The loop bumps the version on the register
-        report when capacity, labels, address, ports or state changed.
+        report when a field it keeps in its view changed
+        (:data:`scheduler.store.nodes.VERSIONED_NODE_FIELDS`: capacity, labels, address,
+        ports, state, lease and fence).
 
         Raises ValueError when ``node.name`` is not this store's node.
         """
@@ -147,32 +145,7 @@ class NodeStore:
         if old.get("revoked") == "1":  # force-deleted (NodesMixin.delete_node): stays so
             node.revoked = True
             return node
-        state = old.get("state", "ready")
-        if state == "lost" or state not in ("ready", "cordoned", "draining"):
-            state = "ready"
-        node.state, node.heartbeat, node.registered = state, now, now
-        fields = {
-            "name": node.name,
-            "address": node.address,
-            "cpu_m": str(node.cpu_m),
-            "memory": str(node.memory),
-            "gpu": str(node.gpu),
-            "gpu_model": node.gpu_model or "",
-            "labels": json.dumps(node.labels),
-            "state": state,
-            "port_range": json.dumps(list(node.port_range)),
-            "heartbeat": str(now),
-            "registered": str(now),
-            "usage": json.dumps(node.usage),
-            "executor": node.executor,
-            # the agent's lease and fence: the loop declares the node lost only after the
-            # fence has surely run out (scheduler/store/lease.py, docs/faults.md)
-            "lease_s": str(node.lease_s),
-            "fence_s": str(node.fence_s),
-            # heartbeats further apart than two intervals are a gap (lua.HEARTBEAT)
-            "heartbeat_interval_s": str(node.heartbeat_interval_s),
-        }
-        changed = any(old.get(k) != fields[k] for k in _VERSIONED)
+        fields, changed = registration(node, old, now)
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping=fields)
         pipe.sadd(self._s.k("nodes"), node.name)

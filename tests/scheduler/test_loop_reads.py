@@ -9,7 +9,8 @@ import json
 
 from scheduler.loop import Loop
 from scheduler.spec import parse_job_spec
-from scheduler.store import TaskState
+from scheduler.store import NodeRecord, TaskState
+from scheduler.store.agent_store import NodeStore
 from scheduler.store.codec import event
 from tests.factories import loop_on_two_nodes
 
@@ -96,3 +97,28 @@ def test_batch_submit_is_one_round_trip_and_refuses_taken_names(redis_url):
     assert [r is None for r in out] == [False, True, False]
     assert store.get_job("x").user == "bo" and store.get_job("x").created == out[0].created
     assert store.active_job_names() == {"x", "y", "z"}
+
+
+def test_an_agent_registering_again_with_another_lease_is_seen_by_the_loop(redis_url):
+    """The loop declares a node lost only after the node's own fence bound (fence_s), read
+    from its cached node record: an agent that registers again with another lease and fence
+    (through its node credential, NodeStore) must make the loop read the node again, as
+    the admin path Store.register_node does; on main the register report said 'unchanged'
+    and the loop kept the old bound."""
+    store, loop = loop_on_two_nodes(redis_url)
+    loop.cycle()
+    assert loop.view.nodes["n1"].fence_s == 0.0
+    agent_side = NodeStore(store.r, "n1")
+    agent_side.register_node(
+        NodeRecord(
+            name="n1",
+            address="addr-n1",
+            cpu_m=4000,
+            memory=16 << 30,
+            port_range=(31000, 31099),
+            lease_s=60.0,
+            fence_s=70.0,
+        )
+    )
+    loop.cycle()
+    assert (loop.view.nodes["n1"].lease_s, loop.view.nodes["n1"].fence_s) == (60.0, 70.0)
