@@ -31,8 +31,7 @@ from typing import Any
 
 import redis
 
-from scheduler.states import TaskState
-from scheduler.store.codec import task_report_fields
+from scheduler.store.codec import TaskReporter
 from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
 from scheduler.store.nodes import heartbeat_args, registration
 from scheduler.store.records import Launch, NodeRecord, TaskRecord
@@ -43,7 +42,7 @@ from scheduler.store.store import Store
 REPORTS_MAXLEN = 10000
 
 
-class NodeStore:
+class NodeStore(TaskReporter):
     """One node's narrow view of the store (see the module docstring).
 
     Args:
@@ -160,39 +159,21 @@ class NodeStore:
         self._own(node)
         return str(self._heartbeat(args=[*heartbeat_args(self.p, node, usage), REPORTS_MAXLEN]))
 
-    def report_task(
+    def _send_report(
         self,
         job: str,
         key: str,
         attempt: int,
         node: str,
-        state: TaskState | str,
-        exit_code: int | None = None,
-        message: str = "",
-        handle: str = "",
-        cause: str = "",
-        diagnosis: dict[str, Any] | None = None,
-        pipe: redis.client.Pipeline | None = None,
-        usage: dict[str, Any] | None = None,
+        report: dict[str, str],
+        pipe: redis.client.Pipeline | None,
     ) -> bool:
-        """Queue a report on a task of this node (state running / succeeded / failed /
-        stopped / lost, exit code, message, executor handle, infrastructure cause or "";
-        ``usage``: the ended task's totals ``{cpu_s, max_rss}``,
-        :meth:`scheduler.agent.taskusage.TaskUsageSampler.final`)
-        for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
-        to this node. One round trip (lua.NODE_REPORT: XADD, SADD, and a PUBLISH when it
-        made the node pending); with ``pipe`` only queued on it (a caller reporting many
-        at once). Returns True
-        (queued; whether it applies is the loop's decision). Raises ValueError for
-        another node."""
+        """Queue the report for the loop, which applies it when the ledger binds
+        ``job``/``key`` at ``attempt`` to this node. One round trip (lua.NODE_REPORT: XADD,
+        SADD, and a PUBLISH when it made the node pending). Returns True (queued; whether
+        it applies is the loop's decision). Raises ValueError for another node."""
         self._own(node)
-        fields = {
-            "kind": "task",
-            "job": job,
-            "key": key,
-            "attempt": str(attempt),
-            **task_report_fields(state, exit_code, message, handle, cause, diagnosis, usage),
-        }
+        fields = {"kind": "task", "job": job, "key": key, "attempt": str(attempt), **report}
         args = [self.p, self.node, REPORTS_MAXLEN]
         for k, v in fields.items():
             args += [k, v]

@@ -7,8 +7,8 @@ job's event list ``job:<job>:events``; the Lua commit script (``lua.COMMIT``) bu
 same shape in Lua for the events it appends. :func:`task_report_fields` and
 :func:`report_task_args` are the one form of an agent's report on a task: the fields of a
 node's ``{kind: task}`` report entry and the arguments of ``lua.REPORT_TASK`` that applies
-it (``Store.report_task``, ``NodeStore.report_task``, the loop's
-``scheduler.store.reports``).
+it (the loop's ``scheduler.store.reports``); :class:`TaskReporter` is the one
+``report_task`` of ``Store`` and ``NodeStore``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+
+import redis
 
 
 def encode(value: Any) -> str:
@@ -83,6 +85,53 @@ def report_task_args(
         "" if wake else "quiet",  # ARGV[12]
         report["usage"],  # ARGV[13]: issue 34
     ]
+
+
+class TaskReporter:
+    """The one ``report_task`` an agent calls, whichever store it has: the admin
+    :class:`scheduler.store.Store` (applied at once by ``lua.REPORT_TASK``) or its node's
+    :class:`scheduler.store.agent_store.NodeStore` (queued on the node's report stream for
+    the loop). Each implements :meth:`_send_report`."""
+
+    def report_task(
+        self,
+        job: str,
+        key: str,
+        attempt: int,
+        node: str,
+        state: str,
+        exit_code: int | None = None,
+        message: str = "",
+        handle: str = "",
+        cause: str = "",
+        diagnosis: dict[str, Any] | None = None,
+        pipe: redis.client.Pipeline | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> bool:
+        """A report on task ``key`` of ``job`` at ``attempt`` on ``node``: its state
+        (running / succeeded / failed / stopped / lost), exit code, message, executor
+        handle, infrastructure ``cause`` (a records.Cause, then the attempt is not charged;
+        "" otherwise), ``diagnosis`` (the failure's class,
+        :func:`scheduler.rules.diagnosis.diagnose_report`) and ``usage`` (the ended task's
+        ``{cpu_s, max_rss}``, CPU seconds and bytes,
+        :meth:`scheduler.agent.taskusage.TaskUsageSampler.final`), kept in the task's
+        record. With ``pipe`` (a redis-py pipeline) the report is only queued on it (a
+        caller reporting many at once). Returns whether it was taken (see
+        :meth:`_send_report`). Raises ValueError when this store may not write ``node``."""
+        report = task_report_fields(state, exit_code, message, handle, cause, diagnosis, usage)
+        return self._send_report(job, key, attempt, node, report, pipe)
+
+    def _send_report(
+        self,
+        job: str,
+        key: str,
+        attempt: int,
+        node: str,
+        report: dict[str, str],
+        pipe: redis.client.Pipeline | None,
+    ) -> bool:
+        """Deliver ``report`` (:func:`task_report_fields`); see :meth:`report_task`."""
+        raise NotImplementedError
 
 
 def as_float(v: str | None) -> float | None:
