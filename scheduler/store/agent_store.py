@@ -160,22 +160,15 @@ class NodeStore(TaskReporter):
         return str(self._heartbeat(args=[*heartbeat_args(self.p, node, usage), REPORTS_MAXLEN]))
 
     def _send_report(
-        self,
-        job: str,
-        key: str,
-        attempt: int,
-        node: str,
-        report: dict[str, str],
-        pipe: redis.client.Pipeline | None,
+        self, node: str, report: dict[str, str], pipe: redis.client.Pipeline | None
     ) -> bool:
-        """Queue the report for the loop, which applies it when the ledger binds
-        ``job``/``key`` at ``attempt`` to this node. One round trip (lua.NODE_REPORT: XADD,
-        SADD, and a PUBLISH when it made the node pending). Returns True (queued; whether
-        it applies is the loop's decision). Raises ValueError for another node."""
+        """Queue the report for the loop, which applies it when the ledger binds its task
+        at its attempt to this node. One round trip (lua.NODE_REPORT: XADD, SADD, and a
+        PUBLISH when it made the node pending). Returns True (queued; whether it applies
+        is the loop's decision). Raises ValueError for another node."""
         self._own(node)
-        fields = {"kind": "task", "job": job, "key": key, "attempt": str(attempt), **report}
-        args = [self.p, self.node, REPORTS_MAXLEN]
-        for k, v in fields.items():
+        args = [self.p, self.node, REPORTS_MAXLEN, "kind", "task"]
+        for k, v in report.items():
             args += [k, v]
         self._node_report(args=args, client=pipe or self.r)
         return True

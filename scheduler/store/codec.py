@@ -4,11 +4,11 @@ Redis hashes hold strings: :func:`encode` turns a record field into one (None ->
 and lists -> JSON, everything else -> ``str``) and :func:`as_float` / :func:`as_int` /
 :func:`as_json` read them back ("" -> None). :func:`event` is the JSON of one entry of a
 job's event list ``job:<job>:events``; the Lua commit script (``lua.COMMIT``) builds the
-same shape in Lua for the events it appends. :func:`task_report_fields` and
-:func:`report_task_args` are the one form of an agent's report on a task: the fields of a
-node's ``{kind: task}`` report entry and the arguments of ``lua.REPORT_TASK`` that applies
-it (the loop's ``scheduler.store.reports``); :class:`TaskReporter` is the one
-``report_task`` of ``Store`` and ``NodeStore``.
+same shape in Lua for the events it appends. :class:`TaskReporter` is the one
+``report_task`` of ``Store`` and ``NodeStore`` and the one form of an agent's report on a
+task (the fields of a node's ``{kind: task}`` report entry); :func:`report_task_args`
+turns it into the arguments of ``lua.REPORT_TASK`` (``Store`` and the loop's
+``scheduler.store.reports``).
 """
 
 from __future__ import annotations
@@ -34,47 +34,16 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, str]:
     return {key: encode(value) for key, value in fields.items()}
 
 
-def task_report_fields(
-    state: str,
-    exit_code: int | None = None,
-    message: str = "",
-    handle: str = "",
-    cause: str = "",
-    diagnosis: Mapping[str, Any] | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """A report on a task as strings: ``{state, exit_code ('' for None), message, handle,
-    cause ('' or a records.Cause), diagnosis (JSON of the failure class, issue 19, or ''),
-    usage (JSON ``{cpu_s, max_rss}`` of the ended task, issue 34, or '')}``."""
-    return {
-        "state": str(state),
-        "exit_code": "" if exit_code is None else str(exit_code),
-        "message": message,
-        "handle": handle,
-        "cause": str(cause),
-        "diagnosis": json.dumps(diagnosis) if diagnosis else "",
-        "usage": json.dumps(usage) if usage else "",
-    }
-
-
-def report_task_args(
-    prefix: str,
-    job: str,
-    key: str,
-    attempt: int | str,
-    node: str,
-    report: Mapping[str, str],
-    *,
-    wake: bool,
-) -> list[str]:
-    """``lua.REPORT_TASK``'s ARGV, in its order, for ``report`` (:func:`task_report_fields`)
-    on task ``key`` of ``job`` at ``attempt`` on ``node``; ``wake``: the script wakes the
-    loop (an agent's direct report), else not (the loop applying queued reports)."""
+def report_task_args(prefix: str, node: str, report: Mapping[str, str], *, wake: bool) -> list[str]:
+    """``lua.REPORT_TASK``'s ARGV, in its order, for ``report`` (the fields of
+    :meth:`TaskReporter.report_task`: job, key, attempt, state, exit_code, message, handle,
+    cause, diagnosis, usage) on ``node``; ``wake``: the script wakes the loop (an agent's
+    direct report), else not (the loop applying queued reports)."""
     return [
         prefix,
-        job,
-        key,
-        str(attempt),
+        report["job"],
+        report["key"],
+        report["attempt"],
         node,
         report["state"],
         report["exit_code"],
@@ -118,19 +87,26 @@ class TaskReporter:
         record. With ``pipe`` (a redis-py pipeline) the report is only queued on it (a
         caller reporting many at once). Returns whether it was taken (see
         :meth:`_send_report`). Raises ValueError when this store may not write ``node``."""
-        report = task_report_fields(state, exit_code, message, handle, cause, diagnosis, usage)
-        return self._send_report(job, key, attempt, node, report, pipe)
+        report = {  # the one form of a report: strings, JSON for the structured parts
+            "job": job,
+            "key": key,
+            "attempt": str(attempt),
+            "state": str(state),
+            "exit_code": "" if exit_code is None else str(exit_code),
+            "message": message,
+            "handle": handle,
+            "cause": str(cause),
+            "diagnosis": json.dumps(diagnosis) if diagnosis else "",
+            "usage": json.dumps(usage) if usage else "",
+        }
+        return self._send_report(node, report, pipe)
 
     def _send_report(
-        self,
-        job: str,
-        key: str,
-        attempt: int,
-        node: str,
-        report: dict[str, str],
-        pipe: redis.client.Pipeline | None,
+        self, node: str, report: dict[str, str], pipe: redis.client.Pipeline | None
     ) -> bool:
-        """Deliver ``report`` (:func:`task_report_fields`); see :meth:`report_task`."""
+        """Deliver ``report`` on a task of ``node`` (``{job, key, attempt, state, exit_code
+        ('' for None), message, handle, cause, diagnosis (JSON or ''), usage (JSON or
+        '')}``); see :meth:`report_task`."""
         raise NotImplementedError
 
 

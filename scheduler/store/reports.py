@@ -180,6 +180,9 @@ def _task_args(
         )
         return None
     report = {  # a node's report is not trusted: bounded, re-encoded
+        "job": job,
+        "key": key,
+        "attempt": str(attempt),
         "state": str(f["state"]),
         "exit_code": "" if code is None else str(code),
         "message": f.get("message", "")[:MAX_MESSAGE],
@@ -189,7 +192,7 @@ def _task_args(
         "usage": _usage_arg(f.get("usage", "")),
     }
     # the loop applies these itself: no wake-up for it
-    return report_task_args(store.p, job, key, attempt, node, report, wake=False)
+    return report_task_args(store.p, node, report, wake=False)
 
 
 def _usage_arg(raw: str) -> str:

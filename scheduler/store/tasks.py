@@ -67,18 +67,12 @@ class TasksMixin(StoreBase, TaskReporter):
             p.execute()
 
     def _send_report(
-        self,
-        job: str,
-        key: str,
-        attempt: int,
-        node: str,
-        report: dict[str, str],
-        pipe: redis.client.Pipeline | None,
+        self, node: str, report: dict[str, str], pipe: redis.client.Pipeline | None
     ) -> bool:
         """Apply an agent's report at once (lua.REPORT_TASK, waking the loop): ignored
         (False) when it is about another attempt or node, or the task already finished;
         with ``pipe``, queued on it (True)."""
-        args = report_task_args(self.p, job, key, attempt, node, report, wake=True)
+        args = report_task_args(self.p, node, report, wake=True)
         if pipe is not None:
             self._report(args=args, client=pipe)
             return True
