@@ -271,6 +271,15 @@ class LoopSettings(_Model):
     # to nobody (its gang lost a member: NCCL/Gloo ranks exit when a peer vanishes;
     # scheduler/rules/lifecycle.py); PyTorch's default collective timeout is 600 s
     peer_loss_grace_s: float = Field(600.0, ge=0)
+    max_free_requeues: int | None = Field(
+        10,
+        ge=0,
+        description="attempts in a row that the infrastructure may end (node lost, fenced, "
+        "agent restart; on Kubernetes evicted, node_shutdown, admission_rejected, "
+        "not_started) and that are requeued without charging the retry budget; the next "
+        "one fails the job with a reason naming the causes (scheduler/rules/lifecycle.py). "
+        "Any other ending of an attempt starts the count again. None: no cap",
+    )
     policy: str = "pasture"
     finished_job_ttl_s: float | None = Field(
         None,

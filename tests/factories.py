@@ -10,12 +10,20 @@ matters to it::
 
 Units follow the core: cpu in cores here (converted to millicores), memory in GiB here
 (converted to bytes), GPUs as counts, times in seconds.
+
+And one builder above the core, for the loop's tests against a real redis-server::
+
+    store, loop = loop_on_two_nodes(redis_url)   # VC default, nodes n1 and n2
+    Clock()                                      # a clock the test plays forward
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
+
+import redis
 
 from scheduler.core.model import (
     EMPTY_LABELS,
@@ -30,6 +38,9 @@ from scheduler.core.model import (
     TaskRole,
     VirtualCluster,
 )
+from scheduler.loop import Loop
+from scheduler.settings import SchedulerSettings
+from scheduler.store import NodeRecord, Store
 
 GiB = 1024**3
 
@@ -187,3 +198,53 @@ def snapshot(
         names = sorted({j.vc for j in pending} | {rj.job.vc for rj in running})
         vcs = [VirtualCluster(name=n) for n in names]
     return Snapshot(nodes=tuple(nodes), vcs=tuple(vcs), pending=pending, running=running)
+
+
+class Clock:
+    """A clock the test plays forward: ``clock.t`` seconds (from 1000 s), for a loop's,
+    autoscaler's or executor's ``clock`` argument."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def loop_on_two_nodes(
+    redis_url: str, *, loop: Mapping[str, Any] | None = None, **settings: Any
+) -> tuple[Store, Loop]:
+    """A real loop over a real store: VC ``default`` (8 cores and 32 GiB guaranteed) and
+    two registered nodes ``n1``, ``n2`` of 4 cores and 16 GiB each (address ``addr-<name>``,
+    ports 31000-31099).
+
+    Args:
+        redis_url: the test's redis-server (the ``redis_url`` fixture: flushed per test).
+        loop: loop settings over the defaults here (``interval_s`` 0.1 s,
+            ``heartbeat_timeout_s`` 5 s).
+        settings: other top-level scheduler settings (``share_dir=...``).
+
+    Returns:
+        (store, loop); the loop's settings are ``loop.settings``.
+    """
+    config = SchedulerSettings.model_validate(
+        {
+            "redis": {"url": redis_url},
+            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5, **(loop or {})},
+            "virtual_clusters": [{"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}}],
+            **settings,
+        }
+    )
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
+    store.apply_vcs(config.virtual_clusters)
+    for n in ("n1", "n2"):
+        store.register_node(
+            NodeRecord(
+                name=n,
+                address=f"addr-{n}",
+                cpu_m=4000,
+                memory=16 * GiB,
+                port_range=(31000, 31099),
+            )
+        )
+    return store, Loop(store, config)

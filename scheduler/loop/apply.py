@@ -208,6 +208,9 @@ class StepApplier:
             draining=self._draining,
             peers=PeerWatch(beats, now, grace, gaps),
             now=now,
+            requeues=lifecycle.FreeRequeues(
+                lifecycle.free_requeue_streak(job.attempts), self.settings.loop.max_free_requeues
+            ),
         )
 
     def _apply_step(

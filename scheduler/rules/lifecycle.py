@@ -26,7 +26,11 @@ Defaults (FrameworkController's completion policy, which OpenPAI v1/v2 compile t
   requeued whatever its retry policy and the attempt is not charged (``infrastructure``,
   ``failure`` false, ``cause``: Kubernetes podFailurePolicy's DisruptionTarget, Slurm
   JobRequeue; docs/faults.md). Only an explicit ``on_events`` rule for ``unknown`` other
-  than a restart overrides that.
+  than a restart overrides that. Free requeues are capped: once ``max_free_requeues``
+  attempts in a row ended so (:func:`free_requeue_streak`), the next one the
+  infrastructure ends fails the job, naming the causes and the setting
+  (``loop.max_free_requeues``): a job whose pods can never start, or that takes its node
+  down each time, does not loop forever.
 - A task's own failure within a grace period after a peer's node went silent is charged
   to nobody either (:class:`scheduler.rules.peerloss.PeerWatch`): the ranks of a gang
   (NCCL, Gloo, MPI) exit non-zero when a peer vanishes, before the loop can declare the
@@ -78,7 +82,7 @@ succeeded) (Volcano ``dependsOn``: a task starts after the tasks it depends on r
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -228,21 +232,89 @@ def _failure_why(t: TaskRecord) -> str:
     return f"{why} [{d.kind}: {d.summary}]" if d else why
 
 
-def _attempt_failed(
-    spec: JobSpec, failures: int, t: TaskRecord, why: str, *, force_retry: bool = False
-) -> Ending:
-    """The default ending of an attempt that failed because of task ``t``; requeued and not
-    charged when the infrastructure ended ``t`` (``TaskRecord.disrupted``: the one place
-    that tells the infrastructure's faults from the task's own)."""
-    code = None if t.state in (TaskState.LOST, TaskState.STOPPED) else t.exit_code
-    if t.disrupted:
-        cause = t.cause or Cause.NODE_LOST.value
+NOT_INFRASTRUCTURE = frozenset({"", "preempted", "drained"})
+"""Attempt causes that are not infrastructure faults: the tasks' own outcome, a preemption,
+a drain (``attempts[].cause``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FreeRequeues:
+    """The job's current run of free requeues and the cap on it.
+
+    Attributes:
+        streak: the causes of the latest attempts that the infrastructure ended one after
+            another, oldest first (:func:`free_requeue_streak`).
+        limit: how many such attempts in a row are requeued free (``loop.max_free_requeues``);
+            None: no cap.
+    """
+
+    streak: tuple[str, ...] = ()
+    limit: int | None = None
+
+
+def free_requeue_streak(attempts: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The causes of the job's latest attempts that were requeued free, one after another.
+
+    Args:
+        attempts: ``JobRecord.attempts``, oldest first (``{state, cause, charged, ...}``).
+
+    Returns:
+        The causes (e.g. ``("not_started", "not_started")``) of the attempts, counted back
+        from the latest, that ended ``queued``, not charged, with an infrastructure cause;
+        the first attempt that ended any other way (its tasks' own outcome, charged or not,
+        a preemption, a drain, the job's end) stops the count.
+    """
+    streak: list[str] = []
+    for a in reversed(attempts):
+        cause = str(a.get("cause") or "")
+        if a.get("state") != JobState.QUEUED.value or a.get("charged"):
+            break
+        if cause in NOT_INFRASTRUCTURE:
+            break
+        streak.append(cause)
+    return tuple(reversed(streak))
+
+
+def _requeued_free(why: str, cause: str, requeues: FreeRequeues) -> Ending:
+    """The ending of an attempt the infrastructure ended (``cause``; ``why`` names it):
+    requeued without charge while fewer than ``requeues.limit`` attempts in a row ended so, else
+    failed with a reason naming the causes and the setting."""
+    limit = requeues.limit
+    if limit is None or len(requeues.streak) < limit:
         return Ending(
             JobState.QUEUED,
-            f"{why} ({cause}); requeued, not charged to the retry budget",
+            f"{why}; requeued, not charged to the retry budget",
             infrastructure=True,
             cause=cause,
         )
+    causes = [*requeues.streak, cause]
+    counts = ", ".join(f"{c} x{causes.count(c)}" for c in sorted(set(causes), key=causes.index))
+    return Ending(
+        JobState.FAILED,
+        f"{why}; failed: {len(causes)} attempts in a row were ended by the "
+        f"infrastructure ({counts}) and loop.max_free_requeues is {limit}",
+        failure=True,
+        infrastructure=True,
+        cause=cause,
+    )
+
+
+def _attempt_failed(
+    spec: JobSpec,
+    failures: int,
+    t: TaskRecord,
+    why: str,
+    *,
+    force_retry: bool = False,
+    requeues: FreeRequeues = FreeRequeues(),
+) -> Ending:
+    """The default ending of an attempt that failed because of task ``t``; requeued and not
+    charged when the infrastructure ended ``t`` (``TaskRecord.disrupted``: the one place
+    that tells the infrastructure's faults from the task's own), within ``requeues``' cap."""
+    code = None if t.state in (TaskState.LOST, TaskState.STOPPED) else t.exit_code
+    if t.disrupted:
+        cause = t.cause or Cause.NODE_LOST.value
+        return _requeued_free(f"{why} ({cause})", cause, requeues)
     attempts = failures + 1
     limit = spec.retry.max_attempts
     if not force_retry and spec.policies.on_task_failure == "fail_job":
@@ -257,7 +329,12 @@ def _attempt_failed(
 
 
 def _by_action(
-    spec: JobSpec, failures: int, rule: EventRule, t: TaskRecord | None, why: str
+    spec: JobSpec,
+    failures: int,
+    rule: EventRule,
+    t: TaskRecord | None,
+    why: str,
+    requeues: FreeRequeues = FreeRequeues(),
 ) -> Ending | None:
     """The ending an ``on_events`` action gives (None for restart_task: handled apart)."""
     because = f"{why}; policy {rule.event} -> {rule.action}"
@@ -273,7 +350,7 @@ def _by_action(
             if failures + 1 >= spec.retry.max_attempts:
                 return Ending(JobState.SUCCEEDED, f"{because}; no attempts left to restart")
             return Ending(JobState.QUEUED, because, failure=True)
-        return _attempt_failed(spec, failures, t, because, force_retry=True)
+        return _attempt_failed(spec, failures, t, because, force_retry=True, requeues=requeues)
     return None
 
 
@@ -335,6 +412,7 @@ def decide(
     draining: Iterable[str] = (),
     peers: PeerWatch | None = None,
     now: float | None = None,
+    requeues: FreeRequeues = FreeRequeues(),
 ) -> Step:
     """What happens next to a placed job (see the module docstring for the rules).
 
@@ -348,6 +426,8 @@ def decide(
             the rule is off (every own failure is charged as it comes).
         now: the store clock (s), for rules with ``after_s`` (Volcano ``timeout``); None:
             such rules act at once.
+        requeues: the job's run of free requeues so far and its cap (:class:`FreeRequeues`;
+            the default: none so far, no cap).
 
     Returns:
         A :class:`Step`. Pure and deterministic: tasks are looked at in role declaration
@@ -398,15 +478,8 @@ def decide(
         if peers is not None and event != "unknown":
             verdict = peers.verdict(t, tasks)
             if isinstance(verdict, PeerLost):
-                return Step(
-                    ending=Ending(
-                        JobState.QUEUED,
-                        f"{_failure_why(t)} {verdict.because}; requeued, not charged to the "
-                        "retry budget",
-                        infrastructure=True,
-                        cause=verdict.cause,
-                    )
-                )
+                why = f"{_failure_why(t)} {verdict.because}"
+                return Step(ending=_requeued_free(why, verdict.cause, requeues))
             if verdict:
                 return Step(missing=missing, held=verdict)
         if (
@@ -414,9 +487,11 @@ def decide(
             and rule.action in ("restart_task", "restart_role")
             and event == "unknown"
         ):
-            return Step(ending=_attempt_failed(spec, failures, t, why, force_retry=True))
+            return Step(
+                ending=_attempt_failed(spec, failures, t, why, force_retry=True, requeues=requeues)
+            )
         if rule is not None and rule.action not in ("restart_task", "restart_role"):
-            ending = _by_action(spec, failures, rule, t, why)
+            ending = _by_action(spec, failures, rule, t, why, requeues)
             if ending is not None:
                 return Step(ending=ending)
         failed_count[t.role] = failed_count.get(t.role, 0) + 1
@@ -424,7 +499,7 @@ def decide(
         if tolerance > 0 and failed_count[t.role] >= tolerance:
             if tolerance > 1:
                 why = f"{why}; {failed_count[t.role]} task(s) of role {t.role} failed"
-            return Step(ending=_attempt_failed(spec, failures, t, why))
+            return Step(ending=_attempt_failed(spec, failures, t, why, requeues=requeues))
 
     if roles_restarting:  # the roles restart first; completion is looked at afterwards
         return Step(restart=tuple(restarts), stop=tuple(stops), missing=missing)

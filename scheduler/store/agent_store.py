@@ -31,9 +31,9 @@ from typing import Any
 
 import redis
 
-from scheduler.states import TaskState
+from scheduler.store.codec import TaskReporter
 from scheduler.store.lua import NODE_HEARTBEAT, NODE_REPORT
-from scheduler.store.nodes import heartbeat_args
+from scheduler.store.nodes import heartbeat_args, registration
 from scheduler.store.records import Launch, NodeRecord, TaskRecord
 from scheduler.store.store import Store
 
@@ -41,12 +41,8 @@ from scheduler.store.store import Store
 # down for long loses the oldest reports beyond this, never memory.
 REPORTS_MAXLEN = 10000
 
-# Node fields whose change the loop must see as a new ledger version (capacity, labels,
-# state, address, ports): a registration that changes one says so in its report.
-_VERSIONED = ("address", "cpu_m", "memory", "gpu", "gpu_model", "labels", "state", "port_range")
 
-
-class NodeStore:
+class NodeStore(TaskReporter):
     """One node's narrow view of the store (see the module docstring).
 
     Args:
@@ -135,7 +131,9 @@ class NodeStore:
     def register_node(self, node: NodeRecord) -> NodeRecord:
         """Create or update this node's record from its agent. Keeps a cordoned / draining
         state; a lost node becomes ready. The loop bumps the version on the register
-        report when capacity, labels, address, ports or state changed.
+        report when a field it keeps in its view changed
+        (:data:`scheduler.store.nodes.VERSIONED_NODE_FIELDS`: capacity, labels, address,
+        ports, state, lease and fence).
 
         Raises ValueError when ``node.name`` is not this store's node.
         """
@@ -146,43 +144,11 @@ class NodeStore:
         if old.get("revoked") == "1":  # force-deleted (NodesMixin.delete_node): stays so
             node.revoked = True
             return node
-        state = old.get("state", "ready")
-        if state == "lost" or state not in ("ready", "cordoned", "draining"):
-            state = "ready"
-        node.state, node.heartbeat, node.registered = state, now, now
-        fields = {
-            "name": node.name,
-            "address": node.address,
-            "cpu_m": str(node.cpu_m),
-            "memory": str(node.memory),
-            "gpu": str(node.gpu),
-            "gpu_model": node.gpu_model or "",
-            "labels": json.dumps(node.labels),
-            "state": state,
-            "port_range": json.dumps(list(node.port_range)),
-            "heartbeat": str(now),
-            "registered": str(now),
-            "usage": json.dumps(node.usage),
-            "executor": node.executor,
-            # the agent's lease and fence: the loop declares the node lost only after the
-            # fence has surely run out (scheduler/store/lease.py, docs/faults.md)
-            "lease_s": str(node.lease_s),
-            "fence_s": str(node.fence_s),
-            # heartbeats further apart than two intervals are a gap (lua.HEARTBEAT)
-            "heartbeat_interval_s": str(node.heartbeat_interval_s),
-        }
-        changed = any(old.get(k) != fields[k] for k in _VERSIONED)
+        fields, changed = registration(node, old, now)
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping=fields)
         pipe.sadd(self._s.k("nodes"), node.name)
-        pipe.xadd(
-            self.reports_key(),
-            {"kind": "register", "changed": "1" if changed else "0"},
-            maxlen=REPORTS_MAXLEN,
-            approximate=True,
-        )
-        pipe.sadd(self._s.k("reports", "pending"), self.node)
-        pipe.publish(self.loop_channel, "node")
+        self._queue(pipe, {"kind": "register", "changed": "1" if changed else "0"})
         pipe.execute()
         return node
 
@@ -193,49 +159,16 @@ class NodeStore:
         self._own(node)
         return str(self._heartbeat(args=[*heartbeat_args(self.p, node, usage), REPORTS_MAXLEN]))
 
-    def report_task(
-        self,
-        job: str,
-        key: str,
-        attempt: int,
-        node: str,
-        state: TaskState | str,
-        exit_code: int | None = None,
-        message: str = "",
-        handle: str = "",
-        cause: str = "",
-        diagnosis: dict[str, Any] | None = None,
-        pipe: redis.client.Pipeline | None = None,
-        usage: dict[str, Any] | None = None,
+    def _send_report(
+        self, node: str, report: dict[str, str], pipe: redis.client.Pipeline | None
     ) -> bool:
-        """Queue a report on a task of this node (state running / succeeded / failed /
-        stopped / lost, exit code, message, executor handle, infrastructure cause or "";
-        ``usage``: the ended task's totals ``{cpu_s, max_rss}``,
-        :meth:`scheduler.agent.taskusage.TaskUsageSampler.final`)
-        for the loop, which applies it when the ledger binds ``job``/``key`` at ``attempt``
-        to this node. One round trip (lua.NODE_REPORT: XADD, SADD, and a PUBLISH when it
-        made the node pending); with ``pipe`` only queued on it (a caller reporting many
-        at once). Returns True
-        (queued; whether it applies is the loop's decision). Raises ValueError for
-        another node."""
+        """Queue the report for the loop, which applies it when the ledger binds its task
+        at its attempt to this node. One round trip (lua.NODE_REPORT: XADD, SADD, and a
+        PUBLISH when it made the node pending). Returns True (queued; whether it applies
+        is the loop's decision). Raises ValueError for another node."""
         self._own(node)
-        fields = {
-            "kind": "task",
-            "job": job,
-            "key": key,
-            "attempt": str(attempt),
-            "state": str(state),
-            "exit_code": "" if exit_code is None else str(exit_code),
-            "message": message,
-            "handle": handle,
-            "cause": cause,
-            # issue 19: the failure's class (scheduler.rules.diagnosis), JSON
-            "diagnosis": json.dumps(diagnosis) if diagnosis else "",
-            # issue 34: CPU seconds and peak resident bytes at its end (sacct's), JSON
-            "usage": json.dumps(usage) if usage else "",
-        }
-        args = [self.p, self.node, REPORTS_MAXLEN]
-        for k, v in fields.items():
+        args = [self.p, self.node, REPORTS_MAXLEN, "kind", "task"]
+        for k, v in report.items():
             args += [k, v]
         self._node_report(args=args, client=pipe or self.r)
         return True
@@ -246,16 +179,18 @@ class NodeStore:
         (:meth:`scheduler.store.store.Store.request_cordon`). Returns True (queued)."""
         self._own(node)
         pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(
-            self.reports_key(),
-            {"kind": "cordon", "reason": reason[:1000]},
-            maxlen=REPORTS_MAXLEN,
-            approximate=True,
-        )
-        pipe.sadd(self._s.k("reports", "pending"), self.node)
-        pipe.publish(self.loop_channel, "node")
+        self._queue(pipe, {"kind": "cordon", "reason": reason[:1000]})
         pipe.execute()
         return True
+
+    def _queue(self, pipe: redis.client.Pipeline, entry: dict[str, str]) -> None:
+        """Queue ``entry`` on this node's report stream in ``pipe`` (a transaction the
+        caller executes): XADD (trimmed to about :data:`REPORTS_MAXLEN`), SADD
+        reports:pending, PUBLISH notify:loop. (A task report takes one script instead:
+        lua.NODE_REPORT.)"""
+        pipe.xadd(self.reports_key(), entry, maxlen=REPORTS_MAXLEN, approximate=True)
+        pipe.sadd(self._s.k("reports", "pending"), self.node)
+        pipe.publish(self.loop_channel, "node")
 
     def _own(self, node: str) -> None:
         if node != self.node:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler.store.base import NodeNotFoundError, StoreBase
@@ -34,6 +35,64 @@ def heartbeat_args(prefix: str, node: str, usage: dict[str, Any]) -> list[Any]:
 
 
 NODE_STATES = ("ready", "cordoned", "draining", "lost")
+
+VERSIONED_NODE_FIELDS = (
+    "address",
+    "cpu_m",
+    "memory",
+    "gpu",
+    "gpu_model",
+    "labels",
+    "state",
+    "port_range",
+    "lease_s",
+    "fence_s",
+)
+"""Node fields that the loop keeps in its view between ledger versions (capacity, labels,
+state, address, ports, and the lease and fence bounds its lost-node rule reads): a
+registration that changes one makes a new version, so the loop reads the node again."""
+
+
+def registration(
+    node: NodeRecord, old: Mapping[str, str], now: float
+) -> tuple[dict[str, str], bool]:
+    """An agent's registration of ``node`` over the node's stored hash ``old`` ({} when
+    new), at ``now`` (s, the store's clock): sets ``node.state`` (a cordoned or draining
+    state is kept; a lost, unknown or missing one becomes ready), ``heartbeat`` and
+    ``registered``.
+
+    Returns:
+        (the hash fields to write, whether one of :data:`VERSIONED_NODE_FIELDS` changed).
+    """
+    state = old.get("state", "ready")
+    if state == "lost" or state not in NODE_STATES:
+        state = "ready"
+    node.state, node.heartbeat, node.registered = state, now, now
+    fields = encode_fields(
+        {
+            "name": node.name,
+            "address": node.address,
+            "cpu_m": node.cpu_m,
+            "memory": node.memory,
+            "gpu": node.gpu,
+            "gpu_model": node.gpu_model,
+            "labels": node.labels,
+            "state": state,
+            "port_range": list(node.port_range),
+            "heartbeat": now,
+            "registered": now,
+            "usage": node.usage,
+            "executor": node.executor,
+            # the agent's lease and fence: the loop declares the node lost only after the
+            # fence has surely run out (scheduler/store/lease.py, docs/faults.md)
+            "lease_s": node.lease_s,
+            "fence_s": node.fence_s,
+            # heartbeats further apart than two intervals are a gap (lua.HEARTBEAT)
+            "heartbeat_interval_s": node.heartbeat_interval_s,
+        }
+    )
+    return fields, any(old.get(k) != fields[k] for k in VERSIONED_NODE_FIELDS)
+
 
 # ARGV: prefix, node names. Each node's heartbeat, gap_from and gap_to fields ('' when
 # none), in order: three entries per node.
@@ -128,46 +187,7 @@ class NodesMixin(StoreBase):
         old = self.r.hgetall(nk)
         if old.get("revoked") == "1":  # force-deleted: no agent registers it back
             return self._node_from_hash(old)
-        state = old.get("state", "ready")
-        if state == "lost" or state not in NODE_STATES:
-            state = "ready"
-        node.state = state
-        node.heartbeat = now
-        node.registered = now
-        fields = encode_fields(
-            {
-                "name": node.name,
-                "address": node.address,
-                "cpu_m": node.cpu_m,
-                "memory": node.memory,
-                "gpu": node.gpu,
-                "gpu_model": node.gpu_model,
-                "labels": node.labels,
-                "state": state,
-                "port_range": list(node.port_range),
-                "heartbeat": now,
-                "registered": now,
-                "usage": node.usage,
-                "executor": node.executor,
-                "lease_s": node.lease_s,
-                "fence_s": node.fence_s,
-                "heartbeat_interval_s": node.heartbeat_interval_s,
-            }
-        )
-        changed = any(
-            old.get(k) != fields[k]
-            for k in (
-                "address",
-                "cpu_m",
-                "memory",
-                "gpu",
-                "gpu_model",
-                "labels",
-                "state",
-                "port_range",
-                "fence_s",
-            )
-        )
+        fields, changed = registration(node, old, now)
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(nk, mapping=fields)
         pipe.hdel(nk, "deleted")  # a deleted node whose agent came back is a node again

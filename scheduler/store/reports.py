@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from scheduler.states import TaskState
 from scheduler.store import lua
 from scheduler.store.acl import NODE_NAME
+from scheduler.store.codec import report_task_args
 from scheduler.store.records import Allocation
 from scheduler.store.store import Store
 
@@ -178,21 +179,20 @@ def _task_args(
             f"{alloc.node} (attempt {alloc.attempt})" if alloc else "no node",
         )
         return None
-    return [
-        store.p,
-        job,
-        key,
-        str(attempt),
-        node,
-        str(f["state"]),
-        "" if code is None else str(code),
-        f.get("message", "")[:MAX_MESSAGE],
-        f.get("handle", "")[:MAX_HANDLE],
-        f.get("cause", "")[:MAX_CAUSE],  # ARGV[10] of REPORT_TASK where it takes a cause
-        _diagnosis_arg(f.get("diagnosis", "")),  # ARGV[11]: issue 19
-        "quiet",  # ARGV[12]: the loop applies these itself; no wake-up for it
-        _usage_arg(f.get("usage", "")),  # ARGV[13]: issue 34
-    ]
+    report = {  # a node's report is not trusted: bounded, re-encoded
+        "job": job,
+        "key": key,
+        "attempt": str(attempt),
+        "state": str(f["state"]),
+        "exit_code": "" if code is None else str(code),
+        "message": f.get("message", "")[:MAX_MESSAGE],
+        "handle": f.get("handle", "")[:MAX_HANDLE],
+        "cause": f.get("cause", "")[:MAX_CAUSE],
+        "diagnosis": _diagnosis_arg(f.get("diagnosis", "")),
+        "usage": _usage_arg(f.get("usage", "")),
+    }
+    # the loop applies these itself: no wake-up for it
+    return report_task_args(store.p, node, report, wake=False)
 
 
 def _usage_arg(raw: str) -> str:

@@ -10,13 +10,12 @@ from typing import Any
 
 import redis
 
-from scheduler.states import TaskState
 from scheduler.store.base import StoreBase
-from scheduler.store.codec import as_json
+from scheduler.store.codec import TaskReporter, as_json, report_task_args
 from scheduler.store.records import Allocation, Launch, TaskRecord
 
 
-class TasksMixin(StoreBase):
+class TasksMixin(StoreBase, TaskReporter):
     """The task and ledger area of :class:`scheduler.store.Store`."""
 
     def tasks(self, job: str) -> list[TaskRecord]:
@@ -67,46 +66,17 @@ class TasksMixin(StoreBase):
         if own:
             p.execute()
 
-    def report_task(
-        self,
-        job: str,
-        key: str,
-        attempt: int,
-        node: str,
-        state: TaskState | str,
-        exit_code: int | None = None,
-        message: str = "",
-        handle: str = "",
-        cause: str = "",
-        diagnosis: dict[str, Any] | None = None,
-        usage: dict[str, Any] | None = None,
+    def _send_report(
+        self, node: str, report: dict[str, str], pipe: redis.client.Pipeline | None
     ) -> bool:
-        """An agent's report on a task. Ignored (returns False) when it is about another
-        attempt or node, or the task already finished. Wakes the loop. ``cause``: an
-        infrastructure :class:`~scheduler.store.records.Cause` when the agent (not the
-        task) ended it (then the attempt is not charged). ``diagnosis``:
-        :func:`scheduler.rules.diagnosis.diagnose_report` of a failed task, kept in the record.
-        ``usage``: the ended task's ``{cpu_s, max_rss}`` (CPU seconds, bytes), kept in the
-        record (:meth:`scheduler.agent.taskusage.TaskUsageSampler.final`)."""
-        return bool(
-            self._report(
-                args=[
-                    self.p,
-                    job,
-                    key,
-                    attempt,
-                    node,
-                    str(state),
-                    "" if exit_code is None else str(exit_code),
-                    message,
-                    handle,
-                    cause,
-                    json.dumps(diagnosis) if diagnosis else "",
-                    "",  # ARGV[12]: wake the loop
-                    json.dumps(usage) if usage else "",
-                ]
-            )
-        )
+        """Apply an agent's report at once (lua.REPORT_TASK, waking the loop): ignored
+        (False) when it is about another attempt or node, or the task already finished;
+        with ``pipe``, queued on it (True)."""
+        args = report_task_args(self.p, node, report, wake=True)
+        if pipe is not None:
+            self._report(args=args, client=pipe)
+            return True
+        return bool(self._report(args=args))
 
     # ---- ledger ---------------------------------------------------------------------
     def ledger(self) -> dict[str, Allocation]:

@@ -255,26 +255,24 @@ class TokenStore:
         """True when Redis answers (raises redis.ConnectionError otherwise)."""
         return bool(self._r.ping())
 
-    def verify(self, token: str) -> TokenInfo | None:
-        """The token's info, or None when the token is unknown, revoked or expired."""
+    def _lookup(self, token: str) -> TokenInfo | None:
+        """The stored info of ``token`` (expired or not), or None when it is unknown or
+        revoked (or not a token: empty, over 256 characters)."""
         if not token or len(token) > 256:
             return None
         raw = self._r.hgetall(self._token_key(hash_token(token)))
-        if not raw:
-            return None
-        info = self._info(raw)
-        return None if info.expired(self._clock()) else info
+        return self._info(raw) if raw else None
+
+    def verify(self, token: str) -> TokenInfo | None:
+        """The token's info, or None when the token is unknown, revoked or expired."""
+        info = self._lookup(token)
+        return None if info is None or info.expired(self._clock()) else info
 
     def expired_at(self, token: str) -> float | None:
         """When ``token`` expired (epoch seconds), or None when it is unknown, revoked or
         still valid: lets a login say "expired on <date>" rather than "unknown"."""
-        if not token or len(token) > 256:
-            return None
-        raw = self._r.hgetall(self._token_key(hash_token(token)))
-        if not raw:
-            return None
-        info = self._info(raw)
-        return info.expires if info.expired(self._clock()) else None
+        info = self._lookup(token)
+        return info.expires if info is not None and info.expired(self._clock()) else None
 
     def get(self, name: str, *, include_expired: bool = False) -> TokenInfo | None:
         """Info of the token called ``name``; None when there is none (or it expired,

@@ -15,14 +15,11 @@ cluster with the real API process:
 from __future__ import annotations
 
 import shutil
-import time
 
-import httpx
 import pytest
 
-from scheduler import dev
 from scheduler.bench.chaos_tenants import cross_tenant_reads
-from scheduler.store.tokens import TokenStore
+from tests.devcluster import two_tenants, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
@@ -47,39 +44,13 @@ def test_planted_links_serve_nothing_outside_the_job(tmp_path):
     assert out["cross_tenant_task_reads"] == 0, out
 
 
-def _wait(what: str, check, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_a_reclaim_names_no_job_of_the_other_tenant(tmp_path):
     vcs = [
         {"name": "default", "guarantee": {"cpu": 1, "memory": "1Gi", "gpu": 1}},
         {"name": "research", "guarantee": {"cpu": 1, "memory": "1Gi", "gpu": 1}},
     ]
-    cluster = dev.up(
-        nodes=1,
-        gpus_per_node=2,
-        cpu_per_node=4,
-        memory_per_node="4Gi",
-        virtual_clusters=vcs,
-        directory=tmp_path / "dev",
-        heartbeat_interval_s=0.5,
-        loop_interval_s=0.3,
-        stop_grace_s=1,
-    )
-    try:
-        tokens = TokenStore(cluster.store().r)
-        headers = {
-            who: {"Authorization": f"Bearer {tokens.create(who, 'user', [vc])}"}
-            for who, vc in (("alice", "default"), ("bob", "research"))
-        }
-        api = {
-            w: httpx.Client(base_url=cluster.endpoint, headers=h, timeout=30)
-            for w, h in headers.items()
-        }
+    tenants = {"alice": "default", "bob": "research"}
+    with two_tenants(tmp_path / "dev", vcs, tenants, gpus_per_node=2) as (_, api):
 
         def submit(who: str, name: str, vc: str, gpu: int) -> None:
             role = {"command": "sleep 120", "resources": {"cpu": "100m", "gpu": gpu}}
@@ -91,7 +62,7 @@ def test_a_reclaim_names_no_job_of_the_other_tenant(tmp_path):
             return api[who].get(f"/api/v1/jobs/{name}").json()["state"]
 
         submit("bob", "bob-borrow", "research", 2)  # one GPU over research's guarantee
-        _wait("bob-borrow running", lambda: state("bob", "bob-borrow") == "running")
+        wait_for("bob-borrow running", lambda: state("bob", "bob-borrow") == "running")
         submit("alice", "alice-reclaim", "default", 1)  # default takes its guarantee back
         pending = []  # alice's pending reasons while she waits for the reclaim
 
@@ -100,10 +71,10 @@ def test_a_reclaim_names_no_job_of_the_other_tenant(tmp_path):
             events = api["bob"].get("/api/v1/jobs/bob-borrow/events").json()["events"]
             return any(e["state"] == "preempted" for e in events)
 
-        _wait("the reclaim", reclaimed)
+        wait_for("the reclaim", reclaimed)
         # the victim's preemption and alice's reason are one commit; she waits for its release
         pending.append(api["alice"].get("/api/v1/jobs/alice-reclaim").text)
-        _wait("alice-reclaim running", lambda: state("alice", "alice-reclaim") == "running")
+        wait_for("alice-reclaim running", lambda: state("alice", "alice-reclaim") == "running")
         assert all("bob-borrow" not in t for t in pending), pending
         assert any("preempting a job of VC research" in t for t in pending), pending
 
@@ -121,7 +92,3 @@ def test_a_reclaim_names_no_job_of_the_other_tenant(tmp_path):
             seen[who] = texts
         # what each side is told instead
         assert "preempted for a job of VC default" in seen["bob"][1], seen["bob"][1]
-        for c in api.values():
-            c.close()
-    finally:
-        dev.down(tmp_path / "dev")

@@ -24,15 +24,13 @@ from scheduler.bench.chaos import read_runs
 from scheduler.cli import app
 from scheduler.cli.output import REJECTED
 from scheduler.spec import parse_job_spec
+from tests.devcluster import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def _wait(what: str, check, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    wait_for(what, check, timeout, every=0.1)
 
 
 @pytest.fixture()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import dev
-from scheduler.spec import parse_job_spec
+from tests.devcluster import submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ONE = {"cpu": 1, "memory": "512Mi"}
@@ -46,12 +46,6 @@ def cluster(tmp_path_factory):
     )
     yield c
     dev.down(directory)
-
-
-def submit(store, doc):
-    spec = parse_job_spec(doc)
-    store.create_job(spec, user="test")
-    return spec.name
 
 
 def wait(pred, what, timeout=60.0):

@@ -13,7 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.test_process_mode import make_cluster, submit, wait_job  # noqa: F401
+from tests.devcluster import submit, wait_job
+from tests.integration.test_process_mode import make_cluster  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NVML = Path(__file__).parents[1] / "fixtures" / "nvml"

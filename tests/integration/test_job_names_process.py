@@ -7,15 +7,13 @@ only his VC."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from scheduler import dev
 from scheduler.jobref import job_key
-from scheduler.store.tokens import TokenStore
+from tests.devcluster import two_tenants, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,13 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def _redis():
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server not on PATH")
-
-
-def _wait(what: str, check, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 # each task says who it is in its log and leaves a file in its job's directory, then
@@ -47,27 +38,7 @@ def test_two_tenants_run_jobs_of_the_same_name_side_by_side(tmp_path):
         {"name": "a", "guarantee": {"cpu": 1, "memory": "1Gi"}},
         {"name": "b", "guarantee": {"cpu": 1, "memory": "1Gi"}},
     ]
-    cluster = dev.up(
-        nodes=1,
-        gpus_per_node=0,
-        cpu_per_node=4,
-        memory_per_node="4Gi",
-        virtual_clusters=vcs,
-        directory=tmp_path / "dev",
-        heartbeat_interval_s=0.5,
-        loop_interval_s=0.3,
-        stop_grace_s=1,
-    )
-    try:
-        tokens = TokenStore(cluster.store().r)
-        api = {
-            who: httpx.Client(
-                base_url=cluster.endpoint,
-                headers={"Authorization": f"Bearer {tokens.create(who, 'user', [vc])}"},
-                timeout=30,
-            )
-            for who, vc in (("alice", "a"), ("bob", "b"))
-        }
+    with two_tenants(tmp_path / "dev", vcs, {"alice": "a", "bob": "b"}) as (cluster, api):
 
         def submit(who: str, vc: str) -> httpx.Response:
             role = {
@@ -97,7 +68,7 @@ def test_two_tenants_run_jobs_of_the_same_name_side_by_side(tmp_path):
                 (d / "owner").exists() for d in dirs.values()
             )
 
-        _wait("both train jobs running, each in its own directory", both_running)
+        wait_for("both train jobs running, each in its own directory", both_running)
         # side by side: two processes of the same name, each writing its own job directory
         assert {w: (d / "owner").read_text().strip() for w, d in dirs.items()} == {
             "alice": "alice",
@@ -111,7 +82,7 @@ def test_two_tenants_run_jobs_of_the_same_name_side_by_side(tmp_path):
         def log_of(who: str) -> str:
             return api[who].get("/api/v1/jobs/train/logs", params={"role": "w", "index": 0}).text
 
-        _wait("both logs written", lambda: all("I am" in log_of(w) for w in api))
+        wait_for("both logs written", lambda: all("I am" in log_of(w) for w in api))
         assert "I am alice in train.a" in log_of("alice")
         assert "I am bob in train.b" in log_of("bob")
 
@@ -144,14 +115,10 @@ def test_two_tenants_run_jobs_of_the_same_name_side_by_side(tmp_path):
 
         for d in dirs.values():  # both tasks end on their own
             (d / "owner").unlink()
-        _wait(
+        wait_for(
             "both train jobs succeeded",
             lambda: (
                 [api[w].get("/api/v1/jobs/train").json()["state"] for w in api]
                 == ["succeeded", "succeeded"]
             ),
         )
-        for c in api.values():
-            c.close()
-    finally:
-        dev.down(tmp_path / "dev")

@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from scheduler import dev
 from scheduler.logpaths import job_log_dir
-from scheduler.spec import parse_job_spec
+from tests.devcluster import gone, submit, task_pids, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SMALL = {"cpu": 1, "memory": "256Mi"}
@@ -40,36 +39,6 @@ def cluster(tmp_path_factory):
     )
     yield c
     dev.down(directory)
-
-
-def submit(store, doc):
-    spec = parse_job_spec(doc)
-    store.create_job(spec, user="test")
-    return spec.name
-
-
-def wait_job(store, name, states=("succeeded", "failed", "stopped"), timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = store.get_job(name)
-        if job is not None and job.state in states:
-            return job
-        time.sleep(0.2)
-    job = store.get_job(name)
-    raise AssertionError(f"job {name} is {job and job.state}; events: {store.events(name)}")
-
-
-def pids(store, name):
-    import json
-
-    return [json.loads(t.handle)["pid"] for t in store.tasks(name) if t.handle]
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def wait_running(store, name, n, timeout=20.0):
@@ -101,7 +70,9 @@ def test_openpai_master_worker_ends_when_the_master_succeeds(cluster):
     )
     wait_running(store, name, 3)
     workers = [
-        p for t, p in zip(store.tasks(name), pids(store, name), strict=True) if t.role == "worker"
+        p
+        for t, p in zip(store.tasks(name), task_pids(store, name), strict=True)
+        if t.role == "worker"
     ]
     job = wait_job(store, name, timeout=40)
     assert job.state == "succeeded", store.events(name)
@@ -235,7 +206,7 @@ def test_volcano_restart_task_restarts_the_whole_role_in_place(cluster):
         },
     )
     wait_running(store, name, 3)
-    first = {t.key: p for t, p in zip(store.tasks(name), pids(store, name), strict=True)}
+    first = {t.key: p for t, p in zip(store.tasks(name), task_pids(store, name), strict=True)}
     job = wait_job(store, name, timeout=40)
     assert job.state == "succeeded", store.events(name)
     assert job.attempt == 1 and job.failures == 0
@@ -293,7 +264,7 @@ def test_delete_and_ttl_after_finished(cluster):
         assert api.get("/api/v1/jobs/ttl").status_code == 404
         assert store.get_job("kept") is not None  # no ttl, no cluster default: kept
         wait_running(store, "busy", 1)
-        busy_pids = pids(store, "busy")
+        busy_pids = task_pids(store, "busy")
         assert api.delete("/api/v1/jobs/busy").status_code == 409
         r = api.delete("/api/v1/jobs/busy", params={"force": "true"})
         assert r.status_code == 200 and r.json()["deleted"] is False

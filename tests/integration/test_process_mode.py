@@ -7,13 +7,12 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from scheduler import dev
 from scheduler.jobref import job_key
 from scheduler.logpaths import job_log_dir
-from scheduler.spec import load_job_spec, parse_job_spec
+from tests.devcluster import gone, submit, task_pids, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -42,40 +41,6 @@ def make_cluster(tmp_path):
     yield make
     for directory in started:
         dev.down(directory)
-
-
-def wait_job(store, name, states=("succeeded", "failed", "stopped"), timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = store.get_job(name)
-        if job is not None and job.state in states:
-            return job
-        time.sleep(0.2)
-    job = store.get_job(name)
-    raise AssertionError(
-        f"job {name} is {job.state if job else None}, wanted {states}; events: {store.events(name)}"
-    )
-
-
-def submit(store, doc_or_text, user="test"):
-    spec = (
-        load_job_spec(doc_or_text) if isinstance(doc_or_text, str) else parse_job_spec(doc_or_text)
-    )
-    store.create_job(spec, user=user)
-    return spec.name
-
-
-def task_pids(store, job):
-    import json
-
-    return [json.loads(t.handle)["pid"] for t in store.tasks(job) if t.handle]
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_hello_gang_ps_worker_job_succeeds_with_the_api(make_cluster):

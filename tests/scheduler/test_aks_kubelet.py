@@ -18,6 +18,7 @@ from scheduler.loop import Loop
 from scheduler.settings import AgentSettings, SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import Store
+from tests.factories import Clock
 from tests.k8s_standin import KubeStandIn
 
 GI = 2**30
@@ -27,14 +28,6 @@ MI = 2**20
 DAEMONSETS = (("pasture-agent", 160, 576 * MI), ("kube-proxy", 100, 128 * MI))
 NODE = {"cpu_m": 23_660, "memory": 200 * GI, "gpu": 1}  # NC24ads_A100_v4, real allocatable
 TAINTS = ("nvidia.com/gpu=present:NoSchedule",)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Aks:
@@ -81,6 +74,12 @@ class Aks:
 
     def close(self) -> None:
         self.informers.stop()
+
+    def add_pool_node(self, name: str) -> None:
+        """A node of pool ``a100`` that is there already (not one the autoscaler adds)."""
+        self.kube.add_node(
+            name, **NODE, taints=TAINTS, daemonsets=DAEMONSETS, labels={"pasture/pool": "a100"}
+        )
 
     def sync(self) -> None:
         """Wait until the loop's informers have seen every change of the API."""
@@ -197,13 +196,7 @@ def test_a_waiting_jobs_placeholder_never_takes_the_gpu_a_task_was_bound_to(aks)
 def test_no_task_is_bound_where_another_pod_holds_the_gpu(aks):
     """A pod pasture does not own (a user's pod in another namespace, bound by
     kube-scheduler) holds the node's only GPU: the core must not bind a task there."""
-    aks.kube.add_node(
-        "aks-a100-vmss-x",
-        **NODE,
-        taints=TAINTS,
-        daemonsets=DAEMONSETS,
-        labels={"pasture/pool": "a100"},
-    )
+    aks.add_pool_node("aks-a100-vmss-x")
     aks.step()
     aks.kube.create_namespaced_pod(
         "team-b",
@@ -237,13 +230,7 @@ def test_capacity_is_allocatable_less_daemonsets_and_the_fence_sidecar(aks):
     """23,660m allocatable, 260m of DaemonSets: a 23.6-CPU job can never be admitted there
     (on main it was bound, answered OutOfcpu and failed); a 23.39-CPU job with its 10m
     fence sidecar fits and runs."""
-    aks.kube.add_node(
-        "aks-a100-vmss-x",
-        **NODE,
-        taints=TAINTS,
-        daemonsets=DAEMONSETS,
-        labels={"pasture/pool": "a100"},
-    )
+    aks.add_pool_node("aks-a100-vmss-x")
     aks.submit("big", cpu=23.6)
     aks.step(3)
     assert aks.kube.rejections == []
@@ -290,13 +277,7 @@ def test_platform_endings_requeue_free_with_a_named_cause(redis_url, tmp_path, h
     main: failed)."""
     aks = Aks(redis_url, tmp_path, hold_s=0)
     try:
-        aks.kube.add_node(
-            "aks-a100-vmss-x",
-            **NODE,
-            taints=TAINTS,
-            daemonsets=DAEMONSETS,
-            labels={"pasture/pool": "a100"},
-        )
+        aks.add_pool_node("aks-a100-vmss-x")
         aks.step()
         aks.submit("train")
         if how == "admission":
@@ -343,13 +324,7 @@ def test_a_pod_never_admitted_is_requeued_free_after_the_pending_timeout(aks, ho
     Files mount), is not running for longer than the limit: its task ends, whatever the
     reason, as the infrastructure's fault (cause ``not_started``): the job is requeued
     without using an attempt (on main the task failed with exit 125, charged)."""
-    aks.kube.add_node(
-        "aks-a100-vmss-x",
-        **NODE,
-        taints=TAINTS,
-        daemonsets=DAEMONSETS,
-        labels={"pasture/pool": "a100"},
-    )
+    aks.add_pool_node("aks-a100-vmss-x")
     aks.step()
     aks.submit("train")
     aks.sync()
@@ -401,13 +376,7 @@ def test_a_pod_never_admitted_is_requeued_free_after_the_pending_timeout(aks, ho
 def test_cordons_noexecute_and_notready_on_the_node_object_are_honoured(aks):
     """Item 2 (11): an AKS upgrade cordons the Node (spec.unschedulable); the core binds
     nothing there until it is uncordoned; likewise a NoExecute taint and NotReady."""
-    aks.kube.add_node(
-        "aks-a100-vmss-x",
-        **NODE,
-        taints=TAINTS,
-        daemonsets=DAEMONSETS,
-        labels={"pasture/pool": "a100"},
-    )
+    aks.add_pool_node("aks-a100-vmss-x")
     aks.step()
     aks.kube.cordon("aks-a100-vmss-x")
     aks.submit("train")

@@ -21,6 +21,7 @@ from scheduler.loop import Loop
 from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import NodeRecord, Store, TaskState
+from tests.factories import Clock
 from tests.k8s_manifests import validate
 
 API = k8s.ApiClient()
@@ -67,14 +68,6 @@ class Cluster:
 
     def schedule(self, name: str, node: str) -> None:
         self.pods[name].spec.node_name = node
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture()

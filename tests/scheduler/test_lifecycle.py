@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.rules.lifecycle import Ending, decide, expired
+from scheduler.rules.lifecycle import Ending, FreeRequeues, decide, expired, free_requeue_streak
 from scheduler.spec import parse_job_spec
 from scheduler.spec.facts import WAIT, initial_desired
 from scheduler.store.records import JobState, TaskRecord
@@ -216,6 +216,43 @@ def test_infrastructure_faults_requeue_uncharged_whatever_the_retry_policy(polic
         assert ending.infrastructure and ending.cause == cause
         assert Ending.from_dict(ending.to_dict()) == ending
     assert decide(s, tasks(a="FR")).ending.state == JobState.FAILED  # the task's own
+
+
+def _attempt(cause, state="queued", charged=False):
+    return {"attempt": 1, "state": state, "reason": "", "cause": cause, "charged": charged}
+
+
+def test_the_free_requeue_streak_counts_infrastructure_endings_in_a_row():
+    """Counted back from the latest attempt; the tasks' own outcome (charged or not), a
+    preemption, a drain or a charged ending stops the count."""
+    own = _attempt("", charged=True)
+    assert free_requeue_streak([]) == ()
+    assert free_requeue_streak([_attempt("node_lost"), _attempt("not_started")]) == (
+        "node_lost",
+        "not_started",
+    )
+    assert free_requeue_streak([_attempt("fenced"), own, _attempt("not_started")]) == (
+        "not_started",
+    )
+    for stop in (_attempt("preempted"), _attempt("drained"), _attempt(""), own):
+        assert free_requeue_streak([_attempt("evicted"), stop]) == ()
+    assert free_requeue_streak([_attempt("not_started", state="failed", charged=True)]) == ()
+
+
+def test_free_requeues_beyond_the_cap_fail_the_job_naming_causes_and_setting():
+    """Issue 35's risk: with a cap of 2, two infrastructure endings in a row were requeued
+    free; the third fails the job (charged), naming the causes and the setting."""
+    s = spec({"a": role(1)})
+    ts = tasks(a="L")
+    ts[0].cause = "not_started"
+    below = decide(s, ts, requeues=FreeRequeues(("not_started",), 2)).ending
+    assert below.state == JobState.QUEUED and not below.failure, below
+    at = decide(s, ts, requeues=FreeRequeues(("evicted", "not_started"), 2)).ending
+    assert at.state == JobState.FAILED and at.failure and at.cause == "not_started", at
+    assert "3 attempts in a row" in at.reason and "evicted x1, not_started x2" in at.reason
+    assert "loop.max_free_requeues is 2" in at.reason
+    uncapped = decide(s, ts, requeues=FreeRequeues(("not_started",) * 50, None)).ending
+    assert uncapped.state == JobState.QUEUED
 
 
 def test_retry_budget_counts_failed_attempts():

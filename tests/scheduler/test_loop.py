@@ -5,40 +5,18 @@ import dataclasses
 import time
 
 import pytest
-import redis
 
 from scheduler.core.model import Decision, Resources, TaskPlacement
 from scheduler.loop import Loop
-from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
-from scheduler.store import NodeRecord, Store, TaskState
+from scheduler.store import NodeRecord, TaskState
 from scheduler.store.snapshot import take_snapshot
+from tests.factories import Clock, loop_on_two_nodes
 
 
 @pytest.fixture()
 def env(redis_url):
-    settings = SchedulerSettings.model_validate(
-        {
-            "redis": {"url": redis_url},
-            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5},
-            "virtual_clusters": [
-                {"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}},
-            ],
-        }
-    )
-    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
-    store.apply_vcs(settings.virtual_clusters)
-    for n in ("n1", "n2"):
-        store.register_node(
-            NodeRecord(
-                name=n,
-                address=f"addr-{n}",
-                cpu_m=4000,
-                memory=16 * 2**30,
-                port_range=(31000, 31099),
-            )
-        )
-    return store, Loop(store, settings)
+    return loop_on_two_nodes(redis_url)
 
 
 def submit(store, name, roles=None, **extra):
@@ -157,16 +135,6 @@ def test_stop_of_queued_and_running_jobs(env):
     loop.cycle()
     job = store.get_job("run")
     assert job.state == "stopped" and job.reason == "user pressed stop"
-
-
-class Clock:
-    """The loop's monotonic clock, played forward by the test (heartbeat silences)."""
-
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
 
 
 def test_lost_node_requeues_its_job_elsewhere_without_charging_an_attempt(env):

@@ -4,30 +4,15 @@ agents are played by the test through ``store.report_task``."""
 from __future__ import annotations
 
 import pytest
-import redis
 
-from scheduler.loop import Loop
-from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
-from scheduler.store import NodeRecord, Store, TaskState
+from scheduler.store import TaskState
+from tests.factories import loop_on_two_nodes
 
 
 @pytest.fixture()
 def env(redis_url):
-    settings = SchedulerSettings.model_validate(
-        {
-            "redis": {"url": redis_url},
-            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 60, "finished_job_ttl_s": 30},
-            "virtual_clusters": [{"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}}],
-        }
-    )
-    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
-    store.apply_vcs(settings.virtual_clusters)
-    for n in ("n1", "n2"):
-        store.register_node(
-            NodeRecord(name=n, address=n, cpu_m=4000, memory=16 * 2**30, port_range=(31000, 31099))
-        )
-    return store, Loop(store, settings)
+    return loop_on_two_nodes(redis_url, loop={"heartbeat_timeout_s": 60, "finished_job_ttl_s": 30})
 
 
 def submit(store, name, roles, **extra):
@@ -214,3 +199,66 @@ def test_commit_drops_grows_of_jobs_that_moved_on_and_of_taken_keys(env):
     store.request_stop("g")
     ok, _ = store.commit(store.version(), {**empty, "grows": [grow("w-3")]})
     assert ok and "w-3" not in {t.key for t in store.tasks("g")}
+
+
+def _ends_without_starting(store, loop, job):
+    """The job is bound; its one task's pod never starts: the agent reports it ended by the
+    platform (cause ``not_started``, as the Kubernetes executor does past its start limit)."""
+    for _ in range(5):  # queued -> bound
+        loop.cycle()
+        tasks = store.tasks(job)
+        if tasks:
+            break
+    (t,) = tasks
+    store.report_task(
+        job,
+        t.key,
+        t.attempt,
+        t.node,
+        TaskState.LOST,
+        125,
+        "pod not running after 900 s (ContainerCreating): ended by the platform",
+        cause="not_started",
+    )
+    loop.cycle()
+
+
+def test_free_requeues_are_capped_by_max_free_requeues(redis_url):
+    """Issue 35's risk: a job whose pods can never start was requeued free forever. With
+    the default ``loop.max_free_requeues`` (10) the eleventh attempt in a row that the
+    infrastructure ends fails the job, and the reason names the repeated cause and the
+    setting (on main: requeued again, forever)."""
+    store, loop = loop_on_two_nodes(redis_url)
+    submit(store, "stuck", {"w": {"replicas": 1, "command": "x"}})
+    for attempt in range(1, 11):
+        _ends_without_starting(store, loop, "stuck")
+        job = store.get_job("stuck")
+        assert job.state in ("queued", "scheduled") and job.attempt == attempt + 1, job.reason
+        assert job.attempts[-1]["charged"] is False, job.attempts
+    _ends_without_starting(store, loop, "stuck")
+    job = store.get_job("stuck")
+    assert job.state == "failed", job.reason
+    assert "11 attempts in a row were ended by the infrastructure (not_started x11)" in job.reason
+    assert "loop.max_free_requeues is 10" in job.reason
+    assert [(a["cause"], a["charged"]) for a in job.attempts] == [("not_started", False)] * 10 + [
+        ("not_started", True)
+    ]
+
+
+def test_an_attempt_the_job_itself_ends_starts_the_free_requeue_count_again(redis_url):
+    """Only attempts in a row count: a charged failure between free requeues resets it."""
+    store, loop = loop_on_two_nodes(redis_url, loop={"max_free_requeues": 1})
+    submit(store, "r", {"w": {"replicas": 1, "command": "x"}}, retry={"max_attempts": 3})
+    _ends_without_starting(store, loop, "r")
+    loop.cycle()
+    report(store, "r", TaskState.RUNNING)
+    report(store, "r", TaskState.FAILED, 1)
+    loop.cycle()
+    job = store.get_job("r")  # its own failure: charged, retried
+    assert job.attempt == 3 and job.attempts[-1]["charged"] is True, job.attempts
+    _ends_without_starting(store, loop, "r")
+    job = store.get_job("r")
+    assert job.state in ("queued", "scheduled") and job.attempt == 4, job.reason
+    _ends_without_starting(store, loop, "r")
+    job = store.get_job("r")
+    assert job.state == "failed" and "loop.max_free_requeues is 1" in job.reason

@@ -7,32 +7,12 @@ from __future__ import annotations
 
 import json
 
-import redis
-
 from scheduler.loop import Loop
-from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
-from scheduler.store import NodeRecord, Store, TaskState
+from scheduler.store import NodeRecord, TaskState
+from scheduler.store.agent_store import NodeStore
 from scheduler.store.codec import event
-
-
-def _env(redis_url):
-    settings = SchedulerSettings.model_validate(
-        {
-            "redis": {"url": redis_url},
-            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5},
-            "virtual_clusters": [{"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}}],
-        }
-    )
-    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
-    store.apply_vcs(settings.virtual_clusters)
-    for n in ("n1", "n2"):
-        store.register_node(
-            NodeRecord(
-                name=n, address=f"a-{n}", cpu_m=4000, memory=16 << 30, port_range=(31000, 31099)
-            )
-        )
-    return store, Loop(store, settings)
+from tests.factories import loop_on_two_nodes
 
 
 def _submit(store, name, replicas=2):
@@ -41,7 +21,7 @@ def _submit(store, name, replicas=2):
 
 
 def test_view_follows_own_writes_and_rereads_after_a_foreign_change(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     _submit(store, "a")
     loop.cycle()  # first cycle reads everything, then binds "a"
     resyncs = loop.view.resyncs
@@ -68,7 +48,7 @@ def test_view_follows_own_writes_and_rereads_after_a_foreign_change(redis_url):
 
 
 def test_a_second_loops_commit_is_a_gap_for_the_first(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     other = Loop(store, loop.settings)
     _submit(store, "a")
     loop.cycle()
@@ -83,7 +63,7 @@ def test_a_second_loops_commit_is_a_gap_for_the_first(redis_url):
 
 
 def test_script_events_have_the_codec_shape(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     _submit(store, "a")
     loop.cycle()
     submitted, queued, scheduled = store.r.lrange(store.k("job", "a") + ":events", 0, -1)
@@ -96,7 +76,7 @@ def test_script_events_have_the_codec_shape(redis_url):
 
 
 def test_agents_wake_up_list_is_durable_and_bounded(redis_url):
-    store, loop = _env(redis_url)
+    store, loop = loop_on_two_nodes(redis_url)
     assert store.wait_bindings("n1", 0.05) is False  # nothing yet
     _submit(store, "a", replicas=8)  # both nodes get tasks
     loop.cycle()
@@ -110,10 +90,35 @@ def test_agents_wake_up_list_is_durable_and_bounded(redis_url):
 
 
 def test_batch_submit_is_one_round_trip_and_refuses_taken_names(redis_url):
-    store, _ = _env(redis_url)
+    store, _ = loop_on_two_nodes(redis_url)
     specs = [parse_job_spec({"name": n, "roles": {"w": {"command": "x"}}}) for n in "xyz"]
     store.create_job(specs[1])
     out = store.create_jobs(specs, user="bo")
     assert [r is None for r in out] == [False, True, False]
     assert store.get_job("x").user == "bo" and store.get_job("x").created == out[0].created
     assert store.active_job_names() == {"x", "y", "z"}
+
+
+def test_an_agent_registering_again_with_another_lease_is_seen_by_the_loop(redis_url):
+    """The loop declares a node lost only after the node's own fence bound (fence_s), read
+    from its cached node record: an agent that registers again with another lease and fence
+    (through its node credential, NodeStore) must make the loop read the node again, as
+    the admin path Store.register_node does; on main the register report said 'unchanged'
+    and the loop kept the old bound."""
+    store, loop = loop_on_two_nodes(redis_url)
+    loop.cycle()
+    assert loop.view.nodes["n1"].fence_s == 0.0
+    agent_side = NodeStore(store.r, "n1")
+    agent_side.register_node(
+        NodeRecord(
+            name="n1",
+            address="addr-n1",
+            cpu_m=4000,
+            memory=16 << 30,
+            port_range=(31000, 31099),
+            lease_s=60.0,
+            fence_s=70.0,
+        )
+    )
+    loop.cycle()
+    assert (loop.view.nodes["n1"].lease_s, loop.view.nodes["n1"].fence_s) == (60.0, 70.0)

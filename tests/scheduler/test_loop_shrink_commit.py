@@ -7,41 +7,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import redis
 
 from scheduler.core import schedule
 from scheduler.core.model import Shrink, TaskPlacement
 from scheduler.core.resources import Resources
 from scheduler.loop import Loop
-from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
-from scheduler.store import NodeRecord, Store
+from scheduler.store import Store
 from scheduler.store.snapshot import commit_payload, take_snapshot
+from tests.factories import loop_on_two_nodes
 
 ONE = {"cpu": 1, "memory": "1Gi"}
 
 
 @pytest.fixture()
 def env(redis_url):
-    settings = SchedulerSettings.model_validate(
-        {
-            "redis": {"url": redis_url},
-            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5},
-            "virtual_clusters": [{"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}}],
-        }
-    )
-    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
-    store.apply_vcs(settings.virtual_clusters)
-    for n in ("n1", "n2"):
-        store.register_node(
-            NodeRecord(
-                name=n,
-                address=f"addr-{n}",
-                cpu_m=4000,
-                memory=16 * 2**30,
-                port_range=(31000, 31099),
-            )
-        )
+    store, loop = loop_on_two_nodes(redis_url)
     store.create_job(
         parse_job_spec(
             {
@@ -53,7 +34,6 @@ def env(redis_url):
         ),
         user="ann",
     )
-    loop = Loop(store, settings)
     for _ in range(3):  # queued, bound at its minimum, grown to its maximum
         loop.cycle()
     assert sorted(t.key for t in store.tasks("e")) == ["w-0", "w-1", "w-2", "w-3"]
@@ -62,7 +42,7 @@ def env(redis_url):
         user="ann",
     )
     loop.cycle()  # k queued (and bound: n2 is free); the test binds a second one below
-    return store, settings
+    return store, loop.settings
 
 
 def shrink_of(store: Store, keys: list[str]) -> Shrink:

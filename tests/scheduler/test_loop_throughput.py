@@ -11,14 +11,12 @@ import subprocess
 import sys
 
 import pytest
-import redis
 
-from scheduler.loop import Loop
 from scheduler.loop.throughput import ThroughputError, parse_report
-from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.spec.model import speedup_table
-from scheduler.store import NodeRecord, Store, TaskState
+from scheduler.store import TaskState
+from tests.factories import loop_on_two_nodes
 
 WRITER = """\
 import json, os, sys
@@ -33,24 +31,7 @@ os.replace(tmp, os.path.join(d, "throughput.json"))
 
 @pytest.fixture()
 def env(redis_url, tmp_path):
-    settings = SchedulerSettings.model_validate(
-        {
-            "redis": {"url": redis_url},
-            "share_dir": str(tmp_path),
-            "loop": {"interval_s": 0.1, "heartbeat_timeout_s": 5},
-            "virtual_clusters": [{"name": "default", "guarantee": {"cpu": 8, "memory": "32Gi"}}],
-        }
-    )
-    store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
-    store.apply_vcs(settings.virtual_clusters)
-    for n in ("n1", "n2"):
-        store.register_node(
-            NodeRecord(
-                name=n, address=f"addr-{n}", cpu_m=4000, memory=16 * 2**30,
-                port_range=(31000, 31099),
-            )
-        )  # fmt: skip
-    loop = Loop(store, settings)
+    store, loop = loop_on_two_nodes(redis_url, share_dir=str(tmp_path))
     loop.throughput.read_every_s = 0.0  # every cycle reads (the default is 5 s)
     seen = []
     real = loop.schedule

@@ -15,18 +15,11 @@ from scheduler.settings import SchedulerSettings
 from scheduler.spec import parse_job_spec
 from scheduler.store import NodeRecord, Store, TaskState
 from scheduler.store.lease import lost_after_s
+from tests.factories import Clock
 
 TIMEOUT = 5.0  # loop.heartbeat_timeout_s of these tests
 LEASE = 1.5  # each agent's lease (s): three heartbeats of 0.5 s
 FENCE = 2.0  # lease + the executor's kill bound
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture()

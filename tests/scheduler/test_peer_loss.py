@@ -4,7 +4,7 @@ is heard from again (docs/faults.md "Bounds")."""
 
 from __future__ import annotations
 
-from scheduler.rules.lifecycle import Ending, decide
+from scheduler.rules.lifecycle import Ending, FreeRequeues, decide
 from scheduler.rules.peerloss import PeerWatch
 from scheduler.spec import parse_job_spec
 from scheduler.store.records import JobState, TaskRecord, TaskState
@@ -66,6 +66,18 @@ def test_a_survivor_is_processed_first_still_requeued_free():
     step = decide(GANG, tasks, peers=watch(98.0, 400))
     assert step.ending is not None and step.ending.infrastructure
     assert "peer w-1's node n0 went silent" in step.ending.reason
+
+
+def test_the_peer_loss_rule_shares_the_cap_on_free_requeues():
+    """A gang requeued free by the peer-loss rule counts towards loop.max_free_requeues
+    like any infrastructure ending: at the cap the job fails, naming the cause."""
+    tasks = gang(TaskState.LOST, peer_cause="node_lost")
+    tasks[0].index, tasks[1].index = 1, 0  # the survivor first: the peer-loss rule decides
+    capped = FreeRequeues(("node_lost",), 1)
+    step = decide(GANG, tasks, peers=watch(98.0, 400), requeues=capped)
+    assert step.ending is not None and step.ending.state == JobState.FAILED
+    assert "peer w-1's node n0 went silent" in step.ending.reason
+    assert "(node_lost x2) and loop.max_free_requeues is 1" in step.ending.reason
 
 
 def test_a_failure_before_the_peers_last_heartbeat_is_the_tasks_own():

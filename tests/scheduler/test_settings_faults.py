@@ -27,6 +27,20 @@ def test_defaults_tolerate_a_two_minute_store_outage():
     assert loop.peer_loss_grace_s == 600.0
 
 
+def test_free_requeues_are_capped_by_default_and_the_cap_is_checked():
+    """Issue 35's risk: ten infrastructure endings in a row are requeued free, the next one
+    fails the job; a negative cap is refused naming the field; null lifts the cap."""
+    assert SchedulerSettings().loop.max_free_requeues == 10
+    assert (
+        SchedulerSettings.model_validate(
+            {"loop": {"max_free_requeues": None}}
+        ).loop.max_free_requeues
+        is None
+    )
+    with pytest.raises(ValueError, match="max_free_requeues"):
+        SchedulerSettings.model_validate({"loop": {"max_free_requeues": -1}})
+
+
 def test_a_lease_is_never_shorter_than_three_heartbeats():
     assert AgentSettings(node_name="n", heartbeat_interval_s=100).lease == 300.0
     assert AgentSettings(node_name="n", heartbeat_interval_s=0.5, lease_s=1.5).lease == 1.5

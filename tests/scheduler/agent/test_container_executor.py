@@ -51,6 +51,20 @@ def launch(tmp_path: Path, command: str, image: str | None = IMAGE) -> TaskLaunc
     )
 
 
+def container_agent(store, tmp_path: Path, redis_url: str, ports: tuple[int, int]):
+    """The registered agent of node ``c1`` (2 cores, 2 GiB) with the container executor;
+    jobs go to it with ``test_startup.place_all(store, spec, "c1")`` and
+    ``run_to_end(store, agent, job)``."""
+    from tests.scheduler.agent.test_agent import make_agent
+
+    agent = make_agent(
+        store, tmp_path, redis_url, "c1", executor="container", stop_grace_s=2,
+        port_range=task_ports(*ports), resources={"cpu": 2, "memory": "2Gi"},
+    )  # fmt: skip
+    agent.register()
+    return agent
+
+
 @pytest.fixture()
 def ex():
     ex = ContainerExecutor("podman")
@@ -127,33 +141,15 @@ def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
     the bind-mounted share, exit codes from the runtime, containers removed after."""
     import redis
 
-    from scheduler.agent.agent import Agent
-    from scheduler.core.model import Bind, Decision, TaskPlacement
-    from scheduler.settings import AgentSettings
     from scheduler.spec import parse_job_spec
     from scheduler.store import Store
-    from scheduler.store.snapshot import commit_payload, take_snapshot
+    from tests.scheduler.agent.test_startup import place_all, run_to_end
 
     store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
     job = f"ctr-{uuid.uuid4().hex[:6]}"
-    agent = Agent(
-        AgentSettings.model_validate(
-            {
-                "node_name": "c1",
-                "address": "127.0.0.1",
-                "redis": {"url": redis_url},
-                "share_dir": str(tmp_path / "share"),
-                "executor": "container",
-                "work_dir": str(tmp_path / "work"),
-                "port_range": task_ports(33000, 33099),
-                "resources": {"cpu": 2, "memory": "2Gi"},
-                "stop_grace_s": 2,
-            }
-        ),
-        store=store,
-    )
-    agent.register()
-    store.create_job(
+    agent = container_agent(store, tmp_path, redis_url, (33000, 33099))
+    place_all(
+        store,
         parse_job_spec(
             {
                 "name": job,
@@ -167,18 +163,10 @@ def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
                     }
                 },
             }
-        )
+        ),
+        "c1",
     )
-    store.transition(job, "queued", "queued")
-    snap, ctx = take_snapshot(store)
-    role = snap.pending[0].roles[0]
-    bind = Bind(job, tuple(TaskPlacement("w", i, "c1", role.resources) for i in range(2)))
-    assert store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))[0]
-    deadline = time.monotonic() + 90
-    while not all(t.done for t in store.tasks(job)):
-        assert time.monotonic() < deadline, store.tasks(job)
-        agent.reconcile()
-        time.sleep(0.3)
+    run_to_end(store, agent, job, timeout=90)
     t0, t1 = store.tasks(job)
     assert (t0.state, t0.exit_code) == ("succeeded", 0)
     assert (t1.state, t1.exit_code) == ("failed", 1)
@@ -242,12 +230,9 @@ def test_the_agent_mounts_declared_data_read_only_unless_declared_writable(redis
     the container's root), the mount declared ``read_only: false`` takes it."""
     import redis
 
-    from scheduler.agent.agent import Agent
-    from scheduler.core.model import Bind, Decision, TaskPlacement
-    from scheduler.settings import AgentSettings
     from scheduler.spec import parse_job_spec
     from scheduler.store import Store
-    from scheduler.store.snapshot import commit_payload, take_snapshot
+    from tests.scheduler.agent.test_startup import place_all, run_to_end
 
     share = tmp_path / "share"
     (share / "data" / "ro").mkdir(parents=True)
@@ -255,24 +240,9 @@ def test_the_agent_mounts_declared_data_read_only_unless_declared_writable(redis
     (share / "data" / "ro" / "in.txt").write_text("input\n")
     store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
     job = f"ro-{uuid.uuid4().hex[:6]}"
-    agent = Agent(
-        AgentSettings.model_validate(
-            {
-                "node_name": "c1",
-                "address": "127.0.0.1",
-                "redis": {"url": redis_url},
-                "share_dir": str(share),
-                "executor": "container",
-                "work_dir": str(tmp_path / "work"),
-                "port_range": task_ports(33100, 33199),
-                "resources": {"cpu": 2, "memory": "2Gi"},
-                "stop_grace_s": 2,
-            }
-        ),
-        store=store,
-    )
-    agent.register()
-    store.create_job(
+    agent = container_agent(store, tmp_path, redis_url, (33100, 33199))
+    place_all(
+        store,
         parse_job_spec(
             {
                 "name": job,
@@ -290,18 +260,10 @@ def test_the_agent_mounts_declared_data_read_only_unless_declared_writable(redis
                     }
                 },
             }
-        )
+        ),
+        "c1",
     )
-    store.transition(job, "queued", "queued")
-    snap, ctx = take_snapshot(store)
-    role = snap.pending[0].roles[0]
-    bind = Bind(job, (TaskPlacement("w", 0, "c1", role.resources),))
-    assert store.commit(ctx.version, commit_payload(Decision(binds=(bind,)), ctx))[0]
-    deadline = time.monotonic() + 90
-    while not all(t.done for t in store.tasks(job)):
-        assert time.monotonic() < deadline, store.tasks(job)
-        agent.reconcile()
-        time.sleep(0.3)
+    run_to_end(store, agent, job, timeout=90)
     log = (job_log_dir(share, job, store.get_job(job).uid) / "w-0.log").read_text()
     assert store.tasks(job)[0].state == "succeeded", log
     assert "input" in log and "Read-only file system" in log and "refused" in log, log

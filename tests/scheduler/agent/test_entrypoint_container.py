@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import uuid
 
 import pytest
 
 from scheduler.logpaths import job_log_dir
-from tests.ports import task_ports
+from tests.scheduler.agent.test_container_executor import container_agent
+from tests.scheduler.agent.test_startup import place_all, run_to_end
 
 BASE = "localhost/pasture-base:bookworm"
 IMAGE = f"localhost/volcano-ep-test:{uuid.uuid4().hex[:8]}"
@@ -73,32 +73,12 @@ def _task(name: str, container: dict) -> dict:
 def test_agent_runs_image_entrypoints_from_a_volcano_job(image, redis_url, tmp_path):
     import redis
 
-    from scheduler.agent.agent import Agent
-    from scheduler.core.model import Bind, Decision, TaskPlacement
-    from scheduler.settings import AgentSettings
     from scheduler.spec import parse_job_spec
     from scheduler.store import Store
-    from scheduler.store.snapshot import commit_payload, take_snapshot
 
     store = Store(redis.Redis.from_url(redis_url, decode_responses=True))
     job = f"ep-{uuid.uuid4().hex[:6]}"
-    agent = Agent(
-        AgentSettings.model_validate(
-            {
-                "node_name": "c1",
-                "address": "127.0.0.1",
-                "redis": {"url": redis_url},
-                "share_dir": str(tmp_path / "share"),
-                "executor": "container",
-                "work_dir": str(tmp_path / "work"),
-                "port_range": task_ports(33100, 33199),
-                "resources": {"cpu": 2, "memory": "2Gi"},
-                "stop_grace_s": 2,
-            }
-        ),
-        store=store,
-    )
-    agent.register()
+    agent = container_agent(store, tmp_path, redis_url, (33100, 33199))
     assert store.get_node("c1").labels["pasture.io/image-entrypoint"] == "true"
     spec = parse_job_spec(
         {
@@ -115,16 +95,8 @@ def test_agent_runs_image_entrypoints_from_a_volcano_job(image, redis_url, tmp_p
             },
         }
     )
-    store.create_job(spec)
-    store.transition(job, "queued", "queued")
-    snap, ctx = take_snapshot(store)
-    binds = tuple(TaskPlacement(r.name, 0, "c1", r.resources) for r in snap.pending[0].roles)
-    assert store.commit(ctx.version, commit_payload(Decision(binds=(Bind(job, binds),)), ctx))[0]
-    deadline = time.monotonic() + 60
-    while not all(t.done for t in store.tasks(job)):
-        assert time.monotonic() < deadline, store.tasks(job)
-        agent.reconcile()
-        time.sleep(0.3)
+    place_all(store, spec, "c1")
+    run_to_end(store, agent, job)
     assert {t.role: t.state for t in store.tasks(job)} == dict.fromkeys(
         ("args", "plain", "cmd", "wd"), "succeeded"
     )
