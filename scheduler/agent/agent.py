@@ -525,6 +525,7 @@ class Agent:
                 f.write(f"pasture: could not start the task: {exc}\n")
             self._report_failed(job, rec, f"could not start: {exc}")
             return
+        declared = startup.declared_mounts(spec, share)  # one plan for every executor
         launch = TaskLaunch(
             task_id=tid,
             job=job,
@@ -542,14 +543,14 @@ class Agent:
             share_dir=share,
             state_dir=state_dir,
             # declared data: read-only unless the spec says read_only: false
-            mounts=startup.declared_mounts(spec, share) + boot.mounts,
+            mounts=declared + boot.mounts,
             lease_file=self.lease_file,
             entrypoint=boot.entrypoint,
             args=boot.args,
             working_dir=boot.working_dir,
             user=user,
-            visible=boot.visible + [str(share / m.source) for m in spec.mounts],
-            read_only=[str(share / m.source) for m in spec.mounts if m.read_only],
+            visible=boot.visible + [source for source, _ in declared],
+            read_only=[source for source, target in declared if target.endswith(":ro")],
         )
         try:
             handle = self.executor.start(launch)
