@@ -94,7 +94,10 @@ def test_a_tenants_pod_mounts_only_its_own_parts_of_the_share(cluster):
     """alice's pod (VC alice) and bob's (VC bob), both jobs named ``train``: alice's
     container binds exactly her job directory, her code dir and declared data read-only,
     her writable scratch and her VC's team directory; no mount is the claim's root and none
-    reaches bob's job directory (on main: the whole claim at the share's path)."""
+    reaches bob's job directory (on main: the whole claim at the share's path). The
+    documented paths keep working within those rights: ``PASTURE_SHARE_DIR`` and
+    ``PASTURE_JOB_DIR`` name the share and the mounted job directory, a Volcano claim is
+    its directory of the job."""
     share, agent_dir, kube, executor = cluster
     alice = tenant_launch(
         share,
@@ -105,6 +108,7 @@ def test_a_tenants_pod_mounts_only_its_own_parts_of_the_share(cluster):
             {"source": "datasets/mnist", "target": "/data"},
             {"source": "scratch/alice", "target": "/scratch", "read_only": False},
         ],
+        volumes=[{"name": "ckpt", "target": "/ckpt"}],  # a Volcano volumeClaim
     )
     bob = tenant_launch(share, agent_dir, "bob", code_dir="code/bob")
     handles = [executor.start(alice), executor.start(bob)]
@@ -119,7 +123,13 @@ def test_a_tenants_pod_mounts_only_its_own_parts_of_the_share(cluster):
         "/data": (f"{s}/datasets/mnist", True),
         "/scratch": (f"{s}/scratch/alice", False),
         f"{s}/teams/alice": (f"{s}/teams/alice", False),
+        "/ckpt": (f"{s}/jobs/train.alice/volumes/ckpt", False),
     }
+    env = {
+        e["name"]: e.get("value")
+        for e in kube.pods[("pasture", pod_of(handles[0])[1])]["spec"]["containers"][0]["env"]
+    }
+    assert env["PASTURE_SHARE_DIR"] == s and env["PASTURE_JOB_DIR"] == f"{s}/jobs/train.alice"
     bob_dir = share / "jobs" / "train.bob"
     assert bob_dir.is_dir()
     for path, _ in from_share.values():
@@ -133,6 +143,7 @@ def test_a_tenants_pod_mounts_only_its_own_parts_of_the_share(cluster):
         "code/alice",
         "datasets/mnist",
         "jobs/train.alice",
+        "jobs/train.alice/volumes/ckpt",
         "scratch/alice",
         "teams/alice",
     ]
