@@ -24,6 +24,12 @@ What it models (and the source of each rule):
   a ``DisruptionTarget`` condition and ends (143), then the node is deleted with its pods.
 - **graceful node shutdown** (:meth:`shutdown_node`), **cordon** (:meth:`cordon`),
   ``NoExecute`` taints and the ``Ready`` condition on Node objects.
+- **API validation of volume mounts** (``pkg/apis/core/validation``:
+  ``ValidateVolumeMounts``, ``validateLocalDescendingPath``): each mount names a volume of
+  the pod, ``mountPath`` unique per container, ``subPath`` relative and without ``..``;
+  otherwise 422 Invalid. **What the kubelet mounts** (:meth:`container_view`): each mount
+  as the node path it binds (a claim's directory or a hostPath, joined with ``subPath``),
+  read-only or not, so a test sees what a task container can reach.
 """
 
 from __future__ import annotations
@@ -289,10 +295,67 @@ class KubeStandIn:
                 self._terminate(p, 143, reason=reason)
 
     # ---- pods ------------------------------------------------------------------------
+    @staticmethod
+    def _validate_mounts(wire: dict[str, Any]) -> None:
+        """The API server's checks of volume mounts (module docstring); 422 when refused."""
+        spec = wire.get("spec") or {}
+        volumes = {v["name"] for v in spec.get("volumes") or []}
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            paths: set[str] = set()
+            for i, m in enumerate(c.get("volumeMounts") or []):
+                where = f"spec.containers[{c['name']}].volumeMounts[{i}]"
+                sub = m.get("subPath") or ""
+                why = ""
+                if m["name"] not in volumes:
+                    why = "name: Not found"
+                elif m["mountPath"] in paths:
+                    why = "mountPath: must be unique"
+                elif sub.startswith("/"):
+                    why = "subPath: must be a relative path"
+                elif ".." in sub.split("/"):
+                    why = "subPath: must not contain '..'"
+                if why:
+                    raise k8s.ApiException(status=422, reason=f"Invalid: {where}.{why}")
+                paths.add(m["mountPath"])
+
+    def container_view(
+        self,
+        name: str,
+        claims: dict[str, str],
+        namespace: str = "pasture",
+        container: str = "task",
+    ) -> dict[str, tuple[str | None, bool]]:
+        """What the kubelet mounts into ``container`` of pod ``name``: mount path ->
+        (node path bound there, read-only). ``claims`` maps a claim name to the node
+        directory its volume is (the share); a hostPath is its path; ``subPath`` is
+        joined to either; an emptyDir is None (fresh, the pod's own)."""
+        with self.cond:
+            spec = self.pods[(namespace, name)]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        (c,) = [
+            c
+            for c in [*(spec.get("initContainers") or []), *spec["containers"]]
+            if c["name"] == container
+        ]
+        view: dict[str, tuple[str | None, bool]] = {}
+        for m in c.get("volumeMounts") or []:
+            v = volumes[m["name"]]
+            if "persistentVolumeClaim" in v:
+                base: str | None = claims[v["persistentVolumeClaim"]["claimName"]]
+            elif "hostPath" in v:
+                base = v["hostPath"]["path"]
+            else:
+                base = None
+            if base is not None and m.get("subPath"):
+                base = f"{base.rstrip('/')}/{m['subPath']}"
+            view[m["mountPath"]] = (base, bool(m.get("readOnly")))
+        return view
+
     def _create(self, namespace: str, wire: dict[str, Any]) -> dict[str, Any]:
         key = (namespace, wire["metadata"]["name"])
         if key in self.pods:
             raise k8s.ApiException(status=409, reason="AlreadyExists")
+        self._validate_mounts(wire)
         wire["metadata"].update(
             namespace=namespace, uid=f"uid-{next(self._seq)}", creationTimestamp=None
         )

@@ -70,6 +70,8 @@ log = logging.getLogger("pasture.agent")
 
 FENCE_POLL_S = 0.25
 """Seconds between two checks of the lease by the fence thread."""
+TENANT_EXECUTORS = ("process", "container", "kubernetes")
+"""Executors that run a task as its VC's Unix identity with ``task_users: vc``."""
 LOCAL_POLL_S = 0.5
 """Seconds between two looks at the local tasks (exits are reported within this)."""
 BINDINGS_REFRESH_S = 5.0
@@ -157,10 +159,10 @@ class Agent:
         self.executor = executor or make_executor(
             settings.executor, cli=settings.container_cli, network=settings.task_network
         )
-        if settings.task_users == "vc" and self.executor.kind not in ("process", "container"):
+        if settings.task_users == "vc" and self.executor.kind not in TENANT_EXECUTORS:
             raise ExecutorError(
                 f"task_users: vc is not supported by the {self.executor.kind} executor (its"
-                " pods run as their image's user); set task_users: agent"
+                " tasks run as their image's user); set task_users: agent"
             )
         if settings.task_users == "vc" and not tenants.can_switch():
             raise ExecutorError(
@@ -496,7 +498,10 @@ class Agent:
         user = None
         if self.s.task_users == "vc":  # the VC's own Unix identity (scheduler/tenants.py)
             try:
-                user = tenants.resolve(spec.vc)
+                # a pod needs only the numbers (runAsUser); the agent's own pod has no
+                # tenant users in its passwd (k8s_pod.passwd_text gives the task its entry)
+                kube = self.executor.kind == "kubernetes"
+                user = tenants.planned(spec.vc) if kube else tenants.resolve(spec.vc)
             except tenants.TenantError as exc:
                 log.warning("task %s/%s cannot start: %s", job, rec.key, exc)
                 self._report_failed(job, rec, f"could not start: {exc}")
@@ -547,6 +552,7 @@ class Agent:
                 f.write(f"pasture: could not start the task: {exc}\n")
             self._report_failed(job, rec, f"could not start: {exc}")
             return
+        declared = startup.declared_mounts(spec, share)  # one plan for every executor
         launch = TaskLaunch(
             task_id=tid,
             job=job,
@@ -564,18 +570,14 @@ class Agent:
             share_dir=share,
             state_dir=state_dir,
             # declared data: read-only unless the spec says read_only: false
-            mounts=[
-                (str(share / m.source), f"{m.target}:ro" if m.read_only else m.target)
-                for m in spec.mounts
-            ]
-            + boot.mounts,
+            mounts=declared + boot.mounts,
             lease_file=self.lease_file,
             entrypoint=boot.entrypoint,
             args=boot.args,
             working_dir=boot.working_dir,
             user=user,
-            visible=boot.visible + [str(share / m.source) for m in spec.mounts],
-            read_only=[str(share / m.source) for m in spec.mounts if m.read_only],
+            visible=boot.visible + [source for source, _ in declared],
+            read_only=[source for source, target in declared if target.endswith(":ro")],
         )
         try:
             handle = self.executor.start(launch)

@@ -4,7 +4,8 @@ Pure functions over the Kubernetes client's models (no API calls, no clock), sha
 the executor (:mod:`scheduler.agent.kubernetes`), the aks stack and the tests:
 
     TaskLaunch --build_pod()--> V1Pod (nodeName = the core's node, requests = limits,
-                                       the fence sidecar, the share, tolerations)
+                                       the fence sidecar, its parts of the share as
+                                       subPaths, the VC's uid, tolerations)
     V1Pod --exit_code() / start_failure() / not_started() / pod_evidence()
           / disruption() / infrastructure_ending()--> what the agent reports
 
@@ -26,17 +27,26 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
+from scheduler import logpaths
 from scheduler.agent import k8s_secrets
 from scheduler.agent.executor import TaskLaunch, log_redirect
-from scheduler.agent.k8s_mounts import SHARE_VOLUME, task_mounts
+from scheduler.agent.k8s_mounts import task_mounts
 from scheduler.k8s import taints
 from scheduler.k8s.autoscale import SAFE_TO_EVICT
 from scheduler.k8s.nodes import FENCE_CONTAINER, FENCE_RESOURCES, GPU_RESOURCE
+from scheduler.tenants import TenantUser
 
 __all__ = ["FENCE_CONTAINER", "FENCE_RESOURCES", "GPU_RESOURCE", "SAFE_TO_EVICT"]  # re-exported
 
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu=present:NoSchedule",)
 AGENT_VOLUME = "pasture-agent"
+HOME_VOLUME = "pasture-home"
+PASSWD_VOLUME = "pasture-passwd"
+TASK_HOME = "/home/pasture"
+"""The home directory (an emptyDir) of a task pod run as its VC's user, as in containers."""
+PASSWD_FILE = "passwd"
+"""The passwd file the executor writes in a task's state dir for a pod run as its VC's
+user (:func:`passwd_text`), mounted at ``/etc/passwd`` (sshd and ssh need the uid's name)."""
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 GPU_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -184,8 +194,14 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
     Returns:
         A ``V1Pod`` with ``spec.nodeName = launch.node``, ``restartPolicy: Never``,
         requests = limits (``<cpu_m>m``, memory in bytes, ``nvidia.com/gpu`` when the
-        task has GPUs), the share mounted at ``launch.share_dir``, stdout/stderr appended
-        to ``launch.log_path`` on the share, and ``launch.env`` as the environment; with
+        task has GPUs), the task's parts of the share as ``subPath`` mounts of the claim
+        at their paths (:func:`scheduler.agent.k8s_mounts.task_mounts`: the job's
+        directory, which is the working directory, and ``launch.mounts``; never the
+        claim's root), stdout/stderr appended to ``launch.log_path`` on the share, and
+        ``launch.env`` as the environment; with ``launch.user`` (``task_users: vc``) the
+        VC's uid/gid without privileges (:func:`pod_security`, :func:`task_security`,
+        :func:`fence_security`), ``HOME`` an emptyDir and the task's passwd file
+        (:func:`passwd_mount`); with
         ``settings.agent_dir`` and ``launch.lease_file`` also the fence sidecar
         (:func:`fence_sidecar`) and ``shareProcessNamespace: true``. An entrypoint role
         (``launch.entrypoint``) gets no ``command`` and ``args = launch.args``, so the
@@ -194,29 +210,27 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         ENTRYPOINT is only known to the node's runtime.
 
     Raises:
-        ValueError: a taint in ``settings.tolerations`` is malformed.
+        ValueError: a taint in ``settings.tolerations`` is malformed; a mount refused by
+            :func:`scheduler.agent.k8s_mounts.task_mounts` (a link, ``..``, the share root).
     """
     limits = {"cpu": f"{launch.cpu_m}m", "memory": str(launch.memory)}
     if launch.gpus:
         limits[GPU_RESOURCE] = str(len(launch.gpus))
     script = f"{log_redirect(launch.log_path)}\n{launch.command}"
-    mounts, volumes = [], []
-    if settings.share_claim:
-        mounts.append(k8s.V1VolumeMount(name=SHARE_VOLUME, mount_path=str(launch.share_dir)))
-        volumes.append(
-            k8s.V1Volume(
-                name=SHARE_VOLUME,
-                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-                    claim_name=settings.share_claim
-                ),
-            )
-        )
-    extra_mounts, extra_volumes = task_mounts(
+    # the job's directory, its code dir, team directory and declared data as subPaths of
+    # the claim, never the claim's root (k8s_mounts.py)
+    mounts, volumes = task_mounts(
         launch, settings.share_claim, settings.agent_dir, host_network=settings.host_network
     )
-    mounts += extra_mounts
-    volumes += extra_volumes
-    workdir = str(launch.share_dir) if settings.share_claim else None
+    if launch.user is not None:  # a writable home of its own (the image's may be root's)
+        mounts.append(k8s.V1VolumeMount(name=HOME_VOLUME, mount_path=TASK_HOME))
+        volumes.append(k8s.V1Volume(name=HOME_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource()))
+        passwd = passwd_mount(launch, settings)
+        if passwd is not None:
+            mounts.append(passwd[0])
+            volumes.append(passwd[1])
+    job_dir = str(logpaths.job_dir(launch.share_dir, launch.job))
+    workdir = launch.env.get("PASTURE_JOB_DIR", job_dir) if settings.share_claim else None
     command: list[str] | None = ["/bin/sh", "-c", script]
     args = None
     if launch.entrypoint:  # the image's own ENTRYPOINT: no command, the role's args
@@ -230,6 +244,7 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
         resources=k8s.V1ResourceRequirements(requests=dict(limits), limits=dict(limits)),
         volume_mounts=mounts or None,
         working_dir=workdir,
+        security_context=task_security(launch.user),
     )
     labels = {
         **settings.labels,
@@ -275,6 +290,7 @@ def build_pod(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Pod:
             init_containers=[fence] if fence is not None else None,
             share_process_namespace=True if fence is not None else None,
             volumes=volumes or None,
+            security_context=pod_security(launch.user),
         ),
     )
 
@@ -289,7 +305,93 @@ def gpu_isolation(launch: TaskLaunch) -> dict[str, str]:
     env = {k: v for k, v in launch.env.items() if k not in GPU_VARIABLES}
     if not launch.gpus:
         env.update(NVIDIA_VISIBLE_DEVICES="void", CUDA_VISIBLE_DEVICES="")
+    if launch.user is not None:
+        env["HOME"] = TASK_HOME
     return env
+
+
+def pod_security(user: TenantUser | None) -> k8s.V1PodSecurityContext | None:
+    """The pod-level security context of a task run as its VC's user (None: the image's
+    user, ``task_users: agent``): ``runAsUser``/``runAsGroup`` the VC's uid/gid
+    (:mod:`scheduler.tenants`), ``fsGroup`` its gid with ``fsGroupChangePolicy:
+    OnRootMismatch`` (the emptyDir home; the share's claim is RWX without an fsType, which
+    the kubelet does not re-own under a CSI driver's default ``fsGroupPolicy``), the
+    runtime's default seccomp profile. The fence sidecar overrides the user
+    (:func:`fence_security`)."""
+    if user is None:
+        return None
+    return k8s.V1PodSecurityContext(
+        run_as_user=user.uid,
+        run_as_group=user.gid,
+        fs_group=user.gid,
+        fs_group_change_policy="OnRootMismatch",
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def task_security(user: TenantUser | None) -> k8s.V1SecurityContext | None:
+    """The task container's security context when it runs as its VC's user: that uid/gid,
+    ``runAsNonRoot``, ``allowPrivilegeEscalation: false`` (no setuid gain), every
+    capability dropped. None for ``task_users: agent``."""
+    if user is None:
+        return None
+    return k8s.V1SecurityContext(
+        run_as_user=user.uid,
+        run_as_group=user.gid,
+        run_as_non_root=True,
+        allow_privilege_escalation=False,
+        capabilities=k8s.V1Capabilities(drop=["ALL"]),
+    )
+
+
+def fence_security(user: TenantUser | None) -> k8s.V1SecurityContext | None:
+    """The fence sidecar's security context beside a task run as its VC's user: root
+    with every capability dropped but ``KILL`` (it signals the tenant's processes,
+    ``kill(-1)``, and writes the fenced marker in the agent's root-owned task dir), no
+    privilege escalation, a read-only root filesystem. Not the tenant's uid: the pods
+    share a PID namespace, and a process of the same uid could reach the sidecar's
+    mount of the agent's work dir through ``/proc/<pid>/root``. None for ``task_users:
+    agent``."""
+    if user is None:
+        return None
+    return k8s.V1SecurityContext(
+        run_as_user=0,
+        run_as_group=0,
+        run_as_non_root=False,
+        allow_privilege_escalation=False,
+        read_only_root_filesystem=True,
+        capabilities=k8s.V1Capabilities(drop=["ALL"], add=["KILL"]),
+    )
+
+
+def passwd_text(user: TenantUser) -> str:
+    """``/etc/passwd`` of a task pod run as ``user``: root, the VC's user (home
+    :data:`TASK_HOME`, shell ``/bin/sh``) and nobody; sshd and ssh look the uid up by
+    name. The names are :func:`scheduler.tenants.user_name`'s (no ``:`` or newline)."""
+    return (
+        "root:x:0:0:root:/root:/bin/sh\n"
+        f"{user.name}:x:{user.uid}:{user.gid}:pasture tenant:{TASK_HOME}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+
+
+def passwd_mount(
+    launch: TaskLaunch, settings: PodSettings
+) -> tuple[k8s.V1VolumeMount, k8s.V1Volume] | None:
+    """The mount of the task's passwd file (:data:`PASSWD_FILE` in its state dir, written
+    by the executor) at ``/etc/passwd``, read-only, as a hostPath of the state dir; None
+    without an agent dir (then the task runs with the image's passwd)."""
+    if not settings.agent_dir or not Path(launch.state_dir).is_relative_to(settings.agent_dir):
+        return None
+    return (
+        k8s.V1VolumeMount(
+            name=PASSWD_VOLUME, mount_path="/etc/passwd", sub_path=PASSWD_FILE, read_only=True
+        ),
+        k8s.V1Volume(
+            name=PASSWD_VOLUME,
+            host_path=k8s.V1HostPathVolumeSource(path=str(launch.state_dir), type="Directory"),
+        ),
+    )
 
 
 def fence_sidecar(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Container | None:
@@ -325,6 +427,7 @@ def fence_sidecar(launch: TaskLaunch, settings: PodSettings) -> k8s.V1Container 
             requests=dict(FENCE_RESOURCES), limits=dict(FENCE_RESOURCES)
         ),
         volume_mounts=[k8s.V1VolumeMount(name=AGENT_VOLUME, mount_path=str(agent_dir))],
+        security_context=fence_security(launch.user),
     )
 
 

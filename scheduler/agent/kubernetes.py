@@ -5,8 +5,12 @@ kubernetes``. The scheduler core has already placed the task on that node, so th
 created with ``spec.nodeName`` set (the Kubernetes scheduler is bypassed, as in Volcano's
 binder): requests = limits from the task's resources, ``nvidia.com/gpu`` limits for GPUs
 (the NVIDIA device plugin picks the devices and sets CUDA_VISIBLE_DEVICES), tolerations for
-the GPU pool taints, the cluster share (an Azure Files PVC) mounted at the agent's
-``share_dir``, and the discovery environment.
+the GPU pool taints, the task's parts of the cluster share (an Azure Files PVC) as
+``subPath`` mounts at their paths under the agent's ``share_dir`` (its job's directory,
+code dir, team directory, declared data; never the claim's root: :mod:`.k8s_mounts`), the
+VC's uid without privileges with ``task_users: vc`` (:func:`.k8s_pod.pod_security`; the
+executor writes the task's ``/etc/passwd`` in its state dir before creating the pod), and
+the discovery environment.
 
     TaskLaunch --build_pod()--> V1Pod --create_namespaced_pod--> pod on launch.node
     handle "<namespace>/<pod>[#<fenced file>]" --poll()--> exit_code(V1Pod): None while running
@@ -76,6 +80,7 @@ from scheduler.agent.k8s_pod import (
     FENCE_RESOURCES,
     GPU_RESOURCE,
     NOT_STARTED,
+    PASSWD_FILE,
     PERMANENT_START_FAILURES,
     SAFE_TO_EVICT,
     START_FAILED_EXIT,
@@ -88,6 +93,7 @@ from scheduler.agent.k8s_pod import (
     fence_sidecar,
     infrastructure_ending,
     not_started,
+    passwd_text,
     pod_evidence,
     pod_name,
     pod_of,
@@ -187,6 +193,11 @@ class KubernetesExecutor(Executor):
             pod = build_pod(launch, self.settings)
         except ValueError as exc:
             raise ExecutorError(str(exc)) from None
+        if launch.user is not None and self.settings.agent_dir:  # its /etc/passwd (k8s_pod)
+            launch.state_dir.mkdir(parents=True, exist_ok=True)
+            passwd = launch.state_dir / PASSWD_FILE
+            passwd.write_text(passwd_text(launch.user))
+            passwd.chmod(0o644)
         ns = self.settings.namespace
         assert pod.metadata is not None and pod.metadata.name is not None  # set by build_pod
         assert pod.spec is not None

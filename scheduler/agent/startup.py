@@ -5,7 +5,7 @@
 job's command) and extra mounts. In order:
 
 1. the job directory on the share (``logs/``, ``output/``; owned by the VC's Unix user
-   when tasks run as it, :func:`own_job_dir`), what of the share a container sees (the job
+   when tasks run as it, :func:`own_job_dir`), what of the share a container or pod sees (the job
    directory, the code dir read-only, the VC's team directory when it exists: never the
    share root; the job's ``mounts`` are added by the agent), the MPI hostfile
    (``hostfile-<attempt>``, when the job sets ``mpi``) and the Volcano host files
@@ -114,6 +114,16 @@ def own_job_dir(share: Path, job_dir: Path, task_dir: Path, owner: tuple[int, in
         os.chmod(d, 0o711)
 
 
+def declared_mounts(spec: JobSpec, share: Path) -> list[tuple[str, str]]:
+    """The job's declared data (its ``mounts``) as ``(source on the node, target[:ro])``
+    pairs, the form of ``TaskLaunch.mounts``: read-only unless declared ``read_only:
+    false`` (:class:`scheduler.spec.policies.MountSpec`). Every executor gets these after
+    :func:`prepare`'s own mounts."""
+    return [
+        (str(share / m.source), f"{m.target}:ro" if m.read_only else m.target) for m in spec.mounts
+    ]
+
+
 def code_dir_of(spec: JobSpec, share: Path) -> Path | None:
     """The job's ``code_dir`` as a path on the share (None when the job has none).
 
@@ -213,7 +223,8 @@ def prepare(
         *([str(code)] if code else []),
         *([str(team)] if team.is_dir() else []),
     ]
-    if in_container:  # what of the share it sees besides its job's directory (container.py)
+    if executor_kind in ("container", "kubernetes"):
+        # what of the share it sees besides its job's directory (container.py, k8s_mounts.py)
         if code:
             mounts.append((str(code), f"{code}:ro"))
         if team.is_dir():

@@ -33,8 +33,18 @@ TAINTS = ("nvidia.com/gpu=present:NoSchedule",)
 class Aks:
     """One AKS cluster with a GPU pool ``a100`` (0..max_count nodes) and pasture on it."""
 
-    def __init__(self, redis_url: str, tmp_path, max_count: int = 4, hold_s: float = 120.0):
+    def __init__(
+        self,
+        redis_url: str,
+        tmp_path,
+        max_count: int = 4,
+        hold_s: float = 120.0,
+        agent_extra: dict | None = None,
+        share_claim: str | None = None,
+    ):
         self.tmp = tmp_path
+        self.agent_extra = agent_extra or {}  # more agent settings (task_users...)
+        self.share_claim = share_claim
         self.redis_url = redis_url
         self.hold_s = hold_s
         self.kube = KubeStandIn()
@@ -114,10 +124,13 @@ class Aks:
                     "work_dir": str(work),
                     "port_range": [32000, 32099],
                     "stop_grace_s": 0,
+                    **self.agent_extra,
                 }
             )
             executor = KubernetesExecutor(
-                settings=PodSettings(share_claim=None, agent_dir=str(work), pending_timeout_s=600),
+                settings=PodSettings(
+                    share_claim=self.share_claim, agent_dir=str(work), pending_timeout_s=600
+                ),
                 api=self.kube,
                 node_objects=True,
                 capacity_wait_s=0,

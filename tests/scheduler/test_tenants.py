@@ -70,13 +70,13 @@ def test_an_agent_that_cannot_run_tasks_as_tenants_refuses_to_start(tmp_path):
     from scheduler.agent.process import ProcessExecutor
     from scheduler.settings import AgentSettings
 
-    class Pods(ProcessExecutor):
-        kind = "kubernetes"
+    class Pods(ProcessExecutor):  # (kubernetes pods run as tenants: runAsUser)
+        kind = "slurm"  # an executor kind that cannot switch users
 
     settings = AgentSettings.model_validate(
         {"node_name": "n1", "work_dir": str(tmp_path), "task_users": "vc"}
     )
-    with pytest.raises(ExecutorError, match="task_users: vc is not supported by the kubernetes"):
+    with pytest.raises(ExecutorError, match="task_users: vc is not supported by the slurm"):
         Agent(settings, store=object(), executor=Pods(limits="none"))  # type: ignore[arg-type]
 
 

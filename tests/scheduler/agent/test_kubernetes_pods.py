@@ -112,10 +112,17 @@ def test_tolerations_match_the_gpu_pool_taints():
     ]
 
 
-def test_share_is_mounted_and_logs_go_to_it():
+def test_only_the_job_directory_of_the_share_is_mounted_and_logs_go_to_it():
     wire, _ = round_trip(build_pod(launch(), SETTINGS))
     (container,) = wire["spec"]["containers"]
-    assert container["volumeMounts"] == [{"name": "pasture-share", "mountPath": "/mnt/pasture"}]
+    assert container["volumeMounts"] == [  # the job's directory only, never the claim's root
+        {
+            "name": "pasture-share",
+            "mountPath": "/mnt/pasture/jobs/mnist-ddp",
+            "subPath": "jobs/mnist-ddp",
+        }
+    ]
+    assert container["workingDir"] == "/mnt/pasture/jobs/mnist-ddp"
     assert wire["spec"]["volumes"] == [
         {"name": "pasture-share", "persistentVolumeClaim": {"claimName": "pasture-share"}}
     ]
