@@ -280,17 +280,45 @@ def logs(
         "--prefix/--no-prefix",
         help="'role-index | ' before each line (default: unless --role and --index name one task)",
     ),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        help="only lines written at or after: a duration ago (10m, 1h, 2d) or an RFC 3339"
+        " time (2026-11-28T04:00:00Z)",
+    ),
+    timestamps: bool = typer.Option(
+        False, "--timestamps", "-t", help="each line's time (RFC 3339 UTC) before it"
+    ),
     vc: str | None = JobVcOpt,
 ) -> None:
     """Every task's stdout/stderr, each line prefixed with its task (role-index).
 
     Logs live in `<share>/jobs/<job>/logs/<uid>/<role>-<index>.log` (uid: this submission),
     every attempt of a task after its "=== attempt N on NODE ===" line. A job that has not
-    started says why it waits.
+    started says why it waits. Times (--since, --timestamps) are when the node's agent saw
+    each line on the share (within half a second); a line whose time was not recorded
+    shows "(time unknown)".
     """
+    if since is not None:
+        import time
+
+        from scheduler.timespec import parse_when
+
+        try:
+            parse_when(since, time.time(), "--since")
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--since") from None
     client = api_client()
     name = job_ref(name, vc)
-    options = LogOptions(role=role, index=index, attempt=attempt, tail=tail, prefix=prefix)
+    options = LogOptions(
+        role=role,
+        index=index,
+        attempt=attempt,
+        tail=tail,
+        prefix=prefix,
+        since=since,
+        timestamps=timestamps,
+    )
     reader = JobLogs(client, name, options)
     with job_hint(client, name):
         if follow:
