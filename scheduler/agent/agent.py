@@ -288,6 +288,8 @@ class Agent:
             lease_s=self.lease_s,
             fence_s=self.fence_s,
             heartbeat_interval_s=self.s.heartbeat_interval_s,
+            task_users=self.s.task_users,
+            task_login=self._task_login(),
         )
         self._last_heartbeat = time.monotonic()
         self.executor.before_register(self.node)
@@ -295,6 +297,19 @@ class Agent:
         if not out.revoked:  # force-deleted: the lease runs out, tasks are fenced
             self._renew(sent)
         return out
+
+    def _task_login(self) -> str:
+        """The user name a task's sshd accepts when tasks run as the agent: the agent's
+        own (process executor); "" where the task's image decides (containers, pods) or
+        tasks run as their VC's user (the API names that one)."""
+        if self.s.task_users != "agent" or self.executor.kind != "process":
+            return ""
+        import pwd
+
+        try:
+            return pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:  # a uid without a passwd entry: sshd refuses it anyway
+            return ""
 
     def heartbeat(self) -> None:
         """Send a heartbeat with usage and GPU health (renewing the lease); re-register when

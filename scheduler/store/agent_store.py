@@ -170,6 +170,9 @@ class NodeStore:
             "fence_s": str(node.fence_s),
             # heartbeats further apart than two intervals are a gap (lua.HEARTBEAT)
             "heartbeat_interval_s": str(node.heartbeat_interval_s),
+            # whom its tasks run as: the login `job exec` uses (services/jobexec.py)
+            "task_users": node.task_users,
+            "task_login": node.task_login,
         }
         changed = any(old.get(k) != fields[k] for k in _VERSIONED)
         pipe = self.r.pipeline(transaction=True)

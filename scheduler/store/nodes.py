@@ -114,6 +114,8 @@ _NODE_FIELDS_NO_USAGE = [
     "gap_to",
     "revoked",
     "fence_until",
+    "task_users",
+    "task_login",
 ]
 
 
@@ -152,6 +154,8 @@ class NodesMixin(StoreBase):
                 "lease_s": node.lease_s,
                 "fence_s": node.fence_s,
                 "heartbeat_interval_s": node.heartbeat_interval_s,
+                "task_users": node.task_users,
+                "task_login": node.task_login,
             }
         )
         changed = any(
@@ -213,6 +217,8 @@ class NodesMixin(StoreBase):
             gap_to=float(h.get("gap_to") or 0),
             revoked=h.get("revoked") == "1",
             fence_until=float(h.get("fence_until") or 0),
+            task_users=h.get("task_users", ""),
+            task_login=h.get("task_login", ""),
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:
