@@ -77,9 +77,7 @@ def stamped(out: str) -> list[tuple[float, str]]:
     return got
 
 
-def test_timestamps_and_since_from_the_agents_capture_with_and_without_follow(
-    cluster, tmp_path
-):
+def test_timestamps_and_since_from_the_agents_capture_with_and_without_follow(cluster, tmp_path):
     script = tmp_path / "task.py"
     script.write_text(TASK)
     spec = tmp_path / "job.yaml"
