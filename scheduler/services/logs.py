@@ -278,7 +278,8 @@ class LogService:
     ) -> AsyncIterator[bytes]:
         """Yield the log's bytes as they are written, until ``finished()`` and EOF, or
         until ``limit`` bytes (None: no limit) were yielded; with ``timestamps``, whole
-        lines each with its time (:meth:`timed`; ``clock``: Unix seconds now).
+        lines each with its time (:meth:`timed`; ``clock``: Unix seconds now), ending
+        after the answer that reached ``limit``.
 
         Args:
             finished: called between polls; True once the job reached a final state.
@@ -286,8 +287,12 @@ class LogService:
         """
         path = self.path(job, role, index, uid)
         if timestamps:
+            sent = 0
             async for chunk in self._follow_timed(path, finished, offset, clock):
                 yield chunk
+                sent += len(chunk)
+                if limit is not None and sent >= limit:  # whole lines: may pass it
+                    return
             return
         left = float("inf") if limit is None else max(limit, 0)
         with self.open(path) as f:

@@ -133,3 +133,18 @@ def test_a_bad_since_is_422_naming_the_field_the_forms_and_the_text(api, http, s
     assert r.status_code == 422, r.text
     text = r.text
     assert "since" in text and "duration" in text and repr(since) in text.replace('\\"', '"')
+
+
+def test_follow_with_timestamps_streams_timed_lines(api, http):
+    _, env = api
+    alice = http(env.alice)
+    alice.post("/api/v1/jobs", content=job_yaml("followed")).raise_for_status()
+    path = _log(env, "followed")
+    clock = Clock(time.time())
+    rec = LogTimeRecorder(clock)
+    rec.observe(path)
+    _written(path, rec, clock, clock.t, b"one\ntwo\n")
+    # the job never ends here (no loop): limit ends the stream after the first answer
+    r = _get(alice, "followed", follow="true", timestamps="true", limit=1)
+    assert r.status_code == 200
+    assert r.text.splitlines() == [f"{rfc3339(clock.t)} one", f"{rfc3339(clock.t)} two"]
