@@ -470,7 +470,10 @@ class Agent:
             with self._lock:
                 tasks = list(self.local.values())
             for t in tasks:
-                self._time_log(t)
+                try:
+                    self._time_log(t)
+                except Exception:  # noqa: BLE001 - never let the thread die for one task
+                    log.exception("task %s: recording its log times failed", t.lid)
             stop.wait(LOG_TIMES_POLL_S)
 
     def _remove_keys(self, job: str, key: str, attempt: int) -> None:
