@@ -24,6 +24,10 @@ heartbeat the store answers (from the moment it was sent) and writes the deadlin
 every local task (no grace) once the lease runs out without renewal, and no task starts
 while it is expired. Tasks killed that way, and tasks the store thinks run here but this
 agent has no record of, are reported ``lost`` with a cause, so their attempt is not charged.
+
+Log times: a third thread looks at every local task's log every ``LOG_TIMES_POLL_S`` and
+appends (size, now) to ``<role>-<index>.log.times`` when it grew, once more when the task
+ended (before its report); the log itself stays what the task wrote (scheduler/logtimes.py).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ from scheduler.agent.resources import detect_capacity, usage
 from scheduler.agent.taskusage import TaskUsageSampler
 from scheduler.k8s.capacity import capacity_watch_from_env
 from scheduler.logpaths import task_log_path
+from scheduler.logtimes import POLL_S as LOG_TIMES_POLL_S
+from scheduler.logtimes import LogTimeRecorder
 from scheduler.rules.diagnosis import diagnose_report
 from scheduler.sealed import SealError, load_key, unseal
 from scheduler.settings import AgentSettings
@@ -185,6 +191,7 @@ class Agent:
         self.task_usage = TaskUsageSampler()  # per-task figures in each heartbeat
         self._task_figures: list[dict[str, Any]] | None = None  # last measure(); None: none yet
         self._measuring = False  # the _measures thread runs: heartbeats never measure
+        self.log_times = LogTimeRecorder()  # <role>-<index>.log.times (scheduler/logtimes.py)
         self._capacity_watch = capacity_watch_from_env()  # aks: re-register on a change
         self._load_state()
 
@@ -285,6 +292,8 @@ class Agent:
             lease_s=self.lease_s,
             fence_s=self.fence_s,
             heartbeat_interval_s=self.s.heartbeat_interval_s,
+            task_users=self.s.task_users,
+            task_login=self._task_login(),
         )
         self._last_heartbeat = time.monotonic()
         self.executor.before_register(self.node)
@@ -292,6 +301,19 @@ class Agent:
         if not out.revoked:  # force-deleted: the lease runs out, tasks are fenced
             self._renew(sent)
         return out
+
+    def _task_login(self) -> str:
+        """The user name a task's sshd accepts when tasks run as the agent: the agent's
+        own (process executor); "" where the task's image decides (containers, pods) or
+        tasks run as their VC's user (the API names that one)."""
+        if self.s.task_users != "agent" or self.executor.kind != "process":
+            return ""
+        import pwd
+
+        try:
+            return pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:  # a uid without a passwd entry: sshd refuses it anyway
+            return ""
 
     def measure(self, gpu_samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Measure every local task (:class:`TaskUsageSampler`; one process-table scan)
@@ -425,11 +447,11 @@ class Agent:
             state, msg = TaskState.SUCCEEDED, "exited with code 0"
         else:
             state, msg = TaskState.FAILED, f"exited with code {code}"
+        self._time_log(t, last=True)  # its last lines get their time before it is reported
         diag = None
         if state == TaskState.FAILED or platform:  # classify the failure (rules are data)
-            role, _, index = t.key.rpartition("-")
             diag = diagnose_report(
-                task_log_path(self.s.share_dir, t.job, t.uid, role, int(index)),
+                self._log_path(t),
                 code,
                 msg,
                 self.executor.evidence(t.handle),
@@ -453,6 +475,35 @@ class Agent:
         with self._lock:
             self.local.pop(t.lid, None)
         self._save_state()
+
+    def _log_path(self, t: LocalTask) -> Path:
+        role, _, index = t.key.rpartition("-")
+        return task_log_path(self.s.share_dir, t.job, t.uid, role, int(index))
+
+    def _time_log(self, t: LocalTask | Path, last: bool = False) -> None:
+        """Record when the task's log grew (:class:`LogTimeRecorder`); ``last``: the task
+        ended, stop tracking its log. A failure of the share is logged, not raised: times
+        are an aid, the task and its report go on."""
+        path = t if isinstance(t, Path) else self._log_path(t)
+        try:
+            self.log_times.observe(path)
+        except OSError as exc:
+            log.warning("cannot record the times of log %s: %s", path, exc)
+        if last:
+            self.log_times.forget(path)
+
+    def _log_timer(self, stop: threading.Event) -> None:
+        """Every LOG_TIMES_POLL_S, record the growth of every local task's log (the
+        times of ``pasture job logs --since/--timestamps``; scheduler/logtimes.py)."""
+        while not stop.is_set():
+            with self._lock:
+                tasks = list(self.local.values())
+            for t in tasks:
+                try:
+                    self._time_log(t)
+                except Exception:  # noqa: BLE001 - never let the thread die for one task
+                    log.exception("task %s: recording its log times failed", t.lid)
+            stop.wait(LOG_TIMES_POLL_S)
 
     def _remove_keys(self, job: str, key: str, attempt: int) -> None:
         """Remove the ssh directory (the submission's key) of an attempt that ended or
@@ -532,11 +583,14 @@ class Agent:
                 host_network=self.s.task_network == "host",
                 exec_from=[str(n) for n in self.s.ssh_exec_from],
             )
+            # earlier attempts' lines the agent never saw: time unknown (logtimes.py)
+            self._time_log(log_path)
             # "a+", not "a": a write-only append fails on smbnetfs shares (see log_redirect)
             with open(log_path, "a+") as f:
                 f.write(f"=== attempt {rec.attempt} on {self.node} ===\n")
                 if owner is not None:  # a container task appends to it itself
                     os.fchown(f.fileno(), *owner)
+            self._time_log(log_path)
             env = {**boot.env, **self._secret_env(job, spec)}  # values: the task's env only
             if self.executor.kind == "process":  # the task may check its own fence
                 env["PASTURE_LEASE_FILE"] = str(self.lease_file)
@@ -550,6 +604,7 @@ class Agent:
             log.warning("task %s/%s cannot start: %s", job, rec.key, exc)
             with open(log_path, "a+") as f:
                 f.write(f"pasture: could not start the task: {exc}\n")
+            self._time_log(log_path, last=True)
             self._report_failed(job, rec, f"could not start: {exc}")
             return
         declared = startup.declared_mounts(spec, share)  # one plan for every executor
@@ -585,6 +640,7 @@ class Agent:
             log.warning("task %s/%s could not start: %s", job, rec.key, exc)
             with open(log_path, "a+") as f:
                 f.write(f"pasture: could not start the task: {exc}\n")
+            self._time_log(log_path, last=True)
             self._report_failed(job, rec, f"could not start: {exc}")
             return
         t = LocalTask(
@@ -711,7 +767,7 @@ class Agent:
         self._measuring = True  # before the threads: no heartbeat measures on its own
         threads = [
             threading.Thread(target=f, args=(stop,), name=f.__name__, daemon=True)
-            for f in (self._heartbeats, self._fences, self._measures)
+            for f in (self._heartbeats, self._fences, self._measures, self._log_timer)
         ]
         for th in threads:
             th.start()

@@ -176,6 +176,14 @@ class ExecAccessOut(BaseModel):
     port: int = Field(description="the task's sshd port")
     key: str = Field(description="the submission's private key (PEM), also its host key")
     user: str = Field("", description="the Unix user the task runs as on nodes with task_users: vc")
+    login: str = Field(
+        "",
+        description="the user name the task's sshd accepts (as its node's agent registered"
+        " it); empty when unknown",
+    )
+    host_key: str = Field(
+        "", description="the task's host key as an OpenSSH public key line (the key's public half)"
+    )
 
 
 class BatchItemOut(BaseModel):

@@ -8,9 +8,11 @@ of the command's output arrives (``first_output``) and until the process exits
 (``total``), median and max, and the CPU seconds of the CLI process (``cli_cpu``; the
 waits on the API and the task's sshd come on top). Beside them, in one more child process,
 where the time goes: the import of ``scheduler.cli``, the API client's set-up, the API
-round trip that hands out the way in (``POST .../exec``), what is left of paramiko's import
-after it (it runs in a thread meanwhile), the SSH connection (TCP, key exchange, login with
-the job's key) and the command on the open connection. ``load_average_1m``: how busy the
+round trip that hands out the way in (``POST .../exec``), then either the whole OpenSSH
+client run (``ssh_command_s``: connection, login and command; scheduler/cli/jobexec.py
+``run_openssh``) or, on a checkout or machine without it, what is left of paramiko's import
+after the round trip, the SSH connection (TCP, key exchange, login with the job's key) and
+the command on the open connection. ``load_average_1m``: how busy the
 machine was (wall times on a loaded machine are several times its CPU times).
 """
 
@@ -112,19 +114,36 @@ t0 = time.perf_counter()
 import scheduler.cli
 from scheduler.cli import jobexec
 t1 = time.perf_counter()
-loading = jobexec.preload()
-from scheduler.cli.client import ApiClient
-from scheduler.cli.config import load
-client = ApiClient(load())
-t2 = time.perf_counter()
-access = client.exec_access("bench-exec", "main", 0)
-t3 = time.perf_counter()
-loading.join()
-t4 = time.perf_counter()
-conn = jobexec.connect(access, None)
-t5 = time.perf_counter()
-code = jobexec.run_on(conn, access, ["true"])
-t6 = time.perf_counter()
+if hasattr(jobexec, "fetch_access"):  # one stdlib round trip, then OpenSSH's client
+    from scheduler.cli.config import load
+    config = load()
+    t2 = time.perf_counter()
+    access = jobexec.fetch_access(config, "bench-exec", "main", 0)
+    t3 = time.perf_counter()
+    t4 = t5 = t3
+    code = jobexec.run_openssh(access, ["true"], None)
+    t6 = time.perf_counter()
+    if code is None:  # no ssh client here or login unknown: paramiko
+        loading = jobexec.preload(); loading.join()
+        t4 = time.perf_counter()
+        conn = jobexec.connect(access, None)
+        t5 = time.perf_counter()
+        jobexec.run_on(conn, access, ["true"])
+        t6 = time.perf_counter()
+else:
+    loading = jobexec.preload()
+    from scheduler.cli.client import ApiClient
+    from scheduler.cli.config import load
+    client = ApiClient(load())
+    t2 = time.perf_counter()
+    access = client.exec_access("bench-exec", "main", 0)
+    t3 = time.perf_counter()
+    loading.join()
+    t4 = time.perf_counter()
+    conn = jobexec.connect(access, None)
+    t5 = time.perf_counter()
+    code = jobexec.run_on(conn, access, ["true"])
+    t6 = time.perf_counter()
 print(json.dumps({"import_cli_s": t1 - t0, "client_setup_s": t2 - t1,
   "api_exec_access_s": t3 - t2, "paramiko_import_wait_s": t4 - t3,
   "ssh_connect_login_s": t5 - t4, "ssh_command_s": t6 - t5}))

@@ -270,18 +270,44 @@ class ApiClient:
     ) -> bytes:
         """One task's log bytes from ``offset`` (bytes) to the end of what is written
         (``uid``: as :meth:`log_files`)."""
+        return self.log_chunk(name, role, index, offset, uid)[0]
+
+    def log_chunk(
+        self,
+        name: str,
+        role: str,
+        index: int,
+        offset: int = 0,
+        uid: str | None = None,
+        since: str | None = None,
+        timestamps: bool = False,
+    ) -> tuple[bytes, int]:
+        """One task's log from byte ``offset``: ``(answer, next offset)``. ``since``
+        (10m, an RFC 3339 time) starts at the first line written then or later;
+        ``timestamps`` answers whole lines each after its time (the answer is then not a
+        byte range of the file: go on from the next offset, the API's
+        ``X-Log-Next-Offset``)."""
         import httpx
 
         params: dict[str, str | int] = {"role": role, "index": index, "offset": offset}
         if uid:
             params["uid"] = uid
+        if since is not None:
+            params["since"] = since
+        if timestamps:
+            params["timestamps"] = "true"
         try:
             response = self._http.get(f"/api/v1/jobs/{name}/logs", params=params)
         except httpx.HTTPError as exc:
             raise ApiError(0, f"cannot reach {self.config.endpoint}: {exc}") from None
         if response.status_code >= 400:
             raise _error(response)
-        return response.content
+        data = response.content
+        try:
+            next_offset = int(response.headers["X-Log-Next-Offset"])
+        except (KeyError, ValueError):  # an API without it: a plain byte range
+            next_offset = offset + len(data)
+        return data, next_offset
 
     # -- cluster ------------------------------------------------------------------------
     def nodes(self) -> list[NodeOut]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.text import visible, visible_log_line
 from scheduler.cli.views import TERMINAL, WAITING, reason_text
+from scheduler.logtimes import UNKNOWN
 
 if TYPE_CHECKING:
     from scheduler.api.schemas import JobOut, LogFileOut
@@ -43,6 +44,7 @@ class TaskLog:
     partial: bytes = b""
     attempt: int | None = None
     kept: deque[str] = field(default_factory=deque)
+    read_once: bool = False  # --since goes with the first read only
 
     @property
     def key(self) -> str:
@@ -53,13 +55,17 @@ class TaskLog:
 class LogOptions:
     """What to show: ``role``/``index`` filters (None: all), ``attempt`` (None: all),
     ``tail`` (last N lines per task, None: all), ``prefix`` (None: unless both ``role``
-    and ``index`` name one task)."""
+    and ``index`` name one task), ``since`` (a duration ago or RFC 3339 time: sent with
+    each task's first read, the API finds where it starts), ``timestamps`` (each line
+    after its time, as the API writes it)."""
 
     role: str | None = None
     index: int | None = None
     attempt: int | None = None
     tail: int | None = None
     prefix: bool | None = None
+    since: str | None = None
+    timestamps: bool = False
 
 
 class JobLogs:
@@ -145,8 +151,9 @@ class JobLogs:
         if final and lines and lines[-1] == b"":
             lines.pop()
         out = []
+        stamp = len(UNKNOWN) + 1 if self.options.timestamps else 0  # "<time> " first
         for line in lines:
-            m = ATTEMPT_HEADER.match(line)
+            m = ATTEMPT_HEADER.match(line[stamp:])
             if m:
                 task.attempt = int(m.group(1))
             if self.options.attempt is None or task.attempt == self.options.attempt:
@@ -170,16 +177,28 @@ class JobLogs:
         lines: list[bytes] = []
         if f.size > task.offset or (final and task.partial):
             data = b""
-            if f.size > task.offset:
+            while f.size > task.offset:
                 try:
-                    data = self.client.log_bytes(
-                        self.name, task.role, task.index, task.offset, uid=self.uid
+                    got, nxt = self.client.log_chunk(
+                        self.name,
+                        task.role,
+                        task.index,
+                        task.offset,
+                        uid=self.uid,
+                        since=None if task.read_once else self.options.since,
+                        timestamps=self.options.timestamps,
                     )
                 except ApiError as exc:
                     if exc.status == 404 and self.uid is not None:
                         raise self._gone() from None
                     raise
-                task.offset += len(data)
+                task.read_once = True
+                data += got
+                if nxt <= task.offset:  # held back (its time not recorded yet): next poll
+                    break
+                task.offset = nxt
+                if not self.options.timestamps:  # one answer reads to the end
+                    break
             lines = self._lines(task, data, final)
         return task, lines
 

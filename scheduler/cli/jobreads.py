@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich import box
 
-from scheduler.cli.client import ApiClient
+from scheduler.cli.client import ApiClient, ApiError
 from scheduler.cli.complete import complete_states, complete_users, complete_vcs
 from scheduler.cli.jobcommon import JobArg, JobVcOpt, api_client, job_ref, job_state
 from scheduler.cli.jobgroup import app, job_hint
@@ -280,17 +280,45 @@ def logs(
         "--prefix/--no-prefix",
         help="'role-index | ' before each line (default: unless --role and --index name one task)",
     ),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        help="only lines written at or after: a duration ago (10m, 1h, 2d) or an RFC 3339"
+        " time (2026-11-28T04:00:00Z)",
+    ),
+    timestamps: bool = typer.Option(
+        False, "--timestamps", "-t", help="each line's time (RFC 3339 UTC) before it"
+    ),
     vc: str | None = JobVcOpt,
 ) -> None:
     """Every task's stdout/stderr, each line prefixed with its task (role-index).
 
     Logs live in `<share>/jobs/<job>/logs/<uid>/<role>-<index>.log` (uid: this submission),
     every attempt of a task after its "=== attempt N on NODE ===" line. A job that has not
-    started says why it waits.
+    started says why it waits. Times (--since, --timestamps) are when the node's agent saw
+    each line on the share (within half a second); a line whose time was not recorded
+    shows "(time unknown)".
     """
+    if since is not None:
+        import time
+
+        from scheduler.timespec import parse_when
+
+        try:
+            parse_when(since, time.time(), "--since")
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--since") from None
     client = api_client()
     name = job_ref(name, vc)
-    options = LogOptions(role=role, index=index, attempt=attempt, tail=tail, prefix=prefix)
+    options = LogOptions(
+        role=role,
+        index=index,
+        attempt=attempt,
+        tail=tail,
+        prefix=prefix,
+        since=since,
+        timestamps=timestamps,
+    )
     reader = JobLogs(client, name, options)
     with job_hint(client, name):
         if follow:
@@ -313,23 +341,30 @@ def exec_(
     task: str = typer.Argument(..., help="ROLE-INDEX, e.g. worker-0"),
     command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
     login: str | None = typer.Option(
-        None, "--login", "-l", help="user to log in as (default: your local user name)"
+        None,
+        "--login",
+        "-l",
+        help="user to log in as (default: the user the task runs as, as the API says)",
     ),
 ) -> None:
     """Run a command in a running task (``pasture job exec JOB worker-0 -- nvidia-smi``),
     as kubectl exec does: through the task's own sshd, so only jobs submitted with
     ``ssh: true`` (or ``mpi``) and only their submitter or an admin. stdout and stderr
     stream back; the exit code is the command's (7 when the task cannot be reached)."""
-    from scheduler.cli.jobexec import parse_task, preload, run_remote
+    from scheduler.cli.config import load
+    from scheduler.cli.jobexec import fetch_access, parse_task, run_openssh, run_remote
 
     if command[:1] == ["--"]:  # after the first argument every word is kept, -- too
         command = command[1:]
     if not command:
         raise typer.BadParameter("COMMAND: give the command after --")
     role, index = parse_task(task)
-    loading = preload()  # paramiko's import overlaps the API round trip
-    client = api_client()
-    with job_hint(client, name):
-        access = client.exec_access(name, role, index)
-    loading.join()
-    raise typer.Exit(run_remote(access, command, login))
+    try:  # one round trip, standard library only (jobexec.py: time to first output)
+        access = fetch_access(load(), name, role, index)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        with job_hint(api_client(), name):  # "did you mean" for a mistyped job
+            raise
+    code = run_openssh(access, command, login)  # None: no ssh client or login unknown
+    raise typer.Exit(run_remote(access, command, login) if code is None else code)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from scheduler import tenants
+from scheduler import jobkey, tenants
 from scheduler.services.errors import ConflictError, ForbiddenError, NotFoundError
 from scheduler.services.principal import Principal, require_role
 from scheduler.states import JobState, TaskState
@@ -24,6 +24,7 @@ from scheduler.store.tokens import TokenRole
 
 if TYPE_CHECKING:
     from scheduler.services.jobs import JobService
+    from scheduler.store.records import NodeRecord
 
 
 def exec_access(
@@ -32,11 +33,14 @@ def exec_access(
     """The way into task ``role-index`` of job ``name``.
 
     Returns:
-        ``{"job", "role", "index", "attempt", "node", "address", "port", "key", "user"}``:
-        the task's node address and sshd port, the submission's private key (PEM), which
-        is also the only host key to accept, and the Unix user of the job's VC
+        ``{"job", "role", "index", "attempt", "node", "address", "port", "key", "user",
+        "login"}``: the task's node address and sshd port, the submission's private key
+        (PEM), which is also the only host key to accept, the Unix user of the job's VC
         (:func:`scheduler.tenants.user_name`: whom the task runs as on nodes with
-        ``task_users: vc``).
+        ``task_users: vc``), ``login``: the user name the task's sshd accepts, as its
+        node's agent registered it (:func:`task_login`; "" when unknown), and
+        ``host_key``: the key's OpenSSH public line, the task's host key (for an
+        OpenSSH client's known_hosts).
     Raises:
         NotFoundError: unknown job or task (or one the caller may not see).
         ForbiddenError: the caller is neither the job's submitter nor an admin.
@@ -75,6 +79,11 @@ def exec_access(
             f"job {name!r} has no ssh key of its own (stored before keys were made per"
             " submission); resubmit it"
         )
+    vc_user = tenants.user_name(str(job.get("vc") or spec.get("vc") or "default"))
+    try:
+        host_key = jobkey.public_line(key)
+    except ValueError as exc:
+        raise ConflictError(f"job {name!r}: its ssh key is unusable ({exc}); resubmit it") from None
     return {
         "job": name,
         "role": role,
@@ -84,5 +93,24 @@ def exec_access(
         "address": task["address"],
         "port": int(port),
         "key": key,
-        "user": tenants.user_name(str(job.get("vc") or spec.get("vc") or "default")),
+        "user": vc_user,
+        "login": task_login(jobs.store.get_node(str(task.get("node", ""))), vc_user),
+        "host_key": host_key,
     }
+
+
+def task_login(node: NodeRecord | None, vc_user: str) -> str:
+    """The user name a task's sshd on ``node`` accepts: the VC's user (``vc_user``) where
+    tasks run as their VC's user, the agent's user where they run as the agent's and the
+    agent said which (process executor); "" when unknown (an agent that did not say, a
+    container or pod whose image decides: the CLI then tries its candidates).
+
+    Its sshd runs as the task's user and, not being root, lets in only that user, so one
+    name that is right saves ``job exec`` a second SSH handshake."""
+    if node is None:
+        return ""
+    if node.task_users == "vc":
+        return vc_user
+    if node.task_users == "agent":
+        return node.task_login
+    return ""

@@ -6,6 +6,14 @@ Agents write the files (conventions.md, "Logs"); this service only reads them fr
 share as mounted on the master (``share_dir``). Following polls the file, because the
 share may be a network file system where inotify sees no remote writes.
 
+Times (``since``, ``timestamps``): the agent records when each part of a log reached the
+share in ``<role>-<index>.log.times`` beside it (:mod:`scheduler.logtimes`); this service
+finds where ``since`` starts by searching that index, and prefixes each line with its
+time (:meth:`LogService.timed`). A line the index does not cover yet is held back while
+the log is still being written (its time comes with the agent's next look), and shown as
+of unknown time once the log has been quiet for ``SETTLED_S`` or the job ended (an old
+log, an agent that was down).
+
 Tasks write to the share too, so every open goes through :mod:`scheduler.sharefs`:
 nothing beneath the share is followed out of the job's directory (a symbolic link, a hard
 link, ``..``, a FIFO are refused with :class:`LogRefusedError`, 403).
@@ -22,10 +30,17 @@ from typing import Any, BinaryIO
 
 from scheduler import sharefs
 from scheduler.logpaths import job_log_dir
+from scheduler.logtimes import UNKNOWN, LogTimes, rfc3339, times_path
 from scheduler.services.errors import ForbiddenError, NotFoundError
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CHUNK = 64 * 1024
+TIMED_MAX = 1024 * 1024
+"""Bytes of the log one timed answer reads at most (memory bound; the caller goes on
+from the answer's next offset)."""
+SETTLED_S = 3.0
+"""Seconds without a write after which lines the time index does not cover are shown as
+of unknown time instead of held back for the agent's next look (six of its polls)."""
 
 
 def _safe(kind: str, value: str) -> str:
@@ -178,6 +193,77 @@ class LogService:
                 wanted -= count
             return 0
 
+    def _times(self, path: Path) -> BinaryIO | None:
+        """The log's time index open for reading (through sharefs), or None when it has
+        none (a log of a pasture without times) or it is refused (planted by a task)."""
+        try:
+            return self.open(times_path(path))
+        except (NotFoundError, LogRefusedError):
+            return None
+
+    def since_offset(self, path: Path, since: float) -> int:
+        """The byte offset of the first line of the log written at or after ``since``
+        (Unix seconds): the start of the line that holds the first byte the agent saw at
+        or after ``since``. Lines of unknown time are kept unless the index (or, without
+        one, the log's last write) shows they were on the share before ``since``."""
+        with self.open(path) as f:
+            st = os.fstat(f.fileno())
+            size, recent = st.st_size, st.st_mtime >= since
+            idx = self._times(path)
+            if idx is None:
+                return 0 if recent else size
+            with idx:
+                times = LogTimes(idx)
+                i = times.first_since(since)
+                if i < times.count:
+                    start = times.record(i - 1)[0] if i else 0
+                else:
+                    start = times.end if recent else size
+            return _line_start(f, min(start, size))
+
+    def timed(
+        self, path: Path, offset: int, now: float, final: bool = False, limit: int = TIMED_MAX
+    ) -> tuple[bytes, int]:
+        """The complete lines of the log from ``offset`` (a line start), each prefixed
+        with its time (RFC 3339 UTC, :func:`scheduler.logtimes.rfc3339`, then a space) or
+        ``(time unknown)`` padded to the same width; and the offset to go on from.
+
+        A line's time is the record of its last byte (when the agent saw it complete).
+        Lines the index does not cover yet, and an unfinished last line, are held back
+        (not in the answer; the next offset stops before them) unless the log has had no
+        write for ``SETTLED_S`` seconds before ``now`` or ``final`` (the job ended): then
+        they are shown, of unknown time when not covered, an unfinished line with a
+        newline added. At most ``limit`` bytes of the log are read (a line longer than
+        that is cut into lines of ``limit`` bytes, each with a time).
+        """
+        with self.open(path) as f:
+            st = os.fstat(f.fileno())
+            settled = final or now - st.st_mtime >= SETTLED_S
+            start = min(max(offset, 0), st.st_size)
+            f.seek(start)
+            data = f.read(min(limit, st.st_size - start))
+        idx = self._times(path)
+        out: list[bytes] = []
+        pos = start
+        with idx or _NoFile():
+            times = _Cursor(LogTimes(idx), start) if idx is not None else None
+            lines = data.split(b"\n")
+            for n, line in enumerate(lines):
+                complete = n < len(lines) - 1
+                if not complete and (not line or not (settled or (n == 0 and len(data) == limit))):
+                    break  # an unfinished last line waits for its end (one cut if too long)
+                end = pos + len(line) + (1 if complete else 0)  # past the line's last byte
+                if times is not None and end - 1 < times.covered:
+                    t = times.at(end - 1)
+                    stamp = rfc3339(t) if t > 0 else UNKNOWN
+                elif settled:
+                    stamp = UNKNOWN
+                else:
+                    break  # the agent has not seen it yet: its time comes with its next look
+                out.append(stamp.encode() + b" " + line + b"\n")
+                pos = end
+        return b"".join(out), pos
+
     async def follow(
         self,
         job: str,
@@ -187,15 +273,27 @@ class LogService:
         offset: int = 0,
         limit: int | None = None,
         uid: str = "",
+        timestamps: bool = False,
+        clock: Callable[[], float] | None = None,
     ) -> AsyncIterator[bytes]:
         """Yield the log's bytes as they are written, until ``finished()`` and EOF, or
-        until ``limit`` bytes (None: no limit) were yielded.
+        until ``limit`` bytes (None: no limit) were yielded; with ``timestamps``, whole
+        lines each with its time (:meth:`timed`; ``clock``: Unix seconds now), ending
+        after the answer that reached ``limit``.
 
         Args:
             finished: called between polls; True once the job reached a final state.
                 The file is read to its end once more after that.
         """
         path = self.path(job, role, index, uid)
+        if timestamps:
+            sent = 0
+            async for chunk in self._follow_timed(path, finished, offset, clock):
+                yield chunk
+                sent += len(chunk)
+                if limit is not None and sent >= limit:  # whole lines: may pass it
+                    return
+            return
         left = float("inf") if limit is None else max(limit, 0)
         with self.open(path) as f:
             f.seek(min(max(offset, 0), os.fstat(f.fileno()).st_size))
@@ -211,6 +309,75 @@ class LogService:
                 done = await asyncio.to_thread(finished)  # then read to the end once more
                 if not done:
                     await asyncio.sleep(self.poll_s)
+
+    async def _follow_timed(
+        self,
+        path: Path,
+        finished: Callable[[], bool],
+        offset: int,
+        clock: Callable[[], float] | None,
+    ) -> AsyncIterator[bytes]:
+        import time
+
+        now = clock or time.time
+        pos, done = offset, False
+        while True:
+            data, pos = await asyncio.to_thread(self.timed, path, pos, now(), done)
+            if data:
+                yield data
+                continue
+            if done:
+                return
+            done = await asyncio.to_thread(finished)  # then read to the end once more
+            if not done:
+                await asyncio.sleep(self.poll_s)
+
+
+class _Cursor:
+    """Walks a time index forwards: the time of bytes at increasing offsets, reading its
+    records in batches."""
+
+    def __init__(self, times: LogTimes, offset: int) -> None:
+        self.times = times
+        self.covered = times.end
+        self.base = times.covering(offset)
+        self.batch = times.records(self.base, 256)
+        self.k = 0
+
+    def at(self, offset: int) -> float:
+        """The time of the record holding byte ``offset`` (< :attr:`covered`, and not
+        before the last offset asked)."""
+        while self.batch[self.k][0] <= offset:
+            self.k += 1
+            if self.k == len(self.batch):
+                self.base += len(self.batch)
+                self.batch, self.k = self.times.records(self.base, 256), 0
+        return self.batch[self.k][1]
+
+
+class _NoFile:
+    """``with`` stand-in for a missing index."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _line_start(f: BinaryIO, pos: int) -> int:
+    """The offset of the start of the line that holds byte ``pos`` of ``f`` (after the
+    last newline before it), reading backwards in ``CHUNK`` blocks."""
+    end = pos
+    while end > 0:
+        size = min(CHUNK, end)
+        f.seek(end - size)
+        block = f.read(size)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            return end - size + cut + 1
+        end -= size
+    return 0
 
 
 def _chunks(f: BinaryIO, start: int, left: int) -> Iterator[bytes]:

@@ -89,6 +89,9 @@ def registration(
             "fence_s": node.fence_s,
             # heartbeats further apart than two intervals are a gap (lua.HEARTBEAT)
             "heartbeat_interval_s": node.heartbeat_interval_s,
+            # whom its tasks run as: the login `job exec` uses (services/jobexec.py)
+            "task_users": node.task_users,
+            "task_login": node.task_login,
         }
     )
     return fields, any(old.get(k) != fields[k] for k in VERSIONED_NODE_FIELDS)
@@ -173,6 +176,8 @@ _NODE_FIELDS_NO_USAGE = [
     "gap_to",
     "revoked",
     "fence_until",
+    "task_users",
+    "task_login",
 ]
 
 
@@ -233,6 +238,8 @@ class NodesMixin(StoreBase):
             gap_to=float(h.get("gap_to") or 0),
             revoked=h.get("revoked") == "1",
             fence_until=float(h.get("fence_until") or 0),
+            task_users=h.get("task_users", ""),
+            task_login=h.get("task_login", ""),
         )
 
     def list_nodes(self, *, with_usage: bool = True) -> list[NodeRecord]:

@@ -210,6 +210,11 @@ class NodeRecord:
             the heartbeat before it and the one that ended it; 0 when none).
         revoked: an operator force-deleted the node while it heartbeated; its lease is
             revoked and the loop declares it lost at ``fence_until`` (s, Redis clock).
+        task_users: whose Unix identity its tasks run as: ``vc`` (each VC's own user),
+            ``agent`` (the agent's), "" (an agent that did not say).
+        task_login: with ``task_users`` ``agent``, the user name its tasks' sshd accepts
+            (the agent's user; "" where the task's image decides: containers, pods), for
+            ``pasture job exec`` (scheduler/services/jobexec.py).
     """
 
     name: str
@@ -237,6 +242,8 @@ class NodeRecord:
     gap_to: float = 0.0
     revoked: bool = False
     fence_until: float = 0.0
+    task_users: str = ""
+    task_login: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

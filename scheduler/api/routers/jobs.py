@@ -31,9 +31,10 @@ from scheduler.api.schemas import (
     JobSubmitOut,
     LogFileOut,
 )
-from scheduler.services.errors import BadRequestError, InvalidSpecError
+from scheduler.services.errors import BadRequestError, InvalidError, InvalidSpecError
 from scheduler.services.jobs import JobService, JobStateName, parse_document
 from scheduler.services.logs import LogService
+from scheduler.states import JobState
 from scheduler.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -288,7 +289,12 @@ def log_files(
                 "X-Log-Size": {
                     "description": "the file's size in bytes when the read started",
                     "schema": {"type": "integer"},
-                }
+                },
+                "X-Log-Next-Offset": {
+                    "description": "with timestamps or since: the byte of the file to go on"
+                    " from (the answer is not a byte range of the file then)",
+                    "schema": {"type": "integer"},
+                },
             },
         },
     },
@@ -304,6 +310,15 @@ def job_logs(
         None, ge=0, le=MAX_TAIL_LINES, description="start at the last N lines (not before offset)"
     ),
     uid: str | None = Query(None, max_length=32, description=UID_DOC),
+    since: str | None = Query(
+        None,
+        max_length=64,
+        description="only lines written at or after: a duration ago (10m, 1h, 2d) or an"
+        " RFC 3339 time (2026-11-28T04:00:00Z)",
+    ),
+    timestamps: bool = Query(
+        False, description="prefix each line with its time (RFC 3339 UTC) and a space"
+    ),
     who: TokenInfo = Depends(principal),
     name: str = Depends(job_ref),
 ) -> StreamingResponse:
@@ -315,17 +330,44 @@ def job_logs(
     lines not seen yet). The ``X-Log-Size`` header gives the file's size in bytes when the
     read started; the next poll starts at the start plus the bytes received. With
     ``follow=true`` the answer streams until the job is in a final state and the file is
-    read to its end, or until ``limit`` bytes were sent."""
+    read to its end, or until ``limit`` bytes were sent.
+
+    ``since`` starts at the first line the agent saw at or after that time (lines of
+    unknown time are kept unless known to be older; :meth:`LogService.since_offset`).
+    ``timestamps=true`` answers whole lines, each prefixed with its time or ``(time
+    unknown)`` (:meth:`LogService.timed`), at most 1 MiB of the file per answer without
+    ``follow``; ``X-Log-Next-Offset`` says where the next poll starts. 422 for a
+    ``since`` of no known form."""
+    import time
+
+    from scheduler.timespec import parse_when
+
     jobs: JobService = request.app.state.jobs
     logs: LogService = request.app.state.logs
-    ref = jobs.get(who, name, uid=uid).get("uid", "")
+    now = time.time()
+    when = None
+    if since is not None:
+        try:
+            when = parse_when(since, now, "since")
+        except ValueError as exc:
+            raise InvalidError(str(exc)) from None
+    job = jobs.get(who, name, uid=uid)
+    ref = job.get("uid", "")
     path = logs.path(name, role, index, ref)  # 404 (403 for a planted link) before the stream
     size = logs.size(path)
     start = min(offset, size)
     if tail is not None:
         start = max(start, logs.tail_offset(path, tail))
+    if when is not None:
+        start = max(start, logs.since_offset(path, when))
     headers = {"X-Log-Size": str(size), "Cache-Control": "no-store"}
+    if timestamps and not follow:
+        final = job.get("state") in {s.value for s in JobState if s.terminal}  # all timed
+        data, next_offset = logs.timed(path, start, now, final=final)
+        headers["X-Log-Next-Offset"] = str(next_offset)
+        return StreamingResponse(iter([data]), media_type="text/plain", headers=headers)
     if not follow:
+        headers["X-Log-Next-Offset"] = str(size if limit is None else min(size, start + limit))
         return StreamingResponse(
             logs.stream(path, start, limit), media_type="text/plain", headers=headers
         )
@@ -337,7 +379,7 @@ def job_logs(
             return True
 
     return StreamingResponse(
-        logs.follow(name, role, index, finished, start, limit, uid=ref),
+        logs.follow(name, role, index, finished, start, limit, uid=ref, timestamps=timestamps),
         media_type="text/plain",
         headers=headers,
     )

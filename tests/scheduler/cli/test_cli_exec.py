@@ -196,3 +196,41 @@ def test_exec_runs_in_the_tasks_environment_and_directory(cluster, tmp_path):
     for f in Path(c.base_dir).rglob("exec.env"):
         assert "s3cret-value" not in f.read_text()
     _api(c, alice, "POST", "/jobs/env-ssh/stop")
+
+
+def test_exec_logs_in_once_as_the_user_the_api_names(cluster):
+    """The API says which user the task's sshd lets in (its node's agent registered it)
+    and the job's host key; `job exec` then makes one SSH connection, as that user (the
+    task's sshd log shows one client port per exec, no refused user name)."""
+    import pwd
+    import re
+
+    from scheduler import jobkey
+
+    c = cluster
+    alice = TokenStore(c.store().r).create("alice-once", "user", ["default"])
+    r = _api(c, alice, "POST", "/jobs", content=SSH_JOB.format(name="once", ssh="true"))
+    assert r.status_code == 201, r.text
+    _running(c, alice, "once")
+    access = _api(c, alice, "POST", "/jobs/once/tasks/main/0/exec").json()
+    assert access["login"] == pwd.getpwuid(os.geteuid()).pw_name  # tasks run as the agent
+    assert access["host_key"] == jobkey.public_line(access["key"])
+    deadline = time.monotonic() + 60
+    while True:  # the task's sshd starts with it: wait until it listens
+        r = _pasture(c, alice, "job", "exec", "once", "main-0", "--", "true")
+        if r.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.returncode == 0, r.stderr
+    logs = [p for p in Path(c.base_dir).rglob("sshd.log") if "once" in str(p)]
+    assert len(logs) == 1, logs
+    time.sleep(0.5)
+    seen = len(logs[0].read_text().splitlines())
+    r = _pasture(c, alice, "job", "exec", "once", "main-0", "--", "echo", "[red]hi[/red]")
+    assert r.returncode == 0 and r.stdout == "[red]hi[/red]\n", r.stderr
+    time.sleep(1.0)  # a second connection, had there been one, has been logged by now
+    new = logs[0].read_text().splitlines()[seen:]
+    ports = {m.group(1) for line in new if (m := re.search(r"from \S+ port (\d+)", line))}
+    assert len(ports) == 1, new
+    assert not [line for line in new if "nvalid user" in line or "Failed" in line], new
+    _api(c, alice, "POST", "/jobs/once/stop")
