@@ -56,7 +56,16 @@ def test_hello_gang_ps_worker_job_succeeds_with_the_api(make_cluster):
     assert [t.key for t in tasks] == ["ps-0", "worker-0", "worker-1"]
     assert all(t.exit_code == 0 for t in tasks)
     logs = job_log_dir(cluster.share_dir, name, job.uid)
-    assert sorted(p.name for p in logs.iterdir()) == ["ps-0.log", "worker-0.log", "worker-1.log"]
+    # each task's log, and beside it the index of when its parts reached the share
+    # (scheduler/logtimes.py): nothing else of the job lands in its log directory
+    assert sorted(p.name for p in logs.iterdir()) == [
+        "ps-0.log",
+        "ps-0.log.times",
+        "worker-0.log",
+        "worker-0.log.times",
+        "worker-1.log",
+        "worker-1.log.times",
+    ]
     assert "hello from worker-1" in (logs / "ps-0.log").read_text()
     assert [e["state"] for e in store.events(name)] == [
         "submitted",
