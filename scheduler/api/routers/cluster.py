@@ -7,7 +7,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 
 from scheduler.api.auth import principal
-from scheduler.api.responses import CONFLICT, FORBIDDEN, INVALID, NOT_FOUND, errors
+from scheduler.api.responses import CONFLICT, FORBIDDEN, NOT_FOUND, errors
 from scheduler.api.schemas import (
     ForgottenNodeOut,
     NodeEventsOut,
@@ -61,26 +61,48 @@ def get_node(name: str, request: Request, who: TokenInfo = Depends(principal)) -
     return nodes.get(who, name)
 
 
-@router.post(
-    "/nodes/{name}/{action}",
-    tags=["nodes"],
-    response_model=NodeOut,
-    responses=errors(FORBIDDEN, NOT_FOUND, INVALID),
-)
-def node_action(
-    name: str,
-    action: Literal["cordon", "uncordon", "drain"],
-    request: Request,
-    reason: str | None = Query(None, max_length=500, description="why (kept in the event)"),
-    who: TokenInfo = Depends(principal),
-) -> dict[str, Any]:
-    """Cordon (no new tasks), uncordon (ready again) or drain (cordon and move its tasks
-    off). Each leaves a node event (who, when, ``reason``, the jobs with tasks on the
-    node); the answer lists those jobs in ``affected_jobs`` (a drain requeues them).
-    Admin or agent tokens only (403 for user tokens); 404 for an unknown node; 422
-    for another action."""
-    nodes: NodeService = request.app.state.nodes
-    return nodes.set_state(who, name, action, reason=reason)
+NodeAction = Literal["cordon", "uncordon", "drain"]
+NODE_ACTIONS: tuple[NodeAction, ...] = ("cordon", "uncordon", "drain")
+"""The node state changes an operator may ask for, one route each (``POST
+/api/v1/nodes/NAME/cordon`` ...): an explicit path per action, so that another method on a
+node's sub-resource (``POST .../events``) is a 405 and an unknown action a 404, as for any
+other path the API does not have."""
+
+
+def _node_action_route(action: NodeAction) -> Any:
+    def node_action(
+        name: str,
+        request: Request,
+        reason: str | None = Query(None, max_length=500, description="why (kept in the event)"),
+        who: TokenInfo = Depends(principal),
+    ) -> dict[str, Any]:
+        nodes: NodeService = request.app.state.nodes
+        return nodes.set_state(who, name, action, reason=reason)
+
+    node_action.__name__ = f"node_{action}"
+    return node_action
+
+
+_NODE_ACTION_DOCS = {
+    "cordon": "Cordon a node: no new tasks are placed on it; its running tasks stay.",
+    "uncordon": "Uncordon a node: ready for new tasks again.",
+    "drain": "Drain a node: cordon it and move its tasks off (their jobs are requeued).",
+}
+
+for _action in NODE_ACTIONS:
+    router.add_api_route(
+        f"/nodes/{{name}}/{_action}",
+        _node_action_route(_action),
+        methods=["POST"],
+        tags=["nodes"],
+        response_model=NodeOut,
+        responses=errors(FORBIDDEN, NOT_FOUND),
+        summary=f"{_action.capitalize()} a node",
+        description=_NODE_ACTION_DOCS[_action]
+        + " Leaves a node event (who, when, ``reason``, the jobs with tasks on the node);"
+        " the answer lists those jobs in ``affected_jobs``. Admin or agent tokens only"
+        " (403 for user tokens); 404 for an unknown node.",
+    )
 
 
 @router.delete(
