@@ -14,6 +14,7 @@ from scheduler.api.routers.jobs import job_ref
 from scheduler.api.usageschemas import GpuHoursOut, JobUsageOut
 from scheduler.services.records import as_dict
 from scheduler.store.tokens import TokenInfo
+from scheduler.timespec import LATEST_TIME_S
 
 router = APIRouter(prefix="/api/v1", tags=["usage"])
 
@@ -46,8 +47,10 @@ def job_usage(
 )
 def gpu_hours(
     request: Request,
-    since: float = Query(ge=0, description="s since the epoch"),
-    until: float | None = Query(None, ge=0, description="s since the epoch; default now"),
+    since: float = Query(ge=0, le=LATEST_TIME_S, description="s since the epoch"),
+    until: float | None = Query(
+        None, ge=0, le=LATEST_TIME_S, description="s since the epoch; default now"
+    ),
     by: Literal["user", "vc"] = Query("user"),
     who: TokenInfo = Depends(principal),
 ) -> Any:
