@@ -69,7 +69,8 @@ test:
 
 # test-python: pytest-xdist with PYTEST_WORKERS workers (tests that share a module-scoped
 # fixture or the real podman stay on one worker: tests/conftest.py), then the `serial`
-# tests (chaos and fault rounds with leases of seconds) alone. Both parts always run.
+# tests (chaos and fault rounds with leases of seconds; schemathesis' per-operation items,
+# which xdist cannot tell apart) alone. Both parts always run.
 PYTEST_WORKERS ?= 3
 test-python: deps venv base-image
 	@rc=0; \

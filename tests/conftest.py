@@ -9,8 +9,9 @@ same ``xdist_group`` run on one worker, one after another; the rest go to any wo
   a serial run, not once per worker (:func:`pytest_collection_modifyitems`).
 - Tests that run containers with the real podman and the base image are marked
   ``xdist_group("podman")`` in their files: one at a time, as before.
-- Tests marked ``serial`` (chaos and fault rounds whose leases are scaled down to seconds)
-  are left out of the parallel run and run after it, alone (``make test-python``).
+- Tests marked ``serial`` (chaos and fault rounds whose leases are scaled down to seconds;
+  schemathesis' items, which share one node id) are left out of the parallel run and run
+  after it, alone (``make test-python``).
 Each worker is its own session: it starts its own redis-server and its leftover check
 (:func:`no_leftover_processes`) looks only for the processes of that worker's tests.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 # The CLI's Rich consoles fix their width from COLUMNS when they are created (at import):
@@ -75,7 +77,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     fixture with the other tests of its module, unless the test names a group itself.
 
     Runs before pytest-xdist turns the marks into the node ids its ``loadgroup`` scheduler
-    reads (``tryfirst``); without ``-n`` the mark changes nothing."""
+    reads (``tryfirst``); without ``-n`` the mark changes nothing.
+
+    First, tests that share a node id stop the run unless marked ``serial``: pytest-xdist
+    schedules by id, so of schemathesis' items (one per API operation, all with their
+    function's id) only one ran under ``-n`` (:class:`pytest.UsageError`)."""
+    _unique_node_ids(items)
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
@@ -85,6 +92,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
         if scopes & _SHARED_SCOPES:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _unique_node_ids(items: list[pytest.Item]) -> None:
+    counts = Counter(item.nodeid for item in items if item.get_closest_marker("serial") is None)
+    shared = sorted(n for n, c in counts.items() if c > 1)
+    if shared:
+        raise pytest.UsageError(
+            f"tests share node ids, so pytest-xdist would run one of each: {shared}; "
+            "mark them serial (make test-python runs those without xdist)"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
