@@ -9,7 +9,8 @@ token over its handler-time budget), the API holds what was refused for
   the one route (method and path) it was refused on (the submit limit: a token over it
   may still read pages);
 - an **address** (too many failed authentications from it): its requests with a
-  credential this process has not seen valid recently (``known``), or none at all.
+  credential this process has not seen valid recently (``known``); requests without a
+  credential (``/healthz``, the login page) are not held, as they are not counted.
 
 A held request is answered by :class:`EarlyRefusal`, an ASGI middleware in front of
 everything else: 429 with ``Retry-After`` (the hold's remaining seconds, >= 1), without
@@ -156,9 +157,9 @@ class RefusalHold:
             )
             if left[0]:
                 return left
-        left = self._left(("a", address), now)
-        if left[0] and not known(bearer, sid):
-            return left
+            left = self._left(("a", address), now)
+            if left[0] and not known(bearer, sid):
+                return left
         return 0.0, ""
 
     def __len__(self) -> int:

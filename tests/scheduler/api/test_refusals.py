@@ -59,7 +59,9 @@ def test_an_address_hold_spares_credentials_seen_valid():
     hold = RefusalHold(2.0, clock=Clock())
     hold.hold_address("10.0.0.1", 30, "too many failed authentications from this address")
     assert hold.held("10.0.0.1", "spray-1", None, "GET /api/v1/jobs", never_known)[0] == 2.0
-    assert hold.held("10.0.0.1", None, None, "GET /dashboard/", never_known)[0] == 2.0
+    assert hold.held("10.0.0.1", None, "bad-sid", "GET /dashboard/", never_known)[0] == 2.0
+    # no credential at all (/healthz, the login page): never counted, never held
+    assert hold.held("10.0.0.1", None, None, "GET /healthz", never_known)[0] == 0
     assert hold.held("10.0.0.1", "good", None, "GET /", lambda b, s: b == "good")[0] == 0
     assert hold.held("10.0.0.2", "spray-1", None, "GET /api/v1/jobs", never_known)[0] == 0
 
