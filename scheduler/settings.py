@@ -44,6 +44,7 @@ DEFAULT_AUTH_FAILURES_PER_ADDRESS = 200
 DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
 """Requests per token (api.request_limit), in the ``limits`` notation."""
 DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
+DEFAULT_TOKEN_TIME_LIMIT = "3 per 10 seconds"
 """Submit / batch / dry-run requests per token (api.submit_limit)."""
 
 
@@ -237,6 +238,14 @@ class ApiSettings(_Model):
     # Dashboard requests of one token handled at once by an API process; the others wait
     # their turn (scheduler/api/fairness.py): one tenant's page flood takes that share.
     token_concurrency: int = Field(1, ge=1, le=64)
+    # Seconds of dashboard handler time per token, in the `limits` notation ("3 per 10
+    # seconds": 3 s, draining at 0.3 s a second; "" for none); over it: 429 with
+    # Retry-After before the request is handled (scheduler/api/fairness.py).
+    token_time_limit: str = DEFAULT_TOKEN_TIME_LIMIT
+    # Seconds a refused (429) credential or address is held: its next requests answer 429
+    # before the body, the routes or Redis are touched (scheduler/api/refusals.py); at
+    # most the refusal's Retry-After; 0: off.
+    refusal_hold_s: float = Field(1.0, ge=0, le=60)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).
@@ -252,6 +261,7 @@ class ApiSettings(_Model):
     def _tls_pair(self) -> ApiSettings:
         parse_limit(self.request_limit, "api.request_limit")
         parse_limit(self.submit_limit, "api.submit_limit")
+        parse_limit(self.token_time_limit, "api.token_time_limit")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("api.tls_cert and api.tls_key must be set together")
         if self.token_ttl_days > self.token_max_ttl_days:

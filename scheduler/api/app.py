@@ -19,11 +19,13 @@ from starlette.routing import Match
 from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
 from scheduler.api.collectors import HealthCollector, SchedulerCollector
 from scheduler.api.dashboard import router as dashboard_router
+from scheduler.api.dashboard.pages import session_digest
 from scheduler.api.dashboard.sessions import SessionStore
-from scheduler.api.fairness import DEFAULT_PER_TOKEN, TokenGate
+from scheduler.api.fairness import DEFAULT_PER_TOKEN, TimeBudget, TokenGate
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
+from scheduler.api.refusals import DEFAULT_HOLD_S, EarlyRefusal, RefusalHold
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, schedules, usage
 from scheduler.api.schemas import Health
@@ -44,6 +46,8 @@ from scheduler.settings import (
     DEFAULT_AUTH_FAILURE_WINDOW_S,
     DEFAULT_AUTH_FAILURES,
     DEFAULT_AUTH_FAILURES_PER_ADDRESS,
+    DEFAULT_TOKEN_TIME_LIMIT,
+    parse_limit,
 )
 from scheduler.store.tokens import TokenInfo, TokenStore
 
@@ -129,6 +133,25 @@ def create_app(
     # one token's dashboard requests handled at a time (scheduler/api/fairness.py)
     app.state.token_gate = TokenGate(
         int(getattr(api_settings, "token_concurrency", None) or DEFAULT_PER_TOKEN)
+    )
+    # a refused client's next requests answer 429 before anything is read (refusals.py)
+    hold_s = getattr(api_settings, "refusal_hold_s", None)
+    app.state.refusals = RefusalHold(DEFAULT_HOLD_S if hold_s is None else float(hold_s))
+    known_sessions: dict[str, str] = {}  # the dashboard's sessions seen valid (pages.py)
+    app.state.dashboard_known_sessions = known_sessions
+
+    def known(bearer: str | None, sid: str | None) -> bool:
+        if bearer is not None:
+            cache: TokenCache = app.state.token_cache
+            return cache.knows(bearer)
+        return sid is not None and session_digest(sid) in known_sessions
+
+    # ... and at most api.token_time_limit seconds of their handler time (fairness.py)
+    app.state.time_budget = TimeBudget(
+        parse_limit(
+            getattr(api_settings, "token_time_limit", DEFAULT_TOKEN_TIME_LIMIT),
+            "api.token_time_limit",
+        )
     )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
@@ -238,4 +261,11 @@ def create_app(
 
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(BodySizeLimit, max_body_bytes=max_body)
+    requests = app.state.metrics.requests
+    app.add_middleware(  # outermost: a held request costs a header scan
+        EarlyRefusal,
+        hold=app.state.refusals,
+        known=known,
+        refused=lambda method: requests.labels(method, "held", "429").inc(),
+    )
     return app

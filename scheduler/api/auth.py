@@ -27,6 +27,7 @@ import anyio
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from scheduler.api.refusals import ANY_ROUTE, RefusalHold, credentials, route_of
 from scheduler.store.tokens import TokenInfo, TokenStore, hash_token
 
 _bearer = HTTPBearer(auto_error=False, description="an API token (pasture admin token create)")
@@ -91,6 +92,14 @@ class TokenCache:
             self._entries.pop(next(iter(self._entries)))
         self._entries[digest] = (self._clock(), info)
 
+    def knows(self, token: str) -> bool:
+        """Whether ``token`` verified within ``ttl_s`` (its expiry is not checked here:
+        the request that follows is verified as usual)."""
+        if not self.ttl_s or len(token) > 256:
+            return False
+        entry = self._entries.get(hash_token(token))
+        return entry is not None and self._clock() - entry[0] < self.ttl_s
+
     def clear(self) -> None:
         """Forget every token (after a revocation or rotation through this process)."""
         self._entries.clear()
@@ -104,21 +113,41 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
+def refuse(request: Request, wait: int, what: str, route: str | None = ANY_ROUTE) -> HTTPException:
+    """The 429 of :func:`too_many`, after holding the request's credential
+    (:mod:`scheduler.api.refusals`) for ``wait`` seconds at most: on every route, or with
+    ``route=None`` on the request's own route only."""
+    held: RefusalHold | None = getattr(request.app.state, "refusals", None)
+    if held is not None:
+        bearer, sid = credentials(request.scope.get("headers", ()))
+        if route is None:
+            route = route_of(request.scope["method"], request.scope["path"])
+        held.hold_credential(bearer, sid, wait, what, route)
+    return too_many(wait, what)
+
+
 def refuse_if_blocked(request: Request, token: str) -> None:
     """Raise 429 (with ``Retry-After``) when ``token`` failed too often from the client's
     address recently (other tokens from that address are not refused)."""
     wait = request.app.state.auth_limiter.retry_after(client_address(request), token)
     if wait is not None:
-        raise too_many(wait, "too many failed authentications with this token from this address")
+        what = "too many failed authentications with this token from this address"
+        raise refuse(request, wait, what)
 
 
 def refuse_if_address_blocked(request: Request) -> None:
     """Raise 429 (with ``Retry-After``) when the client's address is over its limit of
     failed authentications (any tokens): called before a token is looked up in Redis, never
-    for a token this process verified recently (:class:`TokenCache`)."""
-    wait = request.app.state.auth_limiter.address_retry_after(client_address(request))
+    for a token this process verified recently (:class:`TokenCache`). The address is then
+    held (:mod:`scheduler.api.refusals`) for credentials not seen valid recently."""
+    address = client_address(request)
+    wait = request.app.state.auth_limiter.address_retry_after(address)
     if wait is not None:
-        raise too_many(wait, "too many failed authentications from this address")
+        what = "too many failed authentications from this address"
+        held: RefusalHold | None = getattr(request.app.state, "refusals", None)
+        if held is not None:
+            held.hold_address(address, wait, what)
+        raise too_many(wait, what)
 
 
 def failed(request: Request, token: str) -> None:
@@ -139,14 +168,15 @@ def limit_request(request: Request, who: TokenInfo) -> None:
     """Count one request of the verified token ``who``; raise 429 over api.request_limit."""
     wait = request.app.state.token_limiter.request(who.name)
     if wait is not None:
-        raise too_many(wait, f"token {who.name!r} is over its request limit")
+        raise refuse(request, wait, f"token {who.name!r} is over its request limit")
 
 
 def limit_submit(request: Request, who: TokenInfo) -> None:
-    """Count one submit request of ``who``; raise 429 over api.submit_limit."""
+    """Count one submit request of ``who``; raise 429 over api.submit_limit (its
+    credential is then held on this route only: it may still read)."""
     wait = request.app.state.token_limiter.submit(who.name)
     if wait is not None:
-        raise too_many(wait, f"token {who.name!r} is over its submit limit")
+        raise refuse(request, wait, f"token {who.name!r} is over its submit limit", route=None)
 
 
 def verify_token(request: Request, token: str) -> TokenInfo | None:

@@ -189,9 +189,5 @@ class AccountingService:
         }
 
     def _jobs(self, principal: Principal) -> list[JobRecord]:
-        if principal.role is TokenRole.ADMIN:
-            return self.store.list_jobs(limit=MAX_JOBS)[0]
-        out: list[JobRecord] = []
-        for vc in principal.vcs:
-            out.extend(self.store.list_jobs(vc=vc, limit=MAX_JOBS)[0])
-        return out
+        vcs = None if principal.role is TokenRole.ADMIN else list(principal.vcs)
+        return self.store.list_jobs(vcs=vcs, limit=MAX_JOBS)[0]

@@ -472,19 +472,9 @@ class JobService:
             vcs = list(principal.vcs)
         if vcs == []:
             return {"items": [], "total": 0, "limit": limit, "offset": offset}
-        if vcs is None or len(vcs) == 1:
-            items, total = self.store.list_jobs(
-                vc=vcs[0] if vcs else None, state=state, user=user, limit=limit, offset=offset
-            )
-        else:  # several VCs: merge each VC's newest offset+limit jobs, newest first
-            items, total = [], 0
-            page: builtins.list[JobRecord]
-            for one in vcs:
-                page, n = self.store.list_jobs(vc=one, state=state, user=user, limit=offset + limit)
-                items.extend(page)
-                total += n
-            items.sort(key=lambda j: j.created, reverse=True)
-            items = items[offset : offset + limit]
+        items, total = self.store.list_jobs(
+            vcs=vcs, state=state, user=user, limit=limit, offset=offset
+        )
         return {"items": as_dict(items), "total": total, "limit": limit, "offset": offset}
 
     def tasks_of(

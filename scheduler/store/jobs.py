@@ -1,18 +1,24 @@
 """Jobs: create, read, list, stop, transitions and events (``job:<job>``,
-``job:<job>:events``, ``jobs``, ``jobs:active``, ``jobs:dirty``)."""
+``job:<job>:events``, ``jobs``, ``jobs:vc:<vc>``, ``jobs:active``, ``jobs:dirty``).
+
+``jobs`` holds every job's key scored by its creation time; ``jobs:vc:<vc>`` the same for
+one VC's jobs only, so that listing a tenant's jobs reads nothing of another tenant's
+(issue 32 item 5: one tenant's many jobs cost another's listing nothing). Both are
+written by ``lua.CREATE_JOB`` and emptied by :meth:`JobsMixin.delete_job`; a store
+written before the per-VC index gets it from :mod:`scheduler.store.migrate`."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
 
 from scheduler import jobkey
-from scheduler.jobref import exists_message, job_key
+from scheduler.jobref import DEFAULT_VC, exists_message, job_key
 from scheduler.states import JobState
 from scheduler.store.base import JobActiveError, JobExistsError, JobNotFoundError, StoreBase
 from scheduler.store.codec import as_float, as_int, as_json, encode_fields, event
@@ -199,23 +205,37 @@ class JobsMixin(StoreBase):
         self,
         *,
         state: str | None = None,
-        vc: str | None = None,
+        vcs: Sequence[str] | None = None,
         user: str | None = None,
         offset: int = 0,
         limit: int = 100,
     ) -> tuple[list[JobRecord], int]:
-        """Jobs newest first, filtered, paginated. Returns (page, total matching)."""
-        names = self.r.zrevrange(self.k("jobs"), 0, -1)
-        pipe = self.r.pipeline(transaction=False)
-        for n in names:
-            pipe.hmget(self.k("job", n), "state", "vc", "user")
-        matching = [
-            n
-            for n, (st, v, u) in zip(names, pipe.execute(), strict=True)
-            if (state is None or st == state)
-            and (vc is None or v == vc)
-            and (user is None or u == user)
-        ]
+        """Jobs newest first, filtered, paginated. Returns (page, total matching).
+
+        ``vcs``: only these VCs' jobs (None: every VC's), read from their own indexes
+        (``jobs:vc:<vc>``): no key of another VC's job is read. Without ``state`` or
+        ``user`` only the page's job hashes are read; with them, the listed VCs' jobs'
+        ``state`` / ``user`` fields too.
+        """
+        if vcs is None:
+            names = self.r.zrevrange(self.k("jobs"), 0, -1)
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            for vc in dict.fromkeys(vcs):
+                pipe.zrevrange(self.k("jobs", "vc", vc), 0, -1, withscores=True)
+            rows = [row for part in pipe.execute() for row in part]
+            names = [n for n, _ in sorted(rows, key=lambda r: r[1], reverse=True)]
+        if state is None and user is None:
+            matching = names
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            for n in names:
+                pipe.hmget(self.k("job", n), "state", "user")
+            matching = [
+                n
+                for n, (st, u) in zip(names, pipe.execute(), strict=True)
+                if st and (state is None or st == state) and (user is None or u == user)
+            ]
         page = matching[offset : offset + limit] if limit > 0 else []
         return self.get_jobs(page), len(matching)
 
@@ -253,7 +273,7 @@ class JobsMixin(StoreBase):
         jk = self.k("job", name)
 
         def tx(pipe: redis.client.Pipeline) -> None:
-            state = pipe.hget(jk, "state")
+            state, vc = pipe.hmget(jk, "state", "vc")
             if not state:
                 raise JobNotFoundError(f"no job named {name!r}")
             if not JobState(state).terminal:
@@ -261,6 +281,7 @@ class JobsMixin(StoreBase):
             pipe.multi()
             pipe.delete(jk, jk + ":events", jk + ":tasks", jk + ":alloc")
             pipe.zrem(self.k("jobs"), name)
+            pipe.zrem(self.k("jobs", "vc", vc or DEFAULT_VC), name)
             pipe.zrem(self.k("jobs", "expiry"), name)
             pipe.srem(self.k("jobs", "active"), name)
             pipe.srem(self.k("jobs", "dirty"), name)

@@ -228,7 +228,8 @@ return {#entries, v}
 # ARGV: prefix, job, fields JSON (the job hash, without created / updated), user,
 #       'quiet' to not wake the loop (all but the last job of a batch).
 # Creates a job in state submitted in one step: refused (returns 0) when the name is
-# taken; else the hash (created = updated = now), the jobs / jobs:active indexes, the
+# taken; else the hash (created = updated = now), the jobs / jobs:vc:<vc> / jobs:active
+# indexes, the
 # first event, a wake-up of the loop. Returns the creation time (string).
 CREATE_JOB = (
     EVENT
@@ -245,6 +246,8 @@ for k, v in pairs(f) do
 end
 redis.call('HSET', jk, 'created', tostring(now), 'updated', tostring(now), unpack(args))
 redis.call('ZADD', p .. 'jobs', now, ARGV[2])
+-- the VC's own index: a listing of one VC reads only its jobs (store/jobs.py list_jobs)
+redis.call('ZADD', p .. 'jobs:vc:' .. f.vc, now, ARGV[2])
 redis.call('SADD', p .. 'jobs:active', ARGV[2])
 -- the loop may still hold the record of a deleted job of this name: it reads it again
 redis.call('SADD', p .. 'jobs:changed', ARGV[2])

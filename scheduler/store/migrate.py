@@ -26,6 +26,11 @@ while the store is upgraded is seen by its agent under the new key: the agent st
 old handle and starts the task again (stop the agents, or drain, to avoid that restart).
 Queued reports that name the old key are dropped by the loop as stale (``stats``
 ``reports_dropped``); the task's next report counts.
+
+Step 2 -> 3: **an index of jobs per VC** (``jobs:vc:<vc>``, :mod:`scheduler.store.jobs`).
+Every member of ``jobs`` is added to its VC's index (the job hash's ``vc``, ``default``
+when it has none) with the same score; adding is idempotent, nothing is renamed and no
+backup is needed.
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ from scheduler.store.store import Store
 
 log = logging.getLogger(__name__)
 
-SCHEMA = 2
-"""The layout this code writes: 2 = job keys per VC (``scheduler/jobref.py``)."""
+SCHEMA = 3
+"""The layout this code writes: 2 = job keys per VC (``scheduler/jobref.py``), 3 = an
+index of jobs per VC (``jobs:vc:<vc>``)."""
 
 LOCK_S = 300
 """Seconds the ``migrate:lock`` key lives (a migrating process that died frees it)."""
@@ -108,7 +114,9 @@ def migrate(
         if schema(store) >= SCHEMA:  # done meanwhile by the process we waited for
             return Migration(before, schema(store))
         out = Migration(before, SCHEMA)
-        _job_keys(store, out, share_dir, backup_dir)
+        if before < 2:
+            _job_keys(store, out, share_dir, backup_dir)
+        _vc_indexes(store)
         store.r.set(store.k("schema"), str(SCHEMA))
         log.info(
             "store migrated from schema %d to %d: %d job(s) renamed, %d share dir(s) moved%s",
@@ -184,6 +192,20 @@ def _job_keys(
         _rename_job(store, old, new, nodes)
         out.renamed[old] = new
         log.info("store migration: job %r renamed %r (name scoped per VC)", old, new)
+
+
+def _vc_indexes(store: Store) -> None:
+    """Add every member of ``jobs`` to ``jobs:vc:<vc>`` with its score (step 2 -> 3)."""
+    scored = store.r.zrange(store.k("jobs"), 0, -1, withscores=True)
+    pipe = store.r.pipeline(transaction=False)
+    for name, _ in scored:
+        pipe.hget(store.k("job", name), "vc")
+    vcs = pipe.execute()
+    pipe = store.r.pipeline(transaction=False)
+    for (name, score), vc in zip(scored, vcs, strict=True):
+        pipe.zadd(store.k("jobs", "vc", vc or DEFAULT_VC), {name: score})
+    pipe.execute()
+    log.info("store migration: %d job(s) added to their VC's index", len(scored))
 
 
 def _rename_job(store: Store, old: str, new: str, nodes: list[str]) -> None:

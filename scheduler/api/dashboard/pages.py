@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from scheduler.api.auth import (
     client_address,
     failed,
     limit_request,
+    refuse,
     refuse_if_address_blocked,
     refuse_if_blocked,
 )
@@ -42,7 +44,7 @@ from scheduler.api.dashboard.sessions import (
     SessionStore,
     csrf_ok,
 )
-from scheduler.api.fairness import TokenGate
+from scheduler.api.fairness import TimeBudget, TokenGate
 from scheduler.api.schemas import (
     VC_NAME,
     JobEventsOut,
@@ -89,7 +91,8 @@ KNOWN_SESSIONS = 4096
 failure limit does not lock out its users who are logged in."""
 
 
-def _digest(sid: str) -> str:
+def session_digest(sid: str) -> str:
+    """The key of a session cookie in :func:`known_sessions` (SHA-256 hex)."""
     return hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -103,16 +106,32 @@ def known_sessions(request: Request) -> dict[str, str]:
 async def fair_share(request: Request) -> AsyncIterator[None]:
     """Router dependency of every dashboard route: a known session's request waits for
     its token's slot of the process (:class:`scheduler.api.fairness.TokenGate`), so one
-    tenant's page flood takes at most that share; unknown cookies are not gated (they
-    are refused or redirected cheaply, and limited per address)."""
+    tenant's page flood takes at most that share, and the time it holds the slot counts
+    against the token's ``api.token_time_limit`` (:class:`~scheduler.api.fairness.TimeBudget`);
+    unknown cookies are not gated (they are refused or redirected cheaply, and limited
+    per address).
+
+    Raises:
+        HTTPException 429: the token is over its handler-time budget (its session is then
+            held: :mod:`scheduler.api.refusals`).
+    """
     sid = request.cookies.get(COOKIE)
-    token = known_sessions(request).get(_digest(sid)) if sid and len(sid) <= 100 else None
+    token = known_sessions(request).get(session_digest(sid)) if sid and len(sid) <= 100 else None
     if token is None:
         yield
         return
-    gate: TokenGate = request.app.state.token_gate
+    state = request.app.state
+    budget: TimeBudget = state.time_budget
+    wait = budget.retry_after(token)
+    if wait is not None:
+        raise refuse(request, wait, f"token {token!r} is over its handler-time budget")
+    gate: TokenGate = state.token_gate
     async with gate.hold(token):
-        yield
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            budget.charge(token, time.monotonic() - start)
 
 
 router = APIRouter(
@@ -136,7 +155,7 @@ def session(request: Request) -> Session | None:
         return None
     state = request.app.state
     known = known_sessions(request)
-    digest = _digest(sid)
+    digest = session_digest(sid)
     if digest not in known:
         refuse_if_address_blocked(request)
     s = sessions(request).get(sid)

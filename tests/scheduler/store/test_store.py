@@ -30,7 +30,7 @@ def test_create_get_list_and_duplicates(store, add_node, job_spec):
     page, total = store.list_jobs()
     # a job's name in the store is its key: b of VC other is "b.other" (scheduler/jobref.py)
     assert [j.name for j in page] == ["b.other", "a"] and total == 2  # newest first
-    page, total = store.list_jobs(vc="other")
+    page, total = store.list_jobs(vcs=["other"])
     assert [j.name for j in page] == ["b.other"] and total == 1
     page, total = store.list_jobs(user="ann", state="submitted")
     assert [j.name for j in page] == ["a"]
