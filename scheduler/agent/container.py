@@ -21,10 +21,12 @@ the container's ids 0..65535 onto the VC's own range of host ids
 writes on the share belongs to the VC's uid (or, written as another id inside, to the VC's
 range), and its capabilities reach no file of another tenant (the kernel honours them only
 for files whose owner is mapped in the namespace): the kernel refuses another tenant's
-container what the mounts would not hide. One contiguous range lets podman mount the
-image's layers idmapped (no copy per VC, no start-up cost); a root-less podman, or one
-whose node container lacks ``CAP_SYS_PTRACE`` (runc opens its child's namespaces), cannot
-create the namespace and the task fails to start with podman's message.
+container what the mounts would not hide. One contiguous range per map lets podman mount
+the image's layers idmapped where its storage can (else it copies the image's top layer
+once per VC, chowned, and reuses the copy; docs/runtime-env.md has the figures); a
+root-less podman, or one whose node container lacks ``CAP_SYS_PTRACE`` (runc opens its
+child's namespaces), cannot create the namespace and the task fails to start with
+podman's message.
 ``--init`` makes SIGTERM reach the command even when it does not handle signals;
 ``--pull=never`` because nodes load images explicitly (``pasture image push``). The
 container (not the agent) keeps the exit code, so an agent restarted while tasks run
