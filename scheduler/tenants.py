@@ -12,9 +12,14 @@ registry, and a share (NFS, SMB with unix extensions) sees one owner:
 - user and group name: ``pasture-<vc>`` when the VC's name is a valid Debian user name of
   at most 24 characters (``[a-z0-9][a-z0-9_-]*``), else ``pasture-<up to 14 of its
   characters, lowercased, others as _>-<8 hex digits of its SHA-256>`` (<= 32 characters);
-- uid = gid = :data:`UID_BASE` + (first 8 bytes of SHA-256 of the name) mod :data:`UID_SPAN`,
-  far above the ranges ``useradd`` and ``/etc/subuid`` hand out. Two VCs of one list that
-  land on one number are refused by :func:`plan` (the message names both).
+- uid = gid = :data:`UID_BASE` + slot * :data:`ID_RANGE`, slot = (first 8 bytes of SHA-256
+  of the name) mod :data:`SLOTS`: the first id of a range of :data:`ID_RANGE` ids that
+  belongs to the VC alone (:func:`id_range`), in [2^30, 2^31): above the ids ``useradd``
+  and ``/etc/subuid`` hand out (Debian's defaults end at 600,100,000) and below 2^31
+  (software that stores a uid in a signed int). A container task's user namespace maps
+  its ids 0..65535 onto this range (:mod:`scheduler.agent.container`), so that its root is
+  the VC's user on the host and no id of it is another VC's or a real system id. Two VCs
+  of one list that land on one slot are refused by :func:`plan` (the message names both).
 
 :func:`ensure` creates missing users (``groupadd``/``useradd``, no login shell, no home
 on disk besides ``/var/lib/pasture/home/<user>``), idempotently; ``python -m
@@ -35,10 +40,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-UID_BASE = 3_000_000
-"""First uid (and gid) of tenant users."""
-UID_SPAN = 1_000_000
-"""Number of uids tenant users are spread over."""
+ID_RANGE = 65536
+"""Ids (uids and gids) each VC owns, from its user's uid on: a container's 0..65535."""
+UID_BASE = 2**30
+"""First uid (and gid) of tenant users: the first id of slot 0's range."""
+SLOTS = 2**30 // ID_RANGE
+"""Number of VC ranges (16384); the last one ends at 2^31 - 1."""
+UID_SPAN = SLOTS * ID_RANGE
+"""Number of ids tenant users and their ranges are spread over (2^30)."""
 HOME_BASE = Path("/var/lib/pasture/home")
 """Where tenant users' home directories are."""
 PREFIX = "pasture-"
@@ -69,9 +78,18 @@ def user_name(vc: str) -> str:
 
 
 def uid_of(vc: str) -> int:
-    """The uid (= gid) of VC ``vc``'s user (rules: module docstring)."""
+    """The uid (= gid) of VC ``vc``'s user (rules: module docstring): a multiple of
+    :data:`ID_RANGE` above :data:`UID_BASE`, the first id of :func:`id_range`."""
     digest = hashlib.sha256(vc.encode()).digest()
-    return UID_BASE + int.from_bytes(digest[:8], "big") % UID_SPAN
+    return UID_BASE + int.from_bytes(digest[:8], "big") % SLOTS * ID_RANGE
+
+
+def id_range(vc: str) -> range:
+    """The host ids (uids and gids alike) that belong to VC ``vc``: :data:`ID_RANGE` ids
+    from :func:`uid_of` on. Ranges of two VCs are disjoint unless their uids are equal
+    (which :func:`plan` refuses) and never reach a real system id or 2^31."""
+    first = uid_of(vc)
+    return range(first, first + ID_RANGE)
 
 
 def planned(vc: str) -> TenantUser:
@@ -149,10 +167,11 @@ def ensure_report(vcs: Sequence[str]) -> list[tuple[TenantUser, bool]]:
         except KeyError:
             created = True
             HOME_BASE.mkdir(parents=True, exist_ok=True)
+            # -l: no lastlog/faillog record (sparse files of uid * 292 bytes, 0.6 TB here)
             _run(
                 [
                     "useradd", "-u", str(u.uid), "-g", str(u.gid), "-d", u.home,
-                    "-m", "-s", "/bin/sh", "-c", f"pasture tenant {u.vc}", u.name,
+                    "-m", "-l", "-s", "/bin/sh", "-c", f"pasture tenant {u.vc}", u.name,
                 ]
             )  # fmt: skip
         resolve(u.vc)

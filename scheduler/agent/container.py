@@ -12,10 +12,21 @@ appended to the task's log in the share. A role with ``entrypoint: true`` runs t
 own ENTRYPOINT: the script ends with ``exec <ENTRYPOINT> <args or CMD>``, read with
 ``<cli> image inspect`` (Kubernetes semantics: ``args`` replace CMD), and the container
 starts in the image's WORKDIR unless the role sets ``working_dir``.
-A launch with a ``user`` (the job's VC's Unix identity) runs as it: ``--user uid:gid``,
-a passwd entry of that name (sshd needs one), ``HOME`` a tmpfs at ``/home/pasture`` and
-``no-new-privileges``; its files on the share belong to it, so the kernel refuses another
-tenant's container what the mounts would not hide.
+A launch with a ``user`` (the job's VC's Unix identity) runs in a user namespace of that
+VC (:func:`user_namespace_args`): ``--uidmap 0:<uid>:65536 --gidmap 0:<gid>:65536`` maps
+the container's ids 0..65535 onto the VC's own range of host ids
+(:func:`scheduler.tenants.id_range`), the command runs as the container's root (``--user
+0:0``: Volcano's MPI examples write ``/etc/ssh`` and start sshd) and
+``no-new-privileges``. Root inside is the VC's user on the host, so everything the task
+writes on the share belongs to the VC's uid (or, written as another id inside, to the VC's
+range), and its capabilities reach no file of another tenant (the kernel honours them only
+for files whose owner is mapped in the namespace): the kernel refuses another tenant's
+container what the mounts would not hide. One contiguous range per map lets podman mount
+the image's layers idmapped where its storage can (else it copies the image's top layer
+once per VC, chowned, and reuses the copy; docs/runtime-env.md has the figures); a
+root-less podman, or one whose node container lacks ``CAP_SYS_PTRACE`` (runc opens its
+child's namespaces), cannot create the namespace and the task fails to start with
+podman's message.
 ``--init`` makes SIGTERM reach the command even when it does not handle signals;
 ``--pull=never`` because nodes load images explicitly (``pasture image push``). The
 container (not the agent) keeps the exit code, so an agent restarted while tasks run
@@ -50,7 +61,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scheduler import logpaths
+from scheduler import logpaths, tenants
 from scheduler.agent import cgroup, watchdog
 from scheduler.agent.executor import (
     Executor,
@@ -61,9 +72,6 @@ from scheduler.agent.executor import (
 )
 
 log = logging.getLogger("pasture.agent")
-
-CONTAINER_HOME = "/home/pasture"
-"""The home directory (a tmpfs) of a task run as its VC's user in a container."""
 
 
 class ContainerExecutor(Executor):
@@ -130,20 +138,8 @@ class ContainerExecutor(Executor):
             "-v",  # the job's directory, not the share: logs, output, hostfiles live there
             f"{job_dir}:{job_dir}",
         ]
-        if launch.user is not None:  # the VC's Unix identity, named in the image's passwd
-            u = launch.user
-            args += [
-                "--user",
-                f"{u.uid}:{u.gid}",
-                "--passwd-entry",
-                f"{u.name}:*:{u.uid}:{u.gid}:pasture tenant:{CONTAINER_HOME}:/bin/sh",
-                "--tmpfs",
-                f"{CONTAINER_HOME}:rw,mode=1777",
-                "--env",
-                f"HOME={CONTAINER_HOME}",
-                "--security-opt",
-                "no-new-privileges",
-            ]
+        if launch.user is not None:  # the VC's Unix identity, as root of its namespace
+            args += user_namespace_args(launch.user)
         if not launch.entrypoint:  # an entrypoint role starts in the image's WORKDIR
             args += ["-w", launch.env.get("PASTURE_JOB_DIR", share)]
         for host, target in launch.mounts:
@@ -318,6 +314,37 @@ class ContainerExecutor(Executor):
         for key in ("fenced_file", "lock_file"):
             if h.get(key):
                 Path(h[key]).unlink(missing_ok=True)
+
+
+def user_namespace_args(user: tenants.TenantUser) -> list[str]:
+    """The ``run`` options of a task run as ``user`` (its VC's identity): a user namespace
+    whose ids 0..65535 are the host ids ``user.uid`` .. ``user.uid + 65535`` (and the
+    same for gids), the command as its root, ``no-new-privileges``.
+
+    Raises:
+        ExecutorError: ``user``'s uid or gid is not the first id of its VC's range
+            (:func:`scheduler.tenants.id_range`): a user made by hand or by an older role,
+            whose namespace could reach ids of another VC or of the system.
+    """
+    want = tenants.id_range(user.vc)
+    for what, first in (("uid", user.uid), ("gid", user.gid)):
+        if first != want.start:
+            raise ExecutorError(
+                f"user {user.name!r} (VC {user.vc!r}) has {what} {first}, not the first id"
+                f" {want.start} of the VC's id range; remove the user and run the"
+                " pasture_node role again"
+            )
+    n = len(want)
+    return [
+        "--uidmap",
+        f"0:{user.uid}:{n}",
+        "--gidmap",
+        f"0:{user.gid}:{n}",
+        "--user",
+        "0:0",
+        "--security-opt",
+        "no-new-privileges",
+    ]
 
 
 def kernel_oom_killed(container_id: str) -> bool:

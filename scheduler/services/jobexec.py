@@ -101,16 +101,18 @@ def exec_access(
 
 def task_login(node: NodeRecord | None, vc_user: str) -> str:
     """The user name a task's sshd on ``node`` accepts: the VC's user (``vc_user``) where
-    tasks run as their VC's user, the agent's user where they run as the agent's and the
-    agent said which (process executor); "" when unknown (an agent that did not say, a
-    container or pod whose image decides: the CLI then tries its candidates).
+    tasks run as their VC's user (process executor, pods), ``root`` where they run as root
+    of their VC's user namespace (container executor: scheduler/agent/container.py), the
+    agent's user where they run as the agent's and the agent said which (process
+    executor); "" when unknown (an agent that did not say, a container or pod whose image
+    decides: the CLI then tries its candidates).
 
     Its sshd runs as the task's user and, not being root, lets in only that user, so one
     name that is right saves ``job exec`` a second SSH handshake."""
     if node is None:
         return ""
     if node.task_users == "vc":
-        return vc_user
+        return "root" if node.executor == "container" else vc_user
     if node.task_users == "agent":
         return node.task_login
     return ""

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from scheduler import tenants
+
 REPO = Path(__file__).resolve().parents[2]
 ACCURACY_RE = re.compile(r"^test accuracy: (\d\.\d+)\s*$", re.M)
 TERMINAL = {"succeeded", "failed", "stopped"}
@@ -172,6 +174,82 @@ def _run_one_task_job(cluster, name: str, vc: str, script: str) -> tuple[dict[st
         stop_unless_finished(cluster, name)
     log = cluster.cli.run("job", "logs", name, "--role", "main", "--index", "0", check=False)
     return job, log.stdout + log.stderr
+
+
+def test_tasks_run_as_their_vcs_users_and_the_kernel_refuses_another_vcs_job_dir(cluster):
+    """task_users: vc on the local cluster (the share is one volume that keeps owners):
+    each VC's task runs in a user namespace whose root is its VC's uid on the node
+    (scheduler/tenants.py, scheduler/agent/container.py), so what it writes on the share,
+    as root or as another id inside, belongs on the node to its VC's uid or to its VC's
+    own id range; the two VCs' ranges are disjoint; and the kernel refuses the other VC's
+    user (its task's root) the first VC's job directory on the node's share."""
+    uid_a, uid_b = tenants.uid_of("default"), tenants.uid_of("research")
+    a, log_a = _run_one_task_job(
+        cluster,
+        "uids-a",
+        "default",
+        'echo "uid=$(id -u)"; echo "jobdir=$PASTURE_JOB_DIR"; cat /proc/self/uid_map;'
+        ' echo secret-of-a > "$PASTURE_JOB_DIR/secret.txt";'
+        ' echo by-1000 > "$PASTURE_JOB_DIR/other-id.txt";'
+        ' chown 1000:1000 "$PASTURE_JOB_DIR/other-id.txt"',
+    )
+    assert a["state"] == "succeeded", f"{a}\n{log_a}"
+    assert "uid=0" in log_a, log_a  # root of its namespace (Volcano's jobs need it)
+    assert re.search(rf"^\s*0\s+{uid_a}\s+65536\s*$", log_a, re.M), log_a
+    found = re.search(r"^jobdir=(/\S+)$", log_a, re.M)
+    assert found, log_a
+    job_dir_a = found.group(1)
+    b, log_b = _run_one_task_job(
+        cluster,
+        "uids-b",
+        "research",
+        f"cat /proc/self/uid_map; cat {shlex.quote(job_dir_a + '/secret.txt')} || echo refused",
+    )
+    assert b["state"] == "succeeded", f"{b}\n{log_b}"
+    assert re.search(rf"^\s*0\s+{uid_b}\s+65536\s*$", log_b, re.M), log_b
+    assert not set(tenants.id_range("default")) & set(tenants.id_range("research"))
+    assert "secret-of-a" not in log_b and "refused" in log_b, log_b
+    # On the node that ran A (the share as every task's user sees it): the files' owners on
+    # the node are A's uid and an id of A's range, and the kernel refuses B's user (its
+    # task's root) A's job directory, and gives A's user its own file (the right path).
+    node = cluster.container(a["tasks"][0]["node"])
+    owners = subprocess.run(
+        ["podman", "exec", node, "stat", "-c", "%n %u %g"]
+        + [f"{job_dir_a}/{f}" for f in ("secret.txt", "other-id.txt")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split()
+    assert owners == [
+        f"{job_dir_a}/secret.txt", str(uid_a), str(uid_a),
+        f"{job_dir_a}/other-id.txt", str(uid_a + 1000), str(uid_a + 1000),
+    ], owners  # fmt: skip
+
+    def cat_as(uid: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "podman",
+                "exec",
+                node,
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "cat",
+                f"{job_dir_a}/secret.txt",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    for uid in (uid_b, uid_b + 1000):  # B's task's root, and another id of B's task
+        as_b = cat_as(uid)
+        assert as_b.returncode != 0 and "Permission denied" in as_b.stderr, as_b
+        assert "secret-of-a" not in as_b.stdout
+    as_a = cat_as(uid_a)
+    assert as_a.returncode == 0 and as_a.stdout.strip() == "secret-of-a", as_a
 
 
 @pytest.mark.e2e_last  # stops a node of the shared cluster for good

@@ -107,3 +107,25 @@ def test_dev_up_chooses_tenant_users_only_where_tasks_can_run_and_says_why_not(m
     assert dev.tenant_mode(None) == ("agent", "not run as root, so no tenant users can be made")
     with pytest.raises(dev.DevError, match="task_users vc needs root"):
         dev.tenant_mode("vc")
+
+
+VC_NAMES = ["default", "research", "Team.A", "a" * 63, "x_y-z", "UPPER", "9lives", "a.b", "prod"]
+
+
+def test_each_vc_owns_a_range_of_65536_host_ids_from_its_uid_that_no_one_else_has():
+    """Issue 32, containers in user namespaces: a VC's container ids 0..65535 are host ids
+    of its own: its uid is the first of a range of 65536, ranges of different VCs are
+    disjoint, and every range lies above the ids useradd and /etc/subuid hand out
+    (Debian: up to 600,100,000) and below 2^31 (a uid in a signed int)."""
+    ranges = {vc: tenants.id_range(vc) for vc in VC_NAMES}
+    for vc, r in ranges.items():
+        assert r.start == tenants.uid_of(vc) == tenants.planned(vc).gid
+        assert len(r) == 65536 and r.step == 1
+        assert r.start > 600_100_000 and r[-1] < 2**31, (vc, r)
+    uids = sorted(r.start for r in ranges.values())
+    assert len(set(uids)) == len(uids)
+    for lo, hi in zip(uids, uids[1:], strict=False):
+        assert lo + 65536 <= hi  # disjoint
+    # every slot is reachable and ends inside the space (the last slot ends at 2^31 - 1)
+    last = tenants.UID_BASE + (tenants.SLOTS - 1) * tenants.ID_RANGE
+    assert last + tenants.ID_RANGE - 1 == 2**31 - 1

@@ -187,9 +187,11 @@ def test_agent_runs_a_gang_as_containers(redis_url, tmp_path):
 
 
 def test_a_task_run_as_its_tenant_sees_its_job_directory_and_not_the_share(ex, tmp_path):
-    """Issue 32 items 1 and 4 in container mode: the task runs as its VC's uid:gid (named
-    in the container's passwd, HOME writable), and of the share it sees its job's
-    directory only: not the share root's files, not another job's directory."""
+    """Issue 32 items 1 and 4 in container mode: the task runs as root of a user namespace
+    whose ids are its VC's host ids (root inside is the VC's uid:gid outside, another id
+    inside is an id of the VC's range), so it writes its container's own /etc/ssh (Volcano's
+    MPI jobs do) while its files on the share belong to the VC; and of the share it sees
+    its job's directory only: not the share root's files, not another job's directory."""
     share = tmp_path / "share"
     (share / "jobs" / "other").mkdir(parents=True)
     (share / "jobs" / "other" / "secret").write_text("bob's")
@@ -198,30 +200,34 @@ def test_a_task_run_as_its_tenant_sees_its_job_directory_and_not_the_share(ex, t
     spec = dataclasses.replace(
         launch(
             tmp_path,
-            'id -u; id -g; id -un; echo "jobs: $(ls -A "$SHARE/jobs")";'
+            'id -u; id -g; echo "jobs: $(ls -A "$SHARE/jobs")";'
             ' echo "root: $(ls -A "$SHARE")"; cat "$SHARE/jobs/other/secret" 2>/dev/null;'
-            ' cat "$SHARE/root.txt" 2>/dev/null; touch "$HOME/x" && echo home ok;'
-            ' echo mine > "$PASTURE_JOB_DIR/own"',
+            ' cat "$SHARE/root.txt" 2>/dev/null; echo x > /etc/ssh/pasture && echo etc ok;'
+            ' echo mine > "$PASTURE_JOB_DIR/own"; echo theirs > "$PASTURE_JOB_DIR/by-1000";'
+            ' chown 1000:1000 "$PASTURE_JOB_DIR/by-1000"',
         ),
         user=user,
     )
     spec.env["SHARE"] = str(share)
     job_dir = share / "jobs" / "j"
     os.chown(job_dir, user.uid, user.gid)  # as the agent leaves it (startup.own_job_dir)
+    os.chmod(job_dir, 0o750)
     spec.log_path.touch()
     os.chown(spec.log_path, user.uid, user.gid)
     h = ex.start(spec)
     ex.started.append(h)
     assert wait_exit(ex, h) == 0, spec.log_path.read_text()
     assert spec.log_path.read_text().splitlines() == [
-        str(user.uid),
-        str(user.gid),
-        user.name,
+        "0",
+        "0",
         "jobs: j",
         "root: jobs",
-        "home ok",
+        "etc ok",
     ]
-    assert (job_dir / "own").stat().st_uid == user.uid
+    own, theirs = (job_dir / "own").stat(), (job_dir / "by-1000").stat()
+    assert (own.st_uid, own.st_gid) == (user.uid, user.gid)
+    assert (theirs.st_uid, theirs.st_gid) == (user.uid + 1000, user.gid + 1000)
+    assert theirs.st_uid in tenants.id_range("default")
 
 
 def test_the_agent_mounts_declared_data_read_only_unless_declared_writable(redis_url, tmp_path):
