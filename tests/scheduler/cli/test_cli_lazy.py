@@ -62,6 +62,9 @@ def test_job_list_imports_the_job_reading_commands_only(isolated_config):
     assert proc.returncode == 3  # not configured: the command itself ran
     assert "scheduler.cli.jobreads" in loaded
     assert sorted(loaded.intersection(OTHER_COMMANDS)) == []
+    # its options (--limit, -o, --interval, ...) were coerced without Typer's pydantic
+    # adapters (scheduler/cli/coercion.py); no client made, so no response models either
+    assert sorted(m for m in loaded if m.startswith(("pydantic", "typer._adapters"))) == []
 
 
 def test_root_help_loads_no_client_and_no_yaml(isolated_config):
@@ -112,7 +115,7 @@ def test_name_completion_reads_raw_json_without_httpx_or_models(logged_in, cli, 
     }
     proc, loaded = _pasture_modules([], env)
     assert proc.stdout.split() == ["hello-one", "hello-two"]
-    heavy = ("httpx", "httpcore", "anyio", "scheduler.api", "yaml")
+    heavy = ("httpx", "httpcore", "anyio", "scheduler.api", "yaml", "pydantic", "typer._adapters")
     assert sorted(m for m in loaded if m.startswith(heavy)) == []
     assert sorted(loaded.intersection(OTHER_COMMANDS)) == []
 
