@@ -120,6 +120,26 @@ def test_name_completion_reads_raw_json_without_httpx_or_models(logged_in, cli, 
     assert sorted(loaded.intersection(OTHER_COMMANDS)) == []
 
 
+def test_one_shot_commands_ask_the_api_without_httpx(logged_in, cli, tmp_path):
+    """``job list``, ``job show`` and ``node list`` make their requests with the standard
+    library (scheduler/cli/transport.py) and print what they printed over httpx."""
+    spec = tmp_path / "one.yaml"
+    spec.write_text(job_yaml("one-shot"))
+    assert cli("job", "submit", str(spec)).exit_code == 0
+    for args, expect in [
+        (["job", "list", "-o", "name"], "one-shot"),
+        (["job", "show", "one-shot", "-o", "json"], '"name": "one-shot"'),
+        (["node", "list", "-o", "name"], ""),
+        (["job", "show", "no-such-job"], "not found"),
+    ]:
+        proc, loaded = _pasture_modules(args, dict(os.environ))
+        assert expect in proc.stdout + proc.stderr, args
+        assert proc.returncode == (5 if "no-such-job" in args else 0), (args, proc.stderr)
+        assert cli(*args).output.strip() in proc.stdout + proc.stderr, args  # same words
+        heavy = ("httpx", "httpcore", "anyio", "h11")
+        assert sorted(m for m in loaded if m.startswith(heavy)) == [], args
+
+
 def test_the_login_file_is_json_and_read_without_pyyaml(api, cli, isolated_config):
     url, env = api
     assert cli("login", url, "--token", env.admin).exit_code == 0
