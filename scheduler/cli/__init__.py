@@ -24,6 +24,7 @@ from typing import Any
 import typer
 import typer.main
 
+from scheduler.cli import coercion
 from scheduler.cli.complete import complete_contexts
 from scheduler.cli.lazy import MARKUP_MODE, LazyGroup
 
@@ -71,6 +72,7 @@ def _flags_without_type() -> None:
 
 
 _flags_without_type()
+coercion.install()  # plain option values without pydantic (scheduler/cli/coercion.py)
 
 # MARKUP_MODE (markdown): a docstring's paragraphs are reflowed to the terminal (its
 # hard line breaks are gone) and ``code`` prints as code, not between double backticks.

@@ -1,19 +1,26 @@
-"""Typed HTTP client of the pasture API (httpx), with TLS verified against the cluster CA.
+"""Typed HTTP client of the pasture API, with TLS verified against the cluster CA.
 
 Every answer is parsed with the API's own response models (:mod:`scheduler.api.schemas`,
 the ones OpenAPI documents), so the CLI reads attributes, never guessed keys: a field the
 API renames or drops fails here (an :class:`ApiError` naming the field) and in the tests,
 instead of printing blanks.
 
-httpx and the schemas (pydantic) are imported when the first client is made, not at
-import: ``pasture --help`` and commands that never call the API do not pay for them.
+Requests go through :func:`scheduler.cli.transport.send` (the standard library's HTTP
+client, one connection a request); the log reads of ``job logs`` (many requests on one
+kept connection, ``-f``) through httpx, imported and connected at the first of them. The
+schemas (pydantic) are imported when the first client is made, not at import:
+``pasture --help`` and commands that never call the API do not pay for them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from scheduler.cli import transport
 from scheduler.cli.config import ClientConfig
+from scheduler.cli.transport import ApiError, api_error
+
+__all__ = ["ApiClient", "ApiError", "parse", "parse_list"]
 
 if TYPE_CHECKING:
     import ssl
@@ -42,34 +49,8 @@ if TYPE_CHECKING:
     M = TypeVar("M", bound=BaseModel)
 
 
-class ApiError(Exception):
-    """The API answered 4xx/5xx, or could not be reached (``status`` 0).
-
-    Attributes:
-        status: HTTP status, 0 when the connection failed.
-        message: the API's ``detail`` as one string.
-        errors: for 422, the list of ``{"loc": [...], "msg": ...}`` problems.
-    """
-
-    def __init__(
-        self, status: int, message: str, errors: list[dict[str, Any]] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.errors = errors or []
-
-
 def _error(response: httpx.Response) -> ApiError:
-    try:
-        body = response.json()
-    except ValueError:
-        return ApiError(response.status_code, response.text.strip() or response.reason_phrase)
-    detail = body.get("detail") if isinstance(body, dict) else body
-    if isinstance(detail, list):
-        message = body.get("message") or "invalid input"
-        return ApiError(response.status_code, message, [d for d in detail if isinstance(d, dict)])
-    return ApiError(response.status_code, str(detail))
+    return api_error(response.status_code, response.text, response.reason_phrase)
 
 
 def parse(model: type[M], data: Any, what: str) -> M:
@@ -140,14 +121,10 @@ def _import_schemas_without_plugins() -> None:
 
 
 def _verify(config: ClientConfig) -> ssl.SSLContext | bool:
-    """TLS verification for httpx: the cluster CA when given, else the system store. A
-    plain ``http://`` endpoint (the dev cluster) never does TLS, so no CA bundle is loaded
-    for it (loading one costs ~80 ms of the CLI's start-up)."""
-    import ssl
-
-    if config.ca_cert:
-        return ssl.create_default_context(cafile=config.ca_cert)
-    return not config.endpoint.startswith("http://")
+    """TLS verification for httpx: :func:`scheduler.cli.transport.tls_context`'s (one
+    trust for both paths). A plain ``http://`` endpoint (the dev cluster) never does TLS,
+    so no CA bundle is loaded for it (loading one costs ~80 ms of the CLI's start-up)."""
+    return transport.tls_context(config) or False
 
 
 class ApiClient:
@@ -165,33 +142,64 @@ class ApiClient:
     """
 
     def __init__(self, config: ClientConfig, timeout: float = 30.0) -> None:
-        _skip_httpx_command_line()
         _import_schemas_without_plugins()
-        import httpx
-
         self.config = config
-        self._http = httpx.Client(
-            base_url=config.endpoint,
-            headers={"Authorization": f"Bearer {config.token}"},
-            verify=_verify(config),
-            timeout=timeout,
-        )
+        self.timeout = timeout
+        self._kept: httpx.Client | None = None
+
+    @property
+    def _http(self) -> httpx.Client:
+        """The kept httpx connection of the log reads, made at the first."""
+        if self._kept is None:
+            _skip_httpx_command_line()
+            import httpx
+
+            self._kept = httpx.Client(
+                base_url=self.config.endpoint,
+                headers={"Authorization": f"Bearer {self.config.token}"},
+                verify=_verify(self.config),
+                timeout=self.timeout,
+            )
+        return self._kept
 
     def close(self) -> None:
-        self._http.close()
+        if self._kept is not None:
+            self._kept.close()
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """``method`` ``path`` (with ``params``; a body as ``content`` bytes or ``json``):
+        the decoded JSON answer, or its text when it is not JSON.
 
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ApiError(0, f"cannot reach {self.config.endpoint}: {exc}") from None
-        if response.status_code >= 400:
-            raise _error(response)
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.text
+        Raises:
+            ApiError: 4xx/5xx, or status 0 when the API cannot be reached.
+        """
+        if json is not None:
+            import json as json_module
+
+            text = json_module.dumps(
+                json, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
+            content = text.encode()
+            headers = {"content-type": "application/json", **(headers or {})}
+        _, answer_headers, body = transport.send(
+            self.config,
+            method,
+            path,
+            params=params,
+            body=content,
+            headers=headers,
+            timeout=self.timeout,
+        )
+        return transport.decode(answer_headers, body)
 
     # -- jobs ---------------------------------------------------------------------------
     def _spec(self, path: str, body: bytes, json_body: bool) -> Any:

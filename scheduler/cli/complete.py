@@ -33,35 +33,23 @@ def get_json(config: ClientConfig, path: str, timeout: float = TIMEOUT_S) -> Any
     """``GET endpoint + path`` (path with its query) with the bearer token: the decoded
     JSON answer.
 
-    TLS as :class:`scheduler.cli.client.ApiClient` verifies it: the cluster CA when the
-    config names one, else certifi's bundle (httpx's default); ``HTTP(S)_PROXY`` and
-    ``NO_PROXY`` apply, as they do for httpx.
+    With :func:`scheduler.cli.transport.send`, as :class:`scheduler.cli.client.ApiClient`
+    sends its requests (TLS trust, proxies, timeout).
 
     Raises:
-        OSError: the API cannot be reached, timed out or answered 4xx/5xx
-            (``urllib.error.URLError`` and ``HTTPError`` are OSErrors).
+        OSError: the API cannot be reached, timed out or answered 4xx/5xx (the
+            :class:`scheduler.cli.transport.ApiError`'s message).
         ValueError: the answer is not JSON.
     """
     import json
-    import ssl
-    import urllib.request
 
-    context = None
-    if config.endpoint.startswith("https://"):
-        cafile = config.ca_cert
-        if cafile is None:
-            try:
-                import certifi
+    from scheduler.cli import transport
 
-                cafile = certifi.where()
-            except ImportError:
-                cafile = None  # the system store
-        context = ssl.create_default_context(cafile=cafile)
-    request = urllib.request.Request(
-        config.endpoint + path, headers={"Authorization": f"Bearer {config.token}"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:  # noqa: S310 - the configured API endpoint
-        return json.loads(answer.read())
+    try:
+        _, _, body = transport.send(config, "GET", path, timeout=timeout)
+    except transport.ApiError as exc:
+        raise OSError(exc.message) from None
+    return json.loads(body)
 
 
 def _names(path: str, records: Callable[[Any], Any], incomplete: str) -> list[str]:

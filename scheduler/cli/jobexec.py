@@ -115,73 +115,27 @@ class ExecAccess:
 
 def fetch_access(config: ClientConfig, name: str, role: str, index: int) -> ExecAccess:
     """``POST /api/v1/jobs/NAME/tasks/ROLE/INDEX/exec`` with the standard library's HTTP
-    client (TLS and proxies as :class:`scheduler.cli.client.ApiClient`: the cluster CA
-    when the config names one, else certifi's bundle; ``HTTP(S)_PROXY``/``NO_PROXY``).
+    client (:func:`scheduler.cli.transport.send`, as :class:`scheduler.cli.client.ApiClient`
+    sends its requests: no httpx, no response models).
 
     Raises:
         ApiError: the API's 4xx/5xx (its status and ``detail``), or status 0 when it
             cannot be reached or its answer is not what is expected.
     """
     import json
-    import ssl
-    import urllib.error
     import urllib.parse
-    import urllib.request
 
-    context = None
-    if config.endpoint.startswith("https://"):
-        cafile = config.ca_cert
-        if cafile is None:
-            try:
-                import certifi
+    from scheduler.cli import transport
 
-                cafile = certifi.where()
-            except ImportError:
-                cafile = None  # the system store
-        context = ssl.create_default_context(cafile=cafile)
     q = urllib.parse.quote
     path = f"/api/v1/jobs/{q(name, safe='')}/tasks/{q(role, safe='')}/{int(index)}/exec"
-    request = urllib.request.Request(
-        config.endpoint.rstrip("/") + path,
-        method="POST",
-        data=b"",
-        headers={"Authorization": f"Bearer {config.token}", "Accept": "application/json"},
-    )
     what = f"exec into {name} {role}-{index}"
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as answer:  # noqa: S310 - the configured API endpoint
-            body = answer.read()
-    except urllib.error.HTTPError as exc:
-        raise _http_error(exc) from None
-    except (OSError, ValueError) as exc:
-        raise ApiError(0, f"cannot reach {config.endpoint}: {exc}") from None
+    _, _, body = transport.send(config, "POST", path, headers={"Accept": "application/json"})
     try:
         data = json.loads(body)
     except ValueError:
         raise ApiError(0, f"unexpected answer to {what}: not JSON") from None
     return ExecAccess.from_json(data, what)
-
-
-def _http_error(exc: Any) -> ApiError:
-    """An ``urllib.error.HTTPError`` as the :class:`ApiError` httpx's path makes of the
-    same answer (``detail``: a message, or FastAPI's list of field errors)."""
-    import json
-
-    status = int(exc.code)
-    try:
-        text = exc.read().decode("utf-8", "replace")
-    except OSError:
-        text = ""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return ApiError(status, text.strip() or str(exc.reason))
-    detail = body.get("detail") if isinstance(body, dict) else body
-    if isinstance(detail, list):
-        message = body.get("message") if isinstance(body, dict) else None
-        errors = [d for d in detail if isinstance(d, dict)]
-        return ApiError(status, str(message or "invalid input"), errors)
-    return ApiError(status, str(detail))
 
 
 def run_openssh(access: ExecAccess, command: list[str], login: str | None) -> int | None:

@@ -62,6 +62,9 @@ def test_job_list_imports_the_job_reading_commands_only(isolated_config):
     assert proc.returncode == 3  # not configured: the command itself ran
     assert "scheduler.cli.jobreads" in loaded
     assert sorted(loaded.intersection(OTHER_COMMANDS)) == []
+    # its options (--limit, -o, --interval, ...) were coerced without Typer's pydantic
+    # adapters (scheduler/cli/coercion.py); no client made, so no response models either
+    assert sorted(m for m in loaded if m.startswith(("pydantic", "typer._adapters"))) == []
 
 
 def test_root_help_loads_no_client_and_no_yaml(isolated_config):
@@ -112,9 +115,29 @@ def test_name_completion_reads_raw_json_without_httpx_or_models(logged_in, cli, 
     }
     proc, loaded = _pasture_modules([], env)
     assert proc.stdout.split() == ["hello-one", "hello-two"]
-    heavy = ("httpx", "httpcore", "anyio", "scheduler.api", "yaml")
+    heavy = ("httpx", "httpcore", "anyio", "scheduler.api", "yaml", "pydantic", "typer._adapters")
     assert sorted(m for m in loaded if m.startswith(heavy)) == []
     assert sorted(loaded.intersection(OTHER_COMMANDS)) == []
+
+
+def test_one_shot_commands_ask_the_api_without_httpx(logged_in, cli, tmp_path):
+    """``job list``, ``job show`` and ``node list`` make their requests with the standard
+    library (scheduler/cli/transport.py) and print what they printed over httpx."""
+    spec = tmp_path / "one.yaml"
+    spec.write_text(job_yaml("one-shot"))
+    assert cli("job", "submit", str(spec)).exit_code == 0
+    for args, expect in [
+        (["job", "list", "-o", "name"], "one-shot"),
+        (["job", "show", "one-shot", "-o", "json"], '"name": "one-shot"'),
+        (["node", "list", "-o", "name"], ""),
+        (["job", "show", "no-such-job"], "not found"),
+    ]:
+        proc, loaded = _pasture_modules(args, dict(os.environ))
+        assert expect in proc.stdout + proc.stderr, args
+        assert proc.returncode == (5 if "no-such-job" in args else 0), (args, proc.stderr)
+        assert cli(*args).output.strip() in proc.stdout + proc.stderr, args  # same words
+        heavy = ("httpx", "httpcore", "anyio", "h11")
+        assert sorted(m for m in loaded if m.startswith(heavy)) == [], args
 
 
 def test_the_login_file_is_json_and_read_without_pyyaml(api, cli, isolated_config):
