@@ -44,8 +44,9 @@ DEFAULT_AUTH_FAILURES_PER_ADDRESS = 200
 DEFAULT_REQUEST_LIMIT = "1000 per 10 seconds"
 """Requests per token (api.request_limit), in the ``limits`` notation."""
 DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
-DEFAULT_TOKEN_TIME_LIMIT = "3 per 10 seconds"
 """Submit / batch / dry-run requests per token (api.submit_limit)."""
+DEFAULT_TOKEN_TIME_LIMIT = "3 per 10 seconds"
+"""Seconds of dashboard handler time per token (api.token_time_limit)."""
 
 
 def parse_limit(text: str | None, field: str) -> list[RateLimitItem]:

@@ -11,6 +11,27 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+async def send_error(
+    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Answer ``status`` with the API's error body ``{"detail": detail}`` (JSON) straight
+    from an ASGI middleware, before routing; ``headers``: more raw headers (after the
+    content type and length)."""
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 class BodyTooLargeError(Exception):
     """Raised inside receive() when a streamed body passes the limit."""
 
@@ -23,21 +44,8 @@ class BodySizeLimit:
         self.max = max_body_bytes
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps(
-            {"detail": f"request body too large: the limit is {self.max} bytes"}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        detail = f"request body too large: the limit is {self.max} bytes"
+        await send_error(send, 413, detail, [(b"connection", b"close")])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

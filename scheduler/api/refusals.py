@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from scheduler.api.limits import send_error
 
 DEFAULT_HOLD_S = 1.0
 MAX_HELD = 65536
@@ -198,7 +199,7 @@ class EarlyRefusal:
         bearer, sid = credentials(scope.get("headers", ()))
         client = scope.get("client")
         address = client[0] if client else "unknown"
-        route = f"{scope['method']} {scope['path']}"
+        route = route_of(scope["method"], scope["path"])
         left, what = self.hold.held(address, bearer, sid, route, self.known)
         if not left:
             await self.app(scope, receive, send)
@@ -212,19 +213,8 @@ class EarlyRefusal:
             finally:
                 self._delayed -= 1
         wait = max(1, math.ceil(left))
-        body = json.dumps({"detail": f"{what}; retry in {wait} s"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 429,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", str(wait).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        retry = [(b"retry-after", str(wait).encode())]
+        await send_error(send, 429, f"{what}; retry in {wait} s", retry)
 
 
 def route_of(method: str, path: str) -> str:
