@@ -19,13 +19,12 @@ from starlette.routing import Match
 from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
 from scheduler.api.collectors import HealthCollector, SchedulerCollector
 from scheduler.api.dashboard import router as dashboard_router
-from scheduler.api.dashboard.pages import session_digest
 from scheduler.api.dashboard.sessions import SessionStore
 from scheduler.api.fairness import DEFAULT_PER_TOKEN, TimeBudget, TokenGate
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
-from scheduler.api.refusals import DEFAULT_HOLD_S, EarlyRefusal, RefusalHold
+from scheduler.api.refusals import DEFAULT_HOLD_S, EarlyRefusal, RefusalHold, digest
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, schedules, usage
 from scheduler.api.schemas import Health
@@ -144,7 +143,7 @@ def create_app(
         if bearer is not None:
             cache: TokenCache = app.state.token_cache
             return cache.knows(bearer)
-        return sid is not None and session_digest(sid) in known_sessions
+        return sid is not None and digest(sid) in known_sessions
 
     # ... and at most api.token_time_limit seconds of their handler time (fairness.py)
     app.state.time_budget = TimeBudget(

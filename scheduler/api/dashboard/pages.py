@@ -14,7 +14,6 @@ tasks and nodes are parsed with the API's response models before a view sees the
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import time
@@ -45,6 +44,7 @@ from scheduler.api.dashboard.sessions import (
     csrf_ok,
 )
 from scheduler.api.fairness import TimeBudget, TokenGate
+from scheduler.api.refusals import digest
 from scheduler.api.schemas import (
     VC_NAME,
     JobEventsOut,
@@ -91,13 +91,9 @@ KNOWN_SESSIONS = 4096
 failure limit does not lock out its users who are logged in."""
 
 
-def session_digest(sid: str) -> str:
-    """The key of a session cookie in :func:`known_sessions` (SHA-256 hex)."""
-    return hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def known_sessions(request: Request) -> dict[str, str]:
-    """``{digest of a session cookie: its token's name}`` of the sessions this process
+    """``{digest of a session cookie (:func:`scheduler.api.refusals.digest`): its token's
+    name}`` of the sessions this process
     saw valid (at most :data:`KNOWN_SESSIONS`, oldest dropped first)."""
     known: dict[str, str] = request.app.state.__dict__.setdefault("dashboard_known_sessions", {})
     return known
@@ -116,7 +112,7 @@ async def fair_share(request: Request) -> AsyncIterator[None]:
             held: :mod:`scheduler.api.refusals`).
     """
     sid = request.cookies.get(COOKIE)
-    token = known_sessions(request).get(session_digest(sid)) if sid and len(sid) <= 100 else None
+    token = known_sessions(request).get(digest(sid)) if sid and len(sid) <= 100 else None
     if token is None:
         yield
         return
@@ -155,15 +151,15 @@ def session(request: Request) -> Session | None:
         return None
     state = request.app.state
     known = known_sessions(request)
-    digest = session_digest(sid)
-    if digest not in known:
+    key = digest(sid)
+    if key not in known:
         refuse_if_address_blocked(request)
     s = sessions(request).get(sid)
     if s is None:
-        known.pop(digest, None)
+        known.pop(key, None)
         state.auth_limiter.failed_address(client_address(request))
         return None
-    known[digest] = s.who.name
+    known[key] = s.who.name
     while len(known) > KNOWN_SESSIONS:
         known.pop(next(iter(known)))
     limit_request(request, s.who)
