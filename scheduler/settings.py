@@ -47,6 +47,14 @@ DEFAULT_SUBMIT_LIMIT = "200 per 10 seconds"
 """Submit / batch / dry-run requests per token (api.submit_limit)."""
 DEFAULT_TOKEN_TIME_LIMIT = "3 per 10 seconds"
 """Seconds of dashboard handler time per token (api.token_time_limit)."""
+DEFAULT_TOKEN_CONCURRENCY = 1
+"""Dashboard requests of one token handled at once per API process (api.token_concurrency)."""
+DEFAULT_REFUSAL_HOLD_S = 1.0
+"""Seconds a refused credential or address is held (api.refusal_hold_s)."""
+DEFAULT_TOKEN_CACHE_S = 1.0
+"""Seconds a verified token is trusted without reading Redis again (api.token_cache_s)."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body the API reads, bytes (api.max_body_bytes)."""
 
 
 def parse_limit(text: str | None, field: str) -> list[RateLimitItem]:
@@ -224,7 +232,7 @@ class ApiSettings(_Model):
     port: int = Field(8443, ge=0, le=65535)
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    max_body_bytes: int = Field(1048576, gt=0)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, gt=0)
     # API tokens: lifetime of a new token unless given, and the longest allowed (days).
     token_ttl_days: float = Field(90.0, gt=0)
     token_max_ttl_days: float = Field(365.0, gt=0)
@@ -238,7 +246,7 @@ class ApiSettings(_Model):
     auth_failures_per_address: int = Field(DEFAULT_AUTH_FAILURES_PER_ADDRESS, gt=0)
     # Dashboard requests of one token handled at once by an API process; the others wait
     # their turn (scheduler/api/fairness.py): one tenant's page flood takes that share.
-    token_concurrency: int = Field(1, ge=1, le=64)
+    token_concurrency: int = Field(DEFAULT_TOKEN_CONCURRENCY, ge=1, le=64)
     # Seconds of dashboard handler time per token, in the `limits` notation ("3 per 10
     # seconds": 3 s, draining at 0.3 s a second; "" for none); over it: 429 with
     # Retry-After before the request is handled (scheduler/api/fairness.py).
@@ -246,7 +254,7 @@ class ApiSettings(_Model):
     # Seconds a refused (429) credential or address is held: its next requests answer 429
     # before the body, the routes or Redis are touched (scheduler/api/refusals.py); at
     # most the refusal's Retry-After; 0: off.
-    refusal_hold_s: float = Field(1.0, ge=0, le=60)
+    refusal_hold_s: float = Field(DEFAULT_REFUSAL_HOLD_S, ge=0, le=60)
     # Requests per token, and submit / batch / dry-run requests per token (lower), in the
     # `limits` notation ("N per M seconds", several separated by ';'; "" for none); over
     # either answers 429 with Retry-After (scheduler/api/ratelimit.py, docs/api.md).
@@ -254,7 +262,7 @@ class ApiSettings(_Model):
     submit_limit: str = DEFAULT_SUBMIT_LIMIT
     # Seconds a verified token is trusted without reading Redis again (0: every request
     # reads it); a revocation from outside the API process takes effect within this.
-    token_cache_s: float = Field(1.0, ge=0, le=60)
+    token_cache_s: float = Field(DEFAULT_TOKEN_CACHE_S, ge=0, le=60)
     # Per-node Redis users for Kubernetes agents (POST /api/v1/node-credentials); None: off.
     node_credentials: NodeCredentialSettings | None = None
 

@@ -16,15 +16,15 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from scheduler.api.auth import TOKEN_CACHE_S, TokenCache, principal
+from scheduler.api.auth import TokenCache, principal
 from scheduler.api.collectors import HealthCollector, SchedulerCollector
 from scheduler.api.dashboard import router as dashboard_router
 from scheduler.api.dashboard.sessions import SessionStore
-from scheduler.api.fairness import DEFAULT_PER_TOKEN, TimeBudget, TokenGate
+from scheduler.api.fairness import TimeBudget, TokenGate
 from scheduler.api.limits import BodySizeLimit
 from scheduler.api.metrics import Metrics, MetricsMiddleware
 from scheduler.api.ratelimit import AuthFailureLimiter, TokenRateLimiter
-from scheduler.api.refusals import DEFAULT_HOLD_S, EarlyRefusal, RefusalHold, digest
+from scheduler.api.refusals import EarlyRefusal, RefusalHold, digest
 from scheduler.api.responses import INVALID, UNAVAILABLE, errors
 from scheduler.api.routers import admin, batch, cluster, jobs, nodecred, schedules, usage
 from scheduler.api.schemas import Health
@@ -41,18 +41,10 @@ from scheduler.services.status import StatusService
 from scheduler.services.tokens import TokenService
 from scheduler.services.usage import UsageService
 from scheduler.services.vcs import VcService
-from scheduler.settings import (
-    DEFAULT_AUTH_FAILURE_WINDOW_S,
-    DEFAULT_AUTH_FAILURES,
-    DEFAULT_AUTH_FAILURES_PER_ADDRESS,
-    DEFAULT_TOKEN_TIME_LIMIT,
-    parse_limit,
-)
+from scheduler.settings import ApiSettings, parse_limit
 from scheduler.store.tokens import TokenInfo, TokenStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_BODY = 1024 * 1024
 
 
 def create_app(
@@ -80,10 +72,10 @@ def create_app(
         client = getattr(store, "r", None) or backend.redis_client(settings)
     if store is None:
         store = backend.open_store(settings, client)
-    api_settings = getattr(settings, "api", None)
+    api_settings: ApiSettings = getattr(settings, "api", None) or ApiSettings()
     if tokens is None:
         tokens = TokenStore.from_settings(client, api_settings)
-    max_body = int(getattr(api_settings, "max_body_bytes", None) or DEFAULT_MAX_BODY)
+    max_body = api_settings.max_body_bytes
     share_dir = Path(getattr(settings, "share_dir", ".") or ".")
 
     app = FastAPI(
@@ -118,24 +110,17 @@ def create_app(
         tokens,
         getattr(store, "p", "pasture:"),
     )
-    cache_s = getattr(api_settings, "token_cache_s", None)
-    app.state.token_cache = TokenCache(TOKEN_CACHE_S if cache_s is None else float(cache_s))
+    app.state.token_cache = TokenCache(api_settings.token_cache_s)
     app.state.auth_limiter = AuthFailureLimiter(
-        int(getattr(api_settings, "auth_failures_per_window", None) or DEFAULT_AUTH_FAILURES),
-        int(getattr(api_settings, "auth_failure_window_s", None) or DEFAULT_AUTH_FAILURE_WINDOW_S),
-        per_address=int(
-            getattr(api_settings, "auth_failures_per_address", None)
-            or DEFAULT_AUTH_FAILURES_PER_ADDRESS
-        ),
+        api_settings.auth_failures_per_window,
+        api_settings.auth_failure_window_s,
+        per_address=api_settings.auth_failures_per_address,
     )
     app.state.token_limiter = TokenRateLimiter.from_settings(api_settings)
     # one token's dashboard requests handled at a time (scheduler/api/fairness.py)
-    app.state.token_gate = TokenGate(
-        int(getattr(api_settings, "token_concurrency", None) or DEFAULT_PER_TOKEN)
-    )
+    app.state.token_gate = TokenGate(api_settings.token_concurrency)
     # a refused client's next requests answer 429 before anything is read (refusals.py)
-    hold_s = getattr(api_settings, "refusal_hold_s", None)
-    app.state.refusals = RefusalHold(DEFAULT_HOLD_S if hold_s is None else float(hold_s))
+    app.state.refusals = RefusalHold(api_settings.refusal_hold_s)
     known_sessions: dict[str, str] = {}  # the dashboard's sessions seen valid (pages.py)
     app.state.dashboard_known_sessions = known_sessions
 
@@ -147,15 +132,12 @@ def create_app(
 
     # ... and at most api.token_time_limit seconds of their handler time (fairness.py)
     app.state.time_budget = TimeBudget(
-        parse_limit(
-            getattr(api_settings, "token_time_limit", DEFAULT_TOKEN_TIME_LIMIT),
-            "api.token_time_limit",
-        )
+        parse_limit(api_settings.token_time_limit, "api.token_time_limit")
     )
     app.state.metrics = Metrics(status_service.status)
     app.state.metrics.registry.register(SchedulerCollector(store))
     app.state.metrics.registry.register(  # issue 19: what the alerting rules need
-        HealthCollector(store, getattr(api_settings, "tls_cert", None))
+        HealthCollector(store, api_settings.tls_cert)
     )
 
     strict = [Depends(no_unknown_query)]
@@ -167,7 +149,7 @@ def create_app(
     app.include_router(admin.router, dependencies=strict)
     app.include_router(dashboard_router)
     app.state.node_credentials = nodecred.issuer(  # Kubernetes agents' own Redis users
-        getattr(api_settings, "node_credentials", None), getattr(store, "r", None)
+        api_settings.node_credentials, getattr(store, "r", None)
     )
     app.include_router(nodecred.router, dependencies=strict)
 

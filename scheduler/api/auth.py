@@ -28,11 +28,11 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from scheduler.api.refusals import ANY_ROUTE, RefusalHold, credentials, route_of
+from scheduler.settings import DEFAULT_TOKEN_CACHE_S
 from scheduler.store.tokens import TokenInfo, TokenStore, hash_token
 
 _bearer = HTTPBearer(auto_error=False, description="an API token (pasture admin token create)")
 
-TOKEN_CACHE_S = 1.0
 TOKEN_CACHE_ENTRIES = 4096
 
 
@@ -53,7 +53,7 @@ class TokenCache:
 
     def __init__(
         self,
-        ttl_s: float = TOKEN_CACHE_S,
+        ttl_s: float = DEFAULT_TOKEN_CACHE_S,
         max_entries: int = TOKEN_CACHE_ENTRIES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -337,7 +338,7 @@ class HealthCollector:
         store: the Redis store. tls_cert: the API's certificate file, or None.
     """
 
-    def __init__(self, store: Store, tls_cert: str | None = None) -> None:
+    def __init__(self, store: Store, tls_cert: str | Path | None = None) -> None:
         self._store = store
         self._tls_cert = tls_cert
 

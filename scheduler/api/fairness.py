@@ -36,7 +36,8 @@ from contextlib import asynccontextmanager
 
 from limits import RateLimitItem
 
-DEFAULT_PER_TOKEN = 1
+from scheduler.settings import DEFAULT_TOKEN_CONCURRENCY
+
 MAX_TOKENS = 65536
 """The most tokens a :class:`TimeBudget` keeps (the oldest are dropped first)."""
 
@@ -51,7 +52,7 @@ class TokenGate:
         ValueError: ``per_token`` < 1.
     """
 
-    def __init__(self, per_token: int = DEFAULT_PER_TOKEN) -> None:
+    def __init__(self, per_token: int = DEFAULT_TOKEN_CONCURRENCY) -> None:
         if per_token < 1:
             raise ValueError(f"per_token: expected at least 1, got {per_token}")
         self.per_token = per_token

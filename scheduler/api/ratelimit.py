@@ -48,8 +48,7 @@ from scheduler.settings import (
     DEFAULT_AUTH_FAILURE_WINDOW_S,
     DEFAULT_AUTH_FAILURES,
     DEFAULT_AUTH_FAILURES_PER_ADDRESS,
-    DEFAULT_REQUEST_LIMIT,
-    DEFAULT_SUBMIT_LIMIT,
+    ApiSettings,
     parse_limit,
 )
 
@@ -137,11 +136,12 @@ class TokenRateLimiter:
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
     @classmethod
-    def from_settings(cls, api_settings: object) -> TokenRateLimiter:
-        """From ``api.request_limit`` / ``api.submit_limit`` (defaults when absent)."""
-        req = getattr(api_settings, "request_limit", DEFAULT_REQUEST_LIMIT)
-        sub = getattr(api_settings, "submit_limit", DEFAULT_SUBMIT_LIMIT)
-        return cls(parse_limit(req, "api.request_limit"), parse_limit(sub, "api.submit_limit"))
+    def from_settings(cls, api_settings: ApiSettings) -> TokenRateLimiter:
+        """From ``api.request_limit`` / ``api.submit_limit``."""
+        return cls(
+            parse_limit(api_settings.request_limit, "api.request_limit"),
+            parse_limit(api_settings.submit_limit, "api.submit_limit"),
+        )
 
     def _hit(self, items: list[RateLimitItem], kind: str, token: str, cost: int) -> int | None:
         for item in items:

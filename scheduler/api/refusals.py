@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.api.limits import send_error
+from scheduler.settings import DEFAULT_REFUSAL_HOLD_S
 
-DEFAULT_HOLD_S = 1.0
 MAX_HELD = 65536
 """The most holds kept at once (the oldest are dropped first)."""
 HELD_DELAY_S = 0.02
@@ -86,7 +86,7 @@ class RefusalHold:
     """
 
     def __init__(
-        self, hold_s: float = DEFAULT_HOLD_S, clock: Callable[[], float] = time.monotonic
+        self, hold_s: float = DEFAULT_REFUSAL_HOLD_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
         if hold_s < 0:
             raise ValueError(f"api.refusal_hold_s: expected >= 0, got {hold_s}")
