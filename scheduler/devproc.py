@@ -1,7 +1,7 @@
 """Processes of the dev cluster and the tests: a private redis-server, spawning a component
 in its own session with its log, waiting for it to come up, and stopping it by pid (with
-its start time, so a reused pid is never signalled). Used by :mod:`scheduler.dev`, both
-benchmarks and the test fixtures."""
+its start time, so a reused pid is never signalled), and the API on a settings file. Used
+by :mod:`scheduler.dev`, the benchmarks and the test fixtures."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -180,3 +181,36 @@ def wait_up(what: str, check: Callable[[], object], proc: Proc | None, timeout: 
         time.sleep(0.1)
     log = f"; log {proc.log}:\n{log_tail(proc.log)}" if proc else ""
     raise DevError(f"{what} not up after {timeout:g} s{log}")
+
+
+@contextlib.contextmanager
+def api_server(config: Path, port: int, base: Path, timeout: float = 30.0) -> Iterator[Proc]:
+    """The API (``python -m scheduler.api --config config``) as its own process, up.
+
+    Args:
+        config: the settings file; its ``api.port`` must be ``port`` and ``api`` plain
+            HTTP on 127.0.0.1 (the readiness check asks ``http://127.0.0.1:<port>/healthz``).
+        port: the API's TCP port.
+        base: the working directory; the log is ``<base>/logs/api.log``.
+        timeout: seconds to wait for ``/healthz`` to answer 200.
+
+    Yields:
+        The started process (stopped, SIGTERM then SIGKILL, when the block ends).
+
+    Raises:
+        DevError: the API exited while starting, or did not answer within ``timeout``
+            (with the tail of its log).
+    """
+    import urllib.request
+
+    proc = spawn("api", [sys.executable, "-m", "scheduler.api", "--config", str(config)], base)
+
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            return bool(r.status == 200)
+
+    try:
+        wait_up("the API", healthy, proc, timeout)
+        yield proc
+    finally:
+        proc.stop(15)

@@ -17,8 +17,6 @@ import argparse
 import json
 import random
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from scheduler.bench.e2e import simulated_nodes
-from scheduler.devproc import free_port, redis_server
+from scheduler.devproc import api_server, free_port, redis_server
 
 if TYPE_CHECKING:
     from scheduler.settings import SchedulerSettings
@@ -102,22 +100,6 @@ def _fill(
         loop.cycle()
 
 
-def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the API exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("the API did not answer /healthz within 30 s")
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; returns ``{page_p50_s, page_p99_s, ...}`` (seconds) per page."""
     import httpx
@@ -156,18 +138,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             token = TokenStore(store.r).create("bench-admin", "admin")
             if token is None:
                 raise RuntimeError("token bench-admin exists in a fresh Redis")
-            api = subprocess.Popen(
-                [sys.executable, "-m", "scheduler.api", "--config", str(cfg)],
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp_path / "api.log").open("wb"),
-            )
-            url = f"http://127.0.0.1:{port}"
-            try:
-                _wait_up(url, api)
+            with api_server(cfg, port, tmp_path) as api:
+                url = f"http://127.0.0.1:{port}"
                 figures = _measure(url, token, store, args.repeat, httpx, np, api.pid)
-            finally:
-                api.terminate()
-                api.wait(15)
     figures["fill_s"] = round(fill_s, 2)
     figures["jobs"] = args.jobs
     figures["nodes"] = args.nodes

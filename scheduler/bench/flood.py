@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.devproc import free_port, redis_server
+from scheduler.devproc import api_server, free_port, redis_server
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 FLOODS = ("dashboard_pages", "dashboard_submits", "wrong_tokens")
@@ -119,7 +117,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; returns the figures of the module docstring."""
     import numpy as np
 
-    from scheduler.bench.dashboard import _wait_up
     from scheduler.services.jobs import JobService
     from scheduler.settings import SchedulerSettings
     from scheduler.store import Store
@@ -160,14 +157,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bob = tokens.create("bob", "user", ["research"])
             if alice is None or bob is None:
                 raise RuntimeError("tokens exist in a fresh Redis")
-            api = subprocess.Popen(
-                [sys.executable, "-m", "scheduler.api", "--config", str(cfg)],
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp_path / "api.log").open("wb"),
-            )
             url = f"http://127.0.0.1:{port}"
-            try:
-                _wait_up(url, api)
+            with api_server(cfg, port, tmp_path):
                 base = np.array(_victim(url, bob, args.seconds))
                 out["baseline_p50_s"] = round(float(np.percentile(base, 50)), 4)
                 for kind in FLOODS:
@@ -196,9 +187,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if kind == "dashboard_submits":
                         after = store.r.zcard(store.k("jobs"))
                         out[f"{kind}_stored_jobs"] = after - before
-            finally:
-                api.terminate()
-                api.wait(15)
     out["worst_ratio"] = max(out[f"{k}_ratio"] for k in FLOODS)
     out["goal_ratio"] = 2.0
     out["clients"] = args.clients
