@@ -3,7 +3,8 @@ API process, loop, agent and redis-server): :func:`wait_for` a condition;
 :func:`submit` to the store, :func:`wait_job` for a job's end, :func:`task_pids` and
 :func:`gone` for its task processes; and :func:`two_tenants` for the tests that check what
 one tenant (VC) sees of another, with per tenant a user token of its own VC and an HTTP
-client::
+client. :func:`scheduler_yaml` and :func:`agent_yaml` write the settings files of a
+master and a process-executor node for the tests that start ``pasture serve`` themselves::
 
     with two_tenants(tmp_path / "dev", vcs, {"alice": "a", "bob": "b"}) as (cluster, api):
         api["alice"].post("/api/v1/jobs", json=...)
@@ -21,11 +22,45 @@ from typing import Any
 
 import httpx
 import psutil
+import yaml
 
 from scheduler import dev
 from scheduler.spec import load_job_spec, parse_job_spec
 from scheduler.store import JobRecord, Store
 from scheduler.store.tokens import TokenStore
+
+
+def scheduler_yaml(
+    path: Path, cluster_name: str, redis_url: str, share: Path, port: int, **extra: Any
+) -> Path:
+    """Write a master's settings file at ``path`` (YAML; see docs/settings.md): the cluster
+    name, the Redis URL, the share directory and the API on 127.0.0.1:``port``, plus any
+    top-level ``extra`` fields (e.g. ``loop={"interval_s": 0.5}``). Returns ``path``."""
+    doc = {
+        "cluster_name": cluster_name,
+        "redis": {"url": redis_url},
+        "share_dir": str(share),
+        "api": {"host": "127.0.0.1", "port": port},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def agent_yaml(path: Path, node_name: str, redis_url: str, share: Path, work: Path) -> Path:
+    """Write a process-executor node agent's settings file at ``path``: 2 cores and 2 GiB,
+    a 1 s heartbeat, tasks' working directories under ``work``. Returns ``path``."""
+    doc = {
+        "node_name": node_name,
+        "redis": {"url": redis_url},
+        "share_dir": str(share),
+        "executor": "process",
+        "heartbeat_interval_s": 1,
+        "work_dir": str(work),
+        "resources": {"cpu": 2, "memory": "2Gi"},
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 60.0, every: float = 0.2):

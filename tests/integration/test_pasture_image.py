@@ -18,11 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from scheduler.cli import app
 from scheduler.dev import free_port
+from tests.devcluster import agent_yaml, scheduler_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -103,32 +103,10 @@ def test_api_loop_and_agent_run_a_job_from_the_image(
     for d in (share, work, home):
         d.mkdir()
     port = free_port()
-    scheduler_cfg = tmp_path / "scheduler.yaml"
-    scheduler_cfg.write_text(
-        yaml.safe_dump(
-            {
-                "cluster_name": "image-smoke",
-                "redis": {"url": redis_url},
-                "share_dir": str(share),
-                "api": {"host": "127.0.0.1", "port": port},
-                "loop": {"interval_s": 0.5},
-            }
-        )
+    scheduler_cfg = scheduler_yaml(
+        tmp_path / "scheduler.yaml", "image-smoke", redis_url, share, port, loop={"interval_s": 0.5}
     )
-    agent_cfg = tmp_path / "agent.yaml"
-    agent_cfg.write_text(
-        yaml.safe_dump(
-            {
-                "node_name": "image-node",
-                "redis": {"url": redis_url},
-                "share_dir": str(share),
-                "executor": "process",
-                "heartbeat_interval_s": 1,
-                "work_dir": str(work),
-                "resources": {"cpu": 2, "memory": "2Gi"},
-            }
-        )
-    )
+    agent_cfg = agent_yaml(tmp_path / "agent.yaml", "image-node", redis_url, share, work)
     token = podman(
         "run", "--rm", "--pull=never", "--network", "host", "-v", f"{tmp_path}:{tmp_path}",
         pasture_image, "pasture", "admin", "token", "create", "--config", str(scheduler_cfg),

@@ -6,26 +6,15 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
-import yaml
 
 from scheduler.devproc import DevError, api_server, free_port
+from tests.devcluster import scheduler_yaml
 
 
 def _config(tmp_path, redis_url: str, port: int):
     share = tmp_path / "share"
     share.mkdir(exist_ok=True)
-    cfg = tmp_path / "scheduler.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "cluster_name": "t",
-                "redis": {"url": redis_url},
-                "share_dir": str(share),
-                "api": {"host": "127.0.0.1", "port": port},
-            }
-        )
-    )
-    return cfg
+    return scheduler_yaml(tmp_path / "scheduler.yaml", "t", redis_url, share, port)
 
 
 def test_the_api_answers_inside_the_block_and_is_stopped_after(tmp_path, redis_url):

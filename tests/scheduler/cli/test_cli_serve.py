@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from scheduler.dev import free_port
+from tests.devcluster import agent_yaml, scheduler_yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -60,32 +60,10 @@ def test_master_and_node_commands_run_a_job(redis_url, tmp_path, processes, cli,
     share = tmp_path / "share"
     share.mkdir()
     port = free_port()
-    scheduler_cfg = tmp_path / "scheduler.yaml"
-    scheduler_cfg.write_text(
-        yaml.safe_dump(
-            {
-                "cluster_name": "served",
-                "redis": {"url": redis_url},
-                "share_dir": str(share),
-                "api": {"host": "127.0.0.1", "port": port},
-                "loop": {"interval_s": 0.5},
-            }
-        )
+    scheduler_cfg = scheduler_yaml(
+        tmp_path / "scheduler.yaml", "served", redis_url, share, port, loop={"interval_s": 0.5}
     )
-    agent_cfg = tmp_path / "agent.yaml"
-    agent_cfg.write_text(
-        yaml.safe_dump(
-            {
-                "node_name": "node-a",
-                "redis": {"url": redis_url},
-                "share_dir": str(share),
-                "executor": "process",
-                "heartbeat_interval_s": 1,
-                "work_dir": str(tmp_path / "work"),
-                "resources": {"cpu": 2, "memory": "2Gi"},
-            }
-        )
-    )
+    agent_cfg = agent_yaml(tmp_path / "agent.yaml", "node-a", redis_url, share, tmp_path / "work")
     token_file = tmp_path / "admin.token"
     r = cli(
         "admin",
