@@ -33,9 +33,10 @@ from scheduler.store.tokens import TokenStore
 def scheduler_yaml(
     path: Path, cluster_name: str, redis_url: str, share: Path, port: int, **extra: Any
 ) -> Path:
-    """Write a master's settings file at ``path`` (YAML; see docs/settings.md): the cluster
-    name, the Redis URL, the share directory and the API on 127.0.0.1:``port``, plus any
-    top-level ``extra`` fields (e.g. ``loop={"interval_s": 0.5}``). Returns ``path``."""
+    """Write a master's settings file (:class:`scheduler.settings.SchedulerSettings` as
+    YAML) at ``path``: the cluster name, the Redis URL, the share directory and the API on
+    127.0.0.1:``port``, plus any top-level ``extra`` fields (e.g.
+    ``loop={"interval_s": 0.5}``). Returns ``path``."""
     doc = {
         "cluster_name": cluster_name,
         "redis": {"url": redis_url},
@@ -48,7 +49,8 @@ def scheduler_yaml(
 
 
 def agent_yaml(path: Path, node_name: str, redis_url: str, share: Path, work: Path) -> Path:
-    """Write a process-executor node agent's settings file at ``path``: 2 cores and 2 GiB,
+    """Write a process-executor node agent's settings file
+    (:class:`scheduler.settings.AgentSettings` as YAML) at ``path``: 2 cores and 2 GiB,
     a 1 s heartbeat, tasks' working directories under ``work``. Returns ``path``."""
     doc = {
         "node_name": node_name,
