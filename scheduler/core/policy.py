@@ -27,8 +27,12 @@ class Backfill(StrEnum):
         (2) with ``Policy.adaptive``, the same as soon as the head would fit but for jobs
         started around it (:func:`scheduler.core.reservation.starved`);
         (3) a reservation whose shadow time is unknown (the gang fits only when jobs
-        without estimates end) is not taken at all when QUEUE_ORDER preemption is on:
-        the queue order (LAS) protects the wide job instead, by preemption.
+        without estimates end) is not taken when QUEUE_ORDER preemption is on and the
+        queue order can clear the way: every running job on the nodes it would use is
+        one the job may preempt once it ranks ahead (its own VC's, or a borrower). Where
+        another VC's guaranteed or an unpreemptible job sits there, no rank ever frees
+        those nodes, so the reservation holds them (a drain), without bound (2): that
+        bound compares with a FIFO schedule, and LAS is not FIFO.
     """
 
     NONE = "none"

@@ -201,6 +201,17 @@ class Preemptor:
             v = self._per_node[rj.job.name] = per_node(rj.placements, self.index.id_of)
         return v
 
+    def may_ever_take(self, job: Job, rj: RunningJob) -> bool:
+        """Whether ``rj`` may become a victim of ``job`` by queue order as their LAS ranks
+        change: preemptible, of no higher priority class (the class orders first), and
+        of ``job``'s VC or borrowing now (or VCs not enforced). Guaranteed jobs of other
+        VCs, unpreemptible jobs and higher classes never are."""
+        if not rj.job.preemptible or rj.job.priority > job.priority:
+            return False
+        if not self.policy.vc_quota or rj.job.vc == job.vc:
+            return True
+        return rj.job.name in self._borrowing
+
     # -- candidates -----------------------------------------------------------------------
     def _scoped(
         self, mode: PreemptionMode, scope: str | None

@@ -38,7 +38,9 @@ replays traces under each of them side by side. None of them is a fork of the co
                    do not starve; the limit was fitted on syn-16gpu alone and checked on
                    the other suite traces (scheduler/sim/README.md, "STARVELIMIT").
                    A reservation whose shadow time is unknown (no estimates) holds
-                   nothing: the LAS rank protects wide jobs by preemption instead.
+                   nothing where the LAS rank can clear the wide job's way by
+                   preemption; where another VC's guaranteed job sits in it, it holds
+                   (a drain; Backfill.EASY in scheduler.core.policy).
                    Aging is off: the core adds it to the priority continuously, ahead of
                    the LAS level, so any positive rate turns LAS into longest-wait-first and
                    makes queue-order preemption thrash (Philly 5,000-job replay: 9,146

@@ -35,8 +35,10 @@ class Reservation:
         starved: the job has been the head longer than ``Policy.backfill_horizon_s``: only jobs
             known to end before a finite ``time`` may still start around it.
         borrowing: the job would run beyond its VC's guarantee (not
-            ``VcLedger.within_guarantee``): its holds are opportunistic, so vc-reclaim for a
-            job within its guarantee may take them (the reservation keeps what is left).
+            ``VcLedger.within_guarantee``): its holds are opportunistic, so a job within its
+            guarantee may take them, by placement or vc-reclaim (the reservation keeps what
+            is left).
+        nodes: node ids of the planned placement (whose running jobs it waits for).
     """
 
     job: str
@@ -45,6 +47,7 @@ class Reservation:
     applied: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     starved: bool = False
     borrowing: bool = False
+    nodes: tuple[int, ...] = ()
 
     def apply(self, index: NodeIndex) -> None:
         """Take the holds from ``index`` (as much of each as is free now)."""
@@ -150,7 +153,7 @@ def reserve(
         h = list(excess(v, rel))
         if any(h):
             holds[i] = h
-    return Reservation(job.name, time, holds)
+    return Reservation(job.name, time, holds, nodes=tuple(sorted(found.per_node())))
 
 
 def head_since(job: Job, running: Sequence[RunningJob]) -> float:

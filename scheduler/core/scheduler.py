@@ -351,7 +351,7 @@ class _Cycle:
         if self.policy.backfill is Backfill.EASY:
             if self.reservation is None and not self.declined:
                 self.reservation = self._reserve(job)
-                if self.reservation is not None:
+                if self.reservation is not None and not self._ranked(self.reservation):
                     self.reservation.starved = starved(
                         self.reservation, job, self.index, self.placer, self.snapshot.running,
                         self.preemptor.nodes_of, self.now, self.policy.backfill_horizon_s,
@@ -397,7 +397,11 @@ class _Cycle:
             result = self._place_memo(job, shape, False)
             res.apply(self.index)
             return result, False
-        if res.starved:
+        # A borrowing head's holds are opportunistic (HiveD): a job within its VC's
+        # guarantee takes them when nothing else fits it, as reclaim may take a
+        # borrower's capacity (lending protection admitted the head on that promise).
+        guaranteed = res.borrowing and self.ledger.within_guarantee(job, gang_request(job))
+        if res.starved and not guaranteed:
             # Starvation guard (reservation.starved): nothing whose end is
             # unbounded starts around it any more (strict FIFO behind it from now on).
             return None, True
@@ -407,6 +411,10 @@ class _Cycle:
         if (shape, False) in self._failed:
             return result, False  # fails even without the holds
         res.lift(self.index)
+        if guaranteed:
+            result = self._place_memo(job, shape, False)
+            res.apply(self.index)
+            return result, False
         mark = self.index.mark()
         probe = self.placer.place_gang(job)
         self.index.rollback(mark)
@@ -474,15 +482,39 @@ class _Cycle:
         if res is None:
             return None
         res.borrowing = not self.ledger.within_guarantee(job, gang_request(job))
-        if res.time == INF and PreemptionMode.QUEUE_ORDER in self.policy.preemption:
+        if (
+            res.time == INF
+            and PreemptionMode.QUEUE_ORDER in self.policy.preemption
+            and self._rank_clears(job, res)
+        ):
             # No bounded shadow time: holding idle capacity for an unknown time is what
             # makes backfill hurt. Where queue-order preemption is on, the blocked job is
             # protected by its queue rank instead (under LAS the jobs in its way fall to
-            # lower queues as they run, and it preempts them), so no holds are taken.
+            # lower queues as they run, and it preempts them), so no holds are taken;
+            # unless a job in its way never becomes its victim (another VC's guaranteed
+            # job): then only a drain frees those nodes, and the holds stay.
             self.declined = True
             return None
         res.apply(self.index)
         return res
+
+    def _ranked(self, res: Reservation) -> bool:
+        """An unbounded reservation kept under queue-order preemption (see _reserve)."""
+        return res.time == INF and PreemptionMode.QUEUE_ORDER in self.policy.preemption
+
+    def _rank_clears(self, job: Job, res: Reservation) -> bool:
+        """Whether ``job``'s LAS rank alone can clear its way on the reservation's nodes:
+        every running job there may become its queue-order victim
+        (:meth:`Preemptor.may_ever_take`)."""
+        nodes = set(res.nodes)
+        for rj in self.snapshot.running:
+            if rj.releasing or rj.name == job.name:
+                continue
+            if nodes.isdisjoint(self.preemptor.nodes_of(rj)):
+                continue
+            if not self.preemptor.may_ever_take(job, rj):
+                return False
+        return True
 
     # -- elastic shrink (elastic.py) ------------------------------------------------------
     def _try_shrink(self, job: Job, req: Triple) -> bool:

@@ -10,6 +10,7 @@ import pytest
 from scheduler.core import Backfill, Policy, ReasonKind, schedule
 from scheduler.core.adapt import adapt
 from scheduler.core.history import History, HistoryWindow, median_residual_s, quantile
+from scheduler.core.model import Job, PriorityClass
 from scheduler.core.presets import PRESETS
 from tests.factories import job, node, running, snapshot, vc
 
@@ -196,3 +197,67 @@ def test_a_head_that_would_fit_but_for_backfilled_jobs_is_starved():
     # the same with r running from before the head: not backfill's fault, EASY goes on
     s = snapshot([node("a"), node("c", gpu=2)], pending, [running(r, ["a"], start=1.0)])
     assert [b.job for b in schedule(s, PRESETS["fifo-backfill"], 100.0).binds] == ["small"]
+
+
+def _behind_another_vcs_job(
+    blocker_vc: str, *later: Job, blocker_priority: int = PriorityClass.NORMAL
+):
+    # Node a (8 GPUs) half held by "r"; node c has 4 GPUs free. x guarantees 4 GPUs, so
+    # "wide" (x, 8 GPUs, the queue's head, which only ever fits on a) borrows and "small"
+    # (x, 4 GPUs) does not; y guarantees 8, so y's "r" is guaranteed.
+    pol = replace(PRESETS["pasture"], adaptive=False, preemption_min_runtime_s=0.0)
+    pending = [job("wide", gpu=8, vc="x", submit=0), job("small", gpu=4, vc="x", submit=1)]
+    s = snapshot(
+        [node("a"), node("c", gpu=4)],
+        [*pending, *later],
+        [running(job("r", gpu=4, vc=blocker_vc, priority=blocker_priority), ["a"], start=0.0)],
+        vcs=[vc("x", gpu=4), vc("y", gpu=8)],
+    )
+    return schedule(s, pol, 10.0)
+
+
+def test_an_unbounded_reservation_holds_where_no_rank_can_clear_the_way():
+    # r is y's guaranteed job: no LAS rank lets wide preempt it, so nothing but a drain
+    # ever frees node a for wide. Its reservation holds a's free half: small goes to c,
+    # small2 (borrowing: x's guarantee is used by small) waits behind the reservation.
+    d = _behind_another_vcs_job("y", job("small2", gpu=4, vc="x", submit=2))
+    assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "c")]
+    assert d.pending["small2"].kind is ReasonKind.RESERVATION
+    # r of wide's own VC: wide's rank clears the way once r has run long enough, so
+    # nothing is held (the LAS argument) and both later jobs start
+    d = _behind_another_vcs_job("x", job("small2", gpu=4, vc="x", submit=2))
+    assert sorted(b.job for b in d.binds) == ["small", "small2"]
+    # r of wide's VC but of a higher priority class: no LAS rank puts it below wide
+    later = job("small2", gpu=4, vc="x", submit=2)
+    d = _behind_another_vcs_job("x", later, blocker_priority=PriorityClass.HIGH)
+    assert d.pending["small2"].kind is ReasonKind.RESERVATION
+
+
+def test_a_job_within_its_guarantee_takes_a_borrowing_heads_holds():
+    # wide borrows: its holds are opportunistic, and y's g is within y's guarantee (4 + 4
+    # of 8; lending protection admitted wide on that promise), so once small has taken c
+    # g starts on the held half of a
+    d = _behind_another_vcs_job("y", job("g", gpu=4, vc="y", submit=3))
+    assert {b.job: b.placements[0].node for b in d.binds} == {"small": "c", "g": "a"}
+
+
+def test_the_fifo_starvation_guard_does_not_apply_to_a_reservation_kept_under_las():
+    # wide's reservation is kept on a (r: y's guaranteed job). r2 (y) started on b after
+    # wide became the head, and without it wide would fit: that is when EASY's FIFO guard
+    # lets nothing unbounded start around the head. Under LAS the order is not FIFO, and
+    # the guard would make x's small wait on y's jobs; small starts on c.
+    pol = replace(PRESETS["pasture"], preemption_min_runtime_s=0.0)  # adaptive: guard live
+    r2 = running(job("r2", gpu=8, vc="y", submit=1), ["b"], start=5.0)
+    pending = [job("wide", gpu=8, vc="x", submit=0), job("small", gpu=4, vc="x", submit=2)]
+    s = snapshot(
+        [node("a"), node("b"), node("c", gpu=4)],
+        pending,
+        [running(job("r", gpu=4, vc="y"), ["a"], start=0.0), r2],
+        vcs=[vc("x", gpu=1), vc("y", gpu=16)],
+    )
+    d = schedule(s, pol, 10.0)
+    assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "c")]
+    # the same reservation without queue-order preemption (EASY proper): the guard holds
+    fifo = schedule(s, replace(pol, preemption=()), 10.0)
+    assert fifo.binds == ()
+    assert fifo.pending["small"].kind is ReasonKind.RESERVATION
