@@ -58,6 +58,8 @@ from scheduler.devproc import (  # noqa: F401 - free_port and redis_server: publ
     log_tail,
     redis_server,
     spawn,
+    start_api,
+    wait_api,
     wait_up,
 )
 from scheduler.sealed import generate_key
@@ -445,21 +447,10 @@ def _up(
     cluster.start_loop()
     cluster.save(directory)
     if api:
-        import httpx
-
-        cluster._procs["api"] = spawn(
-            "api",
-            [sys.executable, "-m", "scheduler.api", "--config", cluster.scheduler_config],
-            base,
-        )
+        proc = cluster._procs["api"] = start_api(Path(cluster.scheduler_config), base)
         cluster.endpoint = f"http://127.0.0.1:{api_port}"
-        cluster.save(directory)
-        wait_up(
-            "the API",
-            lambda: httpx.get(cluster.endpoint + "/healthz", timeout=1).status_code == 200,
-            cluster._procs["api"],
-            timeout,
-        )
+        cluster.save(directory)  # recorded before the wait: `dev down` stops a stuck one
+        wait_api(proc, api_port, timeout)
 
     # disjoint port ranges: all nodes share 127.0.0.1
     first = _task_port_base(nodes)

@@ -183,9 +183,34 @@ def wait_up(what: str, check: Callable[[], object], proc: Proc | None, timeout: 
     raise DevError(f"{what} not up after {timeout:g} s{log}")
 
 
+def start_api(config: Path, base: Path) -> Proc:
+    """Start the API (``python -m scheduler.api --config config``) as its own process,
+    logging to ``<base>/logs/api.log``; see :func:`wait_api` for readiness. The caller
+    records the process before waiting, so that one that never comes up can be stopped."""
+    return spawn("api", [sys.executable, "-m", "scheduler.api", "--config", str(config)], base)
+
+
+def wait_api(proc: Proc, port: int, timeout: float) -> None:
+    """Wait until the API of :func:`start_api` answers ``GET /healthz`` with 200 on
+    ``http://127.0.0.1:<port>``.
+
+    Raises:
+        DevError: the API exited while starting, or did not answer within ``timeout``
+            seconds (with the tail of its log).
+    """
+    import urllib.request
+
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            return bool(r.status == 200)
+
+    wait_up("the API", healthy, proc, timeout)
+
+
 @contextlib.contextmanager
 def api_server(config: Path, port: int, base: Path, timeout: float = 30.0) -> Iterator[Proc]:
-    """The API (``python -m scheduler.api --config config``) as its own process, up.
+    """The API as its own process, up, for the length of a ``with`` block
+    (:func:`start_api` + :func:`wait_api`).
 
     Args:
         config: the settings file; its ``api.port`` must be ``port`` and ``api`` plain
@@ -201,16 +226,9 @@ def api_server(config: Path, port: int, base: Path, timeout: float = 30.0) -> It
         DevError: the API exited while starting, or did not answer within ``timeout``
             (with the tail of its log).
     """
-    import urllib.request
-
-    proc = spawn("api", [sys.executable, "-m", "scheduler.api", "--config", str(config)], base)
-
-    def healthy() -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-            return bool(r.status == 200)
-
+    proc = start_api(config, base)
     try:
-        wait_up("the API", healthy, proc, timeout)
+        wait_api(proc, port, timeout)
         yield proc
     finally:
         proc.stop(15)
