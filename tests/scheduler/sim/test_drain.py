@@ -44,7 +44,8 @@ def test_the_wide_gang_starts_once_a_node_drains_not_when_the_stream_ends():
     # only after y's stream and backlog were done: 69.9 h after it was submitted. With
     # the drain it starts while the stream still runs (measured: 9.5 h). One node's drain
     # alone would take one 2-hour run of y's jobs. But y's jobs that rank ahead of wide in
-    # some cycles (preempted ones that STARVELIMIT promotes) take GPUs as they free, before
+    # 133 of 307 cycles (e.g. preempted ones that STARVELIMIT promotes) take GPUs as they
+    # free, before
     # the reservation holds them, and the reservation, recomputed each cycle, moved
     # between the two nodes (scheduler/sim/README.md, "Issue 36, fourth round").
     assert wide.first_start < STREAM_END_S
