@@ -45,9 +45,9 @@ def test_the_wide_gang_starts_once_a_node_drains_not_when_the_stream_ends():
     # the drain it starts while the stream still runs (measured: 9.5 h). One node's drain
     # alone would take one 2-hour run of y's jobs. But y's jobs that rank ahead of wide in
     # 133 of 307 cycles (e.g. preempted ones that STARVELIMIT promotes) take GPUs as they
-    # free, before
-    # the reservation holds them, and the reservation, recomputed each cycle, moved
-    # between the two nodes (scheduler/sim/README.md, "Issue 36, fourth round").
+    # free, before the reservation holds them, and the reservation, recomputed each
+    # cycle, moved between the two nodes (scheduler/sim/README.md, "Issue 36, fourth
+    # round").
     assert wide.first_start < STREAM_END_S
     assert wide.first_start - wide.trace.submit_s <= 12 * HOUR
     # y's stream kept running meanwhile: its jobs all completed, once each
