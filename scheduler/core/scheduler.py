@@ -350,16 +350,23 @@ class _Cycle:
             return
         if self.policy.backfill is Backfill.EASY:
             if self.reservation is None and not self.declined:
-                self.reservation = self._reserve(job)
-                if self.reservation is not None and not self._ranked(self.reservation):
-                    self.reservation.starved = starved(
-                        self.reservation, job, self.index, self.placer, self.snapshot.running,
+                res = self.reservation = self._reserve(job)
+                if res is not None:
+                    # a drain kept under LAS (_reserve) has no FIFO to be starved against
+                    res.starved = not self._ranked(res) and starved(
+                        res, job, self.index, self.placer, self.snapshot.running,
                         self.preemptor.nodes_of, self.now, self.policy.backfill_horizon_s,
                         self.policy.adaptive,
                     )  # fmt: skip
                     self.epoch += 1
-                    t = self.reservation.time
-                    extra = "" if t == INF else f"; reserved to start by t={t:.0f}s"
+                    t = res.time
+                    if t != INF:
+                        extra = f"; reserved to start by t={t:.0f}s"
+                    elif self._ranked(res):
+                        names = ", ".join(self.index.names[i] for i in res.nodes)
+                        extra = f"; holding what frees on {names} for it"
+                    else:
+                        extra = ""
                     why = reason(why.kind, why.message + extra, **why.details, reserved_at=t)
         elif self.policy.strict_order:
             self.strict_blocker = name

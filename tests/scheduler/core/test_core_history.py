@@ -223,6 +223,7 @@ def test_an_unbounded_reservation_holds_where_no_rank_can_clear_the_way():
     d = _behind_another_vcs_job("y", job("small2", gpu=4, vc="x", submit=2))
     assert [(b.job, b.placements[0].node) for b in d.binds] == [("small", "c")]
     assert d.pending["small2"].kind is ReasonKind.RESERVATION
+    assert d.pending["wide"].message.endswith("; holding what frees on a for it")
     # r of wide's own VC: wide's rank clears the way once r has run long enough, so
     # nothing is held (the LAS argument) and both later jobs start
     d = _behind_another_vcs_job("x", job("small2", gpu=4, vc="x", submit=2))
