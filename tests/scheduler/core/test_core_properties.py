@@ -30,7 +30,7 @@ from scheduler.core import (
     schedule,
 )
 from scheduler.core.queue import QUEUE_ORDERS
-from tests.factories import job, node, role, snapshot, vc
+from tests.factories import job, node, res, role, snapshot, vc
 
 GPUS = st.sampled_from([0, 1, 2, 4, 8])
 
@@ -441,6 +441,68 @@ def test_guarantee_comes_back_in_the_same_cycle_when_borrowing_jobs_free_enough(
     event("guarded reclaim: victims chosen")
     assert d.pending[want.name].kind is ReasonKind.PREEMPTING, d.pending[want.name]
     assert {p.job for p in d.preemptions} <= borrowing
+
+
+@st.composite
+def borrowing_head_case_st(draw):
+    # Node a (4 or 8 GPUs) partly held by y's job r; node c beside it, partly held by z.
+    # x's head needs all of a and borrows part of it (x's guarantee is smaller); y's g
+    # fits in what r leaves on a and stays within y's guarantee.
+    ga, gc = draw(st.sampled_from([4, 8])), draw(st.sampled_from([1, 2, 4, 8]))
+    k = draw(st.integers(1, ga - 1))
+    nodes = [node("a", gpu=ga), node("c", gpu=gc)]
+    running = [
+        RunningJob(job("r", gpu=k, vc="y"), 0.0, (TaskPlacement("worker", 0, "a", res(1, 1, k)),))
+    ]
+    zc = draw(st.integers(0, gc))
+    if zc:
+        running.append(
+            RunningJob(
+                job("z1", gpu=zc, vc="z"), 0.0, (TaskPlacement("worker", 0, "c", res(1, 1, zc)),)
+            )
+        )
+    head = job("head", gpu=ga, vc="x", submit=0)
+    g = job("g", gpu=draw(st.integers(1, ga - k)), vc="y", submit=500)
+    others = [
+        job(
+            f"more{i}",
+            gpu=draw(st.integers(1, 4)),
+            vc=draw(st.sampled_from(["x", "z"])),
+            submit=100 + i,
+        )
+        for i in range(draw(st.integers(0, 2)))
+    ]
+    x_gpu = draw(st.integers(1, ga - 1))  # x governs GPUs (a zero guarantee governs none)
+    y_gpu = k + g.gang_request().gpu + draw(st.integers(0, 4))
+    vcs = [vc("x", gpu=x_gpu, cpu=2, mem_gib=2), vc("y", gpu=y_gpu, cpu=8, mem_gib=8), vc("z")]
+    return nodes, running, [head, g, *others], vcs
+
+
+@given(borrowing_head_case_st(), st.booleans())
+def test_a_borrowing_heads_reservation_never_holds_back_a_job_within_its_guarantee(
+    case, queue_order
+):
+    # Whatever the head's reservation (bounded, or a drain kept under LAS), a job within
+    # its VC's guarantee is never told to wait behind another VC's borrowing head: lending
+    # protection admitted the head on the promise that the guarantee stays free (issue 36,
+    # fourth round).
+    nodes, running, pending, vcs = case
+    modes = (PreemptionMode.VC_RECLAIM,) + ((PreemptionMode.QUEUE_ORDER,) if queue_order else ())
+    policy = Policy(
+        queue_order="las", backfill=Backfill.EASY, vc_quota=True, preemption=modes,
+        aging_per_hour=0, las_thresholds=(3600.0, 36000.0),
+    )  # fmt: skip
+    s = snapshot(nodes, pending, running, vcs)
+    d = schedule(s, policy, 100.0)
+    check_invariants(s, d)
+    why = d.pending.get("g")
+    head_why = d.pending.get("head")
+    g_was, head_was = (w.kind.value if w else "bound" for w in (why, head_why))
+    event(f"g {g_was}; head {head_was}")
+    if why is not None:
+        assert not (
+            why.kind is ReasonKind.RESERVATION and why.details.get("blocked_by") == "head"
+        ), why
 
 
 # -- releasing jobs and nominations over two cycles (the service's view) -------------------
