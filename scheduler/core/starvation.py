@@ -32,7 +32,11 @@ must wait as long before it is promoted again: promotions of one job become rare
 served, and long jobs do not take turns with each other every first-queue threshold
 (measured: with the last attempt's run time instead, the rule's first version, ITP
 cluster06 at 1,000 jobs was 1.55x Tiresias' mean JCT; with the whole run time 1.01x). The
-promoted attempt's service is counted in seconds (above).
+promoted attempt's service is counted in seconds (above). And there a promoted job joins
+the end of the first queue, behind the jobs already in it; here it ranks there by submit
+time, ahead of every job that arrived after it (measured with Tiresias' place: itp-06 at
+2,000 jobs went from 0.98x to 1.04x Tiresias' mean JCT and 1.38x to 1.81x the best p99;
+scheduler/sim/README.md, "Issue 36, fourth round").
 
 What it bounds: a job that keeps being preempted waits at most ``starve_limit`` times its
 run time so far before it outranks every job that has been served and every job submitted
