@@ -206,11 +206,16 @@ class Preemptor:
         change: preemptible, of no higher priority class (the class orders first), and
         of ``job``'s VC or borrowing now (or VCs not enforced). Guaranteed jobs of other
         VCs, unpreemptible jobs and higher classes never are."""
-        if not rj.job.preemptible or rj.job.priority > job.priority:
+        scope = job.vc if self.policy.vc_quota else None
+        return rj.job.priority <= job.priority and self._in_queue_order_scope(rj, scope)
+
+    def _in_queue_order_scope(self, rj: RunningJob, scope: str | None) -> bool:
+        """Whether ``rj`` may ever be a queue-order victim of jobs of ``scope`` (a VC, or
+        None for any): preemptible, and of that VC or borrowing (guaranteed jobs of
+        other VCs stay protected)."""
+        if not rj.job.preemptible:
             return False
-        if not self.policy.vc_quota or rj.job.vc == job.vc:
-            return True
-        return rj.job.name in self._borrowing
+        return scope is None or rj.job.vc == scope or rj.job.name in self._borrowing
 
     # -- candidates -----------------------------------------------------------------------
     def _scoped(
@@ -244,13 +249,10 @@ class Preemptor:
                 if rj.job.preemptible and (scope is None or rj.job.vc == scope)
             ]
         elif mode is PreemptionMode.QUEUE_ORDER:
-            borrowing = self._borrowing if scope is not None else {}
             items = [
                 (rank_key(self.order, rj.job, self.octx, rj), rj)
                 for rj in self._by_value
-                if rj.job.preemptible
-                and (scope is None or rj.job.vc == scope or rj.job.name in borrowing)
-                and self.now - rj.start_time >= min_run
+                if self._in_queue_order_scope(rj, scope) and self.now - rj.start_time >= min_run
             ]
             # ranked last first; among equals the most recently started first
             items.sort(key=lambda kr: (kr[0], kr[1].start_time, kr[1].job.name), reverse=True)

@@ -352,8 +352,8 @@ class _Cycle:
             if self.reservation is None and not self.declined:
                 res = self.reservation = self._reserve(job)
                 if res is not None:
-                    # a drain kept under LAS (_reserve) has no FIFO to be starved against
-                    res.starved = not self._ranked(res) and starved(
+                    drain = self._ranked(res)  # kept under LAS: no FIFO to starve against
+                    res.starved = not drain and starved(
                         res, job, self.index, self.placer, self.snapshot.running,
                         self.preemptor.nodes_of, self.now, self.policy.backfill_horizon_s,
                         self.policy.adaptive,
@@ -362,7 +362,7 @@ class _Cycle:
                     t = res.time
                     if t != INF:
                         extra = f"; reserved to start by t={t:.0f}s"
-                    elif self._ranked(res):
+                    elif drain:
                         names = ", ".join(self.index.names[i] for i in res.nodes)
                         extra = f"; holding what frees on {names} for it"
                     else:
@@ -489,11 +489,7 @@ class _Cycle:
         if res is None:
             return None
         res.borrowing = not self.ledger.within_guarantee(job, gang_request(job))
-        if (
-            res.time == INF
-            and PreemptionMode.QUEUE_ORDER in self.policy.preemption
-            and self._rank_clears(job, res)
-        ):
+        if self._ranked(res) and self._rank_clears(job, res):
             # No bounded shadow time: holding idle capacity for an unknown time is what
             # makes backfill hurt. Where queue-order preemption is on, the blocked job is
             # protected by its queue rank instead (under LAS the jobs in its way fall to
@@ -506,7 +502,8 @@ class _Cycle:
         return res
 
     def _ranked(self, res: Reservation) -> bool:
-        """An unbounded reservation kept under queue-order preemption (see _reserve)."""
+        """An unbounded reservation under queue-order preemption: declined where the rank
+        clears the way, else kept as a drain (see _reserve)."""
         return res.time == INF and PreemptionMode.QUEUE_ORDER in self.policy.preemption
 
     def _rank_clears(self, job: Job, res: Reservation) -> bool:

@@ -30,7 +30,8 @@ from scheduler.core import (
     schedule,
 )
 from scheduler.core.queue import QUEUE_ORDERS
-from tests.factories import job, node, res, role, snapshot, vc
+from tests.factories import job, node, role, snapshot, vc
+from tests.factories import running as running_on
 
 GPUS = st.sampled_from([0, 1, 2, 4, 8])
 
@@ -451,16 +452,10 @@ def borrowing_head_case_st(draw):
     ga, gc = draw(st.sampled_from([4, 8])), draw(st.sampled_from([1, 2, 4, 8]))
     k = draw(st.integers(1, ga - 1))
     nodes = [node("a", gpu=ga), node("c", gpu=gc)]
-    running = [
-        RunningJob(job("r", gpu=k, vc="y"), 0.0, (TaskPlacement("worker", 0, "a", res(1, 1, k)),))
-    ]
+    running = [running_on(job("r", gpu=k, vc="y"), ["a"])]
     zc = draw(st.integers(0, gc))
     if zc:
-        running.append(
-            RunningJob(
-                job("z1", gpu=zc, vc="z"), 0.0, (TaskPlacement("worker", 0, "c", res(1, 1, zc)),)
-            )
-        )
+        running.append(running_on(job("z1", gpu=zc, vc="z"), ["c"]))
     head = job("head", gpu=ga, vc="x", submit=0)
     g = job("g", gpu=draw(st.integers(1, ga - k)), vc="y", submit=500)
     others = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from scheduler.core.model import Resources, VirtualCluster
 from scheduler.core.presets import PRESETS
 from scheduler.sim.cluster import homogeneous
-from scheduler.sim.engine import Simulator
+from scheduler.sim.engine import JobRecord, Simulator
 from scheduler.sim.trace import TraceJob
 
 HOUR = 3600.0
@@ -17,7 +17,7 @@ RUN_S = 2 * HOUR  # every job of y's stream
 STREAM_END_S = 48 * HOUR
 
 
-def replay() -> dict[str, object]:
+def replay() -> dict[str, JobRecord]:
     # Two 8-GPU nodes. y guarantees 8 GPUs and submits a one-GPU job every 5 minutes for
     # 48 h: twice what the cluster runs, so y always has jobs waiting and holds every GPU
     # (8 guaranteed, the rest borrowed). x guarantees 4 and submits one 8-GPU gang at 4 h:
