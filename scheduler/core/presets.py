@@ -134,15 +134,27 @@ PRESETS = MappingProxyType(
             preemption=(PreemptionMode.QUEUE_ORDER,),
             elastic=True,
         ),
+        # AFS' sizing with true lengths in elastic's own queue (2D-LAS, no lengths): the
+        # same stage and order as "elastic", only the length weight known. elastic / afs-las
+        # isolates the sizing; afs-las / afs-like is what knowing lengths in the queue
+        # order adds (issue 36, scheduler/sim/README.md "fifth round").
+        "afs-las": replace(
+            BASE,
+            name="afs-las",
+            queue_order="las",
+            preemption=(PreemptionMode.QUEUE_ORDER,),
+            las_thresholds=(3600.0, 36000.0),
+            elastic=True,
+        ),
     }
 )
 
 # Policies whose replay gives the core each job's true duration as its estimate.
-ORACLE_ESTIMATES = frozenset({"srtf-oracle", "afs-like"})
+ORACLE_ESTIMATES = frozenset({"srtf-oracle", "afs-like", "afs-las"})
 # Policies whose replay runs every trace job as an elastic job (scheduler/sim/profiles.py);
 # the others (pasture included, whose elastic stage only acts on elastic jobs) replay the
 # trace's rigid jobs.
-ELASTIC_REPLAY = frozenset({"elastic", "afs-like"})
+ELASTIC_REPLAY = frozenset({"elastic", "afs-like", "afs-las"})
 DEFAULT_POLICY = "pasture"
 
 

@@ -294,6 +294,7 @@ def suite_cmd(
             "p99 elastic/tiresias",
             "afs-like/tiresias",
             "elastic/afs-like",
+            "elastic/afs-las",
             "p99 elastic/best",
             "pollux-like/tiresias",
             "elastic/pollux-like",

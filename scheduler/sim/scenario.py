@@ -278,6 +278,7 @@ _COST_ORDER = (
     pollux.NAME,
     "elastic",
     "afs-like",
+    "afs-las",
     "pasture",
     "tiresias-las",
     "srtf-oracle",

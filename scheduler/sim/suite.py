@@ -24,8 +24,9 @@ Per case the suite reports each policy's mean and p99 JCT divided by the case's 
 lower bound (and, with tiresias-las run, as ratios to Tiresias'), and the issues'
 criteria: pasture / tiresias-las (mean), pasture p99 / the best other rigid policy's p99,
 fifo-backfill / fifo (mean), pasture / srtf-oracle (mean); elastic / tiresias-las (mean,
-p99), afs-like / tiresias-las, elastic / afs-like (mean), elastic p99 / the best baseline's
-(every policy but pasture and elastic), pollux-like / tiresias-las and elastic / pollux-like
+p99), afs-like / tiresias-las, elastic / afs-like (mean), elastic / afs-las (mean: the
+sizing alone, both in 2D-LAS order), elastic p99 / the best baseline's (every policy but
+pasture and elastic), pollux-like / tiresias-las and elastic / pollux-like
 (mean; the Pollux-like baseline, :mod:`scheduler.sim.pollux`).
 """
 
@@ -181,6 +182,8 @@ def ratios(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
         "afs_like_vs_tiresias": r("afs-like", "tiresias-las"),
         # issue 36: the elastic stage against AFS with known lengths, and its tail
         "elastic_vs_afs_like": r("elastic", "afs-like"),
+        # the same, both in 2D-LAS order: the sizing alone (presets' "afs-las")
+        "elastic_vs_afs_las": r("elastic", "afs-las"),
         "elastic_p99_vs_best": best("elastic", baselines),
         # issue 36: the Pollux-like baseline (scheduler.sim.pollux)
         "pollux_like_vs_tiresias": r("pollux-like", "tiresias-las"),

@@ -54,7 +54,7 @@ def test_arrival_shrinks_the_running_job_and_starts_at_once():
     assert pb.speedup(1) == 1.0
 
 
-@pytest.mark.parametrize("policy", ["elastic", "afs-like"])
+@pytest.mark.parametrize("policy", ["elastic", "afs-like", "afs-las"])
 def test_every_job_completes_once_without_overcommit(policy: str):
     jobs = random_trace(11, 60)
     res = run(3, 8, jobs, policy)  # the engine raises on any overcommit or bad resize

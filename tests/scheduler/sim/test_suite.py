@@ -37,11 +37,13 @@ def test_rigid_and_elastic_tails_are_judged_against_their_own_baselines():
         "pasture": {"mean": 1.1, "p99": 9.0},
         "elastic": {"mean": 0.7, "p99": 4.0},
         "afs-like": {"mean": 0.8, "p99": 2.0},
+        "afs-las": {"mean": 0.75, "p99": 3.0},  # an elastic replay: not in pasture's pool
     }
     r = ratios(pol)
     assert r["pasture_p99_vs_best"] == pytest.approx(9.0 / 6.0)
     assert r["elastic_p99_vs_best"] == pytest.approx(4.0 / 2.0)
     assert r["elastic_vs_afs_like"] == pytest.approx(0.7 / 0.8)
+    assert r["elastic_vs_afs_las"] == pytest.approx(0.7 / 0.75)
     vt = vs_tiresias(pol)
     assert vt is not None and vt["elastic"] == pytest.approx({"mean": 0.7 / 1.2, "p99": 0.5})
     assert vs_tiresias({"pasture": pol["pasture"]}) is None
