@@ -66,6 +66,22 @@ BASE = Policy(
     aging_per_hour=0.0,
 )
 
+# Tiresias-LAS plus the elastic stage (issue 29): jobs with elastic roles are shrunk before
+# anyone is preempted and grown by marginal gain (AFS-style weights with attained service
+# standing in for the unknown remaining time).
+ELASTIC = replace(
+    BASE,
+    name="elastic",
+    queue_order="las",
+    preemption=(PreemptionMode.QUEUE_ORDER,),
+    las_thresholds=(3600.0, 36000.0),
+    elastic=True,
+    # learns finished jobs' services: the stage's length weight is the median remaining
+    # service of jobs that attained as much (issue 36; adapt() leaves this preset's other
+    # values as they are: no VCs, no backfill)
+    adaptive=True,
+)
+
 PRESETS = MappingProxyType(
     {
         "fifo": replace(BASE, name="fifo", strict_order=True),
@@ -110,21 +126,7 @@ PRESETS = MappingProxyType(
             # survivors' next round (issue 36: shrink and regrow within 10 s)
             regrow_cooldown_s=6.0,
         ),
-        # Tiresias-LAS plus the elastic stage (issue 29): jobs with elastic roles are shrunk
-        # before anyone is preempted and grown by marginal gain (AFS-style weights with
-        # attained service standing in for the unknown remaining time).
-        "elastic": replace(
-            BASE,
-            name="elastic",
-            queue_order="las",
-            preemption=(PreemptionMode.QUEUE_ORDER,),
-            las_thresholds=(3600.0, 36000.0),
-            elastic=True,
-            # learns finished jobs' services: the stage's length weight is the median
-            # remaining service of jobs that attained as much (issue 36; adapt() leaves
-            # this preset's other values as they are: no VCs, no backfill)
-            adaptive=True,
-        ),
+        "elastic": ELASTIC,
         # AFS-like baseline: the same stage given each job's true length (AFS' length
         # weight; the simulator passes true durations as estimates).
         "afs-like": replace(
@@ -135,17 +137,11 @@ PRESETS = MappingProxyType(
             elastic=True,
         ),
         # AFS' sizing with true lengths in elastic's own queue (2D-LAS, no lengths): the
-        # same stage and order as "elastic", only the length weight known. elastic / afs-las
-        # isolates the sizing; afs-las / afs-like is what knowing lengths in the queue
-        # order adds (issue 36, scheduler/sim/README.md "fifth round").
-        "afs-las": replace(
-            BASE,
-            name="afs-las",
-            queue_order="las",
-            preemption=(PreemptionMode.QUEUE_ORDER,),
-            las_thresholds=(3600.0, 36000.0),
-            elastic=True,
-        ),
+        # same stage and order as "elastic", only the length weight known (nothing to
+        # learn, so not adaptive). elastic / afs-las isolates the sizing; afs-las /
+        # afs-like is what knowing lengths in the queue order adds (issue 36,
+        # scheduler/sim/README.md "fifth round").
+        "afs-las": replace(ELASTIC, name="afs-las", adaptive=False),
     }
 )
 
