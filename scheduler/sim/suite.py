@@ -213,8 +213,8 @@ def run_suite(
 ) -> list[dict[str, Any]]:
     """Run every case x load x policy; one dict per (case, load): ``{"case", "load"
     (reached), "target_load", "jobs", "gpus", "lb_mean_s", "policies": {name: {"mean",
-    "p99"}} (x the mean-JCT lower bound), "ratios": ratios(...), "vs_tiresias":
-    vs_tiresias(...)}``. Cases whose trace file
+    "p99"} (x the mean-JCT lower bound), "preemptions" (count)}, "ratios": ratios(...),
+    "vs_tiresias": vs_tiresias(...)}``. Cases whose trace file
     is missing are skipped (logged)."""
     rows = []
     for case in cases():
@@ -235,7 +235,11 @@ def run_suite(
                 rows.append({"case": case.name, "target_load": load, "error": str(exc)})
                 continue
             pol = {
-                n: {"mean": m.jct_mean_s / lb, "p99": m.jct_p99_s / lb}
+                n: {
+                    "mean": m.jct_mean_s / lb,
+                    "p99": m.jct_p99_s / lb,
+                    "preemptions": m.preemptions,
+                }
                 for n, (m, _w, _c) in runs.items()
             }
             cpu = sum(c for _m, _w, c in runs.values())

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.sim.cli import app
+from scheduler.sim.scenario import run_policy
 from scheduler.sim.suite import cases, ratios, run_suite, vs_tiresias
 
 
@@ -74,6 +75,17 @@ def test_run_suite_rows_hold_every_policy_relative_to_the_lower_bound():
     for v in row["policies"].values():
         assert v["mean"] >= 1.0 - 1e-9  # a lower bound is a lower bound
         assert v["p99"] > 0
+
+
+def test_run_suite_rows_count_each_policys_preemptions_as_its_replay_does():
+    # the churn an order costs is read from the suite, not from a harness (issue 36)
+    names = ["fifo", "tiresias-las"]
+    row = run_suite(names, jobs=60, loads=[0.8], only=["syn-16gpu"])[0]
+    sc = next(c for c in cases() if c.name == "syn-16gpu").build(60, 0.8)
+    for n in names:
+        assert row["policies"][n]["preemptions"] == run_policy(sc, n).preemptions
+    assert row["policies"]["fifo"]["preemptions"] == 0  # no preemption mode
+    assert row["policies"]["tiresias-las"]["preemptions"] > 0  # 1-16 GPU jobs on 16 GPUs
 
 
 def test_suite_command_prints_json_and_plots(tmp_path):
