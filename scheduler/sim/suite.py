@@ -213,9 +213,9 @@ def run_suite(
 ) -> list[dict[str, Any]]:
     """Run every case x load x policy; one dict per (case, load): ``{"case", "load"
     (reached), "target_load", "jobs", "gpus", "lb_mean_s", "policies": {name: {"mean",
-    "p99"} (x the mean-JCT lower bound), "preemptions" (count)}, "ratios": ratios(...),
-    "vs_tiresias": vs_tiresias(...)}``. Cases whose trace file
-    is missing are skipped (logged)."""
+    "p99" (x the mean-JCT lower bound), "preemptions" (count)}}, "ratios": ratios(...),
+    "vs_tiresias": vs_tiresias(...)}``. Cases whose trace file is missing are skipped
+    (logged)."""
     rows = []
     for case in cases():
         if only and case.name not in only:
