@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from scheduler.core.presets import PRESETS
 from scheduler.spec.quantity import parse_cpu, parse_memory
 
 if TYPE_CHECKING:
@@ -299,6 +300,8 @@ class LoopSettings(_Model):
         "one fails the job with a reason naming the causes (scheduler/rules/lifecycle.py). "
         "Any other ending of an attempt starts the count again. None: no cap",
     )
+    # the scheduling policy: a preset of scheduler.core.presets (checked here, so a typo
+    # is refused when the file is read, naming loop.policy, not when the loop starts)
     policy: str = "pasture"
     finished_job_ttl_s: float | None = Field(
         None,
@@ -306,6 +309,13 @@ class LoopSettings(_Model):
         description="seconds a finished job's records are kept before the loop deletes them "
         "(a job's own ttl_after_finished wins); None keeps them until `pasture job delete`",
     )
+
+    @field_validator("policy")
+    @classmethod
+    def _a_preset(cls, v: str) -> str:
+        if v not in PRESETS:
+            raise ValueError(f"expected one of {', '.join(PRESETS)}")
+        return v
 
 
 class SchedulerSettings(_Model):
@@ -456,3 +466,29 @@ def load_agent_settings(path: str | os.PathLike[str] | None = None) -> AgentSett
     Raises SettingsError naming the file and field."""
     data = _read(path, "/etc/pasture/agent.yaml")
     return _validate(AgentSettings, data, str(path or "agent settings"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m scheduler.settings {scheduler,agent} FILE``: check a settings file as the
+    loop, the API or the agent would read it, without starting anything. The roles run it
+    as the ``validate:`` of their settings templates, so a bad variable fails the play at
+    that task, naming the field, and the file in force (and the running service) stay as
+    they were. Returns 0 when the file is valid, 1 (the error on stderr) when not."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m scheduler.settings")
+    parser.add_argument("kind", choices=("scheduler", "agent"), help="which settings file")
+    parser.add_argument("file", help="the file to check")
+    args = parser.parse_args(argv)
+    load = load_scheduler_settings if args.kind == "scheduler" else load_agent_settings
+    try:
+        load(args.file)
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 import pytest
 
-from scheduler.settings import SettingsError, load_agent_settings, load_scheduler_settings
+from scheduler.settings import SettingsError, load_agent_settings, load_scheduler_settings, main
 
 SCHEDULER = """
 cluster_name: local
@@ -70,6 +70,28 @@ def test_bad_agent_settings_name_the_field(tmp_path, text, where):
     (tmp_path / "a.yaml").write_text(text)
     with pytest.raises(SettingsError, match=where.replace("[", r"\[")):
         load_agent_settings(tmp_path / "a.yaml")
+
+
+def test_an_unknown_loop_policy_is_refused_when_the_file_is_read(tmp_path):
+    # before, any string loaded and the loop died at start with a KeyError
+    (tmp_path / "s.yaml").write_text("loop: {policy: pastur}\n")
+    with pytest.raises(SettingsError, match=r"loop\.policy: .*expected one of .*pasture.*'pastur'"):
+        load_scheduler_settings(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text("loop: {policy: tiresias-las}\n")
+    assert load_scheduler_settings(tmp_path / "s.yaml").loop.policy == "tiresias-las"
+
+
+def test_the_check_the_roles_validate_with_exits_1_naming_the_field(tmp_path, capsys):
+    # roles/pasture_master and pasture_node run it on the rendered file (`validate:`)
+    (tmp_path / "s.yaml").write_text("loop: {policy: pastur}\n")
+    assert main(["scheduler", str(tmp_path / "s.yaml")]) == 1
+    assert "loop.policy" in capsys.readouterr().err
+    (tmp_path / "s.yaml").write_text("loop: {policy: pasture}\n")
+    assert main(["scheduler", str(tmp_path / "s.yaml")]) == 0
+    assert main(["agent", str(tmp_path / "s.yaml")]) == 1  # not an agent file
+    assert "node_name" in capsys.readouterr().err
+    (tmp_path / "a.yaml").write_text(AGENT)
+    assert main(["agent", str(tmp_path / "a.yaml")]) == 0
 
 
 def test_missing_file_and_tls_pair(tmp_path):
