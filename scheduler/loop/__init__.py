@@ -43,10 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from scheduler.core import schedule as core_schedule
 from scheduler.core.grow import growing
 from scheduler.core.history import HistoryWindow
 from scheduler.core.model import Decision, Job, NodeState, Snapshot
 from scheduler.core.policy import Policy
+from scheduler.core.presets import get_preset
 from scheduler.jobref import job_key, short_name
 from scheduler.k8s.capacity import gone_probe
 from scheduler.loop.apply import StepApplier
@@ -79,23 +81,6 @@ SCHEDULES_EVERY_S = 5.0
 """Seconds between looks at the scheduled jobs (a run starts at most this late)."""
 
 ScheduleFn = Callable[[Snapshot, Policy, float], Decision]
-
-
-def load_policy(name: str) -> Policy:
-    """The named policy from :mod:`scheduler.core.presets` (``Policy()`` when the presets
-    module is missing). Raises KeyError for an unknown name."""
-    try:
-        from scheduler.core.presets import get_preset
-    except ImportError:
-        return Policy(name=name)
-    return get_preset(name)
-
-
-def default_schedule() -> ScheduleFn:
-    """``scheduler.core.schedule``. Raises ImportError when the core has none yet."""
-    from scheduler.core import schedule
-
-    return schedule
 
 
 @dataclass
@@ -133,8 +118,9 @@ class Loop(StepApplier):
     ) -> None:
         self.store = store
         self.settings = settings
-        self.policy = policy or load_policy(settings.loop.policy)
-        self.schedule = schedule or default_schedule()
+        # loop.policy names a preset: the settings refuse any other name on load
+        self.policy = policy or get_preset(settings.loop.policy)
+        self.schedule = schedule or core_schedule
         self._core_jobs: dict[tuple[object, ...], Job] = {}
         self.jobs = JobsView()  # active jobs and specs; only new / changed ones read
         self._batch = store.batch()
