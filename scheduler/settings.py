@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from scheduler.core.presets import PRESETS
+from scheduler.core.presets import get_preset
 from scheduler.spec.quantity import parse_cpu, parse_memory
 
 if TYPE_CHECKING:
@@ -313,8 +313,10 @@ class LoopSettings(_Model):
     @field_validator("policy")
     @classmethod
     def _a_preset(cls, v: str) -> str:
-        if v not in PRESETS:
-            raise ValueError(f"expected one of {', '.join(PRESETS)}")
+        try:
+            get_preset(v)
+        except KeyError as exc:  # the presets' own message, listing the known names
+            raise ValueError(exc.args[0]) from None
         return v
 
 
