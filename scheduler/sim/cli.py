@@ -8,6 +8,7 @@ Example (the issue's benchmark)::
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -30,6 +31,28 @@ from scheduler.sim.scenario import (
 from scheduler.sim.trace import TraceError
 
 app = typer.Typer(help=__doc__, no_args_is_help=False, add_completion=False)
+
+
+def _restart_cost(value: float) -> float:
+    """``--restart-cost``: seconds, finite and >= 0 (the engine's ``restart_cost_s``)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise typer.BadParameter(f"expected seconds >= 0, got {value}")
+    return value
+
+
+def _checkpoint_interval(value: float | None) -> float | None:
+    """``--checkpoint-interval``: seconds, finite and > 0, or not given (the engine's
+    ``checkpoint_s``)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"expected seconds > 0, got {value}")
+    return value
+
+
+RESTART_COST_HELP = "seconds of a job's GPUs lost per preemption"
+CHECKPOINT_HELP = (
+    "checkpoint interval (s) for jobs that declare none; work since one is lost "
+    "(longer than any run: jobs that never checkpoint)"
+)
 
 
 def _hours(s: float) -> str:
@@ -157,10 +180,9 @@ def sim(
     skip: int = typer.Option(0, help="after skipping the first K jobs"),
     load: float | None = typer.Option(None, help="size the cluster so that the window load is L"),
     policies: str | None = typer.Option(None, help="comma-separated policy names (default: all)"),
-    restart_cost: float = typer.Option(60.0, help="seconds of a job's GPUs lost per preemption"),
+    restart_cost: float = typer.Option(60.0, help=RESTART_COST_HELP, callback=_restart_cost),
     checkpoint_interval: float | None = typer.Option(
-        None,
-        help="checkpoint interval (s) for jobs that declare none; work since one is lost",
+        None, help=CHECKPOINT_HELP, callback=_checkpoint_interval
     ),
     plot: Path | None = typer.Option(None, help="write JCT CDFs per policy to this PNG"),
     json_out: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
@@ -253,6 +275,10 @@ def suite_cmd(
     workers: int | None = typer.Option(
         None, help="policies replayed in parallel processes (default: min(CPUs, 2))"
     ),
+    restart_cost: float = typer.Option(60.0, help=RESTART_COST_HELP, callback=_restart_cost),
+    checkpoint_interval: float | None = typer.Option(
+        None, help=CHECKPOINT_HELP, callback=_checkpoint_interval
+    ),
 ) -> None:
     """Every trace (Philly x3, openb, ITP 04/06, synthetic) x load x policy, as ratios."""
     from scheduler.sim.suite import plot_ratios, run_suite
@@ -270,6 +296,8 @@ def suite_cmd(
         loads=load_list,
         only=[c.strip() for c in cases.split(",")] if cases else None,
         workers=workers if workers is not None else min(os.cpu_count() or 1, 2),
+        restart_cost_s=restart_cost,
+        checkpoint_s=checkpoint_interval,
         log=err.print,
     )
     if json_out:
@@ -278,7 +306,13 @@ def suite_cmd(
         vs_t = "tiresias-las" in names
         unit = "/ Tiresias-LAS's" if vs_t else "x mean-JCT lower bound"
         t = Table(
-            title=f"robustness suite: {jobs} jobs per case; mean / p99 JCT {unit}",
+            title=f"robustness suite: {jobs} jobs per case; mean / p99 JCT {unit}; "
+            f"a preemption costs {restart_cost:g} s"
+            + (
+                f" + the work since a checkpoint (every {checkpoint_interval:g} s)"
+                if checkpoint_interval
+                else ""
+            ),
             caption="ratios on mean JCT unless p99; criteria: pasture/tiresias <= 1, "
             "pasture p99/best (rigid) <= 1.5, backfill/fifo <= 1, elastic/tiresias <= 0.67, "
             "elastic/afs-like <= 1, p99 elastic/tiresias <= 1",

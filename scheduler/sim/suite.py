@@ -209,13 +209,21 @@ def run_suite(
     loads: Sequence[float] = DEFAULT_LOADS,
     only: Sequence[str] | None = None,
     workers: int = 1,
+    restart_cost_s: float = 60.0,
+    checkpoint_s: float | None = None,
     log: Callable[[str], None] = lambda s: None,
 ) -> list[dict[str, Any]]:
     """Run every case x load x policy; one dict per (case, load): ``{"case", "load"
-    (reached), "target_load", "jobs", "gpus", "lb_mean_s", "policies": {name: {"mean",
-    "p99" (x the mean-JCT lower bound), "preemptions" (count)}}, "ratios": ratios(...),
-    "vs_tiresias": vs_tiresias(...)}``. Cases whose trace file is missing are skipped
-    (logged)."""
+    (reached), "target_load", "jobs", "gpus", "lb_mean_s", "restart_cost_s",
+    "checkpoint_s", "policies": {name: {"mean", "p99" (x the mean-JCT lower bound),
+    "preemptions" (count)}}, "ratios": ratios(...), "vs_tiresias": vs_tiresias(...)}``.
+    Cases whose trace file is missing are skipped (logged).
+
+    ``restart_cost_s`` (seconds of a job's GPUs lost per preemption) and ``checkpoint_s``
+    (the checkpoint interval of every job, seconds; a preempted job also redoes the work
+    since its last one; None = it loses none) are the engine's
+    (:class:`scheduler.sim.engine.Simulator`); each row records them.
+    """
     rows = []
     for case in cases():
         if only and case.name not in only:
@@ -229,7 +237,13 @@ def run_suite(
             lb = lower_bounds(sc)["jct_mean_s"]
             log(f"{case.name} load {load}: {len(sc.jobs)} jobs, {sc.gpus} GPUs ...")
             try:
-                runs = run_many(sc, names, workers=workers)
+                runs = run_many(
+                    sc,
+                    names,
+                    workers=workers,
+                    restart_cost_s=restart_cost_s,
+                    checkpoint_s=checkpoint_s,
+                )
             except SimulationError as exc:
                 log(f"{case.name} load {load}: FAILED ({exc})")
                 rows.append({"case": case.name, "target_load": load, "error": str(exc)})
@@ -252,6 +266,8 @@ def run_suite(
                     "jobs": len(sc.jobs),
                     "gpus": sc.gpus,
                     "lb_mean_s": lb,
+                    "restart_cost_s": restart_cost_s,
+                    "checkpoint_s": checkpoint_s,
                     "policies": pol,
                     "ratios": ratios(pol),
                     "vs_tiresias": vs_tiresias(pol),

@@ -88,6 +88,27 @@ def test_run_suite_rows_count_each_policys_preemptions_as_its_replay_does():
     assert row["policies"]["tiresias-las"]["preemptions"] > 0  # 1-16 GPU jobs on 16 GPUs
 
 
+def test_run_suite_replays_with_the_restart_cost_and_checkpoints_it_is_given():
+    # the same window under the engine's default (a preemption costs 60 s of the job's
+    # GPUs, no work lost) and under jobs that never checkpoint (an interval longer than
+    # any run: a preempted job redoes its whole attempt); fifo never preempts
+    names = ["fifo", "tiresias-las"]
+    free = run_suite(names, jobs=60, loads=[0.8], only=["syn-16gpu"])[0]
+    lossy = run_suite(names, jobs=60, loads=[0.8], only=["syn-16gpu"], checkpoint_s=1e9)[0]
+    assert (free["restart_cost_s"], free["checkpoint_s"]) == (60.0, None)
+    assert (lossy["restart_cost_s"], lossy["checkpoint_s"]) == (60.0, 1e9)
+    assert lossy["policies"]["fifo"] == free["policies"]["fifo"]
+    assert lossy["policies"]["tiresias-las"]["mean"] > free["policies"]["tiresias-las"]["mean"]
+    sc = next(c for c in cases() if c.name == "syn-16gpu").build(60, 0.8)
+    want = run_policy(sc, "tiresias-las", restart_cost_s=0.0, checkpoint_s=1e9)
+    got = run_suite(
+        names, jobs=60, loads=[0.8], only=["syn-16gpu"], restart_cost_s=0.0, checkpoint_s=1e9
+    )[0]
+    assert got["policies"]["tiresias-las"]["mean"] * got["lb_mean_s"] == pytest.approx(
+        want.jct_mean_s
+    )
+
+
 def test_suite_command_prints_json_and_plots(tmp_path):
     png = tmp_path / "r.png"
     res = CliRunner().invoke(
@@ -120,3 +141,20 @@ def test_suite_command_rejects_an_unknown_policy():
     res = CliRunner().invoke(app, ["suite", "--policies", "nope"])
     assert res.exit_code == 2
     assert "unknown" in res.output
+
+
+@pytest.mark.parametrize(
+    "flag,value,expected",
+    [
+        ("--checkpoint-interval", "0", "seconds > 0"),
+        ("--checkpoint-interval", "nan", "seconds > 0"),
+        ("--restart-cost", "-5", "seconds >= 0"),
+        ("--restart-cost", "inf", "seconds >= 0"),
+    ],
+)
+@pytest.mark.parametrize("command", [["suite"], []])
+def test_engine_flags_out_of_range_are_refused_naming_the_flag(command, flag, value, expected):
+    # before: the engine's ValueError reached the user as a traceback
+    res = CliRunner().invoke(app, [*command, flag, value, "--policies", "fifo"])
+    assert res.exit_code == 2, res.output
+    assert flag in res.output and expected in res.output and value in res.output
