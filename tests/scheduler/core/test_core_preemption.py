@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.core import Policy, PreemptionMode, ReasonKind, schedule
-from tests.factories import job, node, running, snapshot
+from tests.factories import job, node, running, snapshot, vc
 
 PRIO = Policy(preemption=(PreemptionMode.PRIORITY,), aging_per_hour=0)
 
@@ -118,3 +118,26 @@ def test_aging_alone_never_triggers_queue_order_preemption():
     held = [running(job("peer", gpu=8, submit=35_000), ["a"], start=35_000.0)]
     s = snapshot([node("a")], [job("waited", gpu=8, submit=0)], held)
     assert schedule(s, policy, 36_000.0).preemptions == ()
+
+
+def test_preemptible_false_is_spared_by_queue_order_but_its_borrowed_capacity_is_reclaimed():
+    # docs/jobs.md "What a preemption costs a job": a job that cannot resume sets
+    # preemptible: false; a waiting job that outranks it in the LAS queues does not take it,
+    # but capacity it borrows beyond its VC's guarantee is still reclaimed.
+    las = Policy(
+        queue_order="las",
+        preemption=(PreemptionMode.QUEUE_ORDER,),
+        vc_quota=False,
+        aging_per_hour=0,
+        las_thresholds=(3600.0,),
+    )
+    for preemptible, victims in ((True, ["hog"]), (False, [])):
+        held = [running(job("hog", gpu=8, preemptible=preemptible), ["a"], start=0.0)]
+        s = snapshot([node("a")], [job("fresh", gpu=8, submit=7000)], held)
+        assert [p.job for p in schedule(s, las, 7200.0).preemptions] == victims
+    reclaim = Policy(preemption=(PreemptionMode.VC_RECLAIM,), aging_per_hour=0)
+    held = [running(job("borrower", gpu=8, vc="y", preemptible=False), ["a"], start=0.0)]
+    s = snapshot([node("a")], [job("owner", gpu=8, vc="x")], held, [vc("x", gpu=8), vc("y")])
+    assert [(p.job, p.for_job) for p in schedule(s, reclaim, 100.0).preemptions] == [
+        ("borrower", "owner")
+    ]
