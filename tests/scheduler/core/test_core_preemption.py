@@ -6,6 +6,13 @@ from scheduler.core import Policy, PreemptionMode, ReasonKind, schedule
 from tests.factories import job, node, running, snapshot, vc
 
 PRIO = Policy(preemption=(PreemptionMode.PRIORITY,), aging_per_hour=0)
+LAS = Policy(
+    queue_order="las",
+    preemption=(PreemptionMode.QUEUE_ORDER,),
+    vc_quota=False,
+    aging_per_hour=0,
+    las_thresholds=(3600.0,),
+)
 
 
 def test_priority_preempts_strictly_lower_priority_in_the_same_vc():
@@ -65,13 +72,7 @@ def test_nothing_is_preempted_when_even_all_candidates_would_not_make_room():
 
 
 def test_queue_order_preemption_for_las():
-    policy = Policy(
-        queue_order="las",
-        preemption=(PreemptionMode.QUEUE_ORDER,),
-        vc_quota=False,
-        aging_per_hour=0,
-        las_thresholds=(3600.0,),
-    )
+    policy = LAS
     # the running job has attained 2 h x 8 GPUs: level 1; the new job is level 0
     held = [running(job("hog", gpu=8, submit=0), ["a"], start=0.0)]
     s = snapshot([node("a")], [job("fresh", gpu=8, submit=7000)], held)
@@ -124,17 +125,10 @@ def test_preemptible_false_is_spared_by_queue_order_but_its_borrowed_capacity_is
     # docs/jobs.md "What a preemption costs a job": a job that cannot resume sets
     # preemptible: false; a waiting job that outranks it in the LAS queues does not take it,
     # but capacity it borrows beyond its VC's guarantee is still reclaimed.
-    las = Policy(
-        queue_order="las",
-        preemption=(PreemptionMode.QUEUE_ORDER,),
-        vc_quota=False,
-        aging_per_hour=0,
-        las_thresholds=(3600.0,),
-    )
     for preemptible, victims in ((True, ["hog"]), (False, [])):
         held = [running(job("hog", gpu=8, preemptible=preemptible), ["a"], start=0.0)]
         s = snapshot([node("a")], [job("fresh", gpu=8, submit=7000)], held)
-        assert [p.job for p in schedule(s, las, 7200.0).preemptions] == victims
+        assert [p.job for p in schedule(s, LAS, 7200.0).preemptions] == victims
     reclaim = Policy(preemption=(PreemptionMode.VC_RECLAIM,), aging_per_hour=0)
     held = [running(job("borrower", gpu=8, vc="y", preemptible=False), ["a"], start=0.0)]
     s = snapshot([node("a")], [job("owner", gpu=8, vc="x")], held, [vc("x", gpu=8), vc("y")])
