@@ -8,7 +8,6 @@ Example (the issue's benchmark)::
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from scheduler.core.presets import PRESETS
+from scheduler.sim.engine import check_checkpoint_interval, check_restart_cost
 from scheduler.sim.fill import fill
 from scheduler.sim.metrics import PolicyMetrics
 from scheduler.sim.scenario import (
@@ -34,18 +34,20 @@ app = typer.Typer(help=__doc__, no_args_is_help=False, add_completion=False)
 
 
 def _restart_cost(value: float) -> float:
-    """``--restart-cost``: seconds, finite and >= 0 (the engine's ``restart_cost_s``)."""
-    if not (math.isfinite(value) and value >= 0):
-        raise typer.BadParameter(f"expected seconds >= 0, got {value}")
-    return value
+    """``--restart-cost``, checked as the engine checks it (:func:`check_restart_cost`)."""
+    try:
+        return check_restart_cost(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _checkpoint_interval(value: float | None) -> float | None:
-    """``--checkpoint-interval``: seconds, finite and > 0, or not given (the engine's
-    ``checkpoint_s``)."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise typer.BadParameter(f"expected seconds > 0, got {value}")
-    return value
+    """``--checkpoint-interval``, checked as the engine checks it
+    (:func:`check_checkpoint_interval`)."""
+    try:
+        return check_checkpoint_interval(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 RESTART_COST_HELP = "seconds of a job's GPUs lost per preemption"

@@ -28,6 +28,7 @@ and attained service first), without any cost; a preemption costs it
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -138,6 +139,29 @@ class _Live:
     attempt_start: float = 0.0  # when this attempt began (start moves at resizes)
 
 
+def check_restart_cost(seconds: float) -> float:
+    """A preemption's restart cost, seconds: finite and >= 0 (returned as given).
+
+    Raises:
+        ValueError: anything else (the message says what was expected and given).
+    """
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"expected seconds >= 0, got {seconds}")
+    return seconds
+
+
+def check_checkpoint_interval(seconds: float | None) -> float | None:
+    """A checkpoint interval, seconds: finite and > 0, or None (no work lost; returned as
+    given).
+
+    Raises:
+        ValueError: anything else (the message says what was expected and given).
+    """
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"expected seconds > 0, got {seconds}")
+    return seconds
+
+
 def _default_decide() -> Decide:
     import scheduler.core as core  # the service's entry point
 
@@ -235,10 +259,14 @@ class Simulator:
         elastic: bool = False,
         rate: Rate | None = None,
     ) -> None:
-        if restart_cost_s < 0:
-            raise ValueError(f"restart_cost_s must be >= 0, got {restart_cost_s}")
-        if checkpoint_s is not None and checkpoint_s <= 0:
-            raise ValueError(f"checkpoint_s must be > 0 or None, got {checkpoint_s}")
+        try:
+            check_restart_cost(restart_cost_s)
+        except ValueError as exc:
+            raise ValueError(f"restart_cost_s: {exc}") from None
+        try:
+            check_checkpoint_interval(checkpoint_s)
+        except ValueError as exc:
+            raise ValueError(f"checkpoint_s: {exc}") from None
         self.policy = policy
         self.decide = decide or _default_decide()
         self.restart_cost_s = restart_cost_s

@@ -206,3 +206,19 @@ def test_only_srtf_oracle_gets_durations() -> None:
         ).run()
     assert seen["pasture"] == seen["fifo-backfill"] == seen["tiresias-las"] == {None}
     assert None not in seen["srtf-oracle"]
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"restart_cost_s": -1.0}, "restart_cost_s: expected seconds >= 0, got -1.0"),
+        ({"restart_cost_s": float("nan")}, "restart_cost_s: expected seconds >= 0, got nan"),
+        ({"checkpoint_s": 0.0}, "checkpoint_s: expected seconds > 0, got 0.0"),
+        ({"checkpoint_s": float("inf")}, "checkpoint_s: expected seconds > 0, got inf"),
+    ],
+)
+def test_the_engine_refuses_a_restart_cost_or_checkpoint_interval_out_of_range(kw, message):
+    # the one check the sim CLI's flags also use (scheduler.sim.engine.check_*)
+    with pytest.raises(ValueError) as exc:
+        run(homogeneous(1, 8), [TraceJob("j", 0.0, 60.0, 1)], "fifo", **kw)
+    assert str(exc.value) == message
