@@ -72,17 +72,16 @@ def test_nothing_is_preempted_when_even_all_candidates_would_not_make_room():
 
 
 def test_queue_order_preemption_for_las():
-    policy = LAS
     # the running job has attained 2 h x 8 GPUs: level 1; the new job is level 0
     held = [running(job("hog", gpu=8, submit=0), ["a"], start=0.0)]
     s = snapshot([node("a")], [job("fresh", gpu=8, submit=7000)], held)
-    d = schedule(s, policy, 7200.0)
+    d = schedule(s, LAS, 7200.0)
     assert [(p.job, p.for_job) for p in d.preemptions] == [("hog", "fresh")]
     assert "queue order" in d.preemptions[0].reason
     # same level: no preemption (FIFO within a level)
     held = [running(job("young", gpu=1, submit=0), ["a"], start=7100.0)]
     s = snapshot([node("a", gpu=1)], [job("fresh", gpu=1, submit=7000)], held)
-    assert schedule(s, policy, 7200.0).preemptions == ()
+    assert schedule(s, LAS, 7200.0).preemptions == ()
 
 
 def test_queue_order_preemption_respects_min_runtime():
