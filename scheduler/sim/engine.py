@@ -549,6 +549,7 @@ class Simulator:
                 f"{len(self._pending)} jobs can never be placed (e.g. {stuck}); "
                 "check the cluster shape and the policy's quotas"
             )
-        result.end = self._last_t
+        # the last completion (a threshold or promotion event may come after it)
+        result.end = max((r.end for r in result.records if r.end is not None), default=start)
         result.gpu_busy_s = self._busy
         return result

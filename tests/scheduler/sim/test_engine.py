@@ -173,6 +173,14 @@ def test_tiresias_demotion_happens_between_arrivals() -> None:
     assert ends(run(homogeneous(1, 1), jobs, "tiresias-las")) == {"S": 3700, "L": 10160}
 
 
+def test_the_makespan_ends_at_the_last_completion_not_at_a_later_las_event() -> None:
+    # J's crossing of the 3,600 GPU-s threshold is pushed when it starts, for t=3600; it
+    # ends at 100, and the replay's end is that completion (it was 3600, the last event)
+    result = run(homogeneous(1, 1), [TraceJob("J", 0, 100, 1)], "tiresias-las")
+    assert result.end == 100
+    assert summarise(result).makespan_s == 100
+
+
 def test_srtf_oracle_hand_schedule() -> None:
     jobs = [TraceJob("L", 0, 1000, 1), TraceJob("S", 10, 100, 1)]
     assert ends(run(homogeneous(1, 1), jobs, "srtf-oracle")) == {"S": 110, "L": 1160}
