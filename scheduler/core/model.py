@@ -148,6 +148,11 @@ class Job:
             roles relative to one replica, ``scaling[n - 1]`` (so ``scaling[0] == 1.0``);
             beyond the table the last step's gain repeats; empty = linear (n). Read by
             the elastic stage's sizing policy (:mod:`scheduler.core.elastic`).
+        checkpoint_interval_s: seconds of running between the job's checkpoints, each
+            loaded when it starts again: a preemption loses at most that much of the
+            attempt. 0 = its progress is always saved (the simulator's free checkpoints);
+            None = not declared, so a preemption loses the whole attempt. Read by the
+            starvation rule (:func:`scheduler.core.starvation.saved_s`).
     """
 
     name: str
@@ -163,6 +168,7 @@ class Job:
     executed_s: float = 0.0
     requeued_at: float | None = None
     scaling: tuple[float, ...] = ()
+    checkpoint_interval_s: float | None = None
 
     def total_request(self) -> Resources:
         """Sum of every replica's request (the job's full size)."""

@@ -35,7 +35,7 @@ from types import MappingProxyType
 
 from scheduler.core.model import Job, RunningJob
 from scheduler.core.policy import Policy
-from scheduler.core.starvation import promoted
+from scheduler.core.starvation import promoted, saved_s
 
 INF = float("inf")
 
@@ -114,10 +114,11 @@ def _drf_key(job: Job, ctx: OrderContext, run: RunningJob | None) -> tuple[objec
 def las_service(job: Job, ctx: OrderContext, run: RunningJob | None = None) -> float:
     """The service that sets the job's LAS level: :func:`attained_service` (GPU-seconds),
     or for a job promoted by ``Policy.starve_limit`` what it received since the promotion,
-    in seconds of the promoted attempt (0 while pending; :mod:`scheduler.core.starvation`
-    says why seconds, not GPU-seconds)."""
+    in seconds of the promoted attempt saved by its last checkpoint (0 while pending, and
+    for a job that declares no checkpoints; :mod:`scheduler.core.starvation` says why
+    seconds, not GPU-seconds, and why saved ones)."""
     if promoted(job, ctx.now, ctx.policy.starve_limit, run):
-        return 0.0 if run is None else max(ctx.now - run.start_time, 0.0)
+        return 0.0 if run is None else saved_s(job, max(ctx.now - run.start_time, 0.0))
     return attained_service(job, ctx.now, run)
 
 

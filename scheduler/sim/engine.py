@@ -47,7 +47,7 @@ from scheduler.core.model import (
 )
 from scheduler.core.policy import Policy
 from scheduler.core.resources import Resources
-from scheduler.core.starvation import promoted, promotion_time
+from scheduler.core.starvation import promoted, promotion_time, saved_after
 from scheduler.sim.cluster import gang_shape, synthesise_requests
 from scheduler.sim.profiles import MAX_FACTOR, Profile, profile_of
 from scheduler.sim.trace import TraceJob
@@ -173,11 +173,22 @@ def _default_decide() -> Decide:
     return schedule
 
 
-def build_job(tj: TraceJob, max_node_gpus: int, estimate: bool) -> tuple[Job, int]:
+def declared_checkpoint(tj: TraceJob, checkpoint_s: float | None) -> float:
+    """The ``Job.checkpoint_interval_s`` a trace job declares to the core: its own interval,
+    else the replay's ``checkpoint_s``, else 0 (no checkpoint interval means the replay's
+    free checkpoints: a preemption loses no work), so that the core knows what the engine
+    will charge (:meth:`Simulator._stop`)."""
+    return tj.checkpoint_s or checkpoint_s or 0.0
+
+
+def build_job(
+    tj: TraceJob, max_node_gpus: int, estimate: bool, checkpoint_s: float | None = None
+) -> tuple[Job, int]:
     """The core Job for a trace job: one role "worker" of k whole-node-or-smaller tasks.
 
     Returns (job, gpus). ``estimate`` fills ``estimated_duration_s`` with the true duration
-    (the SRTF oracle); otherwise it stays None.
+    (the SRTF oracle); otherwise it stays None. ``checkpoint_s``: the replay's checkpoint
+    interval (:func:`declared_checkpoint`).
     """
     tasks, per_task = gang_shape(tj.gpus, max_node_gpus)
     cpu, mem = synthesise_requests(tj)
@@ -190,14 +201,18 @@ def build_job(tj: TraceJob, max_node_gpus: int, estimate: bool) -> tuple[Job, in
         roles=(role,),
         submit_time=tj.submit_s,
         estimated_duration_s=tj.duration_s if estimate else None,
+        checkpoint_interval_s=declared_checkpoint(tj, checkpoint_s),
     )
     return job, tasks * per_task
 
 
-def build_elastic_job(tj: TraceJob, estimate: bool) -> tuple[Job, int, Profile]:
+def build_elastic_job(
+    tj: TraceJob, estimate: bool, checkpoint_s: float | None = None
+) -> tuple[Job, int, Profile]:
     """The core Job for a trace job run elastically (:mod:`scheduler.sim.profiles`): one
     elastic role "worker" of 1-GPU replicas, 1 to ``MAX_FACTOR`` x the trace's GPUs, with
-    its profile's speedup table. Returns (job, requested GPUs, profile)."""
+    its profile's speedup table. Returns (job, requested GPUs, profile); ``checkpoint_s`` as
+    :func:`build_job`'s."""
     g = max(tj.gpus, 1)
     cpu, mem = synthesise_requests(tj)
     hi = MAX_FACTOR * g
@@ -216,6 +231,7 @@ def build_elastic_job(tj: TraceJob, estimate: bool) -> tuple[Job, int, Profile]:
         submit_time=tj.submit_s,
         estimated_duration_s=tj.duration_s if estimate else None,
         scaling=prof.table(hi),
+        checkpoint_interval_s=declared_checkpoint(tj, checkpoint_s),
     )
     return job, g, prof
 
@@ -282,11 +298,11 @@ class Simulator:
             if tj.name in self._live:
                 raise ValueError(f"duplicate job name {tj.name!r} in the trace")
             if elastic:
-                job, g, prof = build_elastic_job(tj, oracle_estimates)
+                job, g, prof = build_elastic_job(tj, oracle_estimates, checkpoint_s)
                 work = tj.duration_s * prof.speedup(g)
                 self._live[tj.name] = _Live(JobRecord(tj, g), job, work, profile=prof)
                 continue
-            job, g = build_job(tj, max_node_gpus, oracle_estimates)
+            job, g = build_job(tj, max_node_gpus, oracle_estimates, checkpoint_s)
             self._live[tj.name] = _Live(JobRecord(tj, g), job, tj.duration_s)
         self._pending: dict[str, Job] = {}
         self._running: dict[str, RunningJob] = {}
@@ -389,13 +405,17 @@ class Simulator:
         # thresholds in force now (adaptive ones move as jobs finish; a move between
         # events takes effect at the next event)
         hist = self._history.history() if self._history is not None else None
+        thresholds = adapt(self.policy, hist, self.vcs).las_thresholds
         # a job started promoted (starve_limit) is served anew from 0, in seconds of this
-        # attempt (scheduler.core.starvation)
+        # attempt saved by its checkpoints (scheduler.core.starvation)
         if promoted(live.job, now, self.policy.starve_limit, None):
-            g, base = 1, 0.0
-        else:
-            base = live.job.attained_service
-        for threshold in adapt(self.policy, hist, self.vcs).las_thresholds:
+            for threshold in thresholds:
+                after = saved_after(live.job, threshold)
+                if after is not None:
+                    self._push(now + after, _TICK, "", 0)
+            return
+        base = live.job.attained_service
+        for threshold in thresholds:
             if threshold > base:
                 self._push(now + (threshold - base) / g, _TICK, "", 0)
 

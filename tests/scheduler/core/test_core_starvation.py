@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scheduler.core import Policy, PreemptionMode, schedule
 from scheduler.core.presets import PRESETS
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
-from scheduler.core.starvation import promoted, promotion_time
+from scheduler.core.starvation import promoted, promotion_time, saved_after, saved_s
 from tests.factories import job, node, running, snapshot
 
 LAS = Policy(
@@ -25,13 +25,17 @@ LAS = Policy(
 )
 
 
-def preempted(name: str, *, ran: float, at: float, attained: float, gpu: int = 8):
-    """A job that has run ``ran`` s in all (its executed time) and was preempted at ``at``."""
+def preempted(
+    name: str, *, ran: float, at: float, attained: float, gpu: int = 8, ckpt: float | None = 0.0
+):
+    """A job that has run ``ran`` s in all (its executed time) and was preempted at ``at``;
+    ``ckpt`` its checkpoint interval (0: its progress is always saved)."""
     return replace(
         job(name, gpu=gpu, attained=attained, submit=0.0),
         attempt=2,
         executed_s=ran,
         requeued_at=at,
+        checkpoint_interval_s=ckpt,
     )
 
 
@@ -68,6 +72,37 @@ def test_a_promoted_attempt_is_ranked_by_its_own_seconds_since_the_promotion():
     # started before its promotion time: ranked by its attained service, preempted at once
     s = snapshot([node("a")], [fresh], [running(hog, ["a"], start=1400.0)])
     assert [p.job for p in schedule(s, LAS, 1401.0).preemptions] == ["hog"]
+
+
+def test_a_promoted_attempt_leaves_the_first_queue_only_with_its_threshold_saved():
+    """Its seconds count up to its last checkpoint: with checkpoints every 1,000 s it is
+    demoted at the first checkpoint past the 3,600-s threshold (4,000 s), and a job that
+    declares no checkpoints, which a preemption would throw back to the start, keeps the
+    first queue for the whole attempt."""
+    fresh = job("fresh", gpu=8, submit=2000.0)
+
+    def victims(ckpt: float | None, now: float) -> list[str]:
+        hog = preempted("hog", ran=500.0, at=1000.0, attained=8000.0, ckpt=ckpt)
+        s = snapshot([node("a")], [fresh], [running(hog, ["a"], start=1500.0)])
+        return [p.job for p in schedule(s, LAS, now).preemptions]
+
+    assert victims(1000.0, 1500.0 + 3999.0) == []  # 3,000 s saved: level 0
+    assert victims(1000.0, 1500.0 + 4000.0) == ["hog"]  # 4,000 s saved: level 1
+    assert victims(None, 1500.0 + 1e7) == []  # nothing saved, ever
+    assert victims(0.0, 1500.0 + 3601.0) == ["hog"]  # always saved: the threshold itself
+
+
+@given(ran=st.floats(0.0, 1e7), c=st.floats(1.0, 1e5))
+def test_saved_seconds_are_the_last_checkpoint_and_saved_after_is_the_next(ran, c):
+    j = replace(job("j"), checkpoint_interval_s=c)
+    kept = saved_s(j, ran)
+    assert 0.0 <= kept <= ran and ran - kept < c * (1 + 1e-9)
+    after = saved_after(j, ran) if ran > 0 else None
+    if after is not None:
+        assert after >= ran and saved_s(j, after) >= ran and after - ran <= c
+    assert saved_s(replace(j, checkpoint_interval_s=0.0), ran) == ran
+    assert saved_s(replace(j, checkpoint_interval_s=None), ran) == 0.0
+    assert saved_after(replace(j, checkpoint_interval_s=None), 3600.0) is None
 
 
 @given(

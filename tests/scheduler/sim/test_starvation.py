@@ -19,9 +19,15 @@ JOBS = [TraceJob("L", 0, 10_000, 1)] + [
 ]
 
 
-def replay(policy):
+def replay(policy, checkpoint_s=None):
     nodes = homogeneous(1, 1)
-    sim = Simulator([n.to_node() for n in nodes], vc_guarantees(JOBS, nodes), JOBS, policy)
+    sim = Simulator(
+        [n.to_node() for n in nodes],
+        vc_guarantees(JOBS, nodes),
+        JOBS,
+        policy,
+        checkpoint_s=checkpoint_s,
+    )
     return {r.trace.name: r for r in sim.run().records}
 
 
@@ -72,3 +78,21 @@ def test_an_elastic_job_of_fixed_width_is_promoted_as_a_rigid_one():
     assert rigid["X"][0] == 10_000 + 3600 + 100
     assert rigid["L"][1] == 2
     assert elastic_ == rigid
+
+
+def test_a_promoted_attempt_is_demoted_only_at_a_checkpoint_and_never_without_one():
+    """The replay's jobs declare its checkpoint interval to the core, which counts a
+    promoted attempt's seconds only up to its last checkpoint (scheduler.core.starvation)."""
+    policy = replace(PRESETS["tiresias-las"], starve_limit=1.0)
+    # every 1,000 s: preempted at 5,000 (on a checkpoint) and promoted at 10,000, L is
+    # demoted at the first checkpoint past 3,600 s, 4,000 s in, and preempted there again:
+    # both preemptions cost only the restart (with the 3,600-s demotion: 60 + 600 s)
+    recs = replay(policy, checkpoint_s=1000.0)
+    assert recs["L"].preemptions == 2
+    assert recs["L"].lost_gpu_s == 2 * 60
+    # never (an interval longer than any run): the first preemption loses the 5,000 s run;
+    # promoted at 10,000, L keeps the first queue until it ends, 10,060 s later
+    recs = replay(policy, checkpoint_s=1e9)
+    assert recs["L"].preemptions == 1
+    assert recs["L"].end == 10_000 + 10_000 + 60
+    assert all(rec.preemptions == 0 for name, rec in recs.items() if name != "L")
