@@ -6,7 +6,8 @@ reads; see docs/runtime-env.md for the full table with sources):
 
 - pasture: PASTURE_JOB_NAME, PASTURE_TASK_ROLE, PASTURE_TASK_INDEX, PASTURE_ATTEMPT,
   PASTURE_ROLES, PASTURE_ROLE_<ROLE>_REPLICAS / _HOSTS, PASTURE_TASK_HOST / _PORT,
-  PASTURE_PORT_<NAME>, PASTURE_SHARE_DIR, PASTURE_JOB_DIR, PASTURE_MPI_HOSTFILE;
+  PASTURE_PORT_<NAME>, PASTURE_SHARE_DIR, PASTURE_JOB_DIR, PASTURE_MPI_HOSTFILE,
+  PASTURE_CHECKPOINT_INTERVAL_S;
 - PyTorch: WORLD_SIZE (every replica the spec declares), RANK (the task's place in the
   spec's layout: replicas of the roles declared before its role, plus its index; fixed by
   the spec, so a replica placed late by ``grow`` never takes an early task's rank, as in
@@ -425,6 +426,9 @@ def task_env(
     env["MASTER_PORT"] = str(main_port(spec, ranked[0]))
     if spec.mpi and hostfile:
         env["PASTURE_MPI_HOSTFILE"] = hostfile
+    ckpt = spec.checkpoint_interval_s
+    if ckpt is not None:  # whole seconds as an integer, for shell arithmetic
+        env["PASTURE_CHECKPOINT_INTERVAL_S"] = str(int(ckpt)) if ckpt.is_integer() else repr(ckpt)
     env.update(elastic_env(job, spec, tasks, me))
     compat = {
         **openpai_env(job, spec, tasks, me, user=user, dirs=dirs),

@@ -22,6 +22,10 @@ Shape (YAML or JSON)::
     mpi: false                 # write an MPI hostfile
     mpi_host: {master: m, worker: w}   # tasks of m get MPI_HOST = w's hosts (Volcano mpi)
     ssh: false                 # ssh between the job's tasks (implied by mpi)
+    preemptible: true          # false: no waiting job preempts it (VC reclaim still may)
+    checkpoint_interval_s: 1800  # it saves and resumes its state every 1800 s of running
+                               # (null: undeclared, a preemption loses the whole attempt)
+    estimated_duration_s: 7200 # run-time estimate (backfill, SRTF policies)
     ttl_after_finished: 86400  # seconds after the job ended before its records go
     secrets: {TOKEN: value}    # or [TOKEN] + `job submit --secret TOKEN=...`; stored as
                                # names, values sealed; tasks see $PASTURE_SECRET_TOKEN
@@ -397,6 +401,7 @@ class JobSpec(_Model):
     ssh: bool = False
     preemptible: bool = True
     estimated_duration_s: float | None = Field(None, gt=0, le=10 * 366 * 86400)
+    checkpoint_interval_s: float | None = Field(None, gt=0, le=10 * 366 * 86400)
     ttl_after_finished: int | None = Field(None, ge=0, le=MAX_TTL_S)
     # names only: the values are split off at parse time and sealed (spec/secrets.py)
     secrets: list[str] = Field(default_factory=list, max_length=MAX_SECRETS)
@@ -633,4 +638,5 @@ class JobSpec(_Model):
             attained_service=attained_service,
             preemptible=self.preemptible,
             scaling=self.scaling(),
+            checkpoint_interval_s=self.checkpoint_interval_s,
         )

@@ -52,6 +52,9 @@ env: {}                       # environment of every task
 # ssh: true                   # ssh between the job's tasks (mpi implies it)
 # code_dir: code/mnist        # share dir (pasture data push) copied to ./code
 # ttl_after_finished: 86400   # delete the job's records a day after it ended
+# checkpoint_interval_s: 1800 # the job saves its state every 30 min and loads it at
+#                             # start (unset: a preemption loses the whole attempt)
+# preemptible: false          # no waiting job preempts it (docs/jobs.md, preemption)
 # secrets: [HF_TOKEN]         # values at submit: --secret HF_TOKEN=...; tasks read
 #                             # $PASTURE_SECRET_HF_TOKEN (never stored in clear)
 """

@@ -220,3 +220,19 @@ def test_process_tasks_read_the_volcano_host_files_where_they_are():
     )
     assert local_volcano_paths(cmd, "/etc/volcano") == cmd
     assert local_volcano_paths("echo /etc/volcanos", "/x") == "echo /etc/volcanos"
+
+
+def test_a_declared_checkpoint_interval_is_in_every_tasks_env():
+    def env_of(extra: dict) -> dict[str, str]:
+        spec = parse_job_spec({"name": "c", "roles": {"w": {"command": "x"}}, **extra})
+        return task_env(
+            "c",
+            spec,
+            [TaskRecord("w", 0, 1, "n1", "10.0.0.1", {"main": 1})],
+            TaskRecord("w", 0, 1, "n1", "10.0.0.1", {"main": 1}),
+            "/share",
+        )
+
+    assert env_of({"checkpoint_interval_s": 1800})["PASTURE_CHECKPOINT_INTERVAL_S"] == "1800"
+    assert env_of({"checkpoint_interval_s": 90.5})["PASTURE_CHECKPOINT_INTERVAL_S"] == "90.5"
+    assert "PASTURE_CHECKPOINT_INTERVAL_S" not in env_of({})

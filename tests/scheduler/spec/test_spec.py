@@ -333,3 +333,20 @@ def test_throughput_on_two_roles_is_refused():
     doc["roles"]["v"] = {"replicas": {"min": 1, "max": 2}, "command": "y", "throughput": {1: 2.0}}
     with pytest.raises(ValueError, match=r"throughput: expected it on one elastic role"):
         parse_job_spec(doc)
+
+
+def test_a_declared_checkpoint_interval_reaches_the_core():
+    """issue 36, eighth round: the starvation rule demotes a promoted attempt only as far as
+    its checkpoints have saved it (scheduler/core/starvation.py); undeclared is None."""
+    base = "name: x\nroles: {a: {command: t}}\n"
+    assert load_job_spec(
+        base + "checkpoint_interval_s: 1800\n"
+    ).to_core().checkpoint_interval_s == (1800.0)
+    assert load_job_spec(base).to_core().checkpoint_interval_s is None
+
+
+@pytest.mark.parametrize("value", ["0", "-5", ".nan", ".inf", "1e12", "soon"])
+def test_a_checkpoint_interval_out_of_range_is_refused_naming_the_field(value):
+    assert locs(f"name: x\nroles: {{a: {{command: t}}}}\ncheckpoint_interval_s: {value}\n") == {
+        "checkpoint_interval_s"
+    }
