@@ -472,7 +472,7 @@ class Simulator:
             if self._history is not None:
                 self._history.record(live.record.run_s, live.job.attained_service)
             return
-        ckpt = live.record.trace.checkpoint_s or self.checkpoint_s
+        ckpt = live.job.checkpoint_interval_s  # declared_checkpoint: 0 = free checkpoints
         lost = self.restart_cost_s + (ran % ckpt if ckpt else 0.0)
         live.remaining += self._rate(live, live.n) * lost
         live.record.lost_gpu_s += live.n * lost
