@@ -282,6 +282,22 @@ def _start_sentinels(cluster: dev.DevCluster) -> list[str]:
         if time.monotonic() > deadline:
             raise TimeoutError("the replica did not sync with the primary")
         time.sleep(0.1)
+    # A failover needs each sentinel to know the replica (from the primary's INFO) and the
+    # other two (from hello messages on the primary, every 2 s): a primary killed before
+    # that is never replaced, and the test would read the sentinels' start-up, not pasture.
+    watchers = [redis.Redis(port=int(a.rsplit(":", 1)[1])) for a in addresses]
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(redis.RedisError):
+            if all(
+                any(int(r["port"]) == replica_port for r in w.sentinel_slaves("pasture"))
+                and len(w.sentinel_sentinels("pasture")) >= len(addresses) - 1
+                for w in watchers
+            ):
+                break
+        if time.monotonic() > deadline:
+            raise TimeoutError("the sentinels did not discover the replica and each other")
+        time.sleep(0.2)
     return addresses
 
 
@@ -294,13 +310,18 @@ def failover(chaos: Chaos, timeout: float = 60.0) -> float:
     old = sentinel.discover_master("pasture")
     t0 = time.monotonic()
     chaos.cluster.kill("redis")
+    last = "nothing asked yet"
     while True:
-        with contextlib.suppress(Exception):
-            if sentinel.discover_master("pasture") != old:
+        try:
+            named = sentinel.discover_master("pasture")
+            if named != old:
                 chaos.store.r.ping()
                 break
+            last = f"the sentinels still name {named}"
+        except Exception as exc:  # any error: retried, and the last one reported
+            last = repr(exc)
         if time.monotonic() - t0 > timeout:
-            raise TimeoutError("no failover within the timeout")
+            raise TimeoutError(f"no failover within {timeout:.0f} s; last: {last}")
         time.sleep(0.1)
     took = time.monotonic() - t0
     chaos.survived.setdefault("failover", []).append(took)
