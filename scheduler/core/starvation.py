@@ -90,6 +90,15 @@ def promoted(job: Job, now: float, starve_limit: float | None, run: RunningJob |
     return (run.start_time if run is not None else now) >= at
 
 
+def _whole(x: float, c: float) -> int:
+    """The largest k with ``k * c <= x`` (c > 0), exact on the float products: ``x / c``
+    may round across a multiple."""
+    k = math.floor(x / c)
+    if (k + 1) * c <= x:
+        return k + 1
+    return k - 1 if k * c > x else k
+
+
 def saved_s(job: Job, ran_s: float) -> float:
     """Seconds of an attempt that has run ``ran_s`` seconds which ``job``'s checkpoints
     keep (what a preemption now would not lose): all of them when
@@ -100,12 +109,7 @@ def saved_s(job: Job, ran_s: float) -> float:
         return 0.0
     if c <= 0:
         return ran_s
-    k = math.floor(ran_s / c)
-    if (k + 1) * c <= ran_s:  # the division rounded down across a multiple
-        k += 1
-    elif k * c > ran_s:
-        k -= 1
-    return k * c
+    return _whole(ran_s, c) * c
 
 
 def saved_after(job: Job, served_s: float) -> float | None:
@@ -116,9 +120,5 @@ def saved_after(job: Job, served_s: float) -> float | None:
         return None
     if c <= 0:
         return served_s
-    k = math.ceil(served_s / c)
-    if (k - 1) * c >= served_s:  # the division rounded up across a multiple
-        k -= 1
-    elif k * c < served_s:
-        k += 1
-    return k * c
+    k = _whole(served_s, c)
+    return k * c if k * c >= served_s else (k + 1) * c
