@@ -286,7 +286,6 @@ class Simulator:
         self.policy = policy
         self.decide = decide or _default_decide()
         self.restart_cost_s = restart_cost_s
-        self.checkpoint_s = checkpoint_s
         self.progress = progress
         self.vcs = tuple(vcs)
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
