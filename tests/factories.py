@@ -6,6 +6,7 @@ matters to it::
     node("n1", gpu=8)                      # 8 GPUs, 32 cores, 256 GiB, ready
     job("j1", gpu=4, replicas=2, vc="a")   # one role "worker" of 2 tasks x 4 GPUs
     running(job("j0", gpu=8), nodes=["n1"], start=0.0)
+    las_policy(starve_limit=1.0)           # LAS queues, one threshold at 3,600 GPU-s
     snapshot(nodes=[...], pending=[...], running=[...], vcs=[vc("a", gpu=8)])
 
 Units follow the core: cpu in cores here (converted to millicores), memory in GiB here
@@ -38,6 +39,7 @@ from scheduler.core.model import (
     TaskRole,
     VirtualCluster,
 )
+from scheduler.core.policy import Policy, PreemptionMode
 from scheduler.loop import Loop
 from scheduler.settings import SchedulerSettings
 from scheduler.store import NodeRecord, Store
@@ -149,6 +151,19 @@ def running(j: Job, nodes: Sequence[str], start: float = 0.0) -> RunningJob:
         for i in range(r.replicas):
             placements.append(TaskPlacement(r.name, i, next(names), r.resources))
     return RunningJob(job=j, start_time=start, placements=tuple(placements))
+
+
+def las_policy(**changes: Any) -> Policy:
+    """Tiresias' LAS queues as the core tests state them: one threshold at 3,600 GPU-s,
+    queue-order preemption, no aging, VC quotas off; ``changes`` override any field."""
+    fields: dict[str, Any] = {
+        "queue_order": "las",
+        "preemption": (PreemptionMode.QUEUE_ORDER,),
+        "vc_quota": False,
+        "aging_per_hour": 0,
+        "las_thresholds": (3600.0,),
+    }
+    return Policy(**{**fields, **changes})
 
 
 def vc(

@@ -6,14 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduler.core import Policy, PreemptionMode, ReasonKind, TaskPlacement, schedule
-from tests.factories import job, node, res, running, snapshot, vc
+from tests.factories import job, las_policy, node, res, running, snapshot, vc
 
-LAS = Policy(
-    queue_order="las",
-    las_thresholds=(3600.0,),
-    preemption=(PreemptionMode.QUEUE_ORDER,),
-    aging_per_hour=0,
-)
+LAS = las_policy(vc_quota=True)
 PRIO = Policy(preemption=(PreemptionMode.PRIORITY,), aging_per_hour=0)
 RECLAIM = Policy(preemption=(PreemptionMode.VC_RECLAIM,), aging_per_hour=0)
 

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from scheduler.core import Policy, PreemptionMode, ReasonKind, schedule
-from tests.factories import job, node, running, snapshot, vc
+from tests.factories import job, las_policy, node, running, snapshot, vc
 
 PRIO = Policy(preemption=(PreemptionMode.PRIORITY,), aging_per_hour=0)
-LAS = Policy(
-    queue_order="las",
-    preemption=(PreemptionMode.QUEUE_ORDER,),
-    vc_quota=False,
-    aging_per_hour=0,
-    las_thresholds=(3600.0,),
-)
+LAS = las_policy()
 
 
 def test_priority_preempts_strictly_lower_priority_in_the_same_vc():

@@ -9,20 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.core import Policy, PreemptionMode, schedule
+from scheduler.core import Policy, schedule
 from scheduler.core.presets import PRESETS
 from scheduler.core.queue import QUEUE_ORDERS, OrderContext, full_key
 from scheduler.core.starvation import promoted, promotion_time, saved_after, saved_s
-from tests.factories import job, node, running, snapshot
+from tests.factories import job, las_policy, node, running, snapshot
 
-LAS = Policy(
-    queue_order="las",
-    preemption=(PreemptionMode.QUEUE_ORDER,),
-    vc_quota=False,
-    aging_per_hour=0,
-    las_thresholds=(3600.0,),
-    starve_limit=1.0,
-)
+LAS = las_policy(starve_limit=1.0)
 
 
 def preempted(
