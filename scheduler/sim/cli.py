@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from scheduler.core.presets import PRESETS
 from scheduler.sim.engine import check_checkpoint_interval, check_restart_cost
@@ -63,7 +65,7 @@ def _hours(s: float) -> str:
 
 def _table(scenario: Scenario, results: dict[str, PolicyMetrics], lower: dict[str, float]) -> Table:
     t = Table(
-        title=(
+        title=Text(
             f"{scenario.trace}: {len(scenario.jobs)} jobs, {scenario.gpus} GPUs on "
             f"{len(scenario.shapes)} nodes, window load {scenario.load:.2f}"
         ),
@@ -124,7 +126,7 @@ def _vc_table(results: dict[str, PolicyMetrics]) -> Table:
         t.add_column(name, justify="right")
     vcs = sorted({vc for m in results.values() for vc in m.queue_by_vc_s})
     for vc in vcs:
-        t.add_row(vc, *(_hours(m.queue_by_vc_s.get(vc, 0.0)) for m in results.values()))
+        t.add_row(Text(vc), *(_hours(m.queue_by_vc_s.get(vc, 0.0)) for m in results.values()))
     return t
 
 
@@ -149,6 +151,13 @@ def plot_cdfs(results: dict[str, PolicyMetrics], path: Path, title: str) -> None
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _refuse(err: Console, exc: Exception) -> NoReturn:
+    """Print ``error: <exc>`` (its text as data: a name or field value in it is never read
+    as Rich markup) and exit 2."""
+    err.print(Text.assemble(("error:", "red"), " ", str(exc)))
+    raise typer.Exit(2)
 
 
 @app.callback(invoke_without_command=True)
@@ -218,8 +227,7 @@ def sim(
             load=load,
         )
     except (TraceError, OSError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _refuse(err, exc)
     if scenario.stats.skipped:
         err.print(f"trace rows skipped: {scenario.stats.skipped}")
     if fill_mode:
@@ -263,7 +271,7 @@ def sim(
             plot,
             f"{scenario.trace}: {n} jobs, {scenario.gpus} GPUs, load {scenario.load:.2f}",
         )
-        err.print(f"wrote {plot}")
+        err.print(f"wrote {plot}", markup=False, highlight=False)
 
 
 @app.command("suite")
@@ -272,6 +280,11 @@ def suite_cmd(
     loads: str = typer.Option("0.6,0.8,0.95", help="comma-separated target window loads"),
     policies: str | None = typer.Option(None, help="comma-separated policy names (default: all)"),
     cases: str | None = typer.Option(None, help="comma-separated case names (default: all)"),
+    held_out: bool = typer.Option(
+        False,
+        "--held-out",
+        help="replay the held-out cases (windows and seeds no policy was tuned on) instead",
+    ),
     plot: Path | None = typer.Option(None, help="write the criteria ratios per case to this PNG"),
     json_out: bool = typer.Option(False, "--json", help="print the rows as one JSON array"),
     workers: int | None = typer.Option(
@@ -290,18 +303,21 @@ def suite_cmd(
         names = parse_policies(policies)
         load_list = [float(x) for x in loads.split(",") if x.strip()]
     except (TraceError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    rows = run_suite(
-        names,
-        jobs=jobs,
-        loads=load_list,
-        only=[c.strip() for c in cases.split(",")] if cases else None,
-        workers=workers if workers is not None else min(os.cpu_count() or 1, 2),
-        restart_cost_s=restart_cost,
-        checkpoint_s=checkpoint_interval,
-        log=err.print,
-    )
+        _refuse(err, exc)
+    try:
+        rows = run_suite(
+            names,
+            jobs=jobs,
+            loads=load_list,
+            only=[c.strip() for c in cases.split(",")] if cases else None,
+            held_out=held_out,
+            workers=workers if workers is not None else min(os.cpu_count() or 1, 2),
+            restart_cost_s=restart_cost,
+            checkpoint_s=checkpoint_interval,
+            log=lambda line: err.print(line, markup=False, highlight=False),
+        )
+    except ValueError as exc:
+        _refuse(err, exc)
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
     else:
@@ -338,7 +354,7 @@ def suite_cmd(
             t.add_column(col, justify="right")
         for r in rows:
             if "error" in r:
-                t.add_row(r["case"], str(r["target_load"]), "-", f"failed: {r['error']}")
+                t.add_row(r["case"], str(r["target_load"]), "-", Text(f"failed: {r['error']}"))
                 continue
             pol = r["vs_tiresias"] if vs_t and r.get("vs_tiresias") else r["policies"]
             ra = r["ratios"]
@@ -352,7 +368,7 @@ def suite_cmd(
         Console(width=220).print(t)
     if plot is not None:
         plot_ratios(rows, plot)
-        err.print(f"wrote {plot}")
+        err.print(f"wrote {plot}", markup=False, highlight=False)
 
 
 def _fill(scenario: Scenario, names: list[str], json_out: bool) -> None:

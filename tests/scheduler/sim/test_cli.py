@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from scheduler.sim.cli import app
@@ -81,3 +84,46 @@ def test_bad_flags_are_named(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "missing gpus" in r.output
     r = CliRunner().invoke(app, ["--policies", "fifo,lottery"])
     assert r.exit_code == 2 and "unknown ['lottery']" in r.output
+
+
+# trace text is data: brackets, backslashes and control characters a CSV cell can hold
+_CELL = st.text(alphabet=st.sampled_from(list("[]/\\ab:=%{}()'\x1b\x07")), min_size=1, max_size=12)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(vc=_CELL, policy=_CELL)
+def test_trace_and_flag_text_is_printed_as_data_never_as_markup(
+    tmp_path: Path, vc: str, policy: str
+):
+    """A VC name from the trace and a policy name from the command line reach the tables
+    and the error as text: before, ``[/data]`` in either raised Rich's MarkupError."""
+    rows = ["start,secs,gpu,team"] + [
+        f"{i * 60},600,1,{vc if i % 2 else 'plain'}" for i in range(6)
+    ]
+    f = tmp_path / "t.csv"
+    f.write_text("\n".join(rows) + "\n")
+    r = CliRunner().invoke(
+        app,
+        [
+            "--trace-format",
+            "csv",
+            "--trace",
+            str(f),
+            "--columns",
+            "submit=start,duration=secs,gpus=gpu,vc=team",
+            "--nodes",
+            "1",
+            "--policies",
+            "fifo",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert re.search(r"│ plain +│", r.output)  # the VC table, one row per VC
+    if vc.isprintable():
+        assert vc in r.output
+    r = CliRunner().invoke(app, ["--policies", policy])
+    assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit)
+    if policy.isprintable():
+        assert f"unknown [{policy!r}]" in r.output
