@@ -20,6 +20,20 @@ Synthetic jobs arrive as a Poisson process whose rate gives the target load on t
 cluster (rate = load x GPUs / E[GPUs x run time]); the table reports the window load
 actually reached. Seeds are fixed (the case's name), so the suite is reproducible.
 
+Held-out cases (``--held-out``; :func:`held_out_cases`): data no policy was tuned on, for
+the check "fit on one, check on the others". The policies' rules and constants were
+chosen on the cases above; these were fixed before any policy was replayed on them:
+
+    philly-25k/55k Philly, N jobs after skipping 25,000 / 55,000 (between the windows above).
+    openb-0        Alibaba openb, the first N pods.
+    itp-04-4k/8k/12k  ITP cluster 04, N jobs after skipping 4,000 / 8,000 / 12,000.
+    syn-*-b        each synthetic family above with another seed.
+    syn-long-gangs synthetic, built to differ (bigger jobs run longer): 64 GPUs; 70% of
+                   jobs 1 GPU of median 15 min, 30% gangs of 8, 16 or 32 GPUs of median 6 h.
+
+With ``--jobs`` up to 2,000 no held-out window shares a job with a judged one (ITP cluster
+06 has too few jobs for a second window).
+
 Per case the suite reports each policy's mean and p99 JCT divided by the case's mean-JCT
 lower bound (and, with tiresias-las run, as ratios to Tiresias'), and the issues'
 criteria: pasture / tiresias-las (mean), pasture p99 / the best other rigid policy's p99,
@@ -110,11 +124,14 @@ def _pareto_mean() -> float:
     return float(m * a / (a - 1) - (m**a) * c ** (1 - a) / (a - 1))
 
 
-def _lognormal(rng: random.Random) -> float:
-    return min(math.exp(rng.gauss(math.log(1800.0), 1.5)), _CAP)  # median 30 min
+_LOGN_SIGMA = 1.5
 
 
-_LOGN_MEAN = 1800.0 * math.exp(1.5**2 / 2)
+def _lognormal(rng: random.Random, median: float = 1800.0) -> float:
+    return min(math.exp(rng.gauss(math.log(median), _LOGN_SIGMA)), _CAP)  # median in s
+
+
+_LOGN_MEAN = 1800.0 * math.exp(_LOGN_SIGMA**2 / 2)  # E of _lognormal(rng), cap ignored
 
 
 def _big_gangs(rng: random.Random) -> tuple[int, float]:
@@ -132,24 +149,68 @@ def _flood(rng: random.Random) -> tuple[int, float]:
     return (1 if rng.random() < 0.95 else 8), _lognormal(rng)
 
 
-def cases() -> list[Case]:
-    """All suite cases, real traces first (see the module docstring)."""
-    itp = "itp/cluster{}.csv"
+_LONG_GANG_S, _SHORT_S = 6 * 3600.0, 900.0  # medians of syn-long-gangs' gangs and 1-GPU jobs
+
+
+def _long_gangs(rng: random.Random) -> tuple[int, float]:
+    # job length grows with its size (rule fixed before any run): see the module docstring
+    if rng.random() < 0.3:
+        return rng.choice((8, 16, 32)), _lognormal(rng, _LONG_GANG_S)
+    return 1, _lognormal(rng, _SHORT_S)
+
+
+_ITP = "itp/cluster{}.csv"
+
+
+def _synthetic_cases(suffix: str) -> list[Case]:
+    """The four synthetic families, seeded by their names (``suffix`` = another seed)."""
     heavy_g = (1 * 60 + 2 * 15 + 4 * 12 + 8 * 9 + 16 * 4) / 100
     gang_g = 0.15 * (32 + 40 + 48 + 56) / 4 + 0.85 * (1 + 1 + 2 + 4) / 4
     small_g = (1 * 50 + 2 * 20 + 4 * 15 + 8 * 10 + 16 * 5) / 100
     flood_g = 0.95 * 1 + 0.05 * 8
+    families: list[tuple[str, int, Callable[[random.Random], tuple[int, float]], float]] = [
+        ("syn-heavy-tail", 8, _heavy, heavy_g * _pareto_mean()),
+        ("syn-big-gangs", 8, _big_gangs, gang_g * _LOGN_MEAN),
+        ("syn-16gpu", 2, _small, small_g * _LOGN_MEAN),
+        ("syn-1gpu-flood", 8, _flood, flood_g * _LOGN_MEAN),
+    ]
+    return [
+        Case(name + suffix, _synthetic(name + suffix, nodes, draw, work))
+        for name, nodes, draw, work in families
+    ]
+
+
+def cases() -> list[Case]:
+    """The judged suite cases, real traces first (see the module docstring)."""
     return [
         Case("philly-A", _real("philly", 10_000)),
         Case("philly-B", _real("philly", 40_000)),
         Case("philly-C", _real("philly", 70_000)),
         Case("openb", _real("openb", 3_000)),
-        Case("itp-04", _real("csv", 0, itp.format("04"), ITP_COLUMNS)),
-        Case("itp-06", _real("csv", 0, itp.format("06"), ITP_COLUMNS)),
-        Case("syn-heavy-tail", _synthetic("syn-heavy-tail", 8, _heavy, heavy_g * _pareto_mean())),
-        Case("syn-big-gangs", _synthetic("syn-big-gangs", 8, _big_gangs, gang_g * _LOGN_MEAN)),
-        Case("syn-16gpu", _synthetic("syn-16gpu", 2, _small, small_g * _LOGN_MEAN)),
-        Case("syn-1gpu-flood", _synthetic("syn-1gpu-flood", 8, _flood, flood_g * _LOGN_MEAN)),
+        Case("itp-04", _real("csv", 0, _ITP.format("04"), ITP_COLUMNS)),
+        Case("itp-06", _real("csv", 0, _ITP.format("06"), ITP_COLUMNS)),
+        *_synthetic_cases(""),
+    ]
+
+
+def held_out_cases() -> list[Case]:
+    """The held-out cases (module docstring): other windows of the real traces, other
+    seeds of the synthetic families, and ``syn-long-gangs``; none was used to choose a
+    policy's rules or constants."""
+    long_g = 0.7 * 1 * _SHORT_S + 0.3 * (8 + 16 + 32) / 3 * _LONG_GANG_S
+    return [
+        Case("philly-25k", _real("philly", 25_000)),
+        Case("philly-55k", _real("philly", 55_000)),
+        Case("openb-0", _real("openb", 0)),
+        *(
+            Case(f"itp-04-{k}k", _real("csv", k * 1000, _ITP.format("04"), ITP_COLUMNS))
+            for k in (4, 8, 12)
+        ),
+        *_synthetic_cases("-b"),
+        Case(
+            "syn-long-gangs",
+            _synthetic("syn-long-gangs", 8, _long_gangs, long_g * math.exp(_LOGN_SIGMA**2 / 2)),
+        ),
     ]
 
 
@@ -208,6 +269,7 @@ def run_suite(
     jobs: int,
     loads: Sequence[float] = DEFAULT_LOADS,
     only: Sequence[str] | None = None,
+    held_out: bool = False,
     workers: int = 1,
     restart_cost_s: float = 60.0,
     checkpoint_s: float | None = None,
@@ -217,15 +279,28 @@ def run_suite(
     (reached), "target_load", "jobs", "gpus", "lb_mean_s", "restart_cost_s",
     "checkpoint_s", "policies": {name: {"mean", "p99" (x the mean-JCT lower bound),
     "preemptions" (count)}}, "ratios": ratios(...), "vs_tiresias": vs_tiresias(...)}``.
-    Cases whose trace file is missing are skipped (logged).
+    Cases whose trace file is missing are skipped (logged). ``held_out`` replays
+    :func:`held_out_cases` instead of the judged :func:`cases`; ``only`` keeps the named
+    ones of those.
+
+    Raises:
+        ValueError: a name in ``only`` is no case of the chosen set (the message lists them).
 
     ``restart_cost_s`` (seconds of a job's GPUs lost per preemption) and ``checkpoint_s``
     (the checkpoint interval of every job, seconds; a preempted job also redoes the work
     since its last one; None = it loses none) are the engine's
     (:class:`scheduler.sim.engine.Simulator`); each row records them.
     """
+    chosen = held_out_cases() if held_out else cases()
+    unknown = sorted(set(only or ()) - {c.name for c in chosen})
+    if unknown:
+        which = "held-out" if held_out else "judged"
+        raise ValueError(
+            f"--cases: {', '.join(map(repr, unknown))} is no {which} case; "
+            f"expected some of {', '.join(c.name for c in chosen)}"
+        )
     rows = []
-    for case in cases():
+    for case in chosen:
         if only and case.name not in only:
             continue
         for load in loads:

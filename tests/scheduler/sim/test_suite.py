@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from scheduler.sim.cli import app
 from scheduler.sim.scenario import run_policy
-from scheduler.sim.suite import cases, ratios, run_suite, vs_tiresias
+from scheduler.sim.suite import cases, held_out_cases, ratios, run_suite, vs_tiresias
 
 
 def test_ratios_are_the_issue_criteria():
@@ -158,3 +158,46 @@ def test_engine_flags_out_of_range_are_refused_naming_the_flag(command, flag, va
     res = CliRunner().invoke(app, [*command, flag, value, "--policies", "fifo"])
     assert res.exit_code == 2, res.output
     assert flag in res.output and expected in res.output and value in res.output
+
+
+def test_held_out_cases_share_no_job_with_the_judged_ones():
+    """The held-out set is data no policy was tuned on: at the default window (2,000 jobs)
+    no held-out window of a real trace overlaps a judged window of the same trace, and no
+    synthetic held-out case draws the same jobs as a judged one."""
+    judged = {c.name: c for c in cases()}
+    held = {c.name: c for c in held_out_cases()}
+    assert not set(judged) & set(held)
+    keys = lambda sc: {(j.submit_s, j.duration_s, j.gpus) for j in sc.jobs}  # noqa: E731
+    for name, case in held.items():
+        sc = case.build(2000, 0.8)
+        assert len(sc.jobs) == 2000, name
+        same_source = [j for j in judged.values() if j.name.split("-")[0] == name.split("-")[0]]
+        assert same_source, name  # every held-out case has a judged sibling to differ from
+        for sibling in same_source:
+            assert not keys(sc) & keys(sibling.build(2000, 0.8)), (name, sibling.name)
+
+
+def test_syn_long_gangs_runs_its_gangs_longer_than_its_one_gpu_jobs():
+    sc = next(c for c in held_out_cases() if c.name == "syn-long-gangs").build(2000, 0.8)
+    one = sorted(j.duration_s for j in sc.jobs if j.gpus == 1)
+    gangs = sorted(j.duration_s for j in sc.jobs if j.gpus > 1)
+    assert {j.gpus for j in sc.jobs} == {1, 8, 16, 32} and sc.gpus == 64
+    assert 0.25 < len(gangs) / len(sc.jobs) < 0.35
+    assert gangs[len(gangs) // 2] > 10 * one[len(one) // 2]  # medians 6 h against 15 min
+    assert 0.5 < sc.load < 1.2  # the arrival rate's mean work is this family's
+
+
+def test_run_suite_replays_the_held_out_set_when_asked():
+    rows = run_suite(["fifo"], jobs=30, loads=[0.8], only=["syn-16gpu-b"], held_out=True)
+    assert [r["case"] for r in rows] == ["syn-16gpu-b"]
+    with pytest.raises(ValueError, match="'syn-16gpu' is no held-out case"):
+        run_suite(["fifo"], jobs=30, loads=[0.8], only=["syn-16gpu"], held_out=True)
+
+
+@pytest.mark.parametrize("name", ["nope", "[/data]", "[bold]x", "a\\[b]"])
+def test_suite_command_refuses_an_unknown_case_naming_it_as_given(name):
+    # before: an unknown --cases name replayed nothing and printed an empty table
+    res = CliRunner().invoke(app, ["suite", "--cases", f"syn-16gpu,{name}", "--policies", "fifo"])
+    assert res.exit_code == 2, res.output
+    assert f"--cases: {name!r} is no judged case" in res.output
+    assert "syn-16gpu" in res.output  # the expected names are listed
