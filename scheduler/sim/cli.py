@@ -279,7 +279,9 @@ def suite_cmd(
     jobs: int = typer.Option(2000, help="jobs per trace window (synthetic: jobs generated)"),
     loads: str = typer.Option("0.6,0.8,0.95", help="comma-separated target window loads"),
     policies: str | None = typer.Option(None, help="comma-separated policy names (default: all)"),
-    cases: str | None = typer.Option(None, help="comma-separated case names (default: all)"),
+    cases: str | None = typer.Option(
+        None, help="comma-separated case names of the set replayed (default: all of it)"
+    ),
     held_out: bool = typer.Option(
         False,
         "--held-out",

@@ -283,13 +283,13 @@ def run_suite(
     :func:`held_out_cases` instead of the judged :func:`cases`; ``only`` keeps the named
     ones of those.
 
-    Raises:
-        ValueError: a name in ``only`` is no case of the chosen set (the message lists them).
-
     ``restart_cost_s`` (seconds of a job's GPUs lost per preemption) and ``checkpoint_s``
     (the checkpoint interval of every job, seconds; a preempted job also redoes the work
     since its last one; None = it loses none) are the engine's
     (:class:`scheduler.sim.engine.Simulator`); each row records them.
+
+    Raises:
+        ValueError: a name in ``only`` is no case of the chosen set (the message lists them).
     """
     chosen = held_out_cases() if held_out else cases()
     unknown = sorted(set(only or ()) - {c.name for c in chosen})
