@@ -164,14 +164,32 @@ def watch(draw: Callable[[], None], enabled: bool, interval_s: float) -> None:
     """Run ``draw`` once, or with ``enabled`` every ``interval_s`` seconds until Ctrl-C
     (exit 0). On a terminal the screen is cleared before each draw; piped, each draw
     starts with a line ``--- <UTC time> ---`` (so a log of the output reads as frames).
-    An API error ends the watch with its exit code (see :func:`handle_errors`)."""
+    An API error ends the watch with its exit code (see :func:`handle_errors`).
+
+    Ctrl-C between draws ends the watch at once; during a draw it ends it when the draw
+    is done (a request is bounded by the client's timeout), and a second Ctrl-C then ends
+    it at once. KeyboardInterrupt is raised only in this loop's own code, never inside
+    the HTTP client, Rich or logging, where it can leave a lock held and the process
+    hanging at exit (a watch ignored SIGINT for 30 s once in CI)."""
+    import signal
     import time
 
     if not enabled:
         draw()
         return
+    drawing = stop = False
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal stop
+        if drawing and not stop:
+            stop = True  # finish this draw, then end
+            return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         while True:
+            drawing = True
             if console.is_terminal:
                 console.clear()
             else:
@@ -179,9 +197,14 @@ def watch(draw: Callable[[], None], enabled: bool, interval_s: float) -> None:
                 console.print(f"--- {stamp} UTC ---", highlight=False)
             draw()
             console.file.flush()
+            drawing = False
+            if stop:
+                return
             time.sleep(interval_s)
     except KeyboardInterrupt:
         return
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def exit_code_for(status: int) -> int:
