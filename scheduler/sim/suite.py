@@ -131,7 +131,8 @@ def _lognormal(rng: random.Random, median: float = 1800.0) -> float:
     return min(math.exp(rng.gauss(math.log(median), _LOGN_SIGMA)), _CAP)  # median in s
 
 
-_LOGN_MEAN = 1800.0 * math.exp(_LOGN_SIGMA**2 / 2)  # E of _lognormal(rng), cap ignored
+_LOGN_FACTOR = math.exp(_LOGN_SIGMA**2 / 2)  # E[_lognormal(rng, m)] = m x this, cap ignored
+_LOGN_MEAN = 1800.0 * _LOGN_FACTOR  # E of _lognormal(rng)
 
 
 def _big_gangs(rng: random.Random) -> tuple[int, float]:
@@ -209,7 +210,7 @@ def held_out_cases() -> list[Case]:
         *_synthetic_cases("-b"),
         Case(
             "syn-long-gangs",
-            _synthetic("syn-long-gangs", 8, _long_gangs, long_g * math.exp(_LOGN_SIGMA**2 / 2)),
+            _synthetic("syn-long-gangs", 8, _long_gangs, long_g * _LOGN_FACTOR),
         ),
     ]
 
